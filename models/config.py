@@ -1,0 +1,229 @@
+"""Run profiles: every tunable of a run, loaded from YAML once and validated at the edge.
+
+A profile lives in `configs/profiles/NAME.yaml`; `extends: OTHER` starts from another profile and
+overrides only the keys it names (nested mappings merge). Unknown keys are errors, so a typo never
+silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from models.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GanConfig:
+    """Networks and optimisation (thesis section 4.4 and 6.1; REFERENCE.md section 1)."""
+
+    z_dim: int = 32
+    generator_hidden: tuple[int, ...] = (128, 256)
+    critic_hidden: int = 128
+    # The thesis' critics use BatchNorm; it mixes rows inside the gradient penalty, so it is an option.
+    critic_batchnorm: bool = False
+    # "thesis": weights ~ N(0, 1) as the thesis text says; "default": PyTorch's scaled initialisation.
+    init: str = "default"
+    lr_generator: float = 1e-4
+    lr_critic: float = 1e-4
+    betas: tuple[float, float] = (0.0, 0.9)
+    critic_steps: int = 5
+    gp_lambda: float = 10.0
+    batch_size: int = 32
+    pretrain_iterations: int = 2000
+    iterations: int = 40000
+    checkpoint_every: int = 1000
+    # Exponential moving average of G (official GS-WGAN: 0.999); null keeps the raw generator.
+    generator_ema: float | None = None
+    # "tanh": one Tanh head for every encoded column (thesis); "typed": Tanh for continuous and
+    # binary columns, a softmax mapped to [-1, 1] over each one-hot group.
+    output_head: str = "tanh"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One privacy setting gamma = 1/K. `private: false` is the thesis' non-private baseline."""
+
+    name: str
+    discriminators: int
+    private: bool = True
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    noise_multiplier: float = 1.07
+    clip: float = 1.0
+    delta: float = 1e-5
+    # Training stops at the last checkpoint whose epsilon is at most this; null means no budget.
+    epsilon_budget: float | None = None
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """Algorithm 3's model selection and the checkpoint choice."""
+
+    synthetic_fraction: float = 0.9
+    n_regularisation_values: int = 20
+    penalties: tuple[str, ...] = ("l1", "l2")
+    # A checkpoint is "as good as the best" when its validation-selected AUC is within this of the best.
+    auc_tolerance: float = 0.01
+    # Real-vs-real baseline runs with fresh splits, one per checkpoint index (thesis: 41).
+    real_baseline: bool = True
+    quality_rows: int = 20000
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    seed: int = 0
+    # "honest": test rows never reach preprocessing or the GAN; "thesis": the GAN trains on every row.
+    protocol: str = "honest"
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    knn_neighbors: int = 3
+    gan: GanConfig = field(default_factory=GanConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    settings: tuple[Setting, ...] = (Setting("k1000", 1000),)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    device: str = "auto"
+    # Registered model name; null gives "<dataset>-gswgan".
+    model_name: str | None = None
+    # Rows released in the bundle; null releases as many rows as the training split has.
+    release_rows: int | None = None
+    # Upper bound on rows used to train (smoke profiles subsample the table to stay fast).
+    max_rows: int | None = None
+    # Worker processes for the experiment's fan-out on one machine.
+    workers: int = 2
+    # Optional Dask scheduler address: the experiment's tasks then run on that cluster.
+    dask_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol not in ("honest", "thesis"):
+            raise ConfigError(f"profile {self.name!r}: protocol must be 'honest' or 'thesis'.")
+        if len(self.split) != 3 or abs(sum(self.split) - 1.0) > 1e-9 or min(self.split) <= 0:
+            raise ConfigError(f"profile {self.name!r}: split must be three positive fractions summing to 1.")
+        if not self.settings:
+            raise ConfigError(f"profile {self.name!r}: at least one setting is needed.")
+        for s in self.settings:
+            if s.discriminators < 1:
+                raise ConfigError(f"profile {self.name!r}: setting {s.name!r} needs at least one discriminator.")
+        if self.gan.iterations % self.gan.checkpoint_every:
+            raise ConfigError(f"profile {self.name!r}: iterations must be a multiple of checkpoint_every.")
+        if self.gan.output_head not in ("tanh", "typed"):
+            raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh' or 'typed'.")
+        if self.gan.init not in ("default", "thesis"):
+            raise ConfigError(f"profile {self.name!r}: init must be 'default' or 'thesis'.")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def config_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+    def with_settings(self, *settings: Setting) -> "Profile":
+        return dataclasses.replace(self, settings=tuple(settings))
+
+
+def profile_path(profile: str, config_path: str | Path | None = None) -> Path:
+    """A profile is a path to a YAML file or a name under configs/profiles/ beside the schema."""
+    candidate = Path(profile)
+    if candidate.suffix in (".yaml", ".yml"):
+        return candidate
+    base = Path(config_path).resolve().parent if config_path else Path("configs")
+    return base / "profiles" / f"{profile}.yaml"
+
+
+def load_profile(profile: str, config_path: str | Path | None = None) -> Profile:
+    raw = _load_raw(profile_path(profile, config_path), seen=())
+    raw.setdefault("name", Path(profile).stem)
+    return build_dataclass(Profile, raw, where=f"profile {profile!r}")
+
+
+def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"Profile file {str(path)!r} does not exist.")
+    if path in seen:
+        raise ConfigError(f"Profile {str(path)!r} extends itself.")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Profile file {str(path)!r} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"Profile file {str(path)!r} must hold a mapping.")
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    base = _load_raw(path.parent / f"{parent}.yaml", seen + (path,))
+    base.pop("name", None)
+    return _merge(base, raw)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def build_dataclass(cls, raw, where: str):
+    """Build a (nested) frozen dataclass from plain YAML data, rejecting unknown keys."""
+    if dataclasses.is_dataclass(raw):
+        return raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping for {cls.__name__}.")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} for {cls.__name__}.")
+    kwargs = {key: _coerce(hints[key], value, f"{where}.{key}") for key, value in raw.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _coerce(hint, value, where: str):
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return build_dataclass(hint, value, where)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, where)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list.")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, where) for v in value)
+        if len(args) != len(value):
+            raise ConfigError(f"{where}: expected {len(args)} values.")
+        return tuple(_coerce(a, v, where) for a, v in zip(args, value))
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}.")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}.")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}.")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}.")
+        return value
+    return value

@@ -1,0 +1,41 @@
+"""The few errors a user can cause. The command line turns each into a message and an exit status."""
+
+
+class DpsynthError(Exception):
+    """Base class: the message is shown to the user as it is, without a traceback."""
+
+    exit_code = 1
+
+
+class ConfigError(DpsynthError):
+    """A schema or profile file is missing or malformed."""
+
+    exit_code = 2
+
+
+class MissingInputError(DpsynthError):
+    """An input file or a required earlier stage output does not exist."""
+
+    exit_code = 3
+
+
+class InvalidTableError(DpsynthError):
+    """The input table does not conform to its schema.
+
+    `problems` lists (column, rule, rows) triples for a readable report; it never holds raw values.
+    """
+
+    exit_code = 4
+
+    def __init__(self, message: str, problems: list[tuple[str, str, int]] | None = None):
+        self.problems = list(problems or [])
+        if self.problems:
+            lines = [f"  - column {col!r}: {rule} ({rows} rows)" for col, rule, rows in self.problems]
+            message = message + "\n" + "\n".join(lines)
+        super().__init__(message)
+
+
+class BudgetExceededError(DpsynthError):
+    """Nothing can be released within the configured privacy budget."""
+
+    exit_code = 5
