@@ -1,0 +1,173 @@
+"""Benchmark of the logistic-regression model selection (thesis Algorithm 3): naive liblinear loop vs fast path.
+
+What is measured: for each run, the wall-clock seconds of one full `models.selection.select_model` call
+(40 candidates: l1/l2 x 20 values of C from `regularisation_grid(seed)`; validation AUC of every candidate;
+refit of the winner on train + validation; test AUC and AUPRC), once with ``method="naive"`` (one
+scikit-learn liblinear fit per candidate, sequential, as in the thesis) and once with ``method="fast"``, on
+the same data and grid. Reported: total seconds of each, their ratio, the largest absolute difference of the
+test AUCs, and in how many runs both chose the same candidate.
+
+Data: generated here (no other project module is imported), the size of the real experiment:
+56,000 training / 7,000 validation / 7,000 test rows, 16 features in [-1, 1] (5 continuous, 5 binary, two
+one-hot blocks of 3 like Cardio's cholesterol and gluc, so the one-hot columns are collinear with the
+intercept) and a logistic target with a test AUC of about 0.8. Even runs are "real-vs-real"; odd runs mimic
+a synthetic-data evaluation: training and validation rows come from a noisier, biased copy of the generator
+(perturbed coefficients, jittered features, flipped labels, shifted shares) and the test rows from the
+"real" one.
+
+Usage: ``python bench/select.py [--json] [--runs N] [--seed S] [--n-jobs J]`` (or ``python -m bench.select``).
+The last line printed is JSON: {"naive_s", "fast_s", "ratio", "max_auc_diff", "same_choice"}.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Run as a script, this file's folder is sys.path[0] and this file would shadow the standard library's
+# `select` module for everything imported later (subprocess, selectors, joblib): drop that folder.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+_root = os.path.dirname(_here)
+if _root not in sys.path:
+    sys.path.insert(0, _root)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from models.selection import regularisation_grid, select_model  # noqa: E402
+
+N_TRAIN, N_VAL, N_TEST = 56_000, 7_000, 7_000
+
+# coefficients of the "real" logistic target on the 16 encoded columns
+_BETA = np.array([
+    1.1, 0.05, 0.35, 2.4, 0.7,      # continuous: age, height, weight, ap_hi, ap_lo (encoded)
+    0.02, -0.08, -0.1, -0.2, 0.0,   # binary: gender, smoke, alco, active, (a weak one)
+    -0.35, 0.05, 0.3,               # one-hot block 1 (cholesterol-like)
+    0.05, -0.05, 0.0,               # one-hot block 2 (gluc-like)
+])
+_INTERCEPT = 0.25
+
+
+def _features(rng: np.random.Generator, n: int, *, jitter: float = 0.0, share_shift: float = 0.0) -> np.ndarray:
+    cov = np.array([
+        [1.0, 0.0, 0.1, 0.25, 0.2],
+        [0.0, 1.0, 0.38, 0.05, 0.05],
+        [0.1, 0.38, 1.0, 0.4, 0.35],
+        [0.25, 0.05, 0.4, 1.0, 0.7],
+        [0.2, 0.05, 0.35, 0.7, 1.0],
+    ])
+    cont = rng.multivariate_normal(np.zeros(5), cov, size=n)
+    cont += jitter * rng.normal(size=cont.shape)
+    # integer-valued measurements (height, weight, pressures) are discretised before scaling, as in Cardio
+    cont[:, 1:] = np.round(cont[:, 1:] * 8) / 8
+    cont = np.clip(cont / 3.0, -1.0, 1.0)
+    p_bin = np.clip(np.array([0.35, 0.09, 0.05, 0.8, 0.5]) + share_shift, 0.01, 0.99)
+    binary = (rng.random((n, 5)) < p_bin).astype(np.float64) * 2 - 1
+    p1 = np.array([0.75, 0.14, 0.11]) + share_shift * np.array([-1, 0.5, 0.5])
+    p2 = np.array([0.85, 0.07, 0.08]) + share_shift * np.array([-1, 0.5, 0.5])
+    oh1 = np.eye(3)[rng.choice(3, size=n, p=p1 / p1.sum())] * 2 - 1
+    oh2 = np.eye(3)[rng.choice(3, size=n, p=p2 / p2.sum())] * 2 - 1
+    return np.concatenate([cont, binary, oh1, oh2], axis=1)
+
+
+def _target(rng, X, beta, intercept, flip=0.0):
+    p = 1.0 / (1.0 + np.exp(-(X @ beta + intercept)))
+    y = (rng.random(X.shape[0]) < p).astype(np.int64)
+    if flip:
+        f = rng.random(y.size) < flip
+        y[f] = 1 - y[f]
+    return y
+
+
+def _stratified_split(rng, y, sizes):
+    """Indices of consecutive stratified parts of the given sizes."""
+    parts = [[] for _ in sizes]
+    total = sum(sizes)
+    for cls in (0, 1):
+        idx = rng.permutation(np.flatnonzero(y == cls))
+        start = 0
+        for k, size in enumerate(sizes):
+            take = round(size * idx.size / total) if k < len(sizes) - 1 else idx.size - start
+            parts[k].append(idx[start:start + take])
+            start += take
+    return [rng.permutation(np.concatenate(p)) for p in parts]
+
+
+def make_data(seed: int, synthetic: bool):
+    """(X_train, y_train, X_val, y_val, X_test, y_test) as float32 / int64 arrays."""
+    rng = np.random.default_rng(seed)
+    X = _features(rng, N_TRAIN + N_VAL + N_TEST)
+    y = _target(rng, X, _BETA, _INTERCEPT)
+    tr, va, te = _stratified_split(rng, y, (N_TRAIN, N_VAL, N_TEST))
+    X_test, y_test = X[te], y[te]
+    if not synthetic:
+        X_train, y_train, X_val, y_val = X[tr], y[tr], X[va], y[va]
+    else:
+        # a mediocre generator: biased coefficients, jittered features, flipped labels, shifted shares
+        beta = _BETA * rng.uniform(0.3, 1.4, size=_BETA.size) + rng.normal(scale=0.15, size=_BETA.size)
+        Xs = _features(rng, N_TRAIN + N_VAL, jitter=0.4, share_shift=0.05)
+        ys = _target(rng, Xs, beta, _INTERCEPT - 0.3, flip=0.12)
+        tr, va = _stratified_split(rng, ys, (N_TRAIN, N_VAL))
+        X_train, y_train, X_val, y_val = Xs[tr], ys[tr], Xs[va], ys[va]
+    f32 = np.float32
+    return X_train.astype(f32), y_train, X_val.astype(f32), y_val, X_test.astype(f32), y_test
+
+
+def _warm_up():
+    """Load libraries and thread pools outside the timed region (small data)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(600, 16)).astype(np.float32)
+    y = (X[:, 0] + rng.normal(size=600) > 0).astype(np.int64)
+    grid = regularisation_grid(0, n_values=2)
+    for method in ("naive", "fast"):
+        select_model(X[:400], y[:400], X[400:500], y[400:500], X[500:], y[500:], grid, method=method)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print only the JSON summary line")
+    ap.add_argument("--runs", type=int, default=2, help="runs (even: real-vs-real, odd: synthetic-like)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-jobs", type=int, default=1, help="n_jobs of the fast path (naive stays sequential)")
+    args = ap.parse_args(argv)
+
+    _warm_up()
+    naive_s = fast_s = 0.0
+    max_diff = 0.0
+    same = 0
+    for run in range(args.runs):
+        seed = args.seed + run
+        synthetic = run % 2 == 1
+        data = make_data(seed, synthetic)
+        grid = regularisation_grid(seed)
+        naive = select_model(*data, grid, method="naive", n_jobs=1)
+        fast = select_model(*data, grid, method="fast", n_jobs=args.n_jobs)
+        naive_s += naive.seconds
+        fast_s += fast.seconds
+        diff = abs(naive.test_auc - fast.test_auc)
+        max_diff = max(max_diff, diff)
+        same += naive.index == fast.index
+        if not args.json:
+            val_gap = max(abs(a - b) for a, b in zip(naive.val_aucs, fast.val_aucs))
+            print(f"run {run} ({'synthetic-like' if synthetic else 'real-vs-real'}, seed {seed}): "
+                  f"naive {naive.seconds:.2f}s -> {naive.penalty} C={naive.C:.4g} val {naive.val_auc:.5f} "
+                  f"test {naive.test_auc:.5f} | fast {fast.seconds:.3f}s -> {fast.penalty} C={fast.C:.4g} "
+                  f"val {fast.val_auc:.5f} test {fast.test_auc:.5f} | |dAUC| {diff:.2e}, "
+                  f"max |d val AUC| {val_gap:.1e}", flush=True)
+    summary = {
+        "naive_s": round(naive_s, 3),
+        "fast_s": round(fast_s, 3),
+        "ratio": round(naive_s / fast_s, 1) if fast_s > 0 else None,
+        "max_auc_diff": float(f"{max_diff:.3g}"),
+        "same_choice": f"{same}/{args.runs}",
+    }
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

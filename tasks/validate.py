@@ -1,0 +1,317 @@
+"""Validation of an input table against its dataset schema, with a Great Expectations (1.x) suite.
+
+The suite is built from the schema alone (`build_suite`) and committed as JSON under `expectations/`
+(`write_suite`; a test keeps the file equal to a freshly built suite). Each expectation carries in its
+`meta` the role it plays here:
+
+- ``problem``: a failure makes the table invalid (missing column, text in a numeric column, a value
+  outside the declared levels, a missing target, an all-missing column, too few rows);
+- ``will_impute``: informational (severity ``info``): values of a continuous column outside its public
+  bounds are counted and later treated as missing and imputed, as are missing feature values.
+
+`validate_table` returns a `ValidationReport`. Its public view (`to_public_dict`, `summary_text`) holds
+counts only; GX's full result, which lists sample unexpected values, is kept in `internal_result` for
+internal storage (the data steward's tracking), never for a release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+import pandas as pd
+from great_expectations.data_context.types.base import ProgressBarsConfig
+
+from models.errors import ConfigError, InvalidTableError
+from models.schema import DatasetSchema
+from tasks.table_io import normalize_columns
+
+TABLE = "<table>"
+NUMERIC_TYPES = ["int", "float", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64"]
+MIN_ROWS_PARAMETER = "min_rows"
+
+# Roles, stored in each expectation's meta under "dpsynth".
+PROBLEM = "problem"
+WILL_IMPUTE = "will_impute"
+
+# GX's ephemeral context registers itself as the process-wide current context, which validation looks
+# up: serialise validations so that concurrent threads never see each other's context.
+_GX_LOCK = threading.Lock()
+
+
+# ------------------------------------------------------------------------------------------ suite
+
+
+def _meta(role: str, rule: str) -> dict:
+    return {"dpsynth": {"role": role, "rule": rule}}
+
+
+def build_suite(schema: DatasetSchema) -> gx.ExpectationSuite:
+    """The expectation suite of `schema`: only declared, public facts (columns, types, bounds, levels)."""
+    expectations: list[gxe.Expectation] = [
+        gxe.ExpectTableRowCountToBeBetween(
+            min_value={"$PARAMETER": MIN_ROWS_PARAMETER},
+            meta=_meta(PROBLEM, "too few rows"),
+        )
+    ]
+    for column in schema.columns:
+        name = column.name
+        is_target = name == schema.target
+        expectations.append(gxe.ExpectColumnToExist(column=name, meta=_meta(PROBLEM, "required column is missing")))
+        if column.is_continuous:
+            low, high = column.bounds
+            expectations.append(gxe.ExpectColumnValuesToBeInTypeList(
+                column=name, type_list=NUMERIC_TYPES, meta=_meta(PROBLEM, "values must be numbers")))
+            expectations.append(gxe.ExpectColumnValuesToBeBetween(
+                column=name, min_value=low, max_value=high, severity="info",
+                meta=_meta(WILL_IMPUTE, f"values outside the public bounds [{low:g}, {high:g}] are imputed")))
+        else:
+            levels = list(column.levels)
+            what = "target" if is_target else column.kind
+            expectations.append(gxe.ExpectColumnValuesToBeInSet(
+                column=name, value_set=levels,
+                meta=_meta(PROBLEM, f"{what} values must be one of the declared levels {levels}")))
+        if is_target:
+            expectations.append(gxe.ExpectColumnValuesToNotBeNull(
+                column=name, meta=_meta(PROBLEM, "target values must not be missing")))
+        else:
+            expectations.append(gxe.ExpectColumnProportionOfNonNullValuesToBeBetween(
+                column=name, min_value=0.0, strict_min=True,
+                meta=_meta(PROBLEM, "column is entirely missing")))
+    return gx.ExpectationSuite(
+        name=f"{schema.name}_v{schema.version}",
+        expectations=expectations,
+        meta={"great_expectations_version": gx.__version__,
+              "dpsynth_schema": {"name": schema.name, "version": schema.version}},
+    )
+
+
+def suite_to_json(schema: DatasetSchema) -> str:
+    """The suite of `schema` as JSON text (the content of `expectations/<name>.json`)."""
+    return json.dumps(build_suite(schema).to_json_dict(), indent=2) + "\n"
+
+
+def write_suite(schema: DatasetSchema, path: str | Path) -> Path:
+    """Write the suite of `schema` to `path` (regenerate after changing a schema)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(suite_to_json(schema))
+    return path
+
+
+def load_suite(path: str | Path) -> gx.ExpectationSuite:
+    """Read a suite written by `write_suite`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"Expectation suite {str(path)!r} does not exist.")
+    try:
+        raw = json.loads(path.read_text())
+        suite = gx.ExpectationSuite(**raw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"Expectation suite {str(path)!r} is not a valid suite: {exc}") from None
+    if len(suite.expectations) != len(raw.get("expectations", [])):
+        # GX logs and skips an invalid expectation instead of raising.
+        raise ConfigError(f"Expectation suite {str(path)!r} holds an invalid expectation.")
+    return suite
+
+
+# ----------------------------------------------------------------------------------------- report
+
+
+@dataclass
+class ValidationReport:
+    """What validation found. `problems` and `will_impute` hold counts only, never values."""
+
+    passed: bool
+    rows: int
+    problems: list[tuple[str, str, int]] = field(default_factory=list)
+    will_impute: dict[str, int] = field(default_factory=dict)
+    dropped_columns: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    suite_name: str = ""
+    # GX's full result (JSON-able): holds samples of unexpected values. Internal storage only.
+    internal_result: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def summary_text(self) -> str:
+        head = (f"Table with {self.rows} row{'' if self.rows == 1 else 's'} "
+                f"{'passed' if self.passed else 'FAILED'} validation "
+                f"against suite {self.suite_name!r}.")
+        lines = [head]
+        for column, rule, n in self.problems:
+            lines.append(f"  problem: column {column!r}: {rule} ({n} rows)")
+        if self.will_impute:
+            parts = ", ".join(f"{col} {n}" for col, n in self.will_impute.items())
+            lines.append(f"  will impute (missing or outside public bounds), rows per column: {parts}")
+        lines.extend(f"  warning: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+    def to_public_dict(self) -> dict:
+        return {
+            "passed": self.passed,
+            "rows": self.rows,
+            "suite": self.suite_name,
+            "problems": [{"column": c, "rule": r, "rows": n} for c, r, n in self.problems],
+            "will_impute": dict(self.will_impute),
+            "dropped_columns": list(self.dropped_columns),
+            "warnings": list(self.warnings),
+        }
+
+
+# ------------------------------------------------------------------------------------- validation
+
+
+def conform_table(schema: DatasetSchema, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """Keep the declared columns (in schema order where present), typed as validation expects.
+
+    Returns the table, the dropped unknown columns and the warnings about them; the schema's id column
+    is dropped silently.
+    """
+    declared = set(schema.column_names)
+    dropped = [str(c) for c in df.columns if c not in declared and c != schema.id_column]
+    warnings = [f"column {c!r} is not declared in the schema: it was dropped" for c in dropped]
+    kept = [c for c in schema.column_names if c in df.columns]
+    return normalize_columns(df[kept], schema), dropped, warnings
+
+
+def validate_table(
+    schema: DatasetSchema,
+    df: pd.DataFrame,
+    *,
+    min_rows: int = 2,
+    suite: gx.ExpectationSuite | None = None,
+) -> ValidationReport:
+    """Validate `df` against the suite of `schema` (or the given `suite`, e.g. from `load_suite`)."""
+    if min_rows < 1:
+        raise ValueError("min_rows must be at least 1")
+    if not df.columns.is_unique:
+        duplicated = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+        raise InvalidTableError(f"The table has duplicated column names: {', '.join(map(repr, duplicated))}.")
+    suite = suite if suite is not None else build_suite(schema)
+    table, dropped, warnings = conform_table(schema, df)
+    rows = len(table)
+
+    result = _run_suite(suite, table, min_rows)
+    internal = _jsonable(result.to_json_dict())
+
+    present = set(table.columns)
+    problems: list[tuple[str, str, int]] = []
+    will_impute: dict[str, int] = {}
+    missing_counts: dict[str, int] = {}
+    for res in internal["results"]:
+        config = res["expectation_config"]
+        kwargs = config.get("kwargs", {})
+        column = kwargs.get("column", TABLE)
+        tag = (config.get("meta") or {}).get("dpsynth", {})
+        role, rule = tag.get("role", PROBLEM), tag.get("rule", config["type"])
+        detail = res.get("result") or {}
+        if "missing_count" in detail and column != schema.target:
+            missing_counts[column] = int(detail["missing_count"])
+        if column != TABLE and column not in present and config["type"] != "expect_column_to_exist":
+            continue  # reported once, by expect_column_to_exist
+        if _raised(res):
+            if role == PROBLEM:
+                problems.append((column, f"could not be checked ({config['type']})", rows))
+            continue
+        if role == WILL_IMPUTE:
+            if detail.get("unexpected_count"):
+                will_impute[column] = int(detail["unexpected_count"])
+            continue
+        if res["success"]:
+            continue
+        if config["type"] == "expect_table_row_count_to_be_between":
+            problems.append((TABLE, _row_rule(rows, min_rows), rows))
+        elif "unexpected_count" in detail:
+            problems.append((column, rule, int(detail["unexpected_count"])))
+        else:
+            problems.append((column, rule, rows))
+    for column, n in missing_counts.items():
+        if n and n < rows:
+            will_impute[column] = will_impute.get(column, 0) + n
+    will_impute = {c: will_impute[c] for c in schema.column_names if will_impute.get(c)}
+    if rows == 0:  # every column check is vacuous or degenerate on an empty table
+        problems = [p for p in problems if p[0] == TABLE or p[0] not in present]
+    order = {name: i for i, name in enumerate([TABLE, *schema.column_names])}
+    problems.sort(key=lambda p: order.get(p[0], len(order)))
+
+    return ValidationReport(
+        passed=not problems,
+        rows=rows,
+        problems=problems,
+        will_impute=will_impute,
+        dropped_columns=dropped,
+        warnings=warnings,
+        suite_name=suite.name,
+        internal_result=internal,
+    )
+
+
+def check_table(schema: DatasetSchema, df: pd.DataFrame, *, min_rows: int = 2,
+                suite: gx.ExpectationSuite | None = None) -> ValidationReport:
+    """`validate_table`, raising `InvalidTableError` (with the problems, counts only) when it failed."""
+    report = validate_table(schema, df, min_rows=min_rows, suite=suite)
+    if not report.passed:
+        raise InvalidTableError(
+            f"The input table ({report.rows} rows) does not conform to the schema {schema.name!r} "
+            f"(version {schema.version}):",
+            report.problems,
+        )
+    return report
+
+
+def _row_rule(rows: int, min_rows: int) -> str:
+    if rows == 0:
+        return "the table has no rows"
+    return (f"the table has {rows} row{'s' if rows != 1 else ''} but at least {min_rows} are needed "
+            f"to split it into training and test rows")
+
+
+def _raised(res: dict) -> bool:
+    info = res.get("exception_info") or {}
+    if info.get("raised_exception"):
+        return True
+    return any(isinstance(v, dict) and v.get("raised_exception") for v in info.values())
+
+
+def _run_suite(suite: gx.ExpectationSuite, table: pd.DataFrame, min_rows: int):
+    with _GX_LOCK:
+        context = gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        asset = context.data_sources.add_pandas("dpsynth").add_dataframe_asset("table")
+        batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(
+            batch_parameters={"dataframe": table})
+        return batch.validate(suite, result_format="SUMMARY",
+                              expectation_parameters={MIN_ROWS_PARAMETER: min_rows})
+
+
+def _jsonable(obj: Any) -> Any:
+    def default(value: Any) -> Any:
+        if hasattr(value, "item"):
+            return value.item()
+        if hasattr(value, "tolist"):
+            return value.tolist()
+        return str(value)
+
+    return json.loads(json.dumps(obj, default=default))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tasks.validate SCHEMA.yaml OUT.json`: regenerate a committed suite."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        raise SystemExit("usage: python -m tasks.validate SCHEMA.yaml OUT.json")
+    print(write_suite(DatasetSchema.from_yaml(args[0]), args[1]))
+
+
+if __name__ == "__main__":
+    main()
