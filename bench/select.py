@@ -32,13 +32,12 @@ _root = os.path.dirname(_here)
 if _root not in sys.path:
     sys.path.insert(0, _root)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from models.selection import regularisation_grid, select_model  # noqa: E402
+from models.selection import regularisation_grid, select_model
 
 N_TRAIN, N_VAL, N_TEST = 56_000, 7_000, 7_000
 

@@ -54,6 +54,14 @@ def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed:
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
 
+def stratified_subsample(y: np.ndarray, n_rows: int, seed: int) -> np.ndarray:
+    """Sorted indices of `n_rows` rows keeping the target's proportions, drawn with the seed."""
+    index = np.arange(len(y))
+    stratify = y if _can_stratify(y, len(y) - n_rows) and _can_stratify(y, n_rows) else None
+    picked, _ = train_test_split(index, train_size=n_rows, random_state=seed, stratify=stratify)
+    return np.sort(picked)
+
+
 def _can_stratify(y: np.ndarray, n_holdout: int) -> bool:
     _, counts = np.unique(y, return_counts=True)
     return len(counts) > 1 and counts.min() >= 2 and n_holdout >= len(counts)

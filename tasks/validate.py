@@ -315,3 +315,28 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ------------------------------------------------------------------------------------------ stage
+
+
+def validate_stage(run_dir, schema_path, data_path, min_rows: int = 2):
+    """Stage 1: validate the input table; keep the conformed table and GX's full result internally."""
+    from tasks.stage import run_stage, write_json
+    from tasks.table_io import read_table
+
+    schema = DatasetSchema.from_yaml(schema_path)
+
+    def work(directory: Path):
+        df = read_table(data_path, schema)
+        report = check_table(schema, df, min_rows=min_rows)
+        table, _, _ = conform_table(schema, df)
+        table.to_parquet(directory / "table.parquet", index=False)
+        write_json(report.to_public_dict(), directory / "summary.json")
+        # GX's result lists unexpected values: it stays in the internal run folder only.
+        write_json(report.internal_result, directory / "internal_result.json")
+        return ({"table": directory / "table.parquet", "summary": directory / "summary.json",
+                 "internal_result": directory / "internal_result.json"}, report.to_public_dict())
+
+    return run_stage(run_dir, "validate", {"data": Path(data_path), "schema": Path(schema_path)},
+                     {"min_rows": min_rows}, work)

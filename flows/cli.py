@@ -1,0 +1,171 @@
+"""The `dpsynth` command line: parses arguments, runs a flow or a small command, and is the one place
+where user-caused errors become a readable paragraph and a non-zero exit status (no traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+from models.errors import DpsynthError
+
+DEFAULT_CONFIG = "configs/cardio.yaml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpsynth", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check a table against its schema's expectation suite")
+    p.add_argument("--config", required=True, help="dataset schema YAML (e.g. configs/cardio.yaml)")
+    p.add_argument("--data", required=True, help="CSV or Parquet table")
+    p.add_argument("--json", action="store_true", help="print the public summary as JSON on the last line")
+
+    for name, default_profile, text in (("release", "default", "train, evaluate and release one setting"),
+                                        ("experiment", "thesis", "run the thesis grid of settings")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--config", required=True)
+        p.add_argument("--data", required=True)
+        p.add_argument("--profile", default=default_profile, help="profile name under configs/profiles/ or a YAML path")
+        p.add_argument("--out", default=None, help="run folder (default runs/<kind>/<run id>)")
+        p.add_argument("--json", action="store_true")
+        if name == "experiment":
+            p.add_argument("--dry-run", action="store_true", help="print the plan without running it")
+
+    p = sub.add_parser("epsilon", help="epsilon of GS-WGAN training (subsampled Gaussian, analytical RDP)")
+    p.add_argument("--discriminators", type=int, required=True)
+    p.add_argument("--iterations", type=int, required=True)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--noise-multiplier", type=float, default=1.07)
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("sample", help="sample rows from a registered generator")
+    p.add_argument("--model-uri", required=True, help="e.g. models:/cardio-gswgan@champion")
+    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--out", required=True, help="output .parquet or .csv")
+    p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("demo-data", help="write a schema-conformant table made by code (no real rows)")
+    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    args = build_parser().parse_args(argv)
+    handler = {"validate": cmd_validate, "release": cmd_release, "experiment": cmd_experiment,
+               "epsilon": cmd_epsilon, "sample": cmd_sample, "demo-data": cmd_demo_data}[args.command]
+    try:
+        handler(args)
+    except DpsynthError as exc:
+        print(f"dpsynth {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"dpsynth {args.command}: interrupted; completed stages are kept and a rerun resumes.",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def emit_json(obj: dict) -> None:
+    print(json.dumps(obj, default=str, allow_nan=False))
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def cmd_validate(args) -> None:
+    from models.schema import DatasetSchema
+    from tasks.table_io import read_table
+    from tasks.validate import check_table
+
+    schema = DatasetSchema.from_yaml(args.config)
+    report = check_table(schema, read_table(args.data, schema))
+    print(report.summary_text())
+    if args.json:
+        emit_json(report.to_public_dict())
+
+
+def preflight(args, kind: str):
+    """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly."""
+    from models.gswgan import planned_iterations
+    from tasks.context import load_context
+    from tasks.table_io import read_table
+    from tasks.validate import check_table
+
+    ctx = load_context(args.config, args.data, args.profile, args.out, kind)
+    check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
+    for setting in ctx.profile.settings:
+        planned_iterations(ctx.profile.gan, ctx.profile.privacy, setting, 0)
+    return ctx
+
+
+def cmd_release(args) -> None:
+    ctx = preflight(args, "release")
+    from flows.release import release
+
+    summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir))
+    print(f"release {summary['release_id']}: epsilon {summary['epsilon']}, AUC {summary['auc']:.3f}")
+    if args.json:
+        emit_json({k: _json_safe(v) for k, v in summary.items()})
+
+
+def cmd_experiment(args) -> None:
+    from flows.experiment import experiment, plan
+
+    if args.dry_run:
+        from tasks.context import load_context
+
+        ctx = load_context(args.config, args.data, args.profile, args.out, "experiment")
+        summary = plan(ctx.profile)
+        print(f"experiment {ctx.run_id}: {summary['selection_runs']} selection runs planned")
+    else:
+        ctx = preflight(args, "experiment")
+        summary = experiment(config=str(args.config), data=str(args.data), profile=args.profile,
+                             out=str(ctx.run_dir))
+    if args.json:
+        emit_json({k: _json_safe(v) for k, v in summary.items()})
+
+
+def cmd_epsilon(args) -> None:
+    from models.accountant import epsilon_for
+
+    eps = epsilon_for(args.discriminators, args.iterations, args.batch_size, args.noise_multiplier, args.delta)
+    print(f"epsilon = {eps:.4f} at delta = {args.delta:g} (K = {args.discriminators}, T = {args.iterations}, "
+          f"B = {args.batch_size}, sigma = {args.noise_multiplier})")
+    if args.json:
+        emit_json({"epsilon": eps, "delta": args.delta})
+
+
+def cmd_sample(args) -> None:
+    from tasks.registry import sample_from_registry
+
+    path = sample_from_registry(args.model_uri, args.rows, Path(args.out), args.seed)
+    print(f"wrote {args.rows} synthetic rows to {path}")
+
+
+def cmd_demo_data(args) -> None:
+    from models.demo import make_demo_table
+    from models.errors import ConfigError
+    from models.schema import DatasetSchema
+    from tasks.table_io import write_table
+
+    if args.rows < 1:
+        raise ConfigError("--rows must be at least 1.")
+    schema = DatasetSchema.from_yaml(args.config)
+    path = write_table(make_demo_table(schema, args.rows, args.seed), args.out, separator=schema.separator)
+    print(f"wrote {args.rows} demo rows (made by code, no real data) to {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

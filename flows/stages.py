@@ -1,0 +1,23 @@
+"""The stage functions of tasks/ as Prefect tasks. Our own manifests decide what is already done, so
+Prefect's input-hash caching is off (it hashes DataFrames and tensors non-deterministically anyway)."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from tasks import evaluate, gan, preprocess, split, validate
+
+
+def _task(fn, name: str):
+    return task(fn, name=name, cache_policy=NO_CACHE, persist_result=False, log_prints=True)
+
+
+validate_table = _task(validate.validate_stage, "validate")
+split_table = _task(split.split_stage, "split")
+preprocess_table = _task(preprocess.preprocess_stage, "preprocess")
+pretrain_critics = _task(gan.pretrain_stage, "pretrain-critics")
+train_generator = _task(gan.train_stage, "train-generator")
+sample_checkpoints = _task(gan.sample_stage, "sample-checkpoints")
+select_models = _task(evaluate.evaluate_setting_stage, "select-models")
+select_models_real = _task(evaluate.evaluate_real_stage, "select-models-real")

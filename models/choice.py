@@ -1,0 +1,27 @@
+"""Choosing the released checkpoint: the thesis' "best model" rule.
+
+Per setting, the lowest-epsilon checkpoint whose AUC is within `tolerance` of the setting's best AUC,
+optionally only among checkpoints within an epsilon budget. Among equal epsilons (the non-private
+baseline, epsilon = inf everywhere) the higher AUC wins, then the earlier iteration.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+
+def choose_checkpoint(results: pd.DataFrame, metric: str, tolerance: float,
+                      epsilon_budget: float | None = None) -> pd.Series | None:
+    """`results` has one row per checkpoint with columns iteration, epsilon and `metric`."""
+    rows = results.dropna(subset=[metric])
+    if epsilon_budget is not None:
+        rows = rows[rows["epsilon"] <= epsilon_budget]
+    if rows.empty:
+        return None
+    best = rows[metric].max()
+    close = rows[rows[metric] >= best - tolerance]
+    order = close.assign(_eps=close["epsilon"].map(lambda e: math.inf if pd.isna(e) else e))
+    order = order.sort_values(["_eps", metric, "iteration"], ascending=[True, False, True])
+    return order.drop(columns="_eps").iloc[0]

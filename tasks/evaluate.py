@@ -1,0 +1,138 @@
+"""Stage 7: Algorithm 3's model selection for every checkpoint, and the real-vs-real baseline.
+
+Each selection run trains 40 logistic-regression candidates on synthetic rows (split like the real
+training and validation sets), picks the best by validation AUC, refits on both and scores the real
+test split. Under the honest protocol the test split is fixed and never trained on; the AUC on the real
+validation rows is recorded too, for choosing a checkpoint without touching the test split.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import train_test_split
+
+from models.config import Profile
+from models.encoding import TableEncoder
+from models.preprocessing import stratified_split
+from models.schema import DatasetSchema
+from models.selection import regularisation_grid, select_model
+from tasks.stage import read_json, run_stage
+
+RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
+                  "test_auprc", "real_val_auc", "degenerate", "seconds"]
+
+
+def features_target(encoder: TableEncoder, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return matrix[:, encoder.feature_indices], (matrix[:, encoder.target_index] > 0).astype(np.int64)
+
+
+def real_splits(split: dict, encoded: np.ndarray, encoder: TableEncoder, protocol: str, index: int,
+                seed: int) -> dict[str, np.ndarray]:
+    """Row indices of the real train/val/test sets for evaluation `index`.
+
+    Honest: the test split is the fixed held-out one; the index only reshuffles train/validation
+    (used by the real baseline). Thesis: a fresh 0.8/0.1/0.1 split of every row for each index.
+    """
+    _, y = features_target(encoder, encoded)
+    if protocol == "thesis":
+        rows = split["rows"]
+        fractions = (len(split["train"]) / len(rows), len(split["val"]) / len(rows), len(split["test"]) / len(rows))
+        parts = stratified_split(y[rows], fractions, seed + 7919 * index)
+        return {k: rows[v] for k, v in parts.items()}
+    if index == 0:
+        return {"train": split["train"], "val": split["val"], "test": split["test"]}
+    pool = np.concatenate([split["train"], split["val"]])
+    train, val = train_test_split(pool, test_size=len(split["val"]), random_state=seed + 7919 * index,
+                                  stratify=y[pool])
+    return {"train": np.sort(train), "val": np.sort(val), "test": split["test"]}
+
+
+def selection_run(X_train, y_train, X_val, y_val, X_test, y_test, X_real_val, y_real_val, candidates) -> dict:
+    started = time.perf_counter()
+    result = select_model(X_train, y_train, X_val, y_val, X_test, y_test, candidates, method="fast", n_jobs=1)
+    real_val_auc = float("nan")
+    if not result.degenerate:
+        real_val_auc = float(roc_auc_score(y_real_val, X_real_val.astype(np.float64) @ result.coef + result.intercept))
+    return {"penalty": result.penalty, "C": result.C, "val_auc": result.val_auc, "test_auc": result.test_auc,
+            "test_auprc": result.test_auprc, "real_val_auc": real_val_auc, "degenerate": bool(result.degenerate),
+            "seconds": time.perf_counter() - started}
+
+
+def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.ndarray, split: dict,
+                       profile: Profile, index: int) -> dict:
+    encoder = TableEncoder(schema)
+    real = real_splits(split, encoded, encoder, profile.protocol, index, profile.seed)
+    synthetic = encoder.encode(pd.read_parquet(synthetic_path))
+    X_syn, y_syn = features_target(encoder, synthetic)
+    n_train, n_val = len(real["train"]), len(real["val"])
+    stratify = y_syn if np.bincount(y_syn, minlength=2).min() >= 2 else None
+    train, val = train_test_split(np.arange(len(y_syn)), train_size=n_train, test_size=n_val,
+                                  random_state=profile.seed + index, stratify=stratify)
+    X_test, y_test = features_target(encoder, encoded[real["test"]])
+    X_rv, y_rv = features_target(encoder, encoded[real["val"]])
+    candidates = regularisation_grid(profile.seed, profile.evaluation.n_regularisation_values,
+                                     profile.evaluation.penalties)
+    return selection_run(X_syn[train], y_syn[train], X_syn[val], y_syn[val], X_test, y_test, X_rv, y_rv, candidates)
+
+
+def evaluate_real(schema: DatasetSchema, encoded: np.ndarray, split: dict, profile: Profile, index: int) -> dict:
+    encoder = TableEncoder(schema)
+    real = real_splits(split, encoded, encoder, profile.protocol, index, profile.seed)
+    X_tr, y_tr = features_target(encoder, encoded[real["train"]])
+    X_va, y_va = features_target(encoder, encoded[real["val"]])
+    X_te, y_te = features_target(encoder, encoded[real["test"]])
+    candidates = regularisation_grid(profile.seed, profile.evaluation.n_regularisation_values,
+                                     profile.evaluation.penalties)
+    return selection_run(X_tr, y_tr, X_va, y_va, X_te, y_te, X_va, y_va, candidates)
+
+
+def synthetic_rows(profile: Profile, split: dict) -> int:
+    """Algorithm 3 samples 0.9 n synthetic rows: as many as the real training and validation sets."""
+    return len(split["train"]) + len(split["val"])
+
+
+def evaluate_setting_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, ledger_path: Path,
+                           sample_dir: Path, profile: Profile, setting_name: str):
+    def work(directory: Path):
+        encoded = np.load(encoded_path)
+        split = dict(np.load(split_path))
+        ledger = read_json(ledger_path)["checkpoints"]
+        records = []
+        for index, entry in enumerate(ledger):
+            path = sample_dir / f"synthetic_{entry['iteration']:06d}.parquet"
+            record = evaluate_synthetic(schema, path, encoded, split, profile, index)
+            records.append({"setting": setting_name, "iteration": entry["iteration"], "index": index,
+                            "epsilon": entry["epsilon"], **record})
+        out = directory / "selection.parquet"
+        pd.DataFrame.from_records(records, columns=RESULT_COLUMNS).to_parquet(out, index=False)
+        return {"results": out}, {"runs": len(records)}
+
+    return run_stage(run_dir, f"evaluate-{setting_name}",
+                     {"encoded": encoded_path, "split": split_path, "samples": sample_dir},
+                     {"seed": profile.seed, "protocol": profile.protocol,
+                      "evaluation": profile.evaluation.__dict__}, work)
+
+
+def evaluate_real_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
+                        runs: int):
+    """The real-vs-real baseline: one selection run per checkpoint index, each with that index's split."""
+    def work(directory: Path):
+        encoded = np.load(encoded_path)
+        split = dict(np.load(split_path))
+        records = []
+        for index in range(runs):
+            record = evaluate_real(schema, encoded, split, profile, index)
+            records.append({"setting": "real", "iteration": index * profile.gan.checkpoint_every, "index": index,
+                            "epsilon": float("nan"), **record})
+        out = directory / "selection.parquet"
+        pd.DataFrame.from_records(records, columns=RESULT_COLUMNS).to_parquet(out, index=False)
+        return {"results": out}, {"runs": len(records)}
+
+    return run_stage(run_dir, "evaluate-real", {"encoded": encoded_path, "split": split_path},
+                     {"seed": profile.seed, "protocol": profile.protocol, "runs": runs,
+                      "evaluation": profile.evaluation.__dict__}, work)

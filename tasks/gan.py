@@ -1,0 +1,109 @@
+"""Stages 4 to 6, per privacy setting: partition + pretraining, private training, sampling."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.config import Profile, Setting
+from models.encoding import TableEncoder
+from models.gswgan import (
+    LEDGER_FILE,
+    GeneratorTrainer,
+    load_generator,
+    make_partition,
+    planned_iterations,
+    pretrain_critics,
+    resolve_device,
+    sample_encoded,
+)
+from models.networks import CriticStack
+from models.schema import DatasetSchema
+from tasks.stage import read_json, run_stage
+
+
+def encoder_groups(encoder: TableEncoder) -> list[tuple[int, int]]:
+    return [(b.start, b.stop) for b in encoder.blocks]
+
+
+def _gan_config(profile: Profile, setting: Setting) -> dict:
+    return {"seed": profile.seed, "gan": dataclasses.asdict(profile.gan), "setting": dataclasses.asdict(setting),
+            "privacy": dataclasses.asdict(profile.privacy)}
+
+
+def pretrain_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_path: Path, profile: Profile,
+                   setting: Setting):
+    """Partition the generator's training rows into K disjoint subsets and pretrain K critics."""
+    encoder = TableEncoder(schema)
+
+    def work(directory: Path):
+        rows = np.load(gan_rows_path)
+        data = torch.from_numpy(np.load(encoded_path)[rows])
+        partition = make_partition(len(rows), setting.discriminators, profile.seed)
+        np.save(directory / "partition.npy", partition)
+        critics = pretrain_critics(data, partition, profile.gan, encoder_groups(encoder), profile.seed,
+                                   resolve_device(profile.device))
+        torch.save(critics.state_dict(), directory / "critics.pt")
+        info = {"discriminators": setting.discriminators, "subset_rows": int(partition.shape[1]),
+                "dropped_rows": int(len(rows) - partition.size)}
+        return {"partition": directory / "partition.npy", "critics": directory / "critics.pt"}, info
+
+    config = {k: v for k, v in _gan_config(profile, setting).items() if k != "privacy"}
+    return run_stage(run_dir, f"pretrain-{setting.name}", {"encoded": encoded_path, "gan_rows": gan_rows_path},
+                     config, work)
+
+
+def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_path: Path, pretrain_dir: Path,
+                profile: Profile, setting: Setting):
+    """Algorithm 2 to the last checkpoint within the budget; resumes from its own last checkpoint."""
+    encoder = TableEncoder(schema)
+
+    def work(directory: Path):
+        rows = np.load(gan_rows_path)
+        data = torch.from_numpy(np.load(encoded_path)[rows])
+        partition = np.load(pretrain_dir / "partition.npy")
+        device = resolve_device(profile.device)
+        state = torch.load(pretrain_dir / "critics.pt", map_location=device, weights_only=False)
+        critics = CriticStack(1, data.shape[1], profile.gan.critic_hidden, profile.gan.critic_batchnorm,
+                              "default", torch.Generator().manual_seed(0), device)
+        critics.load_state_dict(state)
+        last, _ = planned_iterations(profile.gan, profile.privacy, setting, len(rows))
+        trainer = GeneratorTrainer(data, partition, critics, profile.gan, profile.privacy, setting,
+                                   encoder_groups(encoder), profile.seed, directory / "checkpoints", device,
+                                   level_share_fn=encoder.level_shares)
+        result = trainer.run(last)
+        info = {"last_iteration": last, "stopped_by_budget": result.stopped_by_budget,
+                "final_epsilon": result.checkpoints[-1]["epsilon"], "seconds": round(result.seconds, 2)}
+        return {"checkpoints": directory / "checkpoints", "ledger": directory / "checkpoints" / LEDGER_FILE}, info
+
+    return run_stage(run_dir, f"train-{setting.name}",
+                     {"encoded": encoded_path, "gan_rows": gan_rows_path, "critics": pretrain_dir / "critics.pt"},
+                     _gan_config(profile, setting), work)
+
+
+def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, n_rows: int, profile: Profile,
+                 setting: Setting):
+    """Sample n rows at every checkpoint, decoded to the schema (synthetic: covered by the DP guarantee)."""
+    encoder = TableEncoder(schema)
+
+    def work(directory: Path):
+        ledger = read_json(checkpoints_dir / LEDGER_FILE)["checkpoints"]
+        files = {}
+        for entry in ledger:
+            gen, _ = load_generator(checkpoints_dir / entry["generator"])
+            rows = sample_encoded(gen, n_rows, seed=profile.seed * 1_000_003 + entry["iteration"])
+            path = directory / f"synthetic_{entry['iteration']:06d}.parquet"
+            encoder.decode(rows).to_parquet(path, index=False)
+            files[f"iter_{entry['iteration']:06d}"] = path
+        return files, {"checkpoints": len(files), "rows": n_rows}
+
+    return run_stage(run_dir, f"sample-{setting.name}", {"checkpoints": checkpoints_dir},
+                     {"seed": profile.seed, "rows": n_rows}, work)
+
+
+def sample_generator_file(path: Path, schema: DatasetSchema, n_rows: int, seed: int):
+    gen, _ = load_generator(path)
+    return TableEncoder(schema).decode(sample_encoded(gen, n_rows, seed))

@@ -1,0 +1,98 @@
+"""MLflow: where runs are tracked (internal store: real-data metrics allowed) and small logging helpers.
+
+Tracking defaults to `sqlite:///mlflow.db` in the working folder with artifacts beside it in
+`mlartifacts/`; `MLFLOW_TRACKING_URI` overrides it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+DEFAULT_ARTIFACTS = "mlartifacts"
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def use_experiment(name: str) -> str:
+    """Point MLflow at the store and return the id of experiment `name` (created if needed)."""
+    mlflow.set_tracking_uri(tracking_uri())
+    client = MlflowClient()
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    location = None
+    if tracking_uri().startswith("sqlite:"):
+        location = (Path.cwd() / DEFAULT_ARTIFACTS).as_uri()
+    return client.create_experiment(name, artifact_location=location)
+
+
+def flat_params(prefix: str, obj) -> dict[str, str]:
+    """Nested dicts/lists to MLflow's flat string parameters."""
+    out = {}
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            out.update(flat_params(f"{prefix}.{key}" if prefix else str(key), value))
+    elif isinstance(obj, (list, tuple)) and obj and isinstance(obj[0], dict):
+        for i, value in enumerate(obj):
+            out.update(flat_params(f"{prefix}.{i}", value))
+    else:
+        out[prefix] = str(obj)[:500]
+    return out
+
+
+def finite(value: float) -> float | None:
+    """MLflow cannot store inf/nan metrics; callers skip those."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def start_run(experiment: str, run_name: str, tags: dict[str, str]) -> str:
+    client = MlflowClient()
+    run = client.create_run(use_experiment(experiment), run_name=run_name, tags=tags)
+    return run.info.run_id
+
+
+def end_run(run_id: str, status: str = "FINISHED") -> None:
+    MlflowClient().set_terminated(run_id, status=status)
+
+
+def log_params(run_id: str, params: dict) -> None:
+    client = MlflowClient()
+    items = list(flat_params("", params).items())
+    for start in range(0, len(items), 100):
+        batch = [mlflow.entities.Param(k, v) for k, v in items[start:start + 100]]
+        client.log_batch(run_id, params=batch)
+
+
+def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+    client = MlflowClient()
+    batch = [mlflow.entities.Metric(k, float(v), 0, step) for k, v in metrics.items() if finite(v) is not None]
+    if batch:
+        client.log_batch(run_id, metrics=batch)
+
+
+def log_metric_series(run_id: str, name: str, points: list[tuple[int, float]]) -> None:
+    client = MlflowClient()
+    batch = [mlflow.entities.Metric(name, float(v), 0, int(s)) for s, v in points if finite(v) is not None]
+    for start in range(0, len(batch), 1000):
+        client.log_batch(run_id, metrics=batch[start:start + 1000])
+
+
+def log_artifact(run_id: str, path: Path, artifact_path: str | None = None) -> None:
+    path = Path(path)
+    if path.is_dir():
+        MlflowClient().log_artifacts(run_id, str(path), artifact_path)
+    else:
+        MlflowClient().log_artifact(run_id, str(path), artifact_path)
+
+
+def set_tags(run_id: str, tags: dict[str, str]) -> None:
+    client = MlflowClient()
+    for key, value in tags.items():
+        client.set_tag(run_id, key, str(value))
