@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -57,7 +60,7 @@ class GeneratorSpec:
         return Generator(self.z_dim, self.hidden, self.out_width, self.head, [tuple(g) for g in self.groups])
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GeneratorSpec":
+    def from_dict(cls, d: dict) -> GeneratorSpec:
         return cls(d["z_dim"], tuple(d["hidden"]), d["out_width"], d["head"], tuple(tuple(g) for g in d["groups"]))
 
     def to_dict(self) -> dict:
@@ -70,72 +73,149 @@ def generator_spec(gan: GanConfig, out_width: int, groups) -> GeneratorSpec:
                          tuple(tuple(g) for g in groups))
 
 
-def _sample_local_rows(subset_size: int, batch: int, rng: torch.Generator, stacks: int | None = None) -> torch.Tensor:
-    """Indices into a critic's subset: without replacement when the subset holds a batch, else with."""
-    shape = (stacks,) if stacks is not None else ()
-    if subset_size >= batch:
-        if stacks is None and subset_size > 64 * batch:
-            return torch.randint(subset_size, (batch,), generator=rng)
-        keys = torch.rand(shape + (subset_size,), generator=rng)
-        return keys.argsort(dim=-1)[..., :batch]
-    return torch.randint(subset_size, shape + (batch,), generator=rng)
-
-
-def _gradient_penalty(forward: Callable, real: torch.Tensor, fake: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
-    """WGAN-GP penalty per network, (||grad D(x_hat)|| - 1)^2 averaged over the batch: shape [..]."""
-    alpha = torch.rand(real.shape[:-1] + (1,), generator=rng).to(real.device)
-    x_hat = (alpha * real + (1.0 - alpha) * fake).requires_grad_(True)
-    out = forward(x_hat)
-    (grad,) = torch.autograd.grad(out.sum(), x_hat, create_graph=True)
-    return ((grad.norm(dim=-1) - 1.0) ** 2).mean(dim=-1)
+def _sample_local_rows(subset_size: int, batch: int, rng: torch.Generator, shape: tuple[int, ...] = ()) -> torch.Tensor:
+    """Indices into a critic's subset, shape `shape + (batch,)`: without replacement when the subset holds a
+    batch; with replacement when it does not, or when it holds more than 64 batches (then a repeat within
+    a batch is rare and drawing keys for every row of the subset would cost more than the step)."""
+    shape = tuple(shape)
+    if subset_size < batch or subset_size > 64 * batch:
+        return torch.randint(subset_size, shape + (batch,), generator=rng, device=rng.device)
+    keys = torch.rand(shape + (subset_size,), generator=rng, device=rng.device)
+    return keys.argsort(dim=-1)[..., :batch]
 
 
 # ---------------------------------------------------------------------------------------------------
-# Algorithm 1: pretraining, all K (critic, throwaway generator) pairs at once
+# Algorithm 1: pretraining, the K (critic, throwaway generator) pairs in independent chunks
 # ---------------------------------------------------------------------------------------------------
+
+DEFAULT_CHUNK_CPU = 32
+DEFAULT_CHUNK_CUDA = 512
+
+
+def critic_chunks(discriminators: int, chunk_size: int) -> list[tuple[int, int]]:
+    """The ranges [start, stop) of critics trained together, in order."""
+    return [(s, min(s + chunk_size, discriminators)) for s in range(0, discriminators, chunk_size)]
+
+
+def chunk_generator(seed: int, index: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """The random stream of pretraining chunk `index`: derived from (seed, index) only."""
+    state = np.random.SeedSequence([int(seed), int(index)]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator(device=device).manual_seed(int(state) & ((1 << 63) - 1))
+
+
+def default_chunk_size(device: torch.device) -> int:
+    return DEFAULT_CHUNK_CUDA if torch.device(device).type == "cuda" else DEFAULT_CHUNK_CPU
+
+
+def pretrain_draws(rng: torch.Generator, pairs: int, subset_size: int, gan: GanConfig):
+    """The random inputs of one pretraining iteration of a chunk of `pairs` pairs, in drawing order:
+    z [pairs, (r + 1) * B, z_dim] (chunk s < r of B rows: fakes of critic step s; chunk r: the generator
+    step), local row indices [pairs, r, B] and interpolation weights alpha [pairs, r, B, 1]."""
+    r, b = gan.critic_steps, gan.batch_size
+    z = torch.randn(pairs, (r + 1) * b, gan.z_dim, generator=rng, device=rng.device)
+    local = _sample_local_rows(subset_size, b, rng, (pairs, r))
+    alpha = torch.rand(pairs, r, b, 1, generator=rng, device=rng.device)
+    return z, local, alpha
+
+
+def build_pretrain_chunk(pairs: int, width: int, gan: GanConfig, groups, rng: torch.Generator,
+                         device: torch.device) -> tuple[CriticStack, GeneratorStack]:
+    """A chunk's initial critics and throwaway generators, drawn from its stream (before its iterations)."""
+    critics = CriticStack(pairs, width, gan.critic_hidden, gan.critic_batchnorm, gan.init, rng, device)
+    gens = GeneratorStack(pairs, gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, list(groups),
+                          gan.init, rng, device)
+    return critics, gens
+
+
+def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, groups, rng: torch.Generator,
+                    device: torch.device, iterations: int, tick: Callable[[int], None]) -> list[torch.Tensor]:
+    pairs, subset = part.shape
+    width = data.shape[1]
+    critics, gens = build_pretrain_chunk(pairs, width, gan, groups, rng, device)
+    c_train, g_train = critics.trainable(critics.params), gens.trainable(gens.params)
+    opt_d = StackedAdam(c_train, gan.lr_critic, tuple(gan.betas))
+    opt_g = StackedAdam(g_train, gan.lr_generator, tuple(gan.betas))
+    r, b = gan.critic_steps, gan.batch_size
+    for _ in range(iterations):
+        z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan))
+        # The generators do not change during the r critic steps: one pass makes all r fake batches
+        # and the generator step's batch (BatchNorm statistics per batch of B rows).
+        fakes, saved = gens.forward_train(gens.params, z, r + 1)
+        real = data[torch.gather(part, 1, local.reshape(pairs, r * b))].view(pairs, r, b, width)
+        for s in range(r):
+            grads, _ = critics.loss_grads(critics.params, real[:, s], fakes[:, s * b:(s + 1) * b], alpha[:, s],
+                                          gan.gp_lambda)
+            opt_d.step_all(c_train, grads)
+        # Generator loss -mean D(G(z)) per pair, through the updated (now fixed) critic.
+        dfake = critics.input_grad(critics.params, fakes[:, r * b:]).mul_(-1.0 / b)
+        opt_g.step_all(g_train, gens.backward(gens.params, saved, dfake))
+        tick(pairs)
+    return critics.params
+
 
 def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, groups, seed: int,
                      device: torch.device, iterations: int | None = None,
-                     progress: Callable[[int], None] | None = None) -> CriticStack:
-    """Pretrain K critics, each against its own throwaway generator on its own subset (no privacy cost:
-    nothing of this reaches the released generator except through the sanitised training steps)."""
-    rng = torch.Generator().manual_seed(seed)
-    k, subset = partition.shape
-    width = data.shape[1]
+                     progress: Callable[[int], None] | None = None, chunk_size: int | None = None,
+                     workers: int | None = None) -> CriticStack:
+    """Pretrain K critics, each against its own throwaway generator on its own subset (official GS-WGAN;
+    no privacy cost: nothing of this reaches the released generator except through the sanitised
+    training steps).
+
+    The K pairs are independent, so they train in chunks of `chunk_size` pairs (sized for the CPU cache;
+    default 32 on CPU, 512 on CUDA), all iterations of one chunk before the next. Chunk i draws every
+    random number (initialisation included) from its own stream `chunk_generator(seed, i)`, so the result
+    depends on the seed and the chunk size only, not on the order in which chunks run: on CPU, `workers`
+    threads (default: one per core) train different chunks at once with one intra-op thread each.
+    `progress(i)` is called as the work of i iterations of all K pairs completes.
+    """
+    device = torch.device(device)
+    k = partition.shape[0]
     iterations = gan.pretrain_iterations if iterations is None else iterations
-    critics = CriticStack(k, width, gan.critic_hidden, gan.critic_batchnorm, gan.init, rng, device)
-    gens = GeneratorStack(k, gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, list(groups),
-                          gan.init, rng, device)
-    opt_d = StackedAdam(critics.params, gan.lr_critic, tuple(gan.betas))
-    opt_g = StackedAdam(gens.params, gan.lr_generator, tuple(gan.betas))
+    chunk_size = chunk_size or default_chunk_size(device)
+    chunks = critic_chunks(k, chunk_size)
+    if device.type == "cuda":
+        workers = 1
+    elif workers is None:
+        workers = max(1, min(len(chunks), torch.get_num_threads()))
     part = torch.as_tensor(partition, device=device)
     data = data.to(device)
-    b, r = gan.batch_size, gan.critic_steps
-    for p in critics.params + gens.params:
-        p.requires_grad_(True)
-    for it in range(iterations):
-        # The generators do not change during the r critic steps: one call makes all r fake batches.
-        with torch.no_grad():
-            z = torch.randn(k, r * b, gan.z_dim, generator=rng).to(device)
-            fakes = gens.forward(gens.params, z, chunks=r)
-        for s in range(r):
-            local = _sample_local_rows(subset, b, rng, stacks=k).to(device)
-            real = data[torch.gather(part, 1, local)]
-            fake = fakes[:, s * b:(s + 1) * b]
-            forward = lambda x: critics.forward(critics.params, x)  # noqa: E731
-            loss = (forward(fake).mean(1) - forward(real).mean(1)
-                    + gan.gp_lambda * _gradient_penalty(forward, real, fake, rng)).sum()
-            grads = torch.autograd.grad(loss, critics.params)
-            opt_d.step_all(critics.params, list(grads))
-        z = torch.randn(k, b, gan.z_dim, generator=rng).to(device)
-        g_loss = -critics.forward(critics.params, gens.forward(gens.params, z)).mean(1).sum()
-        grads = torch.autograd.grad(g_loss, gens.params)
-        opt_g.step_all(gens.params, list(grads))
-        if progress is not None:
-            progress(it + 1)
-    for p in critics.params:
-        p.requires_grad_(False)
-    return critics
+    rng_device = device if device.type == "cuda" else "cpu"
+
+    lock = threading.Lock()
+    done = [0, 0]  # critic-iterations, iterations reported
+
+    def tick(pairs: int) -> None:
+        if progress is None:
+            return
+        with lock:
+            done[0] += pairs
+            whole = done[0] // k
+            if whole > done[1]:
+                done[1] = whole
+                progress(whole)
+
+    def work(index: int) -> list[torch.Tensor]:
+        start, stop = chunks[index]
+        rng = chunk_generator(seed, index, rng_device)
+        return _pretrain_chunk(data, part[start:stop], gan, groups, rng, device, iterations, tick)
+
+    if workers > 1:
+        with _intra_op_threads(1), ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(work, range(len(chunks))))
+    else:
+        results = [work(i) for i in range(len(chunks))]
+    params = [torch.cat(parts) for parts in zip(*results)]
+    return CriticStack.from_params(params, gan.critic_batchnorm)
+
+
+@contextmanager
+def _intra_op_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -192,9 +272,15 @@ class GeneratorTrainer:
         if gan.generator_ema is not None:
             self.ema = self.spec.build().to(device)
             self.ema.load_state_dict(self.generator.state_dict())
-        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=gan.lr_generator, betas=tuple(gan.betas))
+        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=gan.lr_generator, betas=tuple(gan.betas),
+                                      fused=True)
+        self._gen_params = list(self.generator.parameters())
+        self._gen_buffers = list(self.generator.buffers())
+        if self.ema is not None:
+            self._ema_params = list(self.ema.parameters())
+            self._ema_buffers = list(self.ema.buffers())
         # A fresh Adam per critic for the training phase, as in the official GS-WGAN code.
-        self.opt_d = StackedAdam(critics.params, gan.lr_critic, tuple(gan.betas))
+        self.opt_d = StackedAdam(critics.trainable(critics.params), gan.lr_critic, tuple(gan.betas))
         self.accountant = GSWGANAccountant(setting.discriminators, gan.batch_size, privacy.noise_multiplier)
         self.iteration = 0
         self.ledger: list[dict] = []
@@ -202,42 +288,39 @@ class GeneratorTrainer:
         self.level_share_fn = level_share_fn
 
     # -- one iteration ---------------------------------------------------------------------------
-    def _critic_steps(self, k: int) -> float:
+    def critic_steps(self, k: int, wasserstein: bool = False) -> torch.Tensor | None:
+        """r updates of critic k on batches of its own subset partition[k] (not sanitised: the critic is
+        never released). Returns its estimate mean D(real) - mean D(fake) at the last step when asked."""
         gan = self.gan
-        subset = self.partition.shape[1]
-        params = [p[k].clone().requires_grad_(True) for p in self.critics.params]
-        exp_avg = [m[k].clone() for m in self.opt_d.exp_avg]
-        exp_avg_sq = [v[k].clone() for v in self.opt_d.exp_avg_sq]
-        forward = lambda x: self.critics.forward(params, x)  # noqa: E731
-        wasserstein = 0.0
-        for _ in range(gan.critic_steps):
-            local = _sample_local_rows(subset, gan.batch_size, self.rng).to(self.device)
-            real = self.data[self.partition[k, local]]
-            with torch.no_grad():
-                z = torch.randn(gan.batch_size, gan.z_dim, generator=self.rng).to(self.device)
-                fake = self.generator(z)
-            d_real, d_fake = forward(real).mean(), forward(fake).mean()
-            loss = d_fake - d_real + gan.gp_lambda * _gradient_penalty(forward, real, fake, self.rng)
-            grads = torch.autograd.grad(loss, params)
-            self.opt_d.step_one(k, params, list(grads), exp_avg, exp_avg_sq)
-            wasserstein = float(d_real - d_fake)
-        with torch.no_grad():
-            for stack, value in zip((self.critics.params, self.opt_d.exp_avg, self.opt_d.exp_avg_sq),
-                                    (params, exp_avg, exp_avg_sq)):
-                for p, v in zip(stack, value):
-                    p[k] = v.detach()
-        return wasserstein
+        r, b = gan.critic_steps, gan.batch_size
+        z = torch.randn(r * b, gan.z_dim, generator=self.rng).to(self.device)
+        local = _sample_local_rows(self.partition.shape[1], b, self.rng, (r,)).to(self.device)
+        alpha = torch.rand(r, b, 1, generator=self.rng).to(self.device)
+        # G does not change during the critic steps: one pass makes the r fake batches (r training-mode
+        # calls: BatchNorm statistics and running statistics as r separate calls).
+        fakes = self.generator.forward_chunks(z, r).view(r, b, -1)
+        real = self.data[self.partition[k][local]]
+        params = [p[k:k + 1] for p in self.critics.params]  # views: updated in place
+        train = self.critics.trainable(params)
+        estimate = None
+        for s in range(r):
+            last = wasserstein and s == r - 1
+            grads, w = self.critics.loss_grads(params, real[s:s + 1], fakes[s:s + 1], alpha[s:s + 1],
+                                               gan.gp_lambda, wasserstein=last)
+            self.opt_d.step_one(k, train, grads)
+            if last:
+                estimate = w[0]
+        return estimate
 
     def generator_step(self, k: int) -> torch.Tensor:
         """One generator step against frozen critic k; returns the (sanitised) upstream gradient."""
         gan = self.gan
-        params = [p[k] for p in self.critics.params]  # plain tensors: the critic is frozen here
+        params = [p[k:k + 1] for p in self.critics.params]  # plain tensors: the critic is frozen here
         z = torch.randn(gan.batch_size, gan.z_dim, generator=self.rng).to(self.device)
         fake = self.generator(z)
-        # Cut the graph at the generated rows: the critic reaches G only through this tensor.
-        rows = fake.detach().requires_grad_(True)
-        g_loss = -self.critics.forward(params, rows).sum()
-        (upstream,) = torch.autograd.grad(g_loss, rows)
+        # Cut the graph at the generated rows: the critic reaches G only through this tensor, the
+        # gradient of the loss -sum D(rows) with respect to each row.
+        upstream = self.critics.input_grad(params, fake.detach().unsqueeze(0)).squeeze(0).neg_()
         if self.setting.private:
             upstream = sanitize_rows(upstream, self.privacy.clip, self.privacy.noise_multiplier, self.rng)
         self.opt_g.zero_grad(set_to_none=True)
@@ -245,21 +328,19 @@ class GeneratorTrainer:
         self.opt_g.step()
         if self.ema is not None:
             with torch.no_grad():
-                decay = self.gan.generator_ema
-                for pe, p in zip(self.ema.parameters(), self.generator.parameters()):
-                    pe.lerp_(p, 1.0 - decay)
-                for be, b in zip(self.ema.buffers(), self.generator.buffers()):
-                    be.copy_(b)
+                torch._foreach_lerp_(self._ema_params, self._gen_params, 1.0 - self.gan.generator_ema)
+                torch._foreach_copy_(self._ema_buffers, self._gen_buffers)
         return upstream
 
-    def step(self) -> float:
+    def step(self, wasserstein: bool = True) -> float | None:
+        """One iteration: pick a critic uniformly, r critic steps, one sanitised generator step."""
         k = int(torch.randint(self.partition.shape[0], (1,), generator=self.rng))
-        wasserstein = self._critic_steps(k)
+        estimate = self.critic_steps(k, wasserstein)
         self.generator_step(k)
         if self.setting.private:
             self.accountant.step()
         self.iteration += 1
-        return wasserstein
+        return float(estimate) if estimate is not None else None
 
     # -- checkpoints ------------------------------------------------------------------------------
     def released_generator(self) -> Generator:
@@ -326,7 +407,8 @@ class GeneratorTrainer:
         while self.iteration < last_iteration:
             if stop_after is not None and done >= stop_after:
                 break
-            wasserstein = self.step()
+            at_checkpoint = (self.iteration + 1) % self.gan.checkpoint_every == 0
+            wasserstein = self.step(wasserstein=at_checkpoint)
             done += 1
             if self.iteration % self.gan.checkpoint_every == 0:
                 # Internal only: derived from real rows through the critic.

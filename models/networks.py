@@ -2,19 +2,40 @@
 
 `Generator` is the released model: z -> fully connected hidden layers with BatchNorm and ReLU -> an output
 of the encoded width. Critics and pretraining's throwaway generators are kept as *stacks*: one tensor
-per layer with a leading dimension of K, so that K independent networks train together through batched
-matrix products instead of a Python loop over networks.
+per layer with a leading dimension of K (or of a chunk of K), so that many independent networks train
+together through batched matrix products instead of a Python loop over networks.
+
+Speed notes. The stacks carry hand-written forward and backward passes instead of autograd:
+
+* A critic without BatchNorm is piecewise linear in its input, so the WGAN-GP loss has a closed-form
+  gradient (`CriticStack.loss_grads`): the gradient penalty's second derivative through LeakyReLU is zero
+  almost everywhere, exactly as autograd's double backward computes it. A critic with BatchNorm mixes the
+  rows of a batch inside the penalty; it falls back to autograd (same results, slower).
+* The throwaway generators' backward (`GeneratorStack.backward`) uses the BatchNorm gradient in its
+  compact form dY = gamma * rstd * (dZ - mean(dZ) - xhat * mean(dZ * xhat)).
+* The bias of a Linear layer followed by training-mode BatchNorm has no effect on any output (the batch
+  mean removes it) and its true gradient is zero: the throwaway generators neither apply nor train it.
+  The same holds for the critic's output bias, which cancels in E[D(fake)] - E[D(real)] and does not
+  enter the gradient penalty: it is never trained (Adam with a zero gradient leaves it unchanged).
+* Reductions over the rows of a batch avoid `torch.var` (slow on CPU): two-pass mean and centred square.
+
+The tests check these passes against autograd and `torch.optim.Adam` on per-network `nn.Module`s.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 BN_EPS = 1e-5
+LEAKY_SLOPE = 0.2
+
+_leaky_relu_backward = torch.ops.aten.leaky_relu_backward
+_threshold_backward = torch.ops.aten.threshold_backward
 
 
 class OutputHead(nn.Module):
@@ -43,6 +64,19 @@ def apply_head(logits: torch.Tensor, kind: str, groups: list[tuple[int, int]]) -
     return out
 
 
+def head_backward(out: torch.Tensor, dout: torch.Tensor, kind: str, groups: list[tuple[int, int]]) -> torch.Tensor:
+    """Gradient with respect to the logits of `apply_head`, given its output and the output's gradient."""
+    dlogits = dout * (1.0 - out * out)
+    if kind == "typed":
+        for start, stop in groups:
+            if stop - start < 2:
+                continue
+            p = (out[..., start:stop] + 1.0) * 0.5
+            g = dout[..., start:stop]
+            dlogits[..., start:stop] = 2.0 * p * (g - (g * p).sum(-1, keepdim=True))
+    return dlogits
+
+
 class Generator(nn.Module):
     def __init__(self, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str = "tanh",
                  groups: list[tuple[int, int]] | None = None):
@@ -59,6 +93,61 @@ class Generator(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(z))
 
+    @torch.no_grad()
+    def forward_chunks(self, z: torch.Tensor, chunks: int) -> torch.Tensor:
+        """`chunks` training-mode calls on consecutive equal slices of z, in one pass and without autograd.
+
+        Each slice is normalised with its own batch statistics, and the BatchNorm running statistics end
+        as after `chunks` sequential calls (same momentum updates, combined in closed form), so this equals
+        `torch.cat([self(part) for part in z.chunk(chunks)])` up to float rounding.
+        """
+        rows = z.shape[0]
+        if rows % chunks or not self.training:
+            raise ValueError("forward_chunks is for training mode, with rows a multiple of chunks")
+        batch = rows // chunks
+        mods = list(self.body)
+        h = z
+        for i in range(0, len(mods) - 1, 3):
+            lin, bn = mods[i], mods[i + 1]
+            y = torch.addmm(lin.bias, h, lin.weight.t())
+            width = y.shape[1]
+            yv = y.view(chunks, batch, width)
+            mean = yv.mean(1, keepdim=True)
+            yv.sub_(mean)
+            sq = (yv * yv).sum(1, keepdim=True)
+            var = sq / batch
+            if bn.track_running_stats:
+                _update_running_stats(bn, mean.view(chunks, width), sq.view(chunks, width), batch)
+            scale = var.add_(bn.eps).rsqrt_()
+            if bn.affine:
+                scale.mul_(bn.weight)
+                yv.mul_(scale).add_(bn.bias)
+            else:
+                yv.mul_(scale)
+            h = y.relu_()
+        out = mods[-1]
+        return self.head(torch.addmm(out.bias, h, out.weight.t()))
+
+
+def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: torch.Tensor, batch: int) -> None:
+    """BatchNorm's running-statistics update for `len(means)` consecutive training-mode batches."""
+    chunks = means.shape[0]
+    unbiased = centred_sq / max(batch - 1, 1)
+    if bn.momentum is None:  # cumulative moving average: apply the calls one by one
+        for j in range(chunks):
+            bn.num_batches_tracked.add_(1)
+            factor = 1.0 / float(bn.num_batches_tracked)
+            bn.running_mean.lerp_(means[j], factor)
+            bn.running_var.lerp_(unbiased[j], factor)
+        return
+    m = bn.momentum
+    weights = torch.tensor([m * (1.0 - m) ** (chunks - 1 - j) for j in range(chunks)],
+                           dtype=means.dtype, device=means.device)
+    keep = (1.0 - m) ** chunks
+    bn.running_mean.mul_(keep).add_(weights @ means)
+    bn.running_var.mul_(keep).add_(weights @ unbiased)
+    bn.num_batches_tracked.add_(chunks)
+
 
 def init_generator_(gen: Generator, scheme: str, rng: torch.Generator) -> None:
     """"thesis": every weight and bias ~ N(0, 1) (thesis 4.4); "default": PyTorch's scaled uniform
@@ -73,9 +162,9 @@ def init_generator_(gen: Generator, scheme: str, rng: torch.Generator) -> None:
 
 def _init_values(shape, fan_in: int, scheme: str, rng: torch.Generator) -> torch.Tensor:
     if scheme == "thesis":
-        return torch.randn(shape, generator=rng)
+        return torch.randn(shape, generator=rng, device=rng.device)
     bound = 1.0 / math.sqrt(fan_in)
-    return (torch.rand(shape, generator=rng) * 2.0 - 1.0) * bound
+    return (torch.rand(shape, generator=rng, device=rng.device) * 2.0 - 1.0) * bound
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -89,27 +178,43 @@ def stacked_linear_params(k: int, fan_in: int, fan_out: int, scheme: str, rng: t
 
 
 def _batchnorm_rows(h: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """Training-mode BatchNorm over the rows of each network's batch (dimension -2)."""
-    mean = h.mean(dim=-2, keepdim=True)
-    var = h.var(dim=-2, unbiased=False, keepdim=True)
-    return (h - mean) * torch.rsqrt(var + BN_EPS) * gamma + beta
+    """Training-mode BatchNorm over the rows of each network's batch (dimension -2), autograd-friendly."""
+    centred = h - h.mean(dim=-2, keepdim=True)
+    var = (centred * centred).mean(dim=-2, keepdim=True)
+    return centred * torch.rsqrt(var + BN_EPS) * gamma + beta
 
 
 class CriticStack:
-    """K WGAN critics: Linear(d, hidden) -> [BatchNorm] -> LeakyReLU(0.2) -> Linear(hidden, 1)."""
+    """K WGAN critics: Linear(d, hidden) -> [BatchNorm] -> LeakyReLU(0.2) -> Linear(hidden, 1).
+
+    `params` is [w1 [K,d,H], b1 [K,1,H], (gamma, beta [K,1,H]), w2 [K,H,1], b2 [K,1,1]]. Every method that
+    takes `params` also accepts a slice of the stack (e.g. `[p[k:k + 1] for p in params]`: one critic).
+    """
 
     def __init__(self, k: int, in_width: int, hidden: int, batchnorm: bool, scheme: str, rng: torch.Generator,
                  device: torch.device | str = "cpu"):
         self.batchnorm = batchnorm
         params = stacked_linear_params(k, in_width, hidden, scheme, rng)
         if batchnorm:
-            params += [torch.ones(k, 1, hidden), torch.zeros(k, 1, hidden)]
+            params += [torch.ones(k, 1, hidden, device=rng.device), torch.zeros(k, 1, hidden, device=rng.device)]
         params += stacked_linear_params(k, hidden, 1, scheme, rng)
         self.params = [p.to(device) for p in params]
+
+    @classmethod
+    def from_params(cls, params: list[torch.Tensor], batchnorm: bool) -> CriticStack:
+        stack = cls.__new__(cls)
+        stack.batchnorm = batchnorm
+        stack.params = list(params)
+        return stack
 
     @property
     def k(self) -> int:
         return self.params[0].shape[0]
+
+    @staticmethod
+    def trainable(params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The parameters that receive gradients: all but the output bias (see the module notes)."""
+        return params[:-1]
 
     def forward(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """x: [K, B, d] with params stacked over K, or [B, d] with params of one critic. Returns [.., B]."""
@@ -120,9 +225,74 @@ class CriticStack:
         h = torch.baddbmm(b1, x, w1) if x.dim() == 3 else torch.addmm(b1, x, w1)
         if self.batchnorm:
             h = _batchnorm_rows(h, gamma, beta)
-        h = F.leaky_relu(h, 0.2)
+        h = F.leaky_relu(h, LEAKY_SLOPE)
         out = torch.baddbmm(b2, h, w2) if x.dim() == 3 else torch.addmm(b2, h, w2)
         return out.squeeze(-1)
+
+    # -- gradients ----------------------------------------------------------------------------------
+    def loss_grads(self, params: list[torch.Tensor], real: torch.Tensor, fake: torch.Tensor, alpha: torch.Tensor,
+                   gp_lambda: float, wasserstein: bool = False):
+        """Gradients of the WGAN-GP critic loss mean D(fake) - mean D(real) + lambda * mean (||grad D(x_hat)|| - 1)^2
+        (x_hat = alpha * real + (1 - alpha) * fake) per critic, for `trainable(params)`.
+
+        real, fake: [K, B, d]; alpha: [K, B, 1]. Returns (grads, w) where w is the per-critic estimate
+        mean D(real) - mean D(fake) before the update ([K]) when `wasserstein`, else None.
+        """
+        if self.batchnorm:
+            return self._loss_grads_autograd(params, real, fake, alpha, gp_lambda, wasserstein)
+        w1, b1, w2, _ = params
+        batch = real.shape[1]
+        x_hat = torch.lerp(fake, real, alpha)
+        x = torch.cat([real, fake, x_hat], 1)                       # [K, 3B, d]
+        h = torch.baddbmm(b1, x, w1)                                # [K, 3B, H]
+        # S * w2 per row, S = LeakyReLU'(h): one op for what autograd needs several for.
+        sv = _leaky_relu_backward(w2.transpose(1, 2).expand_as(h), h, LEAKY_SLOPE, False)
+        u = sv[:, 2 * batch:]                                       # d D(x_hat) / d h
+        g = torch.bmm(u, w1.transpose(1, 2))                        # grad of D at x_hat: [K, B, d]
+        norm = (g * g).sum(-1, keepdim=True).sqrt_()
+        coef = (norm - 1.0).div_(norm.clamp_min(1e-30)).mul_(2.0 * gp_lambda / batch)
+        q = g * coef                                                # d GP / d g
+        # dw1 = sum over rows of (e x) outer (S w2) for real/fake rows (e = -1/B, +1/B) and q outer u.
+        xe = torch.cat([real * (-1.0 / batch), fake * (1.0 / batch), q], 1)
+        dw1 = torch.bmm(xe.transpose(1, 2), sv)
+        s_real = sv[:, :batch].sum(1, keepdim=True)
+        s_fake = sv[:, batch:2 * batch].sum(1, keepdim=True)
+        db1 = (s_fake - s_real).mul_(1.0 / batch)
+        a = F.leaky_relu(h[:, :2 * batch], LEAKY_SLOPE)
+        a_diff = (a[:, batch:].sum(1) - a[:, :batch].sum(1)).mul_(1.0 / batch)   # [K, H]
+        qv = torch.bmm(q, w1)                                       # d GP / d u: [K, B, H]
+        dw2 = (_leaky_relu_backward(qv, h[:, 2 * batch:], LEAKY_SLOPE, False).sum(1) + a_diff).unsqueeze(-1)
+        w = -(a_diff * w2.squeeze(-1)).sum(-1) if wasserstein else None
+        return [dw1, db1, dw2], w
+
+    def _loss_grads_autograd(self, params, real, fake, alpha, gp_lambda, wasserstein):
+        leaves = [p.detach().requires_grad_(True) for p in params]
+
+        def forward(x):
+            return self.forward(leaves, x)
+
+        with torch.enable_grad():
+            d_real, d_fake = forward(real).mean(1), forward(fake).mean(1)
+            x_hat = (alpha * real + (1.0 - alpha) * fake).requires_grad_(True)
+            (grad,) = torch.autograd.grad(forward(x_hat).sum(), x_hat, create_graph=True)
+            gp = ((grad.norm(dim=-1) - 1.0) ** 2).mean(dim=-1)
+            loss = (d_fake - d_real + gp_lambda * gp).sum()
+            grads = torch.autograd.grad(loss, self.trainable(leaves))
+        return list(grads), (d_real - d_fake).detach() if wasserstein else None
+
+    def input_grad(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """d (sum of D(x) over rows) / dx for x [K, B, d]: each row's gradient of its own score (with
+        BatchNorm, of the batch's summed score)."""
+        if self.batchnorm:
+            leaves = [p.detach() for p in params]
+            with torch.enable_grad():
+                rows = x.detach().requires_grad_(True)
+                (grad,) = torch.autograd.grad(self.forward(leaves, rows).sum(), rows)
+            return grad
+        w1, b1, w2, _ = params
+        h = torch.baddbmm(b1, x, w1)
+        sv = _leaky_relu_backward(w2.transpose(1, 2).expand_as(h), h, LEAKY_SLOPE, False)
+        return torch.bmm(sv, w1.transpose(1, 2))
 
     def state_dict(self) -> dict:
         return {"batchnorm": self.batchnorm, "params": [p.detach().cpu() for p in self.params]}
@@ -134,7 +304,11 @@ class CriticStack:
 
 
 class GeneratorStack:
-    """K throwaway generators of the released generator's architecture (pretraining only)."""
+    """K throwaway generators of the released generator's architecture (pretraining only).
+
+    `params` per hidden layer: [w [K,in,out], b [K,1,out] (inert, see the module notes), gamma, beta
+    [K,1,out]]; then the output layer [w, b].
+    """
 
     def __init__(self, k: int, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
                  groups: list[tuple[int, int]], scheme: str, rng: torch.Generator,
@@ -144,15 +318,23 @@ class GeneratorStack:
         params, width = [], z_dim
         for h in hidden:
             params += stacked_linear_params(k, width, h, scheme, rng)
-            params += [torch.ones(k, 1, h), torch.zeros(k, 1, h)]
+            params += [torch.ones(k, 1, h, device=rng.device), torch.zeros(k, 1, h, device=rng.device)]
             width = h
         params += stacked_linear_params(k, width, out_width, scheme, rng)
         self.params = [p.to(device) for p in params]
         self.n_hidden = len(hidden)
 
+    def trainable(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every parameter but the inert pre-BatchNorm biases, in the order `backward` returns grads."""
+        keep = []
+        for i in range(self.n_hidden):
+            w, _, gamma, beta = params[4 * i: 4 * i + 4]
+            keep += [w, gamma, beta]
+        return keep + list(params[-2:])
+
     def forward(self, params: list[torch.Tensor], z: torch.Tensor, chunks: int = 1) -> torch.Tensor:
-        """z: [K, chunks * B, z_dim]. BatchNorm statistics are taken over each chunk of B rows, so one
-        call produces `chunks` independent generator batches per network (the r critic steps' fakes)."""
+        """Autograd-friendly reference. z: [K, chunks * B, z_dim]; BatchNorm statistics are taken over
+        each chunk of B rows, so one call produces `chunks` independent generator batches per network."""
         k, rows, _ = z.shape
         h = z
         for i in range(self.n_hidden):
@@ -163,48 +345,93 @@ class GeneratorStack:
         w, b = params[-2:]
         return apply_head(torch.baddbmm(b, h, w), self.head, self.groups)
 
+    @torch.no_grad()
+    def forward_train(self, params: list[torch.Tensor], z: torch.Tensor, chunks: int):
+        """Forward of `chunks` batches per network (as `forward`), keeping what `backward` needs for the
+        LAST chunk only. Returns (out [K, chunks * B, width], saved)."""
+        k, rows, _ = z.shape
+        batch = rows // chunks
+        h = z
+        inputs, xhats, scales = [z[:, rows - batch:]], [], []
+        for i in range(self.n_hidden):
+            w, _, gamma, beta = params[4 * i: 4 * i + 4]
+            y = torch.bmm(h, w)
+            width = y.shape[-1]
+            yv = y.view(k, chunks, batch, width)
+            yv.sub_(yv.mean(2, keepdim=True))
+            rstd = (yv * yv).sum(2, keepdim=True).mul_(1.0 / batch).add_(BN_EPS).rsqrt_()
+            xhats.append(yv[:, -1] * rstd[:, -1])
+            scale = rstd.mul_(gamma.unsqueeze(1))
+            scales.append(scale[:, -1])
+            yv.mul_(scale).add_(beta.unsqueeze(1)).relu_()
+            h = y
+            inputs.append(y[:, rows - batch:])
+        w, b = params[-2:]
+        logits = torch.baddbmm(b, h, w)
+        if self.head == "typed" and self.groups:
+            out = apply_head(logits, self.head, self.groups)
+        else:
+            out = logits.tanh_()
+        return out, (inputs, xhats, scales, out[:, rows - batch:])
+
+    @torch.no_grad()
+    def backward(self, params: list[torch.Tensor], saved, dout: torch.Tensor) -> list[torch.Tensor]:
+        """Gradients for `trainable(params)` of sum(out_last_chunk * dout)."""
+        inputs, xhats, scales, out = saved
+        batch = out.shape[1]
+        do = head_backward(out, dout, self.head, self.groups)
+        w_out = params[-2]
+        tail = [torch.bmm(inputs[-1].transpose(1, 2), do), do.sum(1, keepdim=True)]
+        dx = torch.bmm(do, w_out.transpose(1, 2))
+        grads: list[torch.Tensor] = []
+        for i in reversed(range(self.n_hidden)):
+            w = params[4 * i]
+            dz = _threshold_backward(dx, inputs[i + 1], 0.0)        # ReLU': its output is the next input
+            dbeta = dz.sum(1, keepdim=True)
+            dgamma = (dz * xhats[i]).sum(1, keepdim=True)
+            dy = torch.addcmul(dz - dbeta * (1.0 / batch), xhats[i], dgamma, value=-1.0 / batch).mul_(scales[i])
+            dw = torch.bmm(inputs[i].transpose(1, 2), dy)
+            if i > 0:
+                dx = torch.bmm(dy, w.transpose(1, 2))
+            grads = [dw, dgamma, dbeta] + grads
+        return grads + tail
+
 
 class StackedAdam:
     """Adam over stacked parameters with a step count per network, so that updating only network k
-    is exactly the update an independent Adam of network k would make."""
+    is exactly the update an independent Adam of network k would make (PyTorch's fused Adam kernel,
+    which computes what `torch.optim.Adam` computes)."""
 
     def __init__(self, params: list[torch.Tensor], lr: float, betas: tuple[float, float], eps: float = 1e-8):
-        self.lr, self.betas, self.eps = lr, betas, eps
+        self.lr, self.betas, self.eps = lr, tuple(betas), eps
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
-        self.steps = torch.zeros(params[0].shape[0], dtype=torch.long)
+        self.steps = np.zeros(params[0].shape[0], dtype=np.int64)
 
     def step_all(self, params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
         """Update every network (they all step together, so they share one step count)."""
         self.steps += 1
-        t = int(self.steps[0])
-        self._update(params, grads, self.exp_avg, self.exp_avg_sq, t)
+        self._update(params, grads, self.exp_avg, self.exp_avg_sq, int(self.steps[0]))
 
-    def step_one(self, index: int, params: list[torch.Tensor], grads: list[torch.Tensor],
-                 exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor]) -> None:
-        """Update the extracted parameters of network `index` with its extracted moments."""
+    def step_one(self, index: int, params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        """Update network `index`: `params` and `grads` are its slices [index:index + 1] of the stack
+        (views: the stack is updated in place)."""
         self.steps[index] += 1
-        self._update(params, grads, exp_avg, exp_avg_sq, int(self.steps[index]))
+        sl = slice(index, index + 1)
+        self._update(params, grads, [m[sl] for m in self.exp_avg], [v[sl] for v in self.exp_avg_sq],
+                     int(self.steps[index]))
 
     def _update(self, params, grads, exp_avg, exp_avg_sq, t: int) -> None:
-        beta1, beta2 = self.betas
-        bias1 = 1.0 - beta1 ** t
-        bias2 = 1.0 - beta2 ** t
-        step_size = self.lr / bias1
-        with torch.no_grad():
-            torch._foreach_lerp_(exp_avg, grads, 1.0 - beta1)
-            torch._foreach_mul_(exp_avg_sq, beta2)
-            torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1.0 - beta2)
-            denom = torch._foreach_sqrt(exp_avg_sq)
-            torch._foreach_div_(denom, math.sqrt(bias2))
-            torch._foreach_add_(denom, self.eps)
-            torch._foreach_addcdiv_(params, exp_avg, denom, -step_size)
+        step = torch.tensor(float(t), device=params[0].device)
+        torch._fused_adam_(params, grads, exp_avg, exp_avg_sq, [], [step] * len(params), lr=self.lr,
+                           beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
+                           amsgrad=False, maximize=False)
 
     def state_dict(self) -> dict:
         return {"exp_avg": [t.cpu() for t in self.exp_avg], "exp_avg_sq": [t.cpu() for t in self.exp_avg_sq],
-                "steps": self.steps.clone(), "lr": self.lr, "betas": self.betas, "eps": self.eps}
+                "steps": torch.from_numpy(self.steps.copy()), "lr": self.lr, "betas": self.betas, "eps": self.eps}
 
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         self.exp_avg = [t.to(device) for t in state["exp_avg"]]
         self.exp_avg_sq = [t.to(device) for t in state["exp_avg_sq"]]
-        self.steps = state["steps"].clone()
+        self.steps = np.asarray(state["steps"], dtype=np.int64).copy()

@@ -1,0 +1,278 @@
+"""The model registry: register a released generator (refusing one over budget) and sample from it.
+
+A registered version holds only public things: the released generator (spec and weights, no critic),
+the dataset schema (public bounds and levels) and the code that samples it (`models/`, through
+`code_paths`). It is an MLflow pyfunc model (`models.pyfunc.SyntheticTableModel`), so anyone with the
+registry samples it with `mlflow.pyfunc.load_model("models:/NAME@champion")`, without dpsynth.
+
+Budget rule (`check_budget`): a release whose epsilon exceeds the budget is refused before anything is
+written, so the previous `champion` stays. Infinity (a non-private generator) exceeds every finite
+budget; with `epsilon_budget=None`, which the caller must pass explicitly, there is no budget and any
+epsilon, including infinity, is registered (its tags then say `private=false`, `epsilon=inf`). An
+epsilon that is not a number is always refused.
+
+Registration is idempotent on the tag `release_id`: a second call with the same release id reuses the
+version registered first (nothing new is logged) and points `champion` at it again.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import mlflow
+import mlflow.pyfunc
+import pandas as pd
+import torch
+from mlflow.exceptions import MlflowException
+from mlflow.models import Model, infer_signature
+from mlflow.tracking import MlflowClient
+
+import models
+from models.encoding import TableEncoder
+from models.errors import BudgetExceededError, ConfigError, MissingInputError
+from models.pyfunc import GENERATOR_ARTIFACT, SCHEMA_ARTIFACT, SyntheticTableModel, load_generator_file, sample_table
+from models.schema import DatasetSchema
+from tasks.table_io import PARQUET_SUFFIXES, write_table
+from tasks.tracking import tracking_uri
+
+CHAMPION = "champion"
+MODEL_ARTIFACT = "synthetic-table-model"
+# Version tags a release carries (`release_tags` builds them; `register_release` adds what it knows).
+RELEASE_TAG_KEYS = ("release_id", "epsilon", "delta", "accountant", "sigma", "C", "K", "T", "batch_size",
+                    "data_sha256", "schema_version", "code_version", "release_auc", "report")
+SAMPLE_SUFFIXES = PARQUET_SUFFIXES + (".csv",)
+
+
+# ------------------------------------------------------------------------------------------ budget
+
+def check_budget(epsilon: float, epsilon_budget: float | None) -> None:
+    """Raise `BudgetExceededError` unless a release of `epsilon` is allowed under `epsilon_budget`."""
+    if epsilon is None or (isinstance(epsilon, float) and math.isnan(epsilon)):
+        raise BudgetExceededError("The release's epsilon is unknown (not a number): nothing is registered.")
+    if epsilon_budget is None:
+        return
+    if epsilon > epsilon_budget:
+        what = ("a non-private generator (epsilon = infinity)" if math.isinf(epsilon)
+                else f"epsilon {epsilon:.4g}")
+        raise BudgetExceededError(
+            f"Refusing to register {what}: it exceeds the privacy budget of {epsilon_budget:g}. Nothing was "
+            "registered and the current champion is unchanged. Release an earlier checkpoint, or raise "
+            "'privacy.epsilon_budget' in the profile if that budget was set too low.")
+
+
+# ---------------------------------------------------------------------------------------------- tags
+
+def code_version() -> str:
+    """`git describe` of the project when it is a git checkout, else the installed package version."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--tags"], capture_output=True,
+                              text=True, timeout=10, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+        if done.returncode == 0 and done.stdout.strip():
+            return f"git:{done.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return f"dpsynth=={importlib.metadata.version('dpsynth')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def release_tags(*, release_id: str, profile, setting, iteration: int, data_sha256: str, schema_version: int,
+                 release_auc: float | None = None, report: str | None = None) -> dict[str, str]:
+    """The standard version tags of a release, from the typed profile and the chosen checkpoint.
+
+    `profile` is a `models.config.Profile`, `setting` one of its `Setting`s. `release_auc` and the data
+    hash are internal facts for the data steward (the registry is internal); none of them enters the
+    published bundle.
+    """
+    from models.accountant import MECHANISM
+
+    privacy, gan = profile.privacy, profile.gan
+    return {
+        "release_id": release_id,
+        "delta": repr(privacy.delta),
+        "accountant": MECHANISM if setting.private else "none (non-private training)",
+        "sigma": repr(privacy.noise_multiplier) if setting.private else "none",
+        "C": repr(privacy.clip) if setting.private else "none",
+        "K": str(setting.discriminators),
+        "T": str(int(iteration)),
+        "batch_size": str(gan.batch_size),
+        "data_sha256": data_sha256,
+        "schema_version": str(schema_version),
+        "release_auc": "" if release_auc is None else f"{float(release_auc):.6f}",
+        "report": report or "",
+        "setting": setting.name,
+        "profile": profile.name,
+    }
+
+
+def _epsilon_text(epsilon: float) -> str:
+    return "inf" if math.isinf(epsilon) else repr(float(epsilon))
+
+
+# ------------------------------------------------------------------------------------------ register
+
+def _client() -> MlflowClient:
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_registry_uri(tracking_uri())
+    return MlflowClient()
+
+
+def find_release_version(client: MlflowClient, model_name: str, release_id: str):
+    """The registered version of `model_name` tagged with `release_id`, or None."""
+    quoted = model_name.replace("'", "\\'")
+    try:
+        versions = client.search_model_versions(f"name = '{quoted}'")
+    except MlflowException:
+        return None
+    matches = [v for v in versions if v.tags.get("release_id") == release_id]
+    return min(matches, key=lambda v: int(v.version)) if matches else None
+
+
+def _staged_code(directory: Path) -> Path:
+    """A copy of the `models` package without caches: what `code_paths` ships with the model."""
+    source = Path(models.__file__).resolve().parent
+    target = directory / "models"
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.tmp"))
+    return target
+
+
+def _pip_requirements() -> list[str]:
+    def pin(dist: str) -> str:
+        try:
+            return f"{dist}=={importlib.metadata.version(dist).split('+')[0]}"
+        except importlib.metadata.PackageNotFoundError:
+            return dist
+
+    return [f"torch=={torch.__version__.split('+')[0]}", pin("mlflow"), pin("pandas"), pin("numpy"), pin("pyyaml")]
+
+
+def log_release_model(run_id: str, generator_file: Path, schema_path: Path, metadata: dict | None = None):
+    """Log the pyfunc model (generator + schema + `models/` code, nothing else) to the run."""
+    gen, _ = load_generator_file(generator_file)
+    encoder = TableEncoder(DatasetSchema.from_yaml(schema_path))
+    example = pd.DataFrame({"n_rows": [5], "seed": [0]})
+    client = MlflowClient()
+    # Created here, in the run's experiment (MLflow would otherwise put it in the active or default one).
+    logged = client.create_logged_model(experiment_id=client.get_run(run_id).info.experiment_id,
+                                        name=MODEL_ARTIFACT, source_run_id=run_id, model_type="dpsynth-generator")
+    with tempfile.TemporaryDirectory(prefix="dpsynth-code-") as tmp, warnings.catch_warnings():
+        # MLflow's hints about type hints and integer columns do not apply: the input is (n_rows, seed).
+        warnings.simplefilter("ignore", UserWarning)
+        signature = infer_signature(example, sample_table(gen, encoder, 5, 0))
+        code = _staged_code(Path(tmp))
+        return Model.log(
+            artifact_path=None,
+            name=MODEL_ARTIFACT,
+            flavor=mlflow.pyfunc,
+            run_id=run_id,
+            model_id=logged.model_id,
+            python_model=SyntheticTableModel(),
+            artifacts={GENERATOR_ARTIFACT: str(generator_file), SCHEMA_ARTIFACT: str(schema_path)},
+            code_paths=[str(code)],
+            signature=signature,
+            input_example=example,
+            pip_requirements=_pip_requirements(),
+            metadata=metadata or {},
+        )
+
+
+def register_release(*, run_id: str, model_name: str, generator_file: Path, schema_path: Path, tags: dict,
+                     description: str, epsilon: float, epsilon_budget: float | None) -> dict:
+    """Register the released generator as a new version of `model_name` and make it the champion.
+
+    `tags` must hold `release_id` (see `release_tags`). Raises `BudgetExceededError` (registering
+    nothing, champion untouched) when `epsilon`, or the epsilon recorded in the generator file if
+    larger, exceeds `epsilon_budget`. Returns {"model_uri", "version", "model_name", "alias_uri",
+    "reused"}.
+    """
+    generator_file, schema_path = Path(generator_file), Path(schema_path)
+    release_id = str(tags.get("release_id") or "")
+    if not release_id:
+        raise ValueError("register_release needs tags['release_id'] (it makes registration idempotent).")
+    for path, what in ((generator_file, "generator file"), (schema_path, "schema file")):
+        if not path.is_file():
+            raise MissingInputError(f"The {what} {str(path)!r} to register does not exist.")
+    recorded = torch.load(generator_file, map_location="cpu", weights_only=True)
+    recorded_eps = recorded.get("epsilon")
+    if recorded_eps is not None and not math.isnan(float(recorded_eps)):
+        epsilon = max(float(epsilon), float(recorded_eps))
+    check_budget(float(epsilon), epsilon_budget)
+
+    client = _client()
+    version = find_release_version(client, model_name, release_id)
+    reused = version is not None
+    if version is None:
+        version_tags = {k: str(v) for k, v in tags.items() if v is not None}
+        version_tags.update({
+            "epsilon": _epsilon_text(epsilon),
+            "private": str(not math.isinf(epsilon)).lower(),
+            "epsilon_budget": "none" if epsilon_budget is None else repr(float(epsilon_budget)),
+            "iteration": str(recorded.get("iteration", "")),
+            "mlflow_run_id": run_id,
+        })
+        version_tags.setdefault("delta", repr(recorded.get("delta")))
+        version_tags.setdefault("code_version", code_version())
+        info = log_release_model(run_id, generator_file, schema_path,
+                                 metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]})
+        version = mlflow.register_model(info.model_uri, model_name, tags=version_tags)
+        if description:
+            client.update_model_version(model_name, version.version, description=description)
+        registered = client.get_registered_model(model_name)
+        if not registered.description:
+            client.update_registered_model(
+                model_name, description="Differentially private synthetic-table generators (GS-WGAN). Sample "
+                "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).")
+    client.set_registered_model_alias(model_name, CHAMPION, version.version)
+    client.set_tag(run_id, "dpsynth.model_version", f"{model_name}/{version.version}")
+    return {"model_uri": f"models:/{model_name}/{version.version}", "version": int(version.version),
+            "model_name": model_name, "alias_uri": f"models:/{model_name}@{CHAMPION}", "reused": reused}
+
+
+# -------------------------------------------------------------------------------------------- sample
+
+def _default_store_missing() -> str | None:
+    uri = tracking_uri()
+    if os.environ.get("MLFLOW_TRACKING_URI") or not uri.startswith("sqlite:///"):
+        return None
+    path = Path(uri[len("sqlite:///"):])
+    return None if path.exists() else str(path)
+
+
+def sample_from_registry(model_uri: str, n_rows: int, out: Path, seed: int = 0) -> Path:
+    """Sample `n_rows` synthetic rows from a registered model and write them to `out` (.parquet/.pq or
+    .csv, with the schema's separator). Raises `ConfigError` for another extension or a bad row count
+    and `MissingInputError` when the model, version or alias does not exist."""
+    out = Path(out)
+    if out.suffix.lower() not in SAMPLE_SUFFIXES:
+        raise ConfigError(f"Cannot write {str(out)!r}: the output must end in .parquet, .pq or .csv.")
+    if int(n_rows) < 1:
+        raise ConfigError(f"The number of rows must be at least 1, not {n_rows}.")
+    missing_store = _default_store_missing()
+    if missing_store:
+        raise MissingInputError(
+            f"There is no model registry here: {missing_store!r} does not exist. Run from the folder that "
+            "holds mlflow.db, or set MLFLOW_TRACKING_URI to the registry's tracking URI.")
+    _client()
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+    except (MlflowException, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MissingInputError(
+            f"Cannot load the model {model_uri!r} from the registry at {tracking_uri()}: {reason} "
+            "Check the model name and the alias or version (e.g. models:/cardio-gswgan@champion).") from None
+    frame = model.predict(pd.DataFrame({"n_rows": [int(n_rows)], "seed": [int(seed)]}))
+    separator = ","
+    try:
+        separator = model.unwrap_python_model().schema.separator
+    except (AttributeError, MlflowException):
+        pass
+    return write_table(frame, out, separator=separator)

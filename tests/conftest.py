@@ -1,0 +1,47 @@
+"""Shared fixtures: generated (never real) tables, isolated MLflow stores and working folders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+CARDIO_SCHEMA = ROOT / "configs" / "cardio.yaml"
+REAL_CARDIO = ROOT.parent / "shared" / "data" / "cardio_train.csv"
+
+
+@pytest.fixture(scope="session")
+def cardio_schema():
+    from models.schema import DatasetSchema
+
+    return DatasetSchema.from_yaml(CARDIO_SCHEMA)
+
+
+@pytest.fixture(scope="session")
+def demo_frame(cardio_schema):
+    from models.demo import make_demo_table
+
+    return make_demo_table(cardio_schema, 3000, seed=1)
+
+
+@pytest.fixture
+def demo_csv(tmp_path, demo_frame, cardio_schema):
+    path = tmp_path / "demo.csv"
+    demo_frame.to_csv(path, sep=cardio_schema.separator, index=False)
+    return path
+
+
+@pytest.fixture
+def isolated_workdir(tmp_path, monkeypatch):
+    """Run in an empty folder with its own MLflow store."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
+    return work

@@ -1,0 +1,77 @@
+import pytest
+import yaml
+
+from models.config import load_profile
+from models.errors import ConfigError
+from models.schema import DatasetSchema
+from tests.conftest import CARDIO_SCHEMA
+
+
+def test_cardio_schema_declares_every_column(cardio_schema):
+    assert cardio_schema.column_names == ["age", "gender", "height", "weight", "ap_hi", "ap_lo", "cholesterol",
+                                          "gluc", "smoke", "alco", "active", "cardio"]
+    assert cardio_schema.target == "cardio" and cardio_schema.id_column == "id"
+    assert cardio_schema.separator == ";"
+    assert cardio_schema.column("height").bounds[1] == 210
+    assert cardio_schema.column("cholesterol").levels == (1, 2, 3)
+    assert cardio_schema.encoded_width == 16  # thesis: generator output width 16
+
+
+def _write(tmp_path, raw):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda r: r.pop("target"), "missing required key 'target'"),
+    (lambda r: r["columns"]["age"].pop("bounds"), "public 'bounds"),
+    (lambda r: r["columns"]["age"].update(bounds=[5, 1]), "low < high"),
+    (lambda r: r["columns"]["gender"].update(levels=[1]), "at least two"),
+    (lambda r: r["columns"]["smoke"].update(levels=[0, 1, 2]), "exactly two"),
+    (lambda r: r["columns"]["age"].update(type="numeric"), "not one of"),
+    (lambda r: r.update(target="age"), "must be a binary column"),
+])
+def test_malformed_schema_is_a_config_error(tmp_path, mutate, message):
+    raw = yaml.safe_load(CARDIO_SCHEMA.read_text())
+    mutate(raw)
+    with pytest.raises(ConfigError, match=message):
+        DatasetSchema.from_yaml(_write(tmp_path, raw))
+
+
+def test_another_table_is_just_another_yaml(tmp_path):
+    raw = {"name": "toy", "target": "y", "columns": {
+        "x": {"type": "continuous", "bounds": [0, 1], "decimals": 2},
+        "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
+        "y": {"type": "binary", "levels": ["no", "yes"]}}}
+    schema = DatasetSchema.from_yaml(_write(tmp_path, raw))
+    assert schema.encoded_width == 5 and schema.separator == ","
+
+
+def test_missing_schema_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        DatasetSchema.from_yaml(tmp_path / "nope.yaml")
+
+
+def test_profiles_load_and_extend(tmp_path):
+    thesis = load_profile("thesis", CARDIO_SCHEMA)
+    assert [s.discriminators for s in thesis.settings] == [1, 250, 500, 750, 1000, 1500]
+    assert thesis.settings[0].private is False
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "base.yaml").write_text("seed: 3\ngan: {iterations: 2000, checkpoint_every: 1000}\n")
+    (tmp_path / "profiles" / "child.yaml").write_text("extends: base\ngan: {batch_size: 64}\n")
+    child = load_profile("child", tmp_path / "schema.yaml")
+    assert child.seed == 3 and child.gan.batch_size == 64 and child.gan.iterations == 2000
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gan: {iterationz: 5}", "unknown key"),
+    ("gan: {batch_size: 'big'}", "expected an integer"),
+    ("protocol: sloppy", "protocol"),
+    ("gan: {iterations: 1500, checkpoint_every: 1000}", "multiple of checkpoint_every"),
+])
+def test_bad_profiles_are_config_errors(tmp_path, text, message):
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_profile("bad", tmp_path / "schema.yaml")

@@ -1,0 +1,282 @@
+"""The two documents: the INTERNAL report (self-contained HTML, warnings) and the published release
+notes, which must hold no real-data statistic."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.demo import make_demo_table
+from models.quality import feature_stats, level_frequencies
+from models.schema import DatasetSchema
+from tasks.evaluate import RESULT_COLUMNS
+from tasks.report import (
+    EPSILON_COVERS,
+    EPSILON_DOES_NOT_COVER,
+    build_internal_report,
+    build_release_notes,
+    build_release_notes_html,
+    flatten_level_shares,
+    format_number,
+    level_warnings,
+    selection_table_records,
+    summary_markdown,
+    vanished_levels,
+)
+
+CARDIO_YAML = Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml"
+INF = float("inf")
+NAN = float("nan")
+
+REAL_AUCS = [0.7912345, 0.7923456, 0.7934567]
+BASELINE_AUCS = [0.7811111, 0.7822222]
+K10_AUCS = [0.6111111, 0.6522222, 0.6633333]
+K10_EPS = [1.5, 3.25, 6.125]
+
+
+@pytest.fixture(scope="module")
+def schema() -> DatasetSchema:
+    return DatasetSchema.from_yaml(CARDIO_YAML)
+
+
+@pytest.fixture(scope="module")
+def real(schema) -> pd.DataFrame:
+    """A 'real' table with distinctive statistics: odd offsets on the continuous columns, a smoking share
+    of 206/1500 = 0.137333 (the demo tables have about 1/3)."""
+    frame = make_demo_table(schema, 1500, seed=1)
+    for i, col in enumerate(schema.continuous):
+        frame[col.name] = frame[col.name] + 0.456789 + 0.1111 * i
+    frame["smoke"] = np.where(np.arange(len(frame)) < 206, 1, 0)
+    return frame
+
+
+@pytest.fixture(scope="module")
+def synth(schema) -> pd.DataFrame:
+    return make_demo_table(schema, 1000, seed=2)
+
+
+def _results() -> pd.DataFrame:
+    rows = []
+    for i, auc in enumerate(REAL_AUCS):
+        rows.append({"setting": "real", "iteration": 1000 * i, "index": i, "epsilon": NAN, "test_auc": auc})
+    for i, auc in enumerate(BASELINE_AUCS):
+        rows.append({"setting": "baseline", "iteration": 1000 * (i + 1), "index": i + 1, "epsilon": INF,
+                     "test_auc": auc})
+    for i, (eps, auc) in enumerate(zip(K10_EPS, K10_AUCS)):
+        rows.append({"setting": "k10", "iteration": 1000 * (i + 1), "index": i + 1, "epsilon": eps, "test_auc": auc})
+    frame = pd.DataFrame(rows)
+    frame["penalty"], frame["C"], frame["degenerate"], frame["seconds"] = "l2", 0.0123, False, 1.5
+    frame["val_auc"] = frame["test_auc"] + 0.0101
+    frame["test_auprc"] = frame["test_auc"] - 0.0202
+    frame["real_val_auc"] = frame["test_auc"] + 0.0033
+    return frame[RESULT_COLUMNS]
+
+
+CHOSEN = {"k10": {"iteration": 2000, "epsilon": 3.25, "test_auc": K10_AUCS[1]},
+          "baseline": {"iteration": 1000, "epsilon": INF, "test_auc": BASELINE_AUCS[0]}}
+PRIVACY = {"mechanism": "subsampled Gaussian, sampling without replacement", "delta": 1e-5,
+           "noise_multiplier": 1.07, "clip": 1.0, "batch_size": 32, "iterations": 3000,
+           "settings": {"k10": {"discriminators": 10, "private": True},
+                        "baseline": {"discriminators": 1, "private": False}},
+           "validation_unexpected_rows": 4242}  # not a public key: internal report only
+LEDGER = [{"iteration": 0, "epsilon": 0.0}, {"iteration": 1000, "epsilon": 1.5},
+          {"iteration": 2000, "epsilon": 3.25, "critic_wasserstein": 9.87654},
+          {"iteration": 3000, "epsilon": 6.125}]
+
+
+def _shares(gluc3=0.1, cardio1=0.5):
+    return {"gender": {"1": 0.6, "2": 0.4}, "cholesterol": {"1": 0.5, "2": 0.3, "3": 0.2},
+            "gluc": {"1": 0.6, "2": 0.4 - gluc3, "3": gluc3}, "smoke": {"0": 0.7, "1": 0.3},
+            "alco": {"0": 0.9, "1": 0.1}, "active": {"0": 0.2, "1": 0.8},
+            "cardio": {"0": 1.0 - cardio1, "1": cardio1}}
+
+
+def _ledger_shares(vanish: bool) -> dict:
+    if not vanish:
+        return {"k10": [{"iteration": it, "level_shares": _shares()} for it in (0, 1000, 2000, 3000)]}
+    return {"k10": [{"iteration": 0, "level_shares": _shares(gluc3=0.0)},
+                    {"iteration": 1000, "level_shares": _shares()},
+                    {"iteration": 2000, "level_shares": _shares(cardio1=0.0)},  # the chosen checkpoint
+                    {"iteration": 3000, "level_shares": _shares(gluc3=0.0)}]}
+
+
+@pytest.fixture(scope="module")
+def internal(tmp_path_factory, schema, real, synth) -> tuple[Path, str]:
+    directory = tmp_path_factory.mktemp("internal")
+    collapsed = synth.copy()
+    collapsed["alco"] = 0  # level 1 absent from this synthetic table
+    path = build_internal_report(
+        directory / "report.html", title="Cardio experiment", schema=schema, results=_results(), chosen=CHOSEN,
+        real_frame=real, synthetic_frames={"k10": synth, "baseline": collapsed},
+        ledger_level_shares=_ledger_shares(vanish=True), privacy=PRIVACY,
+        imputation_counts={"height": 12, "ap_hi": 34},
+        thesis_reference={"K=1500 best trade-off": {"auc": 0.717, "epsilon": 6.45}}, seed=0)
+    return path, path.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def notes(tmp_path_factory, schema, synth) -> str:
+    path = build_release_notes(tmp_path_factory.mktemp("notes") / "RELEASE_NOTES.md", title="Cardio release",
+                               schema=schema, synthetic_frame=synth, privacy=PRIVACY, chosen={"k10": CHOSEN["k10"]},
+                               ledger=LEDGER)
+    return path.read_text(encoding="utf-8")
+
+
+# ---- the internal report -----------------------------------------------------------------------------------
+
+
+def test_internal_report_is_one_self_contained_html_file(internal):
+    path, text = internal
+    assert [p.name for p in path.parent.iterdir()] == ["report.html"]
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    assert text.count("data:image/png;base64,") >= 5  # 7.1, 7.2 (x2), 7.3 (x3), 7.4
+    sources = re.findall(r'src="([^"]*)"', text)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert not re.search(r"<(link|script)\b", text, re.IGNORECASE)
+    assert "href=" not in text and "http://" not in text and "https://" not in text
+
+
+def test_internal_report_is_marked_internal_and_holds_the_real_data_content(internal, schema, real):
+    _, text = internal
+    assert "INTERNAL" in text and "(INTERNAL)</h1>" in text
+    for section in ("Figure 7.1", "Figure 7.2", "Figure 7.3", "Figure 7.4", "Table 7.1", "Table 7.2",
+                    "Model selection: every run", "Level shares at every checkpoint", "KNN imputation"):
+        assert section in text
+    assert format_number(REAL_AUCS[1], 4) in text  # the selection table (every run)
+    assert format_number(feature_stats(schema, real).loc["age", "mean"], 3) in text  # Table 7.2
+    assert "4242" in text  # every privacy key appears internally
+    assert "lr_coefficient" in text and "rf_importance" in text
+
+
+def test_internal_report_warns_about_vanished_levels(internal):
+    _, text = internal
+    text = html.unescape(text)
+    assert "WARNING (CHOSEN CHECKPOINT): setting k10, iteration 2000: level '1' of column 'cardio'" in text
+    assert "WARNING: setting k10: level '3' of column 'gluc' vanished (share 0) at 2 checkpoint(s): " \
+           "iterations 0, 3000" in text
+    assert "WARNING: the synthetic table of setting baseline has no row with level '1' of column 'alco'" in text
+    assert 'class="vanished"' in internal[1]
+
+
+def test_no_warning_without_a_vanished_level(tmp_path, schema, real, synth):
+    path = build_internal_report(tmp_path / "r.html", title="t", schema=schema, results=_results(), chosen=CHOSEN,
+                                 real_frame=real, synthetic_frames={"k10": synth},
+                                 ledger_level_shares=_ledger_shares(vanish=False), privacy=PRIVACY,
+                                 imputation_counts=None, thesis_reference=None)
+    text = path.read_text()
+    assert "WARNING" not in text and 'class="vanished"' not in text
+    assert "No level of a binary or categorical column vanished" in text
+
+
+def test_internal_report_without_real_table_or_results(tmp_path, schema, synth):
+    path = build_internal_report(tmp_path / "r.html", title="t", schema=schema,
+                                 results=pd.DataFrame(columns=RESULT_COLUMNS), chosen={}, real_frame=None,
+                                 synthetic_frames={"k10": synth}, ledger_level_shares={}, privacy={})
+    text = path.read_text()
+    assert "No AUC recorded." in text and "No real table given." in text
+    assert "data:image/png;base64," in text
+
+
+def test_vanished_levels_from_ledger_and_result_columns(schema):
+    results = _results()
+    shares = flatten_level_shares(_shares(gluc3=0.0))
+    assert shares["share:gluc=3"] == 0.0 and len(shares) == 16
+    results.loc[results["setting"] == "baseline", "share:gluc=3"] = 0.0
+    found = vanished_levels(schema, _ledger_shares(vanish=True), CHOSEN, results)
+    assert {"setting": "k10", "iteration": 2000, "column": "cardio", "level": "1", "chosen": True,
+            "source": "ledger"} in found
+    assert [f["chosen"] for f in found] == [True, True, False, False, False]  # chosen checkpoints first
+    assert {(f["setting"], f["iteration"], f["column"], f["level"]) for f in found} == {
+        ("k10", 2000, "cardio", "1"), ("k10", 0, "gluc", "3"), ("k10", 3000, "gluc", "3"),
+        ("baseline", 1000, "gluc", "3"), ("baseline", 2000, "gluc", "3")}
+    assert [f["chosen"] for f in found if f["setting"] == "baseline"] == [True, False]
+    assert level_warnings(schema, _ledger_shares(vanish=False), CHOSEN) == []
+
+
+# ---- the release notes --------------------------------------------------------------------------------------
+
+
+def _renderings(value: float) -> list[str]:
+    return [f"{value:.{d}f}" for d in (2, 3, 4, 5)] + [repr(round(value, 6))]
+
+
+def test_release_notes_contain_no_real_data_statistic(notes, schema, real):
+    real_stats = feature_stats(schema, real)
+    for feature, row in real_stats.iterrows():
+        for value in (row["mean"], row["std"]):
+            for text in _renderings(value):
+                assert text not in notes, (feature, text)
+    real_smoke = level_frequencies(schema, real)["smoke"]["1"]
+    assert real_smoke == pytest.approx(206 / 1500)
+    for text in _renderings(real_smoke)[1:]:
+        assert text not in notes
+    for auc in REAL_AUCS + BASELINE_AUCS + K10_AUCS + [float(np.mean(REAL_AUCS))]:
+        for text in _renderings(auc)[1:]:
+            assert text not in notes, text
+    # Nor internal details: imputation counts, critic losses, non-public privacy keys.
+    for forbidden in ("4242", "validation_unexpected", "9.87654", "critic", "imputed:", "test_auc", "val_auc"):
+        assert forbidden not in notes
+
+
+def test_release_notes_hold_the_synthetic_statistics_and_privacy_facts(notes, schema, synth):
+    for feature, row in feature_stats(schema, synth).iterrows():
+        assert format_number(row["mean"], 3) in notes and format_number(row["std"], 3) in notes
+    for column, levels in level_frequencies(schema, synth).items():
+        for level, share in levels.items():
+            assert f"| {column} | {level} | {format_number(share, 4)} |" in notes
+    assert "(epsilon, delta) = (3.250, 1e-05)" in notes
+    for entry in LEDGER:
+        assert f"| {entry['iteration']} | {format_number(entry['epsilon'], 3)} |" in notes
+    assert "subsampled Gaussian, sampling without replacement" in notes
+    assert "| noise multiplier sigma | 1.07 |" in notes and "| batch size B | 32 |" in notes
+    assert "| k10 | 10 | True |" in notes  # the settings table
+
+
+def test_epsilon_statement_in_both_documents(notes, internal, tmp_path, schema, synth):
+    internal_text = html.unescape(internal[1])
+    html_notes = build_release_notes_html(tmp_path / "notes.html", title="Cardio release", schema=schema,
+                                          synthetic_frame=synth, privacy=PRIVACY, chosen={"k10": CHOSEN["k10"]},
+                                          ledger=LEDGER).read_text()
+    for text in (notes, internal_text, html.unescape(html_notes)):
+        assert EPSILON_COVERS in text
+        for item in EPSILON_DOES_NOT_COVER:
+            assert item in text
+        assert "post-processing of the differentially private generator" in text
+        assert "KNN imputation" in text and "choice of the released checkpoint" in text
+    assert "data:image" not in html_notes and "INTERNAL -" not in html_notes
+
+
+def test_release_notes_of_a_non_private_release_say_so(tmp_path, schema, synth):
+    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=PRIVACY,
+                               chosen={"baseline": CHOSEN["baseline"]}, ledger=[{"iteration": 1000, "epsilon": INF}])
+    text = path.read_text()
+    assert "NOT differentially private" in text and format_number(BASELINE_AUCS[0], 4) not in text
+
+
+# ---- Prefect artifact helpers -------------------------------------------------------------------------------
+
+
+def test_summary_markdown():
+    text = summary_markdown(_results(), CHOSEN)
+    assert "| k10 | 3 | 2000 | 3.250 | 0.6522 | 0.6633 |" in text
+    assert "| baseline | 2 | 1000 | inf | 0.7811 | 0.7822 |" in text
+    assert f"mean test AUC {np.mean(REAL_AUCS):.4f} over 3 runs" in text
+    assert "No selection run recorded." in summary_markdown(pd.DataFrame(columns=RESULT_COLUMNS), {})
+
+
+def test_selection_table_records_are_json_safe():
+    records = selection_table_records(_results())
+    assert len(records) == 8 and list(records[0]) == RESULT_COLUMNS
+    json.dumps(records, allow_nan=False)
+    by_setting = {r["setting"]: r for r in records}
+    assert by_setting["real"]["epsilon"] is None and by_setting["baseline"]["epsilon"] == "inf"
+    assert [r["setting"] for r in records] == sorted(r["setting"] for r in records)
+    assert isinstance(records[0]["degenerate"], bool) and isinstance(records[0]["iteration"], int)
+    assert math.isclose([r for r in records if r["setting"] == "k10"][-1]["epsilon"], 6.125)
