@@ -105,7 +105,8 @@ def preflight(args, kind: str):
 
     ctx = load_context(args.config, args.data, args.profile, args.out, kind)
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
-    for setting in ctx.profile.settings:
+    settings = [ctx.profile.release_target()] if kind == "release" else ctx.profile.settings
+    for setting in settings:
         planned_iterations(ctx.profile.gan, ctx.profile.privacy, setting, 0)
     return ctx
 
@@ -121,7 +122,7 @@ def cmd_release(args) -> None:
 
 
 def cmd_experiment(args) -> None:
-    from flows.experiment import experiment, plan
+    from flows.experiment import experiment_for_profile, plan
 
     if args.dry_run:
         from tasks.context import load_context
@@ -131,8 +132,8 @@ def cmd_experiment(args) -> None:
         print(f"experiment {ctx.run_id}: {summary['selection_runs']} selection runs planned")
     else:
         ctx = preflight(args, "experiment")
-        summary = experiment(config=str(args.config), data=str(args.data), profile=args.profile,
-                             out=str(ctx.run_dir))
+        summary = experiment_for_profile(config=str(args.config), data=str(args.data), profile=args.profile,
+                                         out=str(ctx.run_dir))
     if args.json:
         emit_json({k: _json_safe(v) for k, v in summary.items()})
 

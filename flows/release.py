@@ -13,11 +13,10 @@ import pandas as pd
 from prefect import flow, get_run_logger
 
 from flows import stages
+from flows.pipeline import prepare, publish_report, setting_chain
 from models.choice import choose_checkpoint
-from models.errors import ConfigError
 from tasks import tracking
 from tasks.context import load_context
-from tasks.evaluate import synthetic_rows
 from tasks.stage import read_json
 
 
@@ -26,9 +25,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="release")
     prof = ctx.profile
-    if len(prof.settings) != 1:
-        raise ConfigError(f"Profile {prof.name!r} lists {len(prof.settings)} settings; a release trains one.")
-    setting = prof.settings[0]
+    setting = prof.release_target()
     run_id = tracking.start_run(f"{ctx.schema.name}-release", ctx.run_id,
                                 {"dpsynth.kind": "release", "dpsynth.run_id": ctx.run_id,
                                  "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name})
@@ -36,33 +33,30 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         tracking.log_params(run_id, {"profile": prof.to_dict(), "schema_version": ctx.schema.version})
         tracking.log_artifact(run_id, ctx.schema_path, "config")
 
-        validated = stages.validate_table(ctx.run_dir, ctx.schema_path, ctx.data_path)
-        tracking.log_artifact(run_id, validated["summary"], "validation")
-        log.info("validation: %s", validated.info)
-        split = stages.split_table(ctx.run_dir, ctx.schema, validated["table"], prof)
-        prep = stages.preprocess_table(ctx.run_dir, ctx.schema, validated["table"], split["split"], prof)
-        tracking.log_artifact(run_id, prep["imputation"], "internal")
+        paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
+        tracking.log_artifact(run_id, paths["validation_summary"], "validation")
+        tracking.log_artifact(run_id, paths["imputation"], "internal")
+        log.info("validation: %s", paths["validation_info"])
 
-        pre = stages.pretrain_critics(ctx.run_dir, ctx.schema, prep["encoded"], prep["gan_rows"], prof, setting)
-        trained = stages.train_generator(ctx.run_dir, ctx.schema, prep["encoded"], prep["gan_rows"],
-                                         pre.directory, prof, setting)
-        ledger = read_json(trained["ledger"])["checkpoints"]
+        chain = setting_chain(ctx.run_dir, ctx.schema, paths, prof, setting)
+        ledger = read_json(chain["ledger"])["checkpoints"]
         tracking.log_metric_series(run_id, "epsilon", [(e["iteration"], e["epsilon"]) for e in ledger])
         log.info("trained %s to iteration %d, epsilon %.3f", setting.name, ledger[-1]["iteration"],
                  ledger[-1]["epsilon"])
-
-        n_rows = synthetic_rows(prof, dict(_load_npz(split["split"])))
-        samples = stages.sample_checkpoints(ctx.run_dir, ctx.schema, trained["checkpoints"], n_rows, prof, setting)
-        selected = stages.select_models(ctx.run_dir, ctx.schema, prep["encoded"], split["split"], trained["ledger"],
-                                        samples.directory, prof, setting.name)
-        real = stages.select_models_real(ctx.run_dir, ctx.schema, prep["encoded"], split["split"], prof, 1)
-        results = pd.read_parquet(selected["results"])
+        real = stages.select_models_real(ctx.run_dir, ctx.schema, paths["encoded"], paths["split"], prof, 1)
+        results = pd.read_parquet(chain["results"])
         tracking.log_metric_series(run_id, "selection.test_auc", list(zip(results["iteration"], results["test_auc"])))
-        tracking.log_artifact(run_id, selected["results"], "internal")
+        tracking.log_artifact(run_id, chain["results"], "internal")
 
         metric = "real_val_auc" if prof.protocol == "honest" else "test_auc"
         chosen = choose_checkpoint(results, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget)
         real_auc = float(pd.read_parquet(real["results"])["test_auc"].iloc[0])
+        results_path = ctx.run_dir / "results.parquet"
+        pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)
+        chosen_map = {setting.name: {"iteration": int(chosen["iteration"]), "epsilon": float(chosen["epsilon"]),
+                                     "test_auc": float(chosen["test_auc"])}}
+        report = publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, [chain], results_path,
+                                chosen_map, prof, f"{ctx.schema.name} release {prof.name}")
         summary = {
             "release_id": ctx.run_id,
             "run_dir": str(ctx.run_dir),
@@ -72,6 +66,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             "delta": prof.privacy.delta,
             "auc": float(chosen["test_auc"]),
             "real_auc": real_auc,
+            "report": str(report["report"]),
             "mlflow_run_id": run_id,
         }
         tracking.log_metrics(run_id, {"release.epsilon": summary["epsilon"], "release.auc": summary["auc"],
@@ -81,9 +76,3 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     except BaseException:
         tracking.end_run(run_id, "FAILED")
         raise
-
-
-def _load_npz(path):
-    import numpy as np
-
-    return np.load(path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import evaluate, gan, preprocess, split, validate
+from tasks import evaluate, gan, preprocess, reporting, split, validate
 
 
 def _task(fn, name: str):
@@ -21,3 +21,4 @@ train_generator = _task(gan.train_stage, "train-generator")
 sample_checkpoints = _task(gan.sample_stage, "sample-checkpoints")
 select_models = _task(evaluate.evaluate_setting_stage, "select-models")
 select_models_real = _task(evaluate.evaluate_real_stage, "select-models-real")
+write_report = _task(reporting.report_stage, "report")

@@ -89,6 +89,8 @@ class Profile:
     gan: GanConfig = field(default_factory=GanConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     settings: tuple[Setting, ...] = (Setting("k1000", 1000),)
+    # The setting a release trains: by name, or the only setting when the profile lists one.
+    release_setting: str | None = None
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     device: str = "auto"
     # Registered model name; null gives "<dataset>-gswgan".
@@ -112,12 +114,26 @@ class Profile:
         for s in self.settings:
             if s.discriminators < 1:
                 raise ConfigError(f"profile {self.name!r}: setting {s.name!r} needs at least one discriminator.")
+        names = [s.name for s in self.settings]
+        if len(set(names)) != len(names) or "real" in names:
+            raise ConfigError(f"profile {self.name!r}: setting names must be unique and not 'real'.")
         if self.gan.iterations % self.gan.checkpoint_every:
             raise ConfigError(f"profile {self.name!r}: iterations must be a multiple of checkpoint_every.")
         if self.gan.output_head not in ("tanh", "typed"):
             raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh' or 'typed'.")
         if self.gan.init not in ("default", "thesis"):
             raise ConfigError(f"profile {self.name!r}: init must be 'default' or 'thesis'.")
+
+    def release_target(self) -> Setting:
+        if self.release_setting is not None:
+            for s in self.settings:
+                if s.name == self.release_setting:
+                    return s
+            raise ConfigError(f"profile {self.name!r}: release_setting {self.release_setting!r} is not a setting.")
+        if len(self.settings) != 1:
+            raise ConfigError(f"profile {self.name!r} lists {len(self.settings)} settings: name the one a "
+                              "release trains with `release_setting`.")
+        return self.settings[0]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

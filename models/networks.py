@@ -52,7 +52,9 @@ class OutputHead(nn.Module):
 
 
 def apply_head(logits: torch.Tensor, kind: str, groups: list[tuple[int, int]]) -> torch.Tensor:
+    """Groups of one column are single columns (Tanh)."""
     out = torch.tanh(logits)
+    groups = [g for g in groups if g[1] - g[0] > 1]
     if kind == "typed" and groups:
         parts, last = [], 0
         for start, stop in groups:

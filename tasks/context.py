@@ -40,5 +40,4 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
     config_hash = sha256_json([prof.config_hash, schema.source_hash])
     run_id = f"{schema.name}-{prof.name}-{data_hash[:8]}-{config_hash[:8]}"
     run_dir = Path(out) if out else Path("runs") / kind / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
     return RunContext(Path(config), data_path, schema, prof, data_hash, run_id, run_dir)

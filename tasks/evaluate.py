@@ -67,7 +67,8 @@ def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.
                        profile: Profile, index: int) -> dict:
     encoder = TableEncoder(schema)
     real = real_splits(split, encoded, encoder, profile.protocol, index, profile.seed)
-    synthetic = encoder.encode(pd.read_parquet(synthetic_path))
+    frame = pd.read_parquet(synthetic_path)
+    synthetic = encoder.encode(frame)
     X_syn, y_syn = features_target(encoder, synthetic)
     n_train, n_val = len(real["train"]), len(real["val"])
     stratify = y_syn if np.bincount(y_syn, minlength=2).min() >= 2 else None
@@ -77,7 +78,20 @@ def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.
     X_rv, y_rv = features_target(encoder, encoded[real["val"]])
     candidates = regularisation_grid(profile.seed, profile.evaluation.n_regularisation_values,
                                      profile.evaluation.penalties)
-    return selection_run(X_syn[train], y_syn[train], X_syn[val], y_syn[val], X_test, y_test, X_rv, y_rv, candidates)
+    record = selection_run(X_syn[train], y_syn[train], X_syn[val], y_syn[val], X_test, y_test, X_rv, y_rv,
+                           candidates)
+    return {**record, **level_share_columns(schema, frame)}
+
+
+def level_share_columns(schema: DatasetSchema, frame: pd.DataFrame) -> dict[str, float]:
+    """Share of every level of every binary/categorical column, as "share:<column>=<level>" (synthetic
+    data only: a collapsed generator shows here as a level with share 0)."""
+    out = {}
+    for col in schema.discrete:
+        counts = frame[col.name].value_counts(normalize=True)
+        for level in col.levels:
+            out[f"share:{col.name}={level}"] = float(counts.get(level, 0.0))
+    return out
 
 
 def evaluate_real(schema: DatasetSchema, encoded: np.ndarray, split: dict, profile: Profile, index: int) -> dict:
@@ -109,7 +123,7 @@ def evaluate_setting_stage(run_dir, schema: DatasetSchema, encoded_path: Path, s
             records.append({"setting": setting_name, "iteration": entry["iteration"], "index": index,
                             "epsilon": entry["epsilon"], **record})
         out = directory / "selection.parquet"
-        pd.DataFrame.from_records(records, columns=RESULT_COLUMNS).to_parquet(out, index=False)
+        pd.DataFrame.from_records(records).to_parquet(out, index=False)
         return {"results": out}, {"runs": len(records)}
 
     return run_stage(run_dir, f"evaluate-{setting_name}",

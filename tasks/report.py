@@ -335,7 +335,7 @@ def _auc_figure(results: pd.DataFrame, chosen: dict, thesis_reference: dict | No
         if isinstance(entry, dict) and _is_finite(entry.get("auc")) and _is_finite(entry.get("epsilon")):
             ax.scatter([float(entry["epsilon"])], [float(entry["auc"])], marker="x", color="gray", zorder=4)
             ax.annotate(f"thesis: {label}", (float(entry["epsilon"]), float(entry["auc"])), fontsize=7,
-                        color="gray", xytext=(4, -10), textcoords="offset points")
+                        color="gray", xytext=(-4, -12), textcoords="offset points", ha="right")
     ax.set_xlabel("epsilon (delta as configured)")
     ax.set_ylabel("AUC on the real test split")
     ax.set_title("Figure 7.1: AUC against epsilon (star: chosen checkpoint)")
@@ -376,7 +376,7 @@ def _heatmap_figure(rho: pd.DataFrame, pval: pd.DataFrame, title: str) -> bytes:
         for j in range(n):
             r = rho.iat[i, j]
             text = "" if not np.isfinite(r) else f"{r:.2f}\n{significance_stars(pval.iat[i, j])}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=5,
+            ax.text(j, i, text, ha="center", va="center", fontsize=6,
                     color="white" if np.isfinite(r) and abs(r) > 0.6 else "black")
     fig.colorbar(image, ax=ax, shrink=0.8)
     ax.set_title(title, fontsize=9)

@@ -1,0 +1,119 @@
+"""The `experiment` flow: the thesis grid (Algorithm 3), every setting in parallel.
+
+validate -> split -> preprocess once; then per setting, as independent tasks on the task runner:
+pretrain -> train -> sample -> model selection at every checkpoint; beside them the real-vs-real
+baseline (one selection run per checkpoint index). The task runner is a process pool on one machine,
+or a Dask cluster when the profile names a scheduler address.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ProcessPoolTaskRunner
+
+from flows import stages
+from flows.pipeline import prepare, publish_report, setting_chain
+from models.choice import choose_checkpoint
+from models.config import Profile, load_profile
+from tasks import tracking
+from tasks.context import load_context
+from tasks.stage import write_json
+
+
+def plan(profile: Profile) -> dict:
+    checkpoints = profile.gan.iterations // profile.gan.checkpoint_every + 1
+    settings = [s.name for s in profile.settings]
+    real_runs = checkpoints if profile.evaluation.real_baseline else 0
+    return {"profile": profile.name, "settings": settings, "checkpoints_per_setting": checkpoints,
+            "selection_runs": len(settings) * checkpoints + real_runs,
+            "iterations": profile.gan.iterations, "discriminators": [s.discriminators for s in profile.settings],
+            "pretrain_iterations": profile.gan.pretrain_iterations}
+
+
+def _one_thread_per_worker() -> None:
+    # Two workers on two cores: each process keeps to one thread instead of oversubscribing.
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+@task(name="setting", cache_policy=NO_CACHE, persist_result=False)
+def run_setting(run_dir, schema, paths, profile, setting) -> dict:
+    return setting_chain(run_dir, schema, paths, profile, setting)
+
+
+@task(name="real-baseline", cache_policy=NO_CACHE, persist_result=False)
+def run_real_baseline(run_dir, schema, paths, profile, runs) -> dict:
+    result = stages.select_models_real.fn(run_dir, schema, paths["encoded"], paths["split"], profile, runs)
+    return {"results": result["results"]}
+
+
+@flow(name="experiment", task_runner=ProcessPoolTaskRunner(max_workers=2, initializer=_one_thread_per_worker))
+def experiment(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
+    log = get_run_logger()
+    ctx = load_context(config, data, profile, out, kind="experiment")
+    prof = ctx.profile
+    run_id = tracking.start_run(f"{ctx.schema.name}-experiment", ctx.run_id,
+                                {"dpsynth.kind": "experiment", "dpsynth.run_id": ctx.run_id,
+                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name})
+    try:
+        tracking.log_params(run_id, {"profile": prof.to_dict()})
+        paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
+        the_plan = plan(prof)
+        futures = [run_setting.submit(ctx.run_dir, ctx.schema, paths, prof, s) for s in prof.settings]
+        real = None
+        if prof.evaluation.real_baseline:
+            real = run_real_baseline.submit(ctx.run_dir, ctx.schema, paths, prof, the_plan["checkpoints_per_setting"])
+        chains = [f.result() for f in futures]
+        frames = [pd.read_parquet(c["results"]) for c in chains]
+        if real is not None:
+            frames.append(pd.read_parquet(real.result()["results"]))
+        results = pd.concat(frames, ignore_index=True)
+        results_path = ctx.run_dir / "results.parquet"
+        results.to_parquet(results_path, index=False)
+        tracking.log_artifact(run_id, results_path, "internal")
+
+        metric = "real_val_auc" if prof.protocol == "honest" else "test_auc"
+        chosen = {}
+        for s in prof.settings:
+            rows = results[results["setting"] == s.name]
+            pick = choose_checkpoint(rows, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget)
+            if pick is not None:
+                chosen[s.name] = {"iteration": int(pick["iteration"]), "epsilon": float(pick["epsilon"]),
+                                  "test_auc": float(pick["test_auc"])}
+                tracking.log_metrics(run_id, {f"{s.name}.auc": pick["test_auc"], f"{s.name}.epsilon": pick["epsilon"]})
+        publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, chains, results_path, chosen, prof,
+                       f"{ctx.schema.name} experiment {prof.name}")
+        real_auc = float(results.loc[results["setting"] == "real", "test_auc"].mean()) if real is not None else None
+        summary = {"experiment_id": ctx.run_id, "run_dir": str(ctx.run_dir), "selection_runs": int(len(results)),
+                   "planned_selection_runs": the_plan["selection_runs"], "real_auc": real_auc,
+                   "chosen": {k: {kk: (None if isinstance(vv, float) and math.isinf(vv) else vv)
+                                  for kk, vv in v.items()} for k, v in chosen.items()},
+                   "results": str(results_path), "mlflow_run_id": run_id}
+        write_json(summary, ctx.run_dir / "summary.json")
+        log.info("experiment %s: %d selection runs", ctx.run_id, len(results))
+        tracking.end_run(run_id)
+        return summary
+    except BaseException:
+        tracking.end_run(run_id, "FAILED")
+        raise
+
+
+def experiment_for_profile(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
+    """Run the experiment on the task runner the profile asks for (Dask when it names a scheduler)."""
+    prof = load_profile(profile, config)
+    flow_to_run = experiment
+    if prof.dask_address:
+        from prefect_dask import DaskTaskRunner
+
+        flow_to_run = experiment.with_options(task_runner=DaskTaskRunner(address=prof.dask_address))
+    elif prof.workers != 2:
+        flow_to_run = experiment.with_options(
+            task_runner=ProcessPoolTaskRunner(max_workers=prof.workers, initializer=_one_thread_per_worker))
+    return flow_to_run(config=config, data=data, profile=profile, out=out)

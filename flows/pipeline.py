@@ -1,0 +1,63 @@
+"""Stage chains shared by the release and experiment flows (wiring only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from flows import stages
+from models.config import Profile, Setting
+from models.schema import DatasetSchema
+from tasks.evaluate import synthetic_rows
+
+
+def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: Path, profile: Profile) -> dict:
+    """validate -> split -> preprocess; returns the paths later stages read."""
+    validated = stages.validate_table(run_dir, schema_path, data_path)
+    split = stages.split_table(run_dir, schema, validated["table"], profile)
+    prep = stages.preprocess_table(run_dir, schema, validated["table"], split["split"], profile)
+    return {"table": validated["table"], "validation_summary": validated["summary"], "split": split["split"],
+            "encoded": prep["encoded"], "gan_rows": prep["gan_rows"], "imputation": prep["imputation"],
+            "validation_info": validated.info}
+
+
+def setting_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
+    """pretrain -> train -> sample -> model selection for one privacy setting."""
+    pre = stages.pretrain_critics(run_dir, schema, paths["encoded"], paths["gan_rows"], profile, setting)
+    trained = stages.train_generator(run_dir, schema, paths["encoded"], paths["gan_rows"], pre.directory,
+                                     profile, setting)
+    n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
+    samples = stages.sample_checkpoints(run_dir, schema, trained["checkpoints"], n_rows, profile, setting)
+    selected = stages.select_models(run_dir, schema, paths["encoded"], paths["split"], trained["ledger"],
+                                    samples.directory, profile, setting.name)
+    return {"setting": setting.name, "checkpoints": trained["checkpoints"], "ledger": trained["ledger"],
+            "samples": samples.directory, "results": selected["results"], "train_info": trained.info}
+
+
+def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict,
+                   chains: list[dict], results_path: Path, chosen: dict, profile: Profile, title: str):
+    """The report stage, then its files to MLflow and a summary and table as Prefect artifacts."""
+    import pandas as pd
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    from tasks import tracking
+    from tasks.report import selection_table_records, summary_markdown
+
+    report = stages.write_report(run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title)
+    tracking.log_artifact(run_id, report["report"], "report")
+    for key, path in report.outputs.items():
+        if key.startswith("notes_"):
+            tracking.log_artifact(run_id, path, "release_notes")
+    results = pd.read_parquet(results_path)
+    create_markdown_artifact(summary_markdown(results, chosen), key=_artifact_key(title, "summary"),
+                             description="dpsynth run summary (internal: AUCs on real data)")
+    create_table_artifact(selection_table_records(results), key=_artifact_key(title, "selection"),
+                          description="every model-selection run")
+    return report
+
+
+def _artifact_key(title: str, kind: str) -> str:
+    # Prefect artifact keys: lowercase letters, digits and dashes.
+    slug = "".join(ch if ch.isalnum() else "-" for ch in title.lower()).strip("-")
+    return f"{slug}-{kind}"[:100]

@@ -1,0 +1,159 @@
+"""Stacked networks: hand-written gradients against autograd, chunked forwards against separate calls,
+the stacked Adam against torch.optim.Adam."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from models.networks import CriticStack, Generator, GeneratorStack, StackedAdam, apply_head
+
+GROUPS = [(0, 1), (1, 4), (4, 5), (5, 8)]
+
+
+def _rng(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def _reference_critic_grads(stack: CriticStack, params, real, fake, alpha, gp_lambda):
+    """The textbook WGAN-GP loss with autograd's double backward (the original implementation)."""
+    leaves = [p.detach().clone().requires_grad_(True) for p in params]
+
+    def forward(x):
+        return stack.forward(leaves, x)
+
+    x_hat = (alpha * real + (1.0 - alpha) * fake).requires_grad_(True)
+    (grad,) = torch.autograd.grad(forward(x_hat).sum(), x_hat, create_graph=True)
+    gp = ((grad.norm(dim=-1) - 1.0) ** 2).mean(dim=-1)
+    d_real, d_fake = forward(real).mean(1), forward(fake).mean(1)
+    loss = (d_fake - d_real + gp_lambda * gp).sum()
+    grads = torch.autograd.grad(loss, leaves)
+    return [g.detach() for g in grads], (d_real - d_fake).detach()
+
+
+@pytest.mark.parametrize("batchnorm", [False, True])
+@pytest.mark.parametrize("scheme", ["default", "thesis"])
+def test_critic_loss_grads_match_autograd(batchnorm, scheme):
+    stack = CriticStack(4, 16, 32, batchnorm, scheme, _rng(1))
+    g = _rng(2)
+    real = torch.rand(4, 8, 16, generator=g) * 2 - 1
+    fake = torch.rand(4, 8, 16, generator=g) * 2 - 1
+    alpha = torch.rand(4, 8, 1, generator=g)
+    grads, w = stack.loss_grads(stack.params, real, fake, alpha, 10.0, wasserstein=True)
+    ref, ref_w = _reference_critic_grads(stack, stack.params, real, fake, alpha, 10.0)
+    # The output bias is not trained: its true gradient is zero.
+    assert torch.count_nonzero(ref[-1]) == 0
+    assert len(grads) == len(ref) - 1
+    for got, want in zip(grads, ref[:-1]):
+        scale = want.abs().max().item()
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5 * max(scale, 1.0))
+    assert torch.allclose(w, ref_w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batchnorm", [False, True])
+def test_critic_input_grad_matches_autograd(batchnorm):
+    stack = CriticStack(3, 16, 32, batchnorm, "default", _rng(3))
+    x = (torch.rand(3, 8, 16, generator=_rng(4)) * 2 - 1).requires_grad_(True)
+    (want,) = torch.autograd.grad(stack.forward(stack.params, x).sum(), x)
+    got = stack.input_grad(stack.params, x.detach())
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_critic_stack_rows_equal_independent_modules():
+    """Each network of the stack is the plain module Linear -> LeakyReLU -> Linear."""
+    stack = CriticStack(3, 16, 32, False, "default", _rng(5))
+    x = torch.rand(3, 8, 16, generator=_rng(6))
+    out = stack.forward(stack.params, x)
+    for j in range(3):
+        w1, b1, w2, b2 = (p[j] for p in stack.params)
+        module = nn.Sequential(nn.Linear(16, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1))
+        with torch.no_grad():
+            module[0].weight.copy_(w1.T)
+            module[0].bias.copy_(b1[0])
+            module[2].weight.copy_(w2.T)
+            module[2].bias.copy_(b2[0])
+        assert torch.allclose(out[j], module(x[j]).squeeze(-1), atol=1e-6)
+
+
+@pytest.mark.parametrize("head", ["tanh", "typed"])
+def test_generator_stack_backward_matches_autograd(head):
+    gens = GeneratorStack(3, 8, (16, 32), 8, head, GROUPS, "default", _rng(7))
+    chunks, batch = 3, 6
+    z = torch.randn(3, chunks * batch, 8, generator=_rng(8))
+    dout = torch.randn(3, batch, 8, generator=_rng(9))
+    leaves = [p.clone().requires_grad_(True) for p in gens.params]
+    out_ref = gens.forward(leaves, z, chunks)
+    grads_ref = torch.autograd.grad((out_ref[:, -batch:] * dout).sum(), gens.trainable(leaves))
+
+    out, saved = gens.forward_train(gens.params, z, chunks)
+    assert torch.allclose(out, out_ref, atol=1e-5)
+    grads = gens.backward(gens.params, saved, dout)
+    assert len(grads) == len(grads_ref)
+    for got, want in zip(grads, grads_ref):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_generator_stack_pre_batchnorm_bias_is_inert():
+    gens = GeneratorStack(2, 8, (16,), 4, "tanh", [], "default", _rng(10))
+    z = torch.randn(2, 12, 8, generator=_rng(11))
+    before = gens.forward(gens.params, z, 2)
+    shifted = [p.clone() for p in gens.params]
+    shifted[1] += 3.0
+    assert torch.allclose(gens.forward(shifted, z, 2), before, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["tanh", "typed"])
+def test_generator_forward_chunks_equals_separate_calls(head):
+    gen = Generator(8, (16, 32), 8, head, GROUPS)
+    twin = copy.deepcopy(gen)
+    z = torch.randn(4 * 10, 8, generator=_rng(12))
+    with torch.no_grad():
+        got = gen.forward_chunks(z, 4)
+        want = torch.cat([twin(part) for part in z.chunk(4)])
+    assert torch.allclose(got, want, atol=1e-5)
+    for name, buf in gen.state_dict().items():
+        assert torch.allclose(buf.double(), twin.state_dict()[name].double(), atol=1e-6), name
+
+
+def test_apply_head_typed_rows():
+    logits = torch.randn(5, 8, generator=_rng(13))
+    out = apply_head(logits, "typed", GROUPS)
+    for start, stop in GROUPS[1::2]:
+        assert torch.allclose(((out[:, start:stop] + 1) / 2).sum(-1), torch.ones(5))
+    assert torch.allclose(out[:, 0], torch.tanh(logits[:, 0]))
+
+
+def test_stacked_adam_matches_torch_adam():
+    g = _rng(14)
+    params = [torch.randn(3, 4, 5, generator=g), torch.randn(3, 1, 5, generator=g)]
+    refs = [[p[j].clone().requires_grad_(True) for p in params] for j in range(3)]
+    opts = [torch.optim.Adam(r, lr=1e-2, betas=(0.0, 0.9)) for r in refs]
+    adam = StackedAdam(params, 1e-2, (0.0, 0.9))
+    for it in range(3):  # all networks together
+        grads = [torch.randn(p.shape, generator=g) for p in params]
+        adam.step_all(params, grads)
+        for j in range(3):
+            for r, gr in zip(refs[j], grads):
+                r.grad = gr[j].clone()
+            opts[j].step()
+    for it in range(4):  # network 1 alone, through views of the stack
+        untouched = [p.clone() for p in params]
+        grads = [torch.randn(p[1:2].shape, generator=g) for p in params]
+        adam.step_one(1, [p[1:2] for p in params], grads)
+        for r, gr in zip(refs[1], grads):
+            r.grad = gr[0].clone()
+        opts[1].step()
+        for p, u in zip(params, untouched):
+            assert torch.equal(p[0], u[0]) and torch.equal(p[2], u[2])
+    assert adam.steps.tolist() == [3, 7, 3]
+    for j in range(3):
+        for p, r in zip(params, refs[j]):
+            assert torch.allclose(p[j], r.detach(), atol=1e-7)
+    state = adam.state_dict()
+    other = StackedAdam(params, 1e-2, (0.0, 0.9))
+    other.load_state_dict(state)
+    assert other.steps.tolist() == [3, 7, 3]
