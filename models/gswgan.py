@@ -24,7 +24,7 @@ import torch
 from models.accountant import MECHANISM, GSWGANAccountant, epsilons_at
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
-from models.networks import CriticStack, Generator, GeneratorStack, StackedAdam, init_generator_
+from models.networks import CriticStack, Generator, GeneratorStack, StackedAdam, Workspace, init_generator_
 from models.sanitizer import sanitize_rows
 
 STATE_FILE = "training_state.pt"
@@ -136,19 +136,31 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
     opt_d = StackedAdam(c_train, gan.lr_critic, tuple(gan.betas))
     opt_g = StackedAdam(g_train, gan.lr_generator, tuple(gan.betas))
     r, b = gan.critic_steps, gan.batch_size
+    ws = Workspace()
+    signs = torch.full((1, 1, 2 * b, 1), 1.0 / b, device=device)
+    signs[:, :, :b] = -1.0 / b
     for _ in range(iterations):
         z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan))
         # The generators do not change during the r critic steps: one pass makes all r fake batches
         # and the generator step's batch (BatchNorm statistics per batch of B rows).
-        fakes, saved = gens.forward_train(gens.params, z, r + 1)
+        fakes, saved = gens.forward_train(gens.params, z, r + 1, ws)
         real = data[torch.gather(part, 1, local.reshape(pairs, r * b))].view(pairs, r, b, width)
-        for s in range(r):
-            grads, _ = critics.loss_grads(critics.params, real[:, s], fakes[:, s * b:(s + 1) * b], alpha[:, s],
-                                          gan.gp_lambda)
-            opt_d.step_all(c_train, grads)
+        if critics.batchnorm:
+            for s in range(r):
+                grads, _ = critics.loss_grads(critics.params, real[:, s], fakes[:, s * b:(s + 1) * b], alpha[:, s],
+                                              gan.gp_lambda)
+                opt_d.step_all(c_train, grads)
+        else:
+            # Rows [real; fake] of every critic step, and the same rows times their loss weights.
+            x_rf = torch.cat([real, fakes[:, :r * b].view(pairs, r, b, width)], 2)
+            xe = x_rf * signs
+            for s in range(r):
+                grads, _ = critics.loss_grads_rows(critics.params, x_rf[:, s], xe[:, s], alpha[:, s], gan.gp_lambda,
+                                                   ws=ws)
+                opt_d.step_all(c_train, grads)
         # Generator loss -mean D(G(z)) per pair, through the updated (now fixed) critic.
-        dfake = critics.input_grad(critics.params, fakes[:, r * b:]).mul_(-1.0 / b)
-        opt_g.step_all(g_train, gens.backward(gens.params, saved, dfake))
+        dfake = critics.input_grad(critics.params, fakes[:, r * b:], ws).mul_(-1.0 / b)
+        opt_g.step_all(g_train, gens.backward(gens.params, saved, dfake, ws))
         tick(pairs)
     return critics.params
 

@@ -34,8 +34,6 @@ from torch.nn import functional as F
 BN_EPS = 1e-5
 LEAKY_SLOPE = 0.2
 
-_leaky_relu_backward = torch.ops.aten.leaky_relu_backward
-_threshold_backward = torch.ops.aten.threshold_backward
 
 
 class OutputHead(nn.Module):
@@ -186,6 +184,13 @@ def _batchnorm_rows(h: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) ->
     return centred * torch.rsqrt(var + BN_EPS) * gamma + beta
 
 
+def _row_signs(batch: int, like: torch.Tensor) -> torch.Tensor:
+    """Loss weights of the rows [real; fake] of the critic loss mean D(fake) - mean D(real): [1, 2B, 1]."""
+    e = torch.full((1, 2 * batch, 1), 1.0 / batch, dtype=like.dtype, device=like.device)
+    e[:, :batch] = -1.0 / batch
+    return e
+
+
 class CriticStack:
     """K WGAN critics: Linear(d, hidden) -> [BatchNorm] -> LeakyReLU(0.2) -> Linear(hidden, 1).
 
@@ -242,28 +247,40 @@ class CriticStack:
         """
         if self.batchnorm:
             return self._loss_grads_autograd(params, real, fake, alpha, gp_lambda, wasserstein)
-        w1, b1, w2, _ = params
         batch = real.shape[1]
-        x_hat = torch.lerp(fake, real, alpha)
-        x = torch.cat([real, fake, x_hat], 1)                       # [K, 3B, d]
-        h = torch.baddbmm(b1, x, w1)                                # [K, 3B, H]
-        # S * w2 per row, S = LeakyReLU'(h): one op for what autograd needs several for.
-        sv = _leaky_relu_backward(w2.transpose(1, 2).expand_as(h), h, LEAKY_SLOPE, False)
-        u = sv[:, 2 * batch:]                                       # d D(x_hat) / d h
+        x_rf = torch.cat([real, fake], 1)
+        return self.loss_grads_rows(params, x_rf, x_rf * _row_signs(batch, x_rf), alpha, gp_lambda, wasserstein)
+
+    def loss_grads_rows(self, params: list[torch.Tensor], x_rf: torch.Tensor, xe: torch.Tensor, alpha: torch.Tensor,
+                        gp_lambda: float, wasserstein: bool = False, ws: Workspace | None = None):
+        """`loss_grads` (critics without BatchNorm) from x_rf = [real; fake] rows [K, 2B, d] and xe = x_rf
+        scaled by the rows' loss weights (-1/B real, +1/B fake), which callers can prepare for many steps.
+        The gradients live in `ws` buffers when one is given (valid until its next use)."""
+        ws = ws or Workspace()
+        w1, b1, w2, _ = params
+        k, rows, width = x_rf.shape
+        batch = rows // 2
+        hidden = w1.shape[-1]
+        h_rf = torch.baddbmm(b1, x_rf, w1, out=ws("c.h_rf", (k, rows, hidden), x_rf))
+        # The first layer is affine, so its value at x_hat = alpha real + (1 - alpha) fake is the same
+        # interpolation of its values at real and fake: no product with w1 for the x_hat rows.
+        h_x = torch.lerp(h_rf[:, batch:], h_rf[:, :batch], alpha, out=ws("c.h_x", (k, batch, hidden), x_rf))
+        w2_rows = w2.transpose(1, 2)
+        # S * w2 per row (S = LeakyReLU'(h)) in one op: d D / d h for real/fake rows, u for x_hat rows.
+        sv = _leaky_grad(w2_rows.expand_as(h_rf), h_rf, ws("c.sv", h_rf.shape, x_rf))
+        u = _leaky_grad(w2_rows.expand_as(h_x), h_x, ws("c.u", h_x.shape, x_rf))
         g = torch.bmm(u, w1.transpose(1, 2))                        # grad of D at x_hat: [K, B, d]
         norm = (g * g).sum(-1, keepdim=True).sqrt_()
         coef = (norm - 1.0).div_(norm.clamp_min(1e-30)).mul_(2.0 * gp_lambda / batch)
-        q = g * coef                                                # d GP / d g
-        # dw1 = sum over rows of (e x) outer (S w2) for real/fake rows (e = -1/B, +1/B) and q outer u.
-        xe = torch.cat([real * (-1.0 / batch), fake * (1.0 / batch), q], 1)
-        dw1 = torch.bmm(xe.transpose(1, 2), sv)
-        s_real = sv[:, :batch].sum(1, keepdim=True)
-        s_fake = sv[:, batch:2 * batch].sum(1, keepdim=True)
-        db1 = (s_fake - s_real).mul_(1.0 / batch)
-        a = F.leaky_relu(h[:, :2 * batch], LEAKY_SLOPE)
+        q = g.mul_(coef)                                            # d GP / d g
+        # dw1: sum over rows of (e x) outer (S w2) for real/fake rows, plus q outer u for x_hat rows.
+        dw1 = torch.bmm(q.transpose(1, 2), u, out=ws("c.dw1", (k, width, hidden), x_rf))
+        dw1.baddbmm_(xe.transpose(1, 2), sv)
+        db1 = (sv[:, batch:].sum(1, keepdim=True) - sv[:, :batch].sum(1, keepdim=True)).mul_(1.0 / batch)
+        a = torch._C._nn.leaky_relu(h_rf, LEAKY_SLOPE, out=ws("c.a", h_rf.shape, x_rf))
         a_diff = (a[:, batch:].sum(1) - a[:, :batch].sum(1)).mul_(1.0 / batch)   # [K, H]
-        qv = torch.bmm(q, w1)                                       # d GP / d u: [K, B, H]
-        dw2 = (_leaky_relu_backward(qv, h[:, 2 * batch:], LEAKY_SLOPE, False).sum(1) + a_diff).unsqueeze(-1)
+        qv = torch.bmm(q, w1, out=ws("c.qv", h_x.shape, x_rf))     # d GP / d u: [K, B, H]
+        dw2 = (_leaky_grad(qv, h_x, qv).sum(1) + a_diff).unsqueeze(-1)
         w = -(a_diff * w2.squeeze(-1)).sum(-1) if wasserstein else None
         return [dw1, db1, dw2], w
 
@@ -282,7 +299,7 @@ class CriticStack:
             grads = torch.autograd.grad(loss, self.trainable(leaves))
         return list(grads), (d_real - d_fake).detach() if wasserstein else None
 
-    def input_grad(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def input_grad(self, params: list[torch.Tensor], x: torch.Tensor, ws: Workspace | None = None) -> torch.Tensor:
         """d (sum of D(x) over rows) / dx for x [K, B, d]: each row's gradient of its own score (with
         BatchNorm, of the batch's summed score)."""
         if self.batchnorm:
@@ -291,9 +308,10 @@ class CriticStack:
                 rows = x.detach().requires_grad_(True)
                 (grad,) = torch.autograd.grad(self.forward(leaves, rows).sum(), rows)
             return grad
+        ws = ws or Workspace()
         w1, b1, w2, _ = params
-        h = torch.baddbmm(b1, x, w1)
-        sv = _leaky_relu_backward(w2.transpose(1, 2).expand_as(h), h, LEAKY_SLOPE, False)
+        h = torch.baddbmm(b1, x, w1, out=ws("c.h_in", x.shape[:2] + w1.shape[-1:], x))
+        sv = _leaky_grad(w2.transpose(1, 2).expand_as(h), h, h)
         return torch.bmm(sv, w1.transpose(1, 2))
 
     def state_dict(self) -> dict:
@@ -348,28 +366,30 @@ class GeneratorStack:
         return apply_head(torch.baddbmm(b, h, w), self.head, self.groups)
 
     @torch.no_grad()
-    def forward_train(self, params: list[torch.Tensor], z: torch.Tensor, chunks: int):
+    def forward_train(self, params: list[torch.Tensor], z: torch.Tensor, chunks: int, ws: Workspace | None = None):
         """Forward of `chunks` batches per network (as `forward`), keeping what `backward` needs for the
-        LAST chunk only. Returns (out [K, chunks * B, width], saved)."""
+        LAST chunk only. Returns (out [K, chunks * B, width], saved); both live in `ws` buffers if given."""
+        ws = ws or Workspace()
         k, rows, _ = z.shape
         batch = rows // chunks
         h = z
         inputs, xhats, scales = [z[:, rows - batch:]], [], []
         for i in range(self.n_hidden):
             w, _, gamma, beta = params[4 * i: 4 * i + 4]
-            y = torch.bmm(h, w)
-            width = y.shape[-1]
+            width = w.shape[-1]
+            y = torch.bmm(h, w, out=ws(f"g.y{i}", (k, rows, width), z))
             yv = y.view(k, chunks, batch, width)
             yv.sub_(yv.mean(2, keepdim=True))
-            rstd = (yv * yv).sum(2, keepdim=True).mul_(1.0 / batch).add_(BN_EPS).rsqrt_()
-            xhats.append(yv[:, -1] * rstd[:, -1])
+            sq = torch.mul(yv, yv, out=ws(f"g.sq{i}", yv.shape, z))
+            rstd = sq.sum(2, keepdim=True).mul_(1.0 / batch).add_(BN_EPS).rsqrt_()
+            xhats.append(torch.mul(yv[:, -1], rstd[:, -1], out=ws(f"g.xhat{i}", (k, batch, width), z)))
             scale = rstd.mul_(gamma.unsqueeze(1))
             scales.append(scale[:, -1])
-            yv.mul_(scale).add_(beta.unsqueeze(1)).relu_()
+            torch.addcmul(beta.unsqueeze(1), yv, scale, out=yv).relu_()
             h = y
             inputs.append(y[:, rows - batch:])
         w, b = params[-2:]
-        logits = torch.baddbmm(b, h, w)
+        logits = torch.baddbmm(b, h, w, out=ws("g.out", (k, rows, w.shape[-1]), z))
         if self.head == "typed" and self.groups:
             out = apply_head(logits, self.head, self.groups)
         else:
@@ -377,26 +397,57 @@ class GeneratorStack:
         return out, (inputs, xhats, scales, out[:, rows - batch:])
 
     @torch.no_grad()
-    def backward(self, params: list[torch.Tensor], saved, dout: torch.Tensor) -> list[torch.Tensor]:
+    def backward(self, params: list[torch.Tensor], saved, dout: torch.Tensor,
+                 ws: Workspace | None = None) -> list[torch.Tensor]:
         """Gradients for `trainable(params)` of sum(out_last_chunk * dout)."""
+        ws = ws or Workspace()
         inputs, xhats, scales, out = saved
         batch = out.shape[1]
         do = head_backward(out, dout, self.head, self.groups)
         w_out = params[-2]
-        tail = [torch.bmm(inputs[-1].transpose(1, 2), do), do.sum(1, keepdim=True)]
-        dx = torch.bmm(do, w_out.transpose(1, 2))
+        tail = [torch.bmm(inputs[-1].transpose(1, 2), do, out=ws("g.dw_out", w_out.shape, do)),
+                do.sum(1, keepdim=True)]
+        dx = torch.bmm(do, w_out.transpose(1, 2), out=ws(f"g.dx{self.n_hidden - 1}", inputs[-1].shape, do))
         grads: list[torch.Tensor] = []
         for i in reversed(range(self.n_hidden)):
             w = params[4 * i]
-            dz = _threshold_backward(dx, inputs[i + 1], 0.0)        # ReLU': its output is the next input
+            # ReLU' (its output is the next layer's input), in place
+            dz = _threshold_backward_(dx, inputs[i + 1])
             dbeta = dz.sum(1, keepdim=True)
-            dgamma = (dz * xhats[i]).sum(1, keepdim=True)
-            dy = torch.addcmul(dz - dbeta * (1.0 / batch), xhats[i], dgamma, value=-1.0 / batch).mul_(scales[i])
-            dw = torch.bmm(inputs[i].transpose(1, 2), dy)
+            dgamma = torch.mul(dz, xhats[i], out=ws(f"g.tmp{i}", dz.shape, dz)).sum(1, keepdim=True)
+            # dy = gamma * rstd * (dz - mean(dz) - xhat * mean(dz * xhat)), written over dz
+            dy = dz.sub_(dbeta, alpha=1.0 / batch).addcmul_(xhats[i], dgamma, value=-1.0 / batch).mul_(scales[i])
+            dw = torch.bmm(inputs[i].transpose(1, 2), dy, out=ws(f"g.dw{i}", w.shape, do))
             if i > 0:
-                dx = torch.bmm(dy, w.transpose(1, 2))
+                dx = torch.bmm(dy, w.transpose(1, 2), out=ws(f"g.dx{i - 1}", inputs[i].shape, do))
             grads = [dw, dgamma, dbeta] + grads
         return grads + tail
+
+
+class Workspace:
+    """Output buffers reused from one call to the next (one per name and shape). A training loop that
+    allocates its large temporaries afresh at every step pays page faults on each of them: with a
+    workspace per loop they are allocated once. Tensors taken from it are valid until its next use."""
+
+    def __init__(self):
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def __call__(self, name: str, shape, like: torch.Tensor) -> torch.Tensor:
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != like.dtype or buf.device != like.device:
+            buf = torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+            self._buffers[name] = buf
+        return buf
+
+
+def _threshold_backward_(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """grad * ReLU'(z) in place, from the ReLU's output."""
+    return torch.ops.aten.threshold_backward.grad_input(grad, out, 0.0, grad_input=grad)
+
+
+def _leaky_grad(grad: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """grad * LeakyReLU'(h), written into `out` (which may be `grad`)."""
+    return torch.ops.aten.leaky_relu_backward.grad_input(grad, h, LEAKY_SLOPE, False, grad_input=out)
 
 
 class StackedAdam:

@@ -37,7 +37,13 @@ from mlflow.tracking import MlflowClient
 import models
 from models.encoding import TableEncoder
 from models.errors import BudgetExceededError, ConfigError, MissingInputError
-from models.pyfunc import GENERATOR_ARTIFACT, SCHEMA_ARTIFACT, SyntheticTableModel, load_generator_file, sample_table
+from models.pyfunc import (
+    GENERATOR_ARTIFACT,
+    SCHEMA_ARTIFACT,
+    SyntheticTableModel,
+    load_generator_file,
+    sample_table,
+)
 from models.schema import DatasetSchema
 from tasks.table_io import PARQUET_SUFFIXES, write_table
 from tasks.tracking import tracking_uri
@@ -73,8 +79,9 @@ def code_version() -> str:
     """`git describe` of the project when it is a git checkout, else the installed package version."""
     root = Path(__file__).resolve().parents[1]
     try:
-        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--tags"], capture_output=True,
-                              text=True, timeout=10, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--tags"], check=False,
+                              capture_output=True, text=True, timeout=10,
+                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
         if done.returncode == 0 and done.stdout.strip():
             return f"git:{done.stdout.strip()}"
     except (OSError, subprocess.SubprocessError):
@@ -121,18 +128,15 @@ def _epsilon_text(epsilon: float) -> str:
 # ------------------------------------------------------------------------------------------ register
 
 def _client() -> MlflowClient:
+    """A client on the project's store; the registry lives in the same store (no separate registry URI)."""
     mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_registry_uri(tracking_uri())
     return MlflowClient()
 
 
 def find_release_version(client: MlflowClient, model_name: str, release_id: str):
     """The registered version of `model_name` tagged with `release_id`, or None."""
     quoted = model_name.replace("'", "\\'")
-    try:
-        versions = client.search_model_versions(f"name = '{quoted}'")
-    except MlflowException:
-        return None
+    versions = client.search_model_versions(f"name = '{quoted}'")
     matches = [v for v in versions if v.tags.get("release_id") == release_id]
     return min(matches, key=lambda v: int(v.version)) if matches else None
 
@@ -265,9 +269,9 @@ def sample_from_registry(model_uri: str, n_rows: int, out: Path, seed: int = 0) 
     try:
         model = mlflow.pyfunc.load_model(model_uri)
     except (MlflowException, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
         raise MissingInputError(
-            f"Cannot load the model {model_uri!r} from the registry at {tracking_uri()}: {reason} "
+            f"Cannot load the model {model_uri!r} from the registry at {tracking_uri()}: {reason}. "
             "Check the model name and the alias or version (e.g. models:/cardio-gswgan@champion).") from None
     frame = model.predict(pd.DataFrame({"n_rows": [int(n_rows)], "seed": [int(seed)]}))
     separator = ","

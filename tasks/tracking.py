@@ -20,10 +20,15 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+def _client() -> MlflowClient:
+    # Always the store named now: the environment may point elsewhere than at import time.
+    return MlflowClient(tracking_uri=tracking_uri())
+
+
 def use_experiment(name: str) -> str:
     """Point MLflow at the store and return the id of experiment `name` (created if needed)."""
     mlflow.set_tracking_uri(tracking_uri())
-    client = MlflowClient()
+    client = _client()
     existing = client.get_experiment_by_name(name)
     if existing is not None:
         return existing.experiment_id
@@ -53,17 +58,17 @@ def finite(value: float) -> float | None:
 
 
 def start_run(experiment: str, run_name: str, tags: dict[str, str]) -> str:
-    client = MlflowClient()
+    client = _client()
     run = client.create_run(use_experiment(experiment), run_name=run_name, tags=tags)
     return run.info.run_id
 
 
 def end_run(run_id: str, status: str = "FINISHED") -> None:
-    MlflowClient().set_terminated(run_id, status=status)
+    _client().set_terminated(run_id, status=status)
 
 
 def log_params(run_id: str, params: dict) -> None:
-    client = MlflowClient()
+    client = _client()
     items = list(flat_params("", params).items())
     for start in range(0, len(items), 100):
         batch = [mlflow.entities.Param(k, v) for k, v in items[start:start + 100]]
@@ -71,14 +76,14 @@ def log_params(run_id: str, params: dict) -> None:
 
 
 def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
-    client = MlflowClient()
+    client = _client()
     batch = [mlflow.entities.Metric(k, float(v), 0, step) for k, v in metrics.items() if finite(v) is not None]
     if batch:
         client.log_batch(run_id, metrics=batch)
 
 
 def log_metric_series(run_id: str, name: str, points: list[tuple[int, float]]) -> None:
-    client = MlflowClient()
+    client = _client()
     batch = [mlflow.entities.Metric(name, float(v), 0, int(s)) for s, v in points if finite(v) is not None]
     for start in range(0, len(batch), 1000):
         client.log_batch(run_id, metrics=batch[start:start + 1000])
@@ -87,12 +92,12 @@ def log_metric_series(run_id: str, name: str, points: list[tuple[int, float]]) -
 def log_artifact(run_id: str, path: Path, artifact_path: str | None = None) -> None:
     path = Path(path)
     if path.is_dir():
-        MlflowClient().log_artifacts(run_id, str(path), artifact_path)
+        _client().log_artifacts(run_id, str(path), artifact_path)
     else:
-        MlflowClient().log_artifact(run_id, str(path), artifact_path)
+        _client().log_artifact(run_id, str(path), artifact_path)
 
 
 def set_tags(run_id: str, tags: dict[str, str]) -> None:
-    client = MlflowClient()
+    client = _client()
     for key, value in tags.items():
         client.set_tag(run_id, key, str(value))

@@ -1,3 +1,6 @@
+import logging
+import sys
+
 import pytest
 
 
@@ -8,3 +11,23 @@ def prefect_backend():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def _point_prefect_console_at(stream) -> None:
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger()] + [logging.getLogger(name) for name in logging.root.manager.loggerDict]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, PrefectConsoleHandler):
+                handler.stream = stream
+                handler.console.file = stream
+
+
+@pytest.fixture(autouse=True)
+def prefect_console_follows_capture():
+    """Prefect's console handler keeps the stream it was created with; pytest closes each test's
+    captured stream afterwards. Point it at the live stream for the test, and at the real one after."""
+    _point_prefect_console_at(sys.stderr)
+    yield
+    _point_prefect_console_at(sys.__stderr__)

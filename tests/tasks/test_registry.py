@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pandas as pd
 import pytest
@@ -45,6 +46,7 @@ def store(tmp_path_factory):
         mp.chdir(work)
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
         yield work
+        mlflow.set_tracking_uri(None)  # MLflow keeps the URI globally (and in os.environ): forget this store
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,7 @@ def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_
     result = register(release_run, cardio_schema, store, MODEL, "rel-1")
     assert result["version"] == 1 and result["model_uri"] == f"models:/{MODEL}/1" and not result["reused"]
     mv = champion(MODEL)
-    assert mv.version == "1" and mv.description == "release rel-1"
+    assert str(mv.version) == "1" and mv.description == "release rel-1"
     for key in RELEASE_TAG_KEYS:
         assert key in mv.tags, key
     assert mv.tags["epsilon"] == "3.5" and mv.tags["K"] == "10" and mv.tags["T"] == "20"
@@ -120,7 +122,7 @@ def test_second_release_moves_champion_and_same_release_id_is_reused(release_run
     first = register(release_run, cardio_schema, store, name, "rel-a")
     second = register(release_run, cardio_schema, store, name, "rel-b", epsilon=4.0, seed=1)
     assert (first["version"], second["version"]) == (1, 2)
-    assert champion(name).version == "2" and champion(name).tags["release_id"] == "rel-b"
+    assert str(champion(name).version) == "2" and champion(name).tags["release_id"] == "rel-b"
 
     again = register(release_run, cardio_schema, store, name, "rel-b", epsilon=4.0, seed=1)
     assert again["version"] == 2 and again["reused"]
@@ -207,7 +209,7 @@ def test_registered_model_loads_in_a_fresh_process_without_dpsynth(release_run, 
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", script], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -221,6 +223,6 @@ def test_models_package_imports_mlflow_only_in_pyfunc():
     script = ("import importlib, sys\n"
               f"for m in {modules!r}: importlib.import_module('models.' + m)\n"
               "print(sorted(k for k in sys.modules if k.split('.')[0] in ('mlflow', 'prefect')))\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    done = subprocess.run([sys.executable, "-c", script], check=False, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,95 @@
+"""Shared pieces of the GS-WGAN benchmarks (bench/pretrain.py, bench/train.py): data, naive reference
+networks written the plain way (nn.Module + torch.optim.Adam + autograd, as the official GS-WGAN code),
+command line and the JSON summary line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from models.config import GanConfig
+from models.gswgan import resolve_device
+from models.networks import Generator
+
+ROWS = 56_000   # Cardio's training split (0.8 of 70,000)
+WIDTH = 16      # Cardio's encoded width
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--json", action="store_true", help="print only the JSON summary line")
+    ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--discriminators", "-k", type=int, default=1500)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def device_of(name: str) -> torch.device:
+    return resolve_device(name)
+
+
+def make_data(seed: int, rows: int = ROWS, width: int = WIDTH) -> torch.Tensor:
+    """Rows in [-1, 1] of the encoded width (the benchmarks time arithmetic, not what is learnt)."""
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(rng.uniform(-1.0, 1.0, size=(rows, width)).astype(np.float32))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Timer:
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self):
+        sync(self.device)
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        sync(self.device)
+        self.seconds = time.perf_counter() - self.start
+
+
+def naive_critic(gan: GanConfig, width: int) -> nn.Module:
+    layers: list[nn.Module] = [nn.Linear(width, gan.critic_hidden)]
+    if gan.critic_batchnorm:
+        layers.append(nn.BatchNorm1d(gan.critic_hidden))
+    layers += [nn.LeakyReLU(0.2), nn.Linear(gan.critic_hidden, 1)]
+    return nn.Sequential(*layers)
+
+
+def naive_generator(gan: GanConfig, width: int) -> nn.Module:
+    return Generator(gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, [])
+
+
+def naive_gradient_penalty(critic: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    alpha = torch.rand(real.shape[0], 1, device=real.device)
+    x_hat = (alpha * real + (1.0 - alpha) * fake).requires_grad_(True)
+    (grad,) = torch.autograd.grad(critic(x_hat).sum(), x_hat, create_graph=True)
+    return ((grad.norm(dim=1) - 1.0) ** 2).mean()
+
+
+def naive_critic_step(critic: nn.Module, opt: torch.optim.Optimizer, real: torch.Tensor, fake: torch.Tensor,
+                      gp_lambda: float) -> float:
+    opt.zero_grad(set_to_none=True)
+    d_real, d_fake = critic(real).mean(), critic(fake).mean()
+    loss = d_fake - d_real + gp_lambda * naive_gradient_penalty(critic, real, fake)
+    loss.backward()
+    opt.step()
+    return float(d_real - d_fake)
+
+
+def emit(summary: dict, quiet: bool) -> None:
+    """The JSON object is always the last line of standard output."""
+    if not quiet:
+        for key, value in summary.items():
+            print(f"  {key}: {value}")
+    print(json.dumps(summary), flush=True)

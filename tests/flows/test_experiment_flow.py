@@ -1,0 +1,53 @@
+"""The smoke experiment end to end: on the default process pool and on a local Dask cluster."""
+
+import json
+
+import pandas as pd
+import yaml
+
+from flows.cli import main
+from tests.conftest import CARDIO_SCHEMA, ROOT
+
+
+def test_thesis_plan_has_287_selection_runs(demo_csv, capfd):
+    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "thesis",
+                 "--dry-run", "--json"]) == 0
+    plan = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert plan["selection_runs"] == 287 and plan["checkpoints_per_setting"] == 41
+    assert plan["discriminators"] == [1, 250, 500, 750, 1000, 1500]
+
+
+def _check_experiment(out, summary):
+    results = pd.read_parquet(out / "results.parquet")
+    assert set(results["setting"]) == {"baseline", "k10", "real"}
+    assert summary["selection_runs"] == summary["planned_selection_runs"] == len(results) == 9
+    assert (out / "report" / "report.html").exists()
+    assert any(c.startswith("share:cardio=") for c in results.columns)
+    assert results.loc[results["setting"] == "baseline", "epsilon"].map(lambda e: e == float("inf")).all()
+
+
+def test_smoke_experiment_on_process_pool_and_rerun_skips(isolated_workdir, demo_csv, capfd):
+    out = isolated_workdir / "exp"
+    argv = ["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke",
+            "--out", str(out), "--json"]
+    assert main(argv) == 0
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    _check_experiment(out, summary)
+    stamp = (out / "train-k10" / "manifest.json").stat().st_mtime
+    assert main(argv) == 0
+    assert (out / "train-k10" / "manifest.json").stat().st_mtime == stamp  # not recomputed
+
+
+def test_smoke_experiment_on_local_dask_cluster(isolated_workdir, demo_csv, capfd):
+    from distributed import LocalCluster
+
+    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        profile["dask_address"] = cluster.scheduler_address
+        path = isolated_workdir / "smoke-dask.yaml"
+        path.write_text(yaml.safe_dump(profile))
+        out = isolated_workdir / "exp"
+        assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
+                     "--out", str(out), "--json"]) == 0
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    _check_experiment(out, summary)
