@@ -84,7 +84,7 @@ def naive_critic_step(critic: nn.Module, opt: torch.optim.Optimizer, real: torch
     loss = d_fake - d_real + gp_lambda * naive_gradient_penalty(critic, real, fake)
     loss.backward()
     opt.step()
-    return float(d_real - d_fake)
+    return float((d_real - d_fake).detach())
 
 
 def emit(summary: dict, quiet: bool) -> None:

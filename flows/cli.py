@@ -98,6 +98,7 @@ def cmd_validate(args) -> None:
 
 def preflight(args, kind: str):
     """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly."""
+    from models.errors import BudgetExceededError
     from models.gswgan import planned_iterations
     from tasks.context import load_context
     from tasks.table_io import read_table
@@ -108,6 +109,10 @@ def preflight(args, kind: str):
     settings = [ctx.profile.release_target()] if kind == "release" else ctx.profile.settings
     for setting in settings:
         planned_iterations(ctx.profile.gan, ctx.profile.privacy, setting, 0)
+    budget = ctx.profile.privacy.epsilon_budget
+    if kind == "release" and not settings[0].private and budget is not None:
+        raise BudgetExceededError(f"Setting {settings[0].name!r} is not private (epsilon = infinity), above the "
+                                  f"budget {budget}; a release under a budget must train a private setting.")
     return ctx
 
 

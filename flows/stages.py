@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import evaluate, gan, preprocess, reporting, split, validate
+from tasks import bundle, evaluate, gan, preprocess, registry, reporting, split, validate
 
 
 def _task(fn, name: str):
@@ -22,3 +22,5 @@ sample_checkpoints = _task(gan.sample_stage, "sample-checkpoints")
 select_models = _task(evaluate.evaluate_setting_stage, "select-models")
 select_models_real = _task(evaluate.evaluate_real_stage, "select-models-real")
 write_report = _task(reporting.report_stage, "report")
+register_model = _task(registry.register_release, "register-model")
+write_release_bundle = _task(bundle.write_bundle, "write-bundle")

@@ -137,8 +137,6 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
     opt_g = StackedAdam(g_train, gan.lr_generator, tuple(gan.betas))
     r, b = gan.critic_steps, gan.batch_size
     ws = Workspace()
-    signs = torch.full((1, 1, 2 * b, 1), 1.0 / b, device=device)
-    signs[:, :, :b] = -1.0 / b
     for _ in range(iterations):
         z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan))
         # The generators do not change during the r critic steps: one pass makes all r fake batches
@@ -153,7 +151,7 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
         else:
             # Rows [real; fake] of every critic step, and the same rows times their loss weights.
             x_rf = torch.cat([real, fakes[:, :r * b].view(pairs, r, b, width)], 2)
-            xe = x_rf * signs
+            xe = critics.weighted_rows(x_rf)
             for s in range(r):
                 grads, _ = critics.loss_grads_rows(critics.params, x_rf[:, s], xe[:, s], alpha[:, s], gan.gp_lambda,
                                                    ws=ws)
@@ -176,8 +174,9 @@ def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, 
     The K pairs are independent, so they train in chunks of `chunk_size` pairs (sized for the CPU cache;
     default 32 on CPU, 512 on CUDA), all iterations of one chunk before the next. Chunk i draws every
     random number (initialisation included) from its own stream `chunk_generator(seed, i)`, so the result
-    depends on the seed and the chunk size only, not on the order in which chunks run: on CPU, `workers`
-    threads (default: one per core) train different chunks at once with one intra-op thread each.
+    depends on the seed and the chunk size only, not on the order in which chunks run. On CPU, `workers`
+    threads (default: torch's intra-op thread count, i.e. one per core) train different chunks at once,
+    each with one intra-op thread (also with one worker, so the result is the same for any `workers`).
     `progress(i)` is called as the work of i iterations of all K pairs completes.
     """
     device = torch.device(device)
@@ -188,7 +187,8 @@ def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, 
     if device.type == "cuda":
         workers = 1
     elif workers is None:
-        workers = max(1, min(len(chunks), torch.get_num_threads()))
+        workers = torch.get_num_threads()
+    workers = max(1, min(workers, len(chunks)))
     part = torch.as_tensor(partition, device=device)
     data = data.to(device)
     rng_device = device if device.type == "cuda" else "cpu"
@@ -211,18 +211,23 @@ def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, 
         rng = chunk_generator(seed, index, rng_device)
         return _pretrain_chunk(data, part[start:stop], gan, groups, rng, device, iterations, tick)
 
-    if workers > 1:
-        with _intra_op_threads(1), ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(work, range(len(chunks))))
-    else:
-        results = [work(i) for i in range(len(chunks))]
+    with _intra_op_threads(1 if device.type == "cpu" else None):
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(work, range(len(chunks))))
+        else:
+            results = [work(i) for i in range(len(chunks))]
     params = [torch.cat(parts) for parts in zip(*results)]
     return CriticStack.from_params(params, gan.critic_batchnorm)
 
 
 @contextmanager
-def _intra_op_threads(n: int):
+def _intra_op_threads(n: int | None):
+    """torch's intra-op thread count set to n for the block (None: unchanged). Process-wide."""
     before = torch.get_num_threads()
+    if n is None or n == before:
+        yield
+        return
     torch.set_num_threads(n)
     try:
         yield
@@ -267,8 +272,12 @@ class GeneratorTrainer:
 
     def __init__(self, data: torch.Tensor, partition: np.ndarray, critics: CriticStack, gan: GanConfig,
                  privacy: PrivacyConfig, setting: Setting, groups, seed: int, checkpoint_dir: Path,
-                 device: torch.device, level_share_fn: Callable[[np.ndarray], dict] | None = None):
+                 device: torch.device, level_share_fn: Callable[[np.ndarray], dict] | None = None,
+                 threads: int | None = 1):
         self.gan, self.privacy, self.setting = gan, privacy, setting
+        # Intra-op threads while `run` trains on CPU: one iteration is many small operations on batches
+        # of B rows, which a single thread runs fastest (and other processes cannot stall it).
+        self.threads = threads
         self.device = device
         self.data = data.to(device)
         self.partition = torch.as_tensor(partition, device=device)
@@ -288,6 +297,8 @@ class GeneratorTrainer:
                                       fused=True)
         self._gen_params = list(self.generator.parameters())
         self._gen_buffers = list(self.generator.buffers())
+        self._adam_state_g()
+        self._ws = Workspace()
         if self.ema is not None:
             self._ema_params = list(self.ema.parameters())
             self._ema_buffers = list(self.ema.buffers())
@@ -312,14 +323,26 @@ class GeneratorTrainer:
         # calls: BatchNorm statistics and running statistics as r separate calls).
         fakes = self.generator.forward_chunks(z, r).view(r, b, -1)
         real = self.data[self.partition[k][local]]
-        params = [p[k:k + 1] for p in self.critics.params]  # views: updated in place
-        train = self.critics.trainable(params)
+        critics = self.critics
+        params = [p[k:k + 1] for p in critics.params]  # views: updated in place
+        train = critics.trainable(params)
+        moments = self.opt_d.moments(k)
+        if not critics.batchnorm:
+            x_rf = torch.cat([real, fakes], 1)
+            xe = critics.weighted_rows(x_rf)
         estimate = None
+        alphas = alpha.split(1)
+        if critics.batchnorm:
+            reals, fakes_ = real.split(1), fakes.split(1)
+        else:
+            rows, weighted = x_rf.split(1), xe.split(1)
         for s in range(r):
             last = wasserstein and s == r - 1
-            grads, w = self.critics.loss_grads(params, real[s:s + 1], fakes[s:s + 1], alpha[s:s + 1],
-                                               gan.gp_lambda, wasserstein=last)
-            self.opt_d.step_one(k, train, grads)
+            if critics.batchnorm:
+                grads, w = critics.loss_grads(params, reals[s], fakes_[s], alphas[s], gan.gp_lambda, last)
+            else:
+                grads, w = critics.loss_grads_rows(params, rows[s], weighted[s], alphas[s], gan.gp_lambda, last, self._ws)
+            self.opt_d.step_one(k, train, grads, moments)
             if last:
                 estimate = w[0]
         return estimate
@@ -332,17 +355,39 @@ class GeneratorTrainer:
         fake = self.generator(z)
         # Cut the graph at the generated rows: the critic reaches G only through this tensor, the
         # gradient of the loss -sum D(rows) with respect to each row.
-        upstream = self.critics.input_grad(params, fake.detach().unsqueeze(0)).squeeze(0).neg_()
+        upstream = self.critics.input_grad(params, fake.detach().unsqueeze(0), self._ws).squeeze(0).neg_()
         if self.setting.private:
             upstream = sanitize_rows(upstream, self.privacy.clip, self.privacy.noise_multiplier, self.rng)
-        self.opt_g.zero_grad(set_to_none=True)
+        for p in self._gen_params:
+            p.grad = None
         fake.backward(upstream / gan.batch_size)
-        self.opt_g.step()
+        self._adam_step_g()
         if self.ema is not None:
             with torch.no_grad():
                 torch._foreach_lerp_(self._ema_params, self._gen_params, 1.0 - self.gan.generator_ema)
                 torch._foreach_copy_(self._ema_buffers, self._gen_buffers)
         return upstream
+
+    def _adam_state_g(self) -> None:
+        """G's Adam state, created as `torch.optim.Adam(fused=True)` creates it on its first step, and
+        lists of it for `_adam_step_g` (rebuilt after loading a checkpoint)."""
+        for p in self._gen_params:
+            state = self.opt_g.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        states = [self.opt_g.state[p] for p in self._gen_params]
+        self._g_state = tuple([s[key] for s in states] for key in ("exp_avg", "exp_avg_sq", "step"))
+
+    def _adam_step_g(self) -> None:
+        """Exactly `self.opt_g.step()` (fused Adam), without the optimiser's per-call Python overhead."""
+        group = self.opt_g.param_groups[0]
+        exp_avg, exp_avg_sq, steps = self._g_state
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(self._gen_params, [p.grad for p in self._gen_params], exp_avg, exp_avg_sq, [], steps,
+                           lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1],
+                           weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False, maximize=False)
 
     def step(self, wasserstein: bool = True) -> float | None:
         """One iteration: pick a critic uniformly, r critic steps, one sanitised generator step."""
@@ -399,6 +444,7 @@ class GeneratorTrainer:
         if self.ema is not None and state["ema"] is not None:
             self.ema.load_state_dict(state["ema"])
         self.opt_g.load_state_dict(state["opt_g"])
+        self._adam_state_g()
         self.critics.load_state_dict(state["critics"])
         self.opt_d.load_state_dict(state["opt_d"], self.device)
         self.accountant.load_state_dict(state["accountant"])
@@ -414,6 +460,12 @@ class GeneratorTrainer:
         start = time.perf_counter()
         if not self._load_state():
             self._save_checkpoint()  # iteration 0: the untrained generator costs no privacy
+        with _intra_op_threads(self.threads if self.device.type == "cpu" else None):
+            self._train_to(last_iteration, stop_after, progress)
+        return TrainingResult(list(self.ledger), last_iteration < self.gan.iterations,
+                              time.perf_counter() - start, list(self.metrics))
+
+    def _train_to(self, last_iteration: int, stop_after: int | None, progress) -> None:
         done = 0
         self.generator.train()
         while self.iteration < last_iteration:
@@ -428,8 +480,6 @@ class GeneratorTrainer:
                 self._save_checkpoint()
                 if progress is not None:
                     progress(self.iteration, self._epsilon())
-        return TrainingResult(list(self.ledger), last_iteration < self.gan.iterations,
-                              time.perf_counter() - start, list(self.metrics))
 
 
 # ---------------------------------------------------------------------------------------------------

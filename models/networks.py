@@ -109,19 +109,18 @@ class Generator(nn.Module):
         h = z
         for i in range(0, len(mods) - 1, 3):
             lin, bn = mods[i], mods[i + 1]
-            y = torch.addmm(lin.bias, h, lin.weight.t())
+            # The Linear's bias only shifts the batch mean (BatchNorm removes it): added to the mean only.
+            y = torch.mm(h, lin.weight.t())
             width = y.shape[1]
             yv = y.view(chunks, batch, width)
             mean = yv.mean(1, keepdim=True)
             yv.sub_(mean)
             sq = (yv * yv).sum(1, keepdim=True)
-            var = sq / batch
             if bn.track_running_stats:
-                _update_running_stats(bn, mean.view(chunks, width), sq.view(chunks, width), batch)
-            scale = var.add_(bn.eps).rsqrt_()
+                _update_running_stats(bn, mean.view(chunks, width).add_(lin.bias), sq.view(chunks, width), batch)
+            scale = sq.mul_(1.0 / batch).add_(bn.eps).rsqrt_()
             if bn.affine:
-                scale.mul_(bn.weight)
-                yv.mul_(scale).add_(bn.bias)
+                torch.addcmul(bn.bias, yv, scale.mul_(bn.weight), out=yv)
             else:
                 yv.mul_(scale)
             h = y.relu_()
@@ -130,10 +129,11 @@ class Generator(nn.Module):
 
 
 def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: torch.Tensor, batch: int) -> None:
-    """BatchNorm's running-statistics update for `len(means)` consecutive training-mode batches."""
+    """BatchNorm's running-statistics update for `len(means)` consecutive training-mode batches (the
+    unbiased variance, as BatchNorm keeps)."""
     chunks = means.shape[0]
-    unbiased = centred_sq / max(batch - 1, 1)
     if bn.momentum is None:  # cumulative moving average: apply the calls one by one
+        unbiased = centred_sq / max(batch - 1, 1)
         for j in range(chunks):
             bn.num_batches_tracked.add_(1)
             factor = 1.0 / float(bn.num_batches_tracked)
@@ -141,12 +141,26 @@ def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: t
             bn.running_var.lerp_(unbiased[j], factor)
         return
     m = bn.momentum
-    weights = torch.tensor([m * (1.0 - m) ** (chunks - 1 - j) for j in range(chunks)],
-                           dtype=means.dtype, device=means.device)
+    weights = _momentum_weights(chunks, m, batch, means.dtype, means.device)
     keep = (1.0 - m) ** chunks
-    bn.running_mean.mul_(keep).add_(weights @ means)
-    bn.running_var.mul_(keep).add_(weights @ unbiased)
+    bn.running_mean.mul_(keep).add_(weights[0] @ means)
+    bn.running_var.mul_(keep).add_(weights[1] @ centred_sq)
     bn.num_batches_tracked.add_(chunks)
+
+
+_WEIGHTS: dict = {}
+
+
+def _momentum_weights(chunks: int, momentum: float, batch: int, dtype, device) -> torch.Tensor:
+    """Weights of `chunks` consecutive batch statistics in the running statistics: row 0 for the means,
+    row 1 for centred sums of squares (the unbiased variance's 1 / (B - 1) folded in)."""
+    key = (chunks, momentum, batch, dtype, str(device))
+    w = _WEIGHTS.get(key)
+    if w is None:
+        w = torch.tensor([momentum * (1.0 - momentum) ** (chunks - 1 - j) for j in range(chunks)], dtype=torch.float64)
+        w = torch.stack([w, w / max(batch - 1, 1)]).to(dtype=dtype, device=device)
+        _WEIGHTS[key] = w
+    return w
 
 
 def init_generator_(gen: Generator, scheme: str, rng: torch.Generator) -> None:
@@ -182,13 +196,6 @@ def _batchnorm_rows(h: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) ->
     centred = h - h.mean(dim=-2, keepdim=True)
     var = (centred * centred).mean(dim=-2, keepdim=True)
     return centred * torch.rsqrt(var + BN_EPS) * gamma + beta
-
-
-def _row_signs(batch: int, like: torch.Tensor) -> torch.Tensor:
-    """Loss weights of the rows [real; fake] of the critic loss mean D(fake) - mean D(real): [1, 2B, 1]."""
-    e = torch.full((1, 2 * batch, 1), 1.0 / batch, dtype=like.dtype, device=like.device)
-    e[:, :batch] = -1.0 / batch
-    return e
 
 
 class CriticStack:
@@ -247,14 +254,22 @@ class CriticStack:
         """
         if self.batchnorm:
             return self._loss_grads_autograd(params, real, fake, alpha, gp_lambda, wasserstein)
-        batch = real.shape[1]
         x_rf = torch.cat([real, fake], 1)
-        return self.loss_grads_rows(params, x_rf, x_rf * _row_signs(batch, x_rf), alpha, gp_lambda, wasserstein)
+        return self.loss_grads_rows(params, x_rf, self.weighted_rows(x_rf), alpha, gp_lambda, wasserstein)
+
+    @staticmethod
+    def weighted_rows(x_rf: torch.Tensor) -> torch.Tensor:
+        """e * x for rows x_rf = [real; fake] (shape [..., 2B, d]), e being each row's weight in the loss
+        mean D(fake) - mean D(real): -1/B for real rows, +1/B for fake rows."""
+        batch = x_rf.shape[-2] // 2
+        e = torch.full(x_rf.shape[-2:-1] + (1,), 1.0 / batch, dtype=x_rf.dtype, device=x_rf.device)
+        e[:batch] = -1.0 / batch
+        return x_rf * e
 
     def loss_grads_rows(self, params: list[torch.Tensor], x_rf: torch.Tensor, xe: torch.Tensor, alpha: torch.Tensor,
                         gp_lambda: float, wasserstein: bool = False, ws: Workspace | None = None):
-        """`loss_grads` (critics without BatchNorm) from x_rf = [real; fake] rows [K, 2B, d] and xe = x_rf
-        scaled by the rows' loss weights (-1/B real, +1/B fake), which callers can prepare for many steps.
+        """`loss_grads` (critics without BatchNorm) from x_rf = [real; fake] rows [K, 2B, d] and
+        xe = `weighted_rows(x_rf)`, which callers can prepare for many steps at once.
         The gradients live in `ws` buffers when one is given (valid until its next use)."""
         ws = ws or Workspace()
         w1, b1, w2, _ = params
@@ -270,17 +285,20 @@ class CriticStack:
         sv = _leaky_grad(w2_rows.expand_as(h_rf), h_rf, ws("c.sv", h_rf.shape, x_rf))
         u = _leaky_grad(w2_rows.expand_as(h_x), h_x, ws("c.u", h_x.shape, x_rf))
         g = torch.bmm(u, w1.transpose(1, 2))                        # grad of D at x_hat: [K, B, d]
-        norm = (g * g).sum(-1, keepdim=True).sqrt_()
-        coef = (norm - 1.0).div_(norm.clamp_min(1e-30)).mul_(2.0 * gp_lambda / batch)
-        q = g.mul_(coef)                                            # d GP / d g
-        # dw1: sum over rows of (e x) outer (S w2) for real/fake rows, plus q outer u for x_hat rows.
+        # d GP / d g = (2 lambda / B) (1 - 1 / ||g||) g  (zero at g = 0, as autograd's norm backward)
+        coef = torch.linalg.vector_norm(g, dim=-1, keepdim=True).clamp_min_(1e-30).reciprocal_()
+        q = g.mul_(coef.sub_(1.0).mul_(-2.0 * gp_lambda / batch))
+        # dw1: (e x) outer (S w2) summed over the real/fake rows, plus q outer u over the x_hat rows.
         dw1 = torch.bmm(q.transpose(1, 2), u, out=ws("c.dw1", (k, width, hidden), x_rf))
         dw1.baddbmm_(xe.transpose(1, 2), sv)
-        db1 = (sv[:, batch:].sum(1, keepdim=True) - sv[:, :batch].sum(1, keepdim=True)).mul_(1.0 / batch)
+        # db1 = sum of e S w2, as separate sums over the fake and the real rows like autograd: its true value
+        # is often exactly zero (same active units in both batches), where Adam turns any difference in
+        # rounding into a visible update, so the summation order is kept the reference's.
+        db1 = sv[:, batch:].sum(1, keepdim=True).sub_(sv[:, :batch].sum(1, keepdim=True)).mul_(1.0 / batch)
         a = torch._C._nn.leaky_relu(h_rf, LEAKY_SLOPE, out=ws("c.a", h_rf.shape, x_rf))
-        a_diff = (a[:, batch:].sum(1) - a[:, :batch].sum(1)).mul_(1.0 / batch)   # [K, H]
+        a_diff = a[:, batch:].sum(1).sub_(a[:, :batch].sum(1)).mul_(1.0 / batch)   # sum of e a: [K, H]
         qv = torch.bmm(q, w1, out=ws("c.qv", h_x.shape, x_rf))     # d GP / d u: [K, B, H]
-        dw2 = (_leaky_grad(qv, h_x, qv).sum(1) + a_diff).unsqueeze(-1)
+        dw2 = _leaky_grad(qv, h_x, qv).sum(1).add_(a_diff).unsqueeze_(-1)
         w = -(a_diff * w2.squeeze(-1)).sum(-1) if wasserstein else None
         return [dw1, db1, dw2], w
 
@@ -466,13 +484,18 @@ class StackedAdam:
         self.steps += 1
         self._update(params, grads, self.exp_avg, self.exp_avg_sq, int(self.steps[0]))
 
-    def step_one(self, index: int, params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
-        """Update network `index`: `params` and `grads` are its slices [index:index + 1] of the stack
-        (views: the stack is updated in place)."""
-        self.steps[index] += 1
+    def moments(self, index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Views of network `index`'s Adam moments (slices [index:index + 1]), for `step_one`."""
         sl = slice(index, index + 1)
-        self._update(params, grads, [m[sl] for m in self.exp_avg], [v[sl] for v in self.exp_avg_sq],
-                     int(self.steps[index]))
+        return [m[sl] for m in self.exp_avg], [v[sl] for v in self.exp_avg_sq]
+
+    def step_one(self, index: int, params: list[torch.Tensor], grads: list[torch.Tensor],
+                 moments: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None) -> None:
+        """Update network `index`: `params` and `grads` are its slices [index:index + 1] of the stack
+        (views: the stack is updated in place); `moments` may be passed from `moments(index)`."""
+        self.steps[index] += 1
+        exp_avg, exp_avg_sq = moments if moments is not None else self.moments(index)
+        self._update(params, grads, exp_avg, exp_avg_sq, int(self.steps[index]))
 
     def _update(self, params, grads, exp_avg, exp_avg_sq, t: int) -> None:
         step = torch.tensor(float(t), device=params[0].device)

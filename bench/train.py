@@ -1,0 +1,146 @@
+"""Benchmark of private generator training (GS-WGAN Algorithm 2): naive loop vs `GeneratorTrainer`.
+
+What is measured, with K = 1,500 critics (freshly initialised: pretraining is bench/pretrain.py), the
+private setting (sigma = 1.07, C = 1), the thesis networks and B = 32, r = 5, on 56,000 rows of width 16:
+
+* fast: `models.gswgan.GeneratorTrainer.run` for `--iterations` iterations (default 1,000) after the
+  untimed iteration-0 checkpoint: resuming from it and writing the checkpoint at the end (generator,
+  critics and their Adam state, epsilon) are included, as in a real run's every 1,000 iterations.
+* naive: the same algorithm written plainly: one `nn.Module` per critic and a `torch.optim.Adam` per
+  critic, autograd for the gradient penalty and for the sanitised upstream gradient, the generator's
+  `torch.optim.Adam.step()`; `--naive-iterations` iterations (default 200), scaled per iteration.
+
+Both run with one intra-op thread (the trainer's default on CPU; the naive code's tiny operations are
+also fastest so). Printed: {"naive_s", "fast_s", "ratio", "projected_40k_min", ...}: naive_s and fast_s
+are seconds for the fast run's iteration count; projected_40k_min projects the fast path to 40,000
+iterations (thesis T). The last line of standard output is the JSON object.
+
+Usage: ``python bench/train.py [--json] [--device auto|cpu|cuda] [-k 1500] [--iterations 500]``
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]   # bench/select.py
+sys.path.insert(0, os.path.dirname(_here))
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench._common import (
+    Timer,
+    device_of,
+    emit,
+    make_data,
+    naive_critic,
+    naive_critic_step,
+    naive_generator,
+    parser,
+)
+from models.config import GanConfig, PrivacyConfig, Setting
+from models.gswgan import GeneratorTrainer, make_partition
+from models.networks import CriticStack
+
+FULL_ITERATIONS = 40_000
+
+
+def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, privacy: PrivacyConfig, iterations: int,
+                device: torch.device, seed: int) -> None:
+    torch.manual_seed(seed)
+    k, width = partition.shape[0], data.shape[1]
+    b, r = gan.batch_size, gan.critic_steps
+    critics = [naive_critic(gan, width).to(device) for _ in range(k)]
+    optimisers: dict[int, torch.optim.Optimizer] = {}
+    gen = naive_generator(gan, width).to(device)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=gan.lr_generator, betas=tuple(gan.betas))
+    data = data.to(device)
+    for _ in range(iterations):
+        j = int(torch.randint(k, (1,)))
+        critic = critics[j]
+        opt_d = optimisers.setdefault(j, torch.optim.Adam(critic.parameters(), lr=gan.lr_critic,
+                                                          betas=tuple(gan.betas)))
+        rows = torch.as_tensor(partition[j], device=device)
+        for p in critic.parameters():
+            p.requires_grad_(True)
+        for _ in range(r):
+            real = data[rows[torch.randperm(rows.shape[0], device=device)[:b]]]
+            with torch.no_grad():
+                fake = gen(torch.randn(b, gan.z_dim, device=device))
+            naive_critic_step(critic, opt_d, real, fake, gan.gp_lambda)
+        for p in critic.parameters():
+            p.requires_grad_(False)
+        fake = gen(torch.randn(b, gan.z_dim, device=device))
+        rows_out = fake.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(-critic(rows_out).sum(), rows_out)
+        norms = grad.norm(dim=1, keepdim=True)
+        grad = grad * torch.clamp(privacy.clip / (norms + 1e-12), max=1.0)
+        grad = grad + torch.randn_like(grad) * (2.0 * privacy.noise_multiplier * privacy.clip)
+        opt_g.zero_grad(set_to_none=True)
+        fake.backward(grad / b)
+        opt_g.step()
+
+
+def main(argv=None) -> dict:
+    ap = parser(__doc__.splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=1000)
+    ap.add_argument("--naive-iterations", type=int, default=200)
+    args = ap.parse_args(argv)
+    device = device_of(args.device)
+    data = make_data(args.seed)
+    k = args.discriminators
+    partition = make_partition(data.shape[0], k, args.seed)
+    gan = GanConfig(iterations=args.iterations, checkpoint_every=args.iterations)
+    privacy = PrivacyConfig()
+    setting = Setting(f"k{k}", k)
+
+    def trainer(directory: Path, seed: int) -> GeneratorTrainer:
+        critics = CriticStack(k, data.shape[1], gan.critic_hidden, gan.critic_batchnorm, gan.init,
+                              torch.Generator().manual_seed(seed), device)
+        return GeneratorTrainer(data, partition, critics, gan, privacy, setting, [], seed, directory, device)
+
+    before = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as tmp:
+        # Warm-up outside the timed regions: libraries, the accountant's curve, allocator.
+        trainer(Path(tmp) / "warm", args.seed).run(20)
+        torch.set_num_threads(1)
+        naive_train(data, partition, gan, privacy, 5, device, args.seed)
+        torch.set_num_threads(before)
+
+        fast_trainer = trainer(Path(tmp) / "fast", args.seed)
+        fast_trainer.run(0)   # the iteration-0 checkpoint
+        fast_trainer = trainer(Path(tmp) / "fast", args.seed)
+        with Timer(device) as fast:
+            fast_trainer.run(args.iterations)
+        torch.set_num_threads(1)
+        try:
+            with Timer(device) as naive:
+                naive_train(data, partition, gan, privacy, args.naive_iterations, device, args.seed)
+        finally:
+            torch.set_num_threads(before)
+
+    fast_per = fast.seconds / args.iterations
+    naive_per = naive.seconds / args.naive_iterations
+    naive_s = naive_per * args.iterations
+    summary = {
+        "naive_s": round(naive_s, 3),
+        "fast_s": round(fast.seconds, 3),
+        "ratio": round(naive_s / fast.seconds, 1),
+        "projected_40k_min": round(fast_per * FULL_ITERATIONS / 60.0, 2),
+        "fast_ms_per_iteration": round(fast_per * 1e3, 3),
+        "naive_ms_per_iteration": round(naive_per * 1e3, 3),
+        "discriminators": k,
+        "iterations": args.iterations,
+        "device": str(device),
+    }
+    emit(summary, args.json)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,479 @@
+"""GS-WGAN core: sanitiser, where real data may flow, partition, baseline, resume, budget, pretraining.
+
+Small problems (K <= 4, a few iterations, 2,000 random rows of width 16) so the file runs in seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from models.config import GanConfig, PrivacyConfig, Setting
+from models.errors import BudgetExceededError, ConfigError
+from models.gswgan import (
+    LEDGER_FILE,
+    STATE_FILE,
+    GeneratorTrainer,
+    _sample_local_rows,
+    build_pretrain_chunk,
+    chunk_generator,
+    critic_chunks,
+    load_generator,
+    make_partition,
+    planned_iterations,
+    pretrain_critics,
+    pretrain_draws,
+    sample_encoded,
+)
+from models.networks import CriticStack, Generator
+from models.sanitizer import clip_rows, sanitize_rows
+
+CPU = torch.device("cpu")
+N_ROWS, WIDTH = 2000, 16
+GAN = GanConfig(iterations=12, checkpoint_every=4, pretrain_iterations=3)
+PRIVACY = PrivacyConfig()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread, as training and pretraining use on CPU: a fixed summation order (Adam turns
+    rounding-level differences of gradients that are zero in exact arithmetic into visible updates), and
+    no stalls when other processes load the machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _data(seed: int = 0, rows: int = N_ROWS) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(rows, WIDTH, generator=g) * 2 - 1
+
+
+def _critics(k: int, gan: GanConfig = GAN, seed: int = 1) -> CriticStack:
+    return CriticStack(k, WIDTH, gan.critic_hidden, gan.critic_batchnorm, gan.init, torch.Generator().manual_seed(seed))
+
+
+def _trainer(tmp_path, k=4, setting=None, gan=GAN, privacy=PRIVACY, data=None, critics=None, seed=3, name="run"):
+    data = _data() if data is None else data
+    partition = make_partition(N_ROWS, k, seed=7)
+    setting = setting or Setting(f"k{k}", k)
+    critics = critics if critics is not None else _critics(k, gan)
+    return GeneratorTrainer(data, partition, critics, gan, privacy, setting, [], seed, tmp_path / name, CPU)
+
+
+def _state(module: nn.Module) -> dict:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+# ------------------------------------------------------------------------------------------ sanitiser
+
+def test_clip_rows_bounds_every_row_norm():
+    g = torch.Generator().manual_seed(0)
+    grad = torch.randn(500, WIDTH, generator=g) * torch.logspace(-3, 3, 500).unsqueeze(1)
+    for clip in (0.1, 1.0, 3.0):
+        clipped = clip_rows(grad, clip)
+        norms = clipped.norm(dim=1)
+        assert (norms <= clip * (1 + 1e-6)).all()
+        inside = grad.norm(dim=1) <= clip
+        assert torch.equal(clipped[inside], grad[inside])          # rows inside are untouched
+        assert torch.allclose(norms[~inside], torch.full_like(norms[~inside], clip), rtol=1e-5)
+        # direction is kept
+        cos = nn.functional.cosine_similarity(clipped, grad, dim=1)
+        assert torch.allclose(cos, torch.ones_like(cos), atol=1e-5)
+
+
+@pytest.mark.parametrize("sigma,clip", [(1.07, 1.0), (0.5, 2.0)])
+def test_sanitiser_noise_has_std_2_sigma_c(sigma, clip):
+    g = torch.Generator().manual_seed(1)
+    grad = torch.randn(20000, WIDTH, generator=g) * 5.0
+    rng = torch.Generator().manual_seed(2)
+    noise = sanitize_rows(grad, clip, sigma, rng) - clip_rows(grad, clip)
+    n = noise.numel()
+    std = noise.std().item()
+    expected = 2.0 * sigma * clip
+    # the sample std of 320,000 Gaussian draws is within 5 standard errors (~0.6 %)
+    assert abs(std - expected) < 5 * expected / math.sqrt(2 * n)
+    assert abs(noise.mean().item()) < 5 * expected / math.sqrt(n)
+    # Gaussian tails: about 4.55 % beyond two standard deviations
+    assert abs((noise.abs() > 2 * expected).float().mean().item() - 0.0455) < 0.003
+
+
+def test_sanitised_rows_are_clipped_before_noise_in_training(tmp_path):
+    """With a vanishing noise multiplier, the tensor the generator receives has rows of norm <= C."""
+    privacy = PrivacyConfig(noise_multiplier=1e-9, clip=0.05)
+    trainer = _trainer(tmp_path, privacy=privacy)
+    for k in range(4):
+        trainer.critic_steps(k)
+        upstream = trainer.generator_step(k)
+        assert (upstream.norm(dim=1) <= 0.05 + 1e-6).all()
+
+
+def test_generator_update_is_computed_from_the_sanitised_tensor_alone(tmp_path):
+    trainer = _trainer(tmp_path)
+    for _ in range(3):
+        trainer.step()
+    k = 2
+    trainer.critic_steps(k)
+    gen_copy, opt_copy = copy.deepcopy((trainer.generator, trainer.opt_g))
+    rng_copy = torch.Generator()
+    rng_copy.set_state(trainer.rng.get_state())
+    critics_before = [p.clone() for p in trainer.critics.params]
+
+    sanitised = trainer.generator_step(k)
+
+    # The critic is frozen: no parameter requires or received a gradient.
+    assert all(not p.requires_grad and p.grad is None for p in trainer.critics.params)
+    # By hand: the same z, G's forward, backward of the sanitised tensor / B, one Adam step.
+    z = torch.randn(GAN.batch_size, GAN.z_dim, generator=rng_copy)
+    fake = gen_copy(z)
+    opt_copy.zero_grad(set_to_none=True)
+    fake.backward(sanitised / GAN.batch_size)
+    for p, q in zip(trainer.generator.parameters(), gen_copy.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    opt_copy.step()
+    for (name, a), b in zip(trainer.generator.state_dict().items(), gen_copy.state_dict().values()):
+        assert torch.equal(a, b), name
+    # The tensor is noisy: it is not the critic's raw gradient.
+    rows = fake.detach().clone().requires_grad_(True)
+    (raw,) = torch.autograd.grad(-trainer.critics.forward([p[k] for p in critics_before], rows).sum(), rows)
+    noise = sanitised - clip_rows(raw, PRIVACY.clip)
+    assert noise.abs().max() > 0.1
+
+
+def test_generator_step_needs_no_real_rows_and_leaves_critics_unchanged(tmp_path):
+    """Nothing in the generator step reads the table: with every real row NaN it still updates G finitely,
+    and the critics and their optimiser state do not change."""
+    trainer = _trainer(tmp_path, data=torch.full((N_ROWS, WIDTH), float("nan")))
+    critics = [p.clone() for p in trainer.critics.params]
+    moments = [m.clone() for m in trainer.opt_d.exp_avg + trainer.opt_d.exp_avg_sq]
+    before = _state(trainer.generator)
+    for k in range(4):
+        trainer.generator_step(k)
+    assert all(torch.equal(a, b) for a, b in zip(critics, trainer.critics.params))
+    assert all(torch.equal(a, b) for a, b in zip(moments, trainer.opt_d.exp_avg + trainer.opt_d.exp_avg_sq))
+    after = trainer.generator.state_dict()
+    assert all(torch.isfinite(v.float()).all() for v in after.values())
+    assert any(not torch.equal(before[n], after[n]) for n in before if "weight" in n)
+
+
+def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
+    """Critic k's r updates are plain WGAN-GP Adam steps (reproduced here with autograd and
+    torch.optim.Adam from the same random draws); the other critics and G's weights do not move."""
+    trainer = _trainer(tmp_path)
+    k, r, b = 1, GAN.critic_steps, GAN.batch_size
+    before = [p.clone() for p in trainer.critics.params]
+    gen_copy = copy.deepcopy(trainer.generator)
+    rng_copy = torch.Generator()
+    rng_copy.set_state(trainer.rng.get_state())
+    gen_weights = {n: p.clone() for n, p in trainer.generator.named_parameters()}
+
+    trainer.critic_steps(k)
+
+    for j in range(4):
+        same = all(torch.equal(a[j], p[j]) for a, p in zip(before, trainer.critics.params))
+        assert same == (j != k)
+    assert all(torch.equal(p, gen_weights[n]) for n, p in trainer.generator.named_parameters())
+    # Reference: same draws, autograd WGAN-GP loss, a fresh torch.optim.Adam (no clipping, no noise).
+    z = torch.randn(r * b, GAN.z_dim, generator=rng_copy)
+    local = _sample_local_rows(trainer.partition.shape[1], b, rng_copy, (r,))
+    alpha = torch.rand(r, b, 1, generator=rng_copy)
+    with torch.no_grad():
+        fakes = torch.stack([gen_copy(part) for part in z.chunk(r)])
+    real = trainer.data[trainer.partition[k][local]]
+    params = [p[k].clone().requires_grad_(True) for p in before]
+    opt = torch.optim.Adam(params, lr=GAN.lr_critic, betas=GAN.betas)
+    for s in range(r):
+        def forward(x):
+            return trainer.critics.forward(params, x)
+        x_hat = (alpha[s] * real[s] + (1 - alpha[s]) * fakes[s]).requires_grad_(True)
+        (grad,) = torch.autograd.grad(forward(x_hat).sum(), x_hat, create_graph=True)
+        loss = forward(fakes[s]).mean() - forward(real[s]).mean() + GAN.gp_lambda * ((grad.norm(dim=1) - 1) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for p, q in zip(trainer.critics.params, params):
+        assert torch.allclose(p[k], q.detach(), atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ partition
+
+def test_partition_is_disjoint_complete_and_seeded():
+    for n, k in ((2000, 3), (2000, 7), (1001, 1000), (50, 50)):
+        part = make_partition(n, k, seed=5)
+        assert part.shape == (k, n // k)
+        flat = part.ravel()
+        assert len(np.unique(flat)) == flat.size == (n // k) * k   # disjoint, floor(n/K) * K rows
+        assert flat.min() >= 0 and flat.max() < n
+        assert np.array_equal(part, make_partition(n, k, seed=5))
+    assert not np.array_equal(make_partition(2000, 3, seed=5), make_partition(2000, 3, seed=6))
+    with pytest.raises(ConfigError):
+        make_partition(10, 11, seed=0)
+
+
+def _poison_all_but(k: int, partition: np.ndarray) -> torch.Tensor:
+    data = torch.full((N_ROWS, WIDTH), float("nan"))
+    clean = _data()
+    data[partition[k]] = clean[partition[k]]
+    return data
+
+
+def test_training_reads_real_rows_of_critic_k_only_from_partition_k(tmp_path):
+    partition = make_partition(N_ROWS, 4, seed=7)
+    trainer = _trainer(tmp_path, data=_poison_all_but(2, partition))
+    before = [p[2].clone() for p in trainer.critics.params]
+    for _ in range(3):
+        trainer.critic_steps(2)
+        trainer.generator_step(2)
+    assert all(torch.isfinite(p).all() for p in trainer.critics.params)
+    assert not all(torch.equal(a, p[2]) for a, p in zip(before, trainer.critics.params))
+    trainer.critic_steps(0)   # the poison is real: another critic does read it
+    assert not torch.isfinite(trainer.critics.params[0][0]).all()
+
+
+@pytest.mark.parametrize("batchnorm", [False, True])
+def test_pretraining_critic_k_sees_only_partition_k(batchnorm):
+    gan = GanConfig(critic_batchnorm=batchnorm)
+    partition = make_partition(N_ROWS, 3, seed=7)
+    data = _poison_all_but(1, partition)
+    assert data.isnan().any()
+    critics = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=3)
+    finite = [bool(all(torch.isfinite(p[j]).all() for p in critics.params)) for j in range(3)]
+    assert finite == [False, True, False]
+
+
+def test_local_row_sampling():
+    rng = torch.Generator().manual_seed(0)
+    idx = _sample_local_rows(40, 32, rng, (5, 3))
+    assert idx.shape == (5, 3, 32) and idx.min() >= 0 and idx.max() < 40
+    assert all(len(set(row.tolist())) == 32 for row in idx.reshape(-1, 32))   # without replacement
+    small = _sample_local_rows(10, 32, rng, (2,))
+    assert small.shape == (2, 32) and small.max() < 10
+    large = _sample_local_rows(50_000, 32, rng, ())
+    assert large.shape == (32,) and large.max() < 50_000
+
+
+# ------------------------------------------------------------------------------------------ baseline
+
+def test_baseline_setting_adds_no_noise_and_costs_infinite_epsilon(tmp_path):
+    setting = Setting("baseline", 1, private=False)
+    trainer = _trainer(tmp_path, k=1, setting=setting)
+    trainer.critic_steps(0)
+    gen_copy = copy.deepcopy(trainer.generator)
+    rng_copy = torch.Generator()
+    rng_copy.set_state(trainer.rng.get_state())
+    critic = [p[0].clone() for p in trainer.critics.params]
+    upstream = trainer.generator_step(0)
+    rows = gen_copy(torch.randn(GAN.batch_size, GAN.z_dim, generator=rng_copy)).detach().requires_grad_(True)
+    (raw,) = torch.autograd.grad(-trainer.critics.forward(critic, rows).sum(), rows)
+    assert torch.allclose(upstream, raw, atol=1e-6)          # neither clipped nor noised
+    assert raw.norm(dim=1).max() > 0
+    # the RNG is not used for noise: the next draw equals the copy's next draw
+    assert torch.equal(torch.rand(3, generator=trainer.rng), torch.rand(3, generator=rng_copy))
+    last, eps = planned_iterations(GAN, PRIVACY, setting, N_ROWS)
+    assert last == GAN.iterations and all(math.isinf(e) for e in eps)
+    result = trainer.run(8)
+    assert all(math.isinf(c["epsilon"]) for c in result.checkpoints)
+    assert trainer.accountant.iterations == 0
+    ledger = json.loads((tmp_path / "run" / LEDGER_FILE).read_text())
+    assert ledger["mechanism"] is None
+
+
+# ------------------------------------------------------------------------------------------ resume
+
+def _final(trainer_dir) -> tuple[dict, dict]:
+    state = torch.load(trainer_dir / STATE_FILE, weights_only=False)
+    return state, json.loads((trainer_dir / LEDGER_FILE).read_text())
+
+
+@pytest.mark.parametrize("stop_after", [6, 8, 1])
+@pytest.mark.parametrize("ema", [None, 0.9])
+def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, stop_after, ema):
+    gan = GanConfig(iterations=12, checkpoint_every=4, generator_ema=ema)
+    base = _critics(4, gan)
+    full = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="full")
+    full.run(12)
+
+    first = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="resumed")
+    first.run(12, stop_after=stop_after)
+    assert first.iteration == stop_after
+    del first
+    second = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="resumed")   # fresh objects
+    result = second.run(12)
+    assert second.iteration == 12
+
+    for a, b in zip(full.generator.state_dict().values(), second.generator.state_dict().values()):
+        assert torch.equal(a, b)
+    state_a, ledger_a = _final(tmp_path / "full")
+    state_b, ledger_b = _final(tmp_path / "resumed")
+    assert ledger_a == ledger_b
+    assert [c["iteration"] for c in result.checkpoints] == [0, 4, 8, 12]
+    assert state_a["metrics"] == state_b["metrics"]
+    for a, b in zip(state_a["critics"]["params"], state_b["critics"]["params"]):
+        assert torch.equal(a, b)
+    for it in (4, 8, 12):
+        ga, _ = load_generator(tmp_path / "full" / f"generator_{it:06d}.pt")
+        gb, _ = load_generator(tmp_path / "resumed" / f"generator_{it:06d}.pt")
+        assert np.array_equal(sample_encoded(ga, 100, seed=1), sample_encoded(gb, 100, seed=1))
+
+
+def test_finished_run_is_not_trained_again(tmp_path):
+    trainer = _trainer(tmp_path)
+    trainer.run(8)
+    again = _trainer(tmp_path)
+    result = again.run(8)
+    assert again.iteration == 8 and [c["iteration"] for c in result.checkpoints] == [0, 4, 8]
+    for a, b in zip(trainer.generator.state_dict().values(), again.generator.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------ budget
+
+def test_planned_iterations_stops_at_last_checkpoint_under_budget():
+    gan = GanConfig(iterations=5000, checkpoint_every=1000)
+    setting = Setting("k1500", 1500)
+    _, all_eps = planned_iterations(gan, PrivacyConfig(), setting, 56_000)
+    assert all_eps[0] == 0 and all(a < b for a, b in itertools.pairwise(all_eps))
+    assert all_eps[1] == pytest.approx(1.34, abs=0.01) and all_eps[5] == pytest.approx(2.99, abs=0.01)
+    for budget in (1.34 + 0.01, 2.0, all_eps[3], 2.98, 100.0):
+        last, eps = planned_iterations(gan, PrivacyConfig(epsilon_budget=budget), setting, 56_000)
+        assert last % gan.checkpoint_every == 0 and 0 < last <= gan.iterations
+        assert eps[-1] <= budget and len(eps) == last // 1000 + 1
+        if last < gan.iterations:
+            assert all_eps[last // 1000 + 1] > budget     # the next checkpoint would exceed it
+    with pytest.raises(BudgetExceededError):
+        planned_iterations(gan, PrivacyConfig(epsilon_budget=1.0), setting, 56_000)
+    last, eps = planned_iterations(gan, PrivacyConfig(epsilon_budget=None), setting, 56_000)
+    assert last == 5000 and len(eps) == 6
+
+
+def test_training_never_passes_the_budget(tmp_path):
+    gan = GanConfig(iterations=12, checkpoint_every=4)
+    setting = Setting("k4", 4)
+    _, all_eps = planned_iterations(gan, PrivacyConfig(), setting, N_ROWS)
+    budget = (all_eps[2] + all_eps[3]) / 2
+    privacy = PrivacyConfig(epsilon_budget=budget)
+    last, _ = planned_iterations(gan, privacy, setting, N_ROWS)
+    assert last == 8
+    trainer = _trainer(tmp_path, gan=gan, privacy=privacy, setting=setting)
+    result = trainer.run(last)
+    assert trainer.iteration == 8 and result.stopped_by_budget
+    assert max(c["epsilon"] for c in result.checkpoints) <= budget
+    assert result.checkpoints[-1]["epsilon"] == pytest.approx(all_eps[2])
+
+
+# ------------------------------------------------------------------------------------------ pretraining
+
+def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
+    """One critic and its own throwaway generator at a time: nn.Modules, autograd, torch.optim.Adam,
+    fed with the random draws the batched version makes (official GS-WGAN semantics)."""
+    b, r = gan.batch_size, gan.critic_steps
+    finals = []
+    for index, (start, stop) in enumerate(critic_chunks(partition.shape[0], chunk_size)):
+        rng = chunk_generator(seed, index)
+        pairs, subset = stop - start, partition.shape[1]
+        critics, gens = build_pretrain_chunk(pairs, WIDTH, gan, [], rng, CPU)
+        draws = [pretrain_draws(rng, pairs, subset, gan) for _ in range(iterations)]
+        for j in range(pairs):
+            critic = nn.Sequential(nn.Linear(WIDTH, gan.critic_hidden), nn.LeakyReLU(0.2), nn.Linear(gan.critic_hidden, 1))
+            gen = Generator(gan.z_dim, tuple(gan.generator_hidden), WIDTH)
+            with torch.no_grad():
+                w1, b1, w2, b2 = (p[j] for p in critics.params)
+                critic[0].weight.copy_(w1.T), critic[0].bias.copy_(b1[0])
+                critic[2].weight.copy_(w2.T), critic[2].bias.copy_(b2[0])
+                linears = [m for m in gen.body if isinstance(m, nn.Linear)]
+                norms = [m for m in gen.body if isinstance(m, nn.BatchNorm1d)]
+                for i, lin in enumerate(linears):
+                    lin.weight.copy_(gens.params[4 * i if i < len(norms) else -2][j].T)
+                    lin.bias.copy_(gens.params[4 * i + 1 if i < len(norms) else -1][j][0])
+                for i, bn in enumerate(norms):
+                    bn.weight.copy_(gens.params[4 * i + 2][j][0])
+                    bn.bias.copy_(gens.params[4 * i + 3][j][0])
+            opt_d = torch.optim.Adam(critic.parameters(), lr=gan.lr_critic, betas=gan.betas)
+            opt_g = torch.optim.Adam(gen.parameters(), lr=gan.lr_generator, betas=gan.betas)
+            rows = data[torch.as_tensor(partition[start + j])]
+            for z, local, alpha in draws:
+                for s in range(r):
+                    with torch.no_grad():
+                        fake = gen(z[j, s * b:(s + 1) * b])
+                    real = rows[local[j, s]]
+                    x_hat = (alpha[j, s] * real + (1 - alpha[j, s]) * fake).requires_grad_(True)
+                    (grad,) = torch.autograd.grad(critic(x_hat).sum(), x_hat, create_graph=True)
+                    gp = ((grad.norm(dim=1) - 1) ** 2).mean()
+                    loss = critic(fake).mean() - critic(real).mean() + gan.gp_lambda * gp
+                    opt_d.zero_grad()
+                    loss.backward()
+                    opt_d.step()
+                for p in critic.parameters():
+                    p.requires_grad_(False)
+                g_loss = -critic(gen(z[j, r * b:])).mean()
+                opt_g.zero_grad()
+                g_loss.backward()
+                opt_g.step()
+                for p in critic.parameters():
+                    p.requires_grad_(True)
+            finals.append([critic[0].weight.T, critic[0].bias[None], critic[2].weight.T, critic[2].bias[None]])
+    return [torch.stack([f[i].detach() for f in finals]) for i in range(4)]
+
+
+@pytest.mark.parametrize("chunk_size", [3, 2])
+def test_batched_pretraining_equals_per_critic_reference(chunk_size):
+    gan = GanConfig()
+    data = _data()
+    partition = make_partition(N_ROWS, 3, seed=7)
+    iterations = 4
+    initial = build_pretrain_chunk(3, WIDTH, gan, [], chunk_generator(0, 0), CPU)[0].params
+    critics = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=iterations, chunk_size=chunk_size)
+    reference = _reference_pretraining(data, partition, gan, 0, iterations, chunk_size)
+    for got, want in zip(critics.params, reference):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, atol=1e-5, rtol=0)
+    if chunk_size == 3:   # the critics moved much more than the tolerance
+        assert max((a - b).abs().max().item() for a, b in zip(critics.params[:3], initial[:3])) > 1e-4
+
+
+def test_pretraining_is_deterministic_and_independent_of_workers():
+    data = _data()
+    partition = make_partition(N_ROWS, 4, seed=7)
+    torch.set_num_threads(2)   # pretraining uses one intra-op thread per worker whatever this says
+    runs = [pretrain_critics(data, partition, GAN, [], 0, CPU, iterations=2, chunk_size=1, workers=w)
+            for w in (1, 2, 2, 3)]
+    assert torch.get_num_threads() == 2
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0].params, run.params))
+    other = pretrain_critics(data, partition, GAN, [], 1, CPU, iterations=2, chunk_size=1)
+    assert not torch.equal(other.params[0], runs[0].params[0])
+
+
+def test_pretraining_progress_and_critic_stack_round_trip():
+    data = _data()
+    partition = make_partition(N_ROWS, 5, seed=7)
+    seen = []
+    critics = pretrain_critics(data, partition, GAN, [], 0, CPU, iterations=3, chunk_size=2, progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == 3 and len(set(seen)) == len(seen)
+    assert critics.k == 5 and critics.params[0].shape == (5, WIDTH, GAN.critic_hidden)
+    loaded = CriticStack(1, WIDTH, GAN.critic_hidden, False, "default", torch.Generator().manual_seed(0))
+    loaded.load_state_dict(critics.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(loaded.params, critics.params))
+
+
+@pytest.mark.parametrize("head", ["tanh", "typed"])
+def test_training_with_batchnorm_critics_and_typed_head_is_deterministic(tmp_path, head):
+    gan = GanConfig(iterations=4, checkpoint_every=2, critic_batchnorm=True, output_head=head)
+    groups = [(0, 1), (1, 4), (4, 16)]
+    partition = make_partition(N_ROWS, 3, seed=7)
+    critics = pretrain_critics(_data(), partition, gan, groups, 0, CPU, iterations=2)
+    results = []
+    for name in ("a", "b"):
+        trainer = GeneratorTrainer(_data(), partition, copy.deepcopy(critics), gan, PRIVACY, Setting("k3", 3), groups,
+                                   3, tmp_path / name, CPU)
+        trainer.run(4)
+        results.append(sample_encoded(trainer.generator, 50, seed=0))
+    assert np.array_equal(*results) and np.isfinite(results[0]).all()
