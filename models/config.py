@@ -34,6 +34,9 @@ class GanConfig:
     lr_critic: float = 1e-4
     betas: tuple[float, float] = (0.0, 0.9)
     critic_steps: int = 5
+    # Critic updates each time training visits a critic; null keeps `critic_steps` (thesis: 5). Free in
+    # privacy terms (critics are never released) and the main lever against stale critics at large K.
+    critic_refresh_steps: int | None = None
     gp_lambda: float = 10.0
     batch_size: int = 32
     pretrain_iterations: int = 2000
