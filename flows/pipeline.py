@@ -50,6 +50,7 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
         if key.startswith("notes_"):
             tracking.log_artifact(run_id, path, "release_notes")
     results = pd.read_parquet(results_path)
+    tracking.log_table(run_id, results, "selection_runs.json")
     create_markdown_artifact(summary_markdown(results, chosen), key=_artifact_key(title, "summary"),
                              description="dpsynth run summary (internal: AUCs on real data)")
     create_table_artifact(selection_table_records(results), key=_artifact_key(title, "selection"),

@@ -1,8 +1,17 @@
 """GS-WGAN for tables: partition, batched critic pretraining (Algorithm 1) and private generator
 training (Algorithm 2) with checkpoints that resume exactly.
 
-Every random choice is drawn from one seeded CPU `torch.Generator` whose state is checkpointed, so a
-resumed run ends exactly as an uninterrupted one.
+Randomness. Pretraining chunk i (a range of `chunk_size` independent critic/throwaway-generator pairs)
+draws everything from its own stream `chunk_generator(seed, i)`, so chunks can run in any order or in
+parallel with the same result. Training draws every random choice (critic index, batches, z, gradient
+penalty weights, sanitiser noise) from one seeded CPU `torch.Generator` whose state is checkpointed, so
+a resumed run ends exactly as an uninterrupted one.
+
+Speed (bench/pretrain.py, bench/train.py). Pretraining trains a cache-sized chunk of pairs at a time
+with hand-written batched forward/backward passes (models/networks.py), fused Adam, reused output
+buffers (`Workspace`), and one worker thread per core, each on its own chunks with one intra-op thread.
+Training runs the r critic steps of critic k on views of the stacked critics (no copies), makes the r
+fake batches in one pass, and steps G's fused Adam directly; it uses one intra-op thread (`threads`).
 """
 
 from __future__ import annotations

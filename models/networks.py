@@ -17,7 +17,10 @@ Speed notes. The stacks carry hand-written forward and backward passes instead o
   mean removes it) and its true gradient is zero: the throwaway generators neither apply nor train it.
   The same holds for the critic's output bias, which cancels in E[D(fake)] - E[D(real)] and does not
   enter the gradient penalty: it is never trained (Adam with a zero gradient leaves it unchanged).
+* The critic's first layer is affine, so at x_hat = alpha real + (1 - alpha) fake it is the same
+  interpolation of its values at the real and fake rows: the gradient penalty needs no product with w1.
 * Reductions over the rows of a batch avoid `torch.var` (slow on CPU): two-pass mean and centred square.
+* Large temporaries go to reused `Workspace` buffers (a fresh large allocation costs page faults).
 
 The tests check these passes against autograd and `torch.optim.Adam` on per-network `nn.Module`s.
 """
@@ -33,7 +36,6 @@ from torch.nn import functional as F
 
 BN_EPS = 1e-5
 LEAKY_SLOPE = 0.2
-
 
 
 class OutputHead(nn.Module):
@@ -148,18 +150,18 @@ def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: t
     bn.num_batches_tracked.add_(chunks)
 
 
-_WEIGHTS: dict = {}
+_CONSTANTS: dict = {}   # small constant tensors, by (name, shape parameters, dtype, device)
 
 
 def _momentum_weights(chunks: int, momentum: float, batch: int, dtype, device) -> torch.Tensor:
     """Weights of `chunks` consecutive batch statistics in the running statistics: row 0 for the means,
     row 1 for centred sums of squares (the unbiased variance's 1 / (B - 1) folded in)."""
-    key = (chunks, momentum, batch, dtype, str(device))
-    w = _WEIGHTS.get(key)
+    key = ("momentum", chunks, momentum, batch, dtype, str(device))
+    w = _CONSTANTS.get(key)
     if w is None:
         w = torch.tensor([momentum * (1.0 - momentum) ** (chunks - 1 - j) for j in range(chunks)], dtype=torch.float64)
         w = torch.stack([w, w / max(batch - 1, 1)]).to(dtype=dtype, device=device)
-        _WEIGHTS[key] = w
+        _CONSTANTS[key] = w
     return w
 
 
@@ -262,8 +264,12 @@ class CriticStack:
         """e * x for rows x_rf = [real; fake] (shape [..., 2B, d]), e being each row's weight in the loss
         mean D(fake) - mean D(real): -1/B for real rows, +1/B for fake rows."""
         batch = x_rf.shape[-2] // 2
-        e = torch.full(x_rf.shape[-2:-1] + (1,), 1.0 / batch, dtype=x_rf.dtype, device=x_rf.device)
-        e[:batch] = -1.0 / batch
+        key = ("signs", batch, x_rf.dtype, str(x_rf.device))
+        e = _CONSTANTS.get(key)
+        if e is None:
+            e = torch.full((2 * batch, 1), 1.0 / batch, dtype=x_rf.dtype, device=x_rf.device)
+            e[:batch] = -1.0 / batch
+            _CONSTANTS[key] = e
         return x_rf * e
 
     def loss_grads_rows(self, params: list[torch.Tensor], x_rf: torch.Tensor, xe: torch.Tensor, alpha: torch.Tensor,
@@ -285,18 +291,21 @@ class CriticStack:
         sv = _leaky_grad(w2_rows.expand_as(h_rf), h_rf, ws("c.sv", h_rf.shape, x_rf))
         u = _leaky_grad(w2_rows.expand_as(h_x), h_x, ws("c.u", h_x.shape, x_rf))
         g = torch.bmm(u, w1.transpose(1, 2))                        # grad of D at x_hat: [K, B, d]
-        # d GP / d g = (2 lambda / B) (1 - 1 / ||g||) g  (zero at g = 0, as autograd's norm backward)
-        coef = torch.linalg.vector_norm(g, dim=-1, keepdim=True).clamp_min_(1e-30).reciprocal_()
-        q = g.mul_(coef.sub_(1.0).mul_(-2.0 * gp_lambda / batch))
+        # d GP / d g = c (g - g / ||g||), c = 2 lambda / B  (zero at g = 0, as autograd's norm backward)
+        norm = torch.linalg.vector_norm(g, dim=-1, keepdim=True).clamp_min_(1e-30)
+        c = 2.0 * gp_lambda / batch
+        q = torch.addcdiv(g * c, g, norm, value=-c)
         # dw1: (e x) outer (S w2) summed over the real/fake rows, plus q outer u over the x_hat rows.
         dw1 = torch.bmm(q.transpose(1, 2), u, out=ws("c.dw1", (k, width, hidden), x_rf))
         dw1.baddbmm_(xe.transpose(1, 2), sv)
         # db1 = sum of e S w2, as separate sums over the fake and the real rows like autograd: its true value
         # is often exactly zero (same active units in both batches), where Adam turns any difference in
         # rounding into a visible update, so the summation order is kept the reference's.
-        db1 = sv[:, batch:].sum(1, keepdim=True).sub_(sv[:, :batch].sum(1, keepdim=True)).mul_(1.0 / batch)
+        sums = sv.view(k, 2, batch, hidden).sum(2)                   # [K, 2, H]: real rows, fake rows
+        db1 = torch.sub(sums[:, 1:], sums[:, :1]).mul_(1.0 / batch)
         a = torch._C._nn.leaky_relu(h_rf, LEAKY_SLOPE, out=ws("c.a", h_rf.shape, x_rf))
-        a_diff = a[:, batch:].sum(1).sub_(a[:, :batch].sum(1)).mul_(1.0 / batch)   # sum of e a: [K, H]
+        sums = a.view(k, 2, batch, hidden).sum(2)
+        a_diff = torch.sub(sums[:, 1], sums[:, 0]).mul_(1.0 / batch)   # sum of e a: [K, H]
         qv = torch.bmm(q, w1, out=ws("c.qv", h_x.shape, x_rf))     # d GP / d u: [K, B, H]
         dw2 = _leaky_grad(qv, h_x, qv).sum(1).add_(a_diff).unsqueeze_(-1)
         w = -(a_diff * w2.squeeze(-1)).sum(-1) if wasserstein else None
@@ -478,6 +487,7 @@ class StackedAdam:
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
         self.steps = np.zeros(params[0].shape[0], dtype=np.int64)
+        self._step_tensors: dict[int, torch.Tensor] = {}   # read-only step counts for the fused kernel
 
     def step_all(self, params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
         """Update every network (they all step together, so they share one step count)."""
@@ -498,7 +508,9 @@ class StackedAdam:
         self._update(params, grads, exp_avg, exp_avg_sq, int(self.steps[index]))
 
     def _update(self, params, grads, exp_avg, exp_avg_sq, t: int) -> None:
-        step = torch.tensor(float(t), device=params[0].device)
+        step = self._step_tensors.get(t)
+        if step is None or step.device != params[0].device:
+            step = self._step_tensors[t] = torch.tensor(float(t), device=params[0].device)
         torch._fused_adam_(params, grads, exp_avg, exp_avg_sq, [], [step] * len(params), lr=self.lr,
                            beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
                            amsgrad=False, maximize=False)

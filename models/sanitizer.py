@@ -19,5 +19,6 @@ def clip_rows(grad: torch.Tensor, clip: float) -> torch.Tensor:
 
 
 def sanitize_rows(grad: torch.Tensor, clip: float, noise_multiplier: float, rng: torch.Generator) -> torch.Tensor:
+    """clip_rows(grad, C) + N(0, (2 sigma C)^2) per entry, the noise drawn from `rng` (CPU)."""
     noise = torch.randn(grad.shape, generator=rng, dtype=grad.dtype).to(grad.device)
-    return clip_rows(grad, clip) + noise * (2.0 * noise_multiplier * clip)
+    return noise.mul_(2.0 * noise_multiplier * clip).add_(clip_rows(grad, clip))

@@ -101,3 +101,11 @@ def set_tags(run_id: str, tags: dict[str, str]) -> None:
     client = _client()
     for key, value in tags.items():
         client.set_tag(run_id, key, str(value))
+
+
+def log_table(run_id: str, frame, artifact_file: str) -> None:
+    """A table MLflow's UI can browse and compare (inf and NaN become empty cells)."""
+    import numpy as np
+
+    clean = frame.replace([np.inf, -np.inf], np.nan).astype(object).where(frame.notna(), None)
+    _client().log_table(run_id, data=clean, artifact_file=artifact_file)
