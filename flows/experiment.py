@@ -17,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from flows import stages
-from flows.pipeline import prepare, publish_report, setting_chain
+from flows.pipeline import log_training, prepare, publish_report, setting_chain
 from models.choice import choose_checkpoint
 from models.config import Profile, load_profile
 from tasks import tracking
@@ -71,6 +71,8 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         if prof.evaluation.real_baseline:
             real = run_real_baseline.submit(ctx.run_dir, ctx.schema, paths, prof, the_plan["checkpoints_per_setting"])
         chains = [f.result() for f in futures]
+        for chain in chains:
+            log_training(run_id, chain)
         frames = [pd.read_parquet(c["results"]) for c in chains]
         if real is not None:
             frames.append(pd.read_parquet(real.result()["results"]))
@@ -91,7 +93,7 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, chains, results_path, chosen, prof,
                        f"{ctx.schema.name} experiment {prof.name}")
         real_auc = float(results.loc[results["setting"] == "real", "test_auc"].mean()) if real is not None else None
-        summary = {"experiment_id": ctx.run_id, "run_dir": str(ctx.run_dir), "selection_runs": int(len(results)),
+        summary = {"experiment_id": ctx.run_id, "run_dir": str(ctx.run_dir), "selection_runs": len(results),
                    "planned_selection_runs": the_plan["selection_runs"], "real_auc": real_auc,
                    "chosen": {k: {kk: (None if isinstance(vv, float) and math.isinf(vv) else vv)
                                   for kk, vv in v.items()} for k, v in chosen.items()},

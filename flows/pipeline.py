@@ -32,7 +32,21 @@ def setting_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Pr
     selected = stages.select_models(run_dir, schema, paths["encoded"], paths["split"], trained["ledger"],
                                     samples.directory, profile, setting.name)
     return {"setting": setting.name, "checkpoints": trained["checkpoints"], "ledger": trained["ledger"],
-            "samples": samples.directory, "results": selected["results"], "train_info": trained.info}
+            "samples": samples.directory, "results": selected["results"], "train_info": trained.info,
+            "internal_metrics": trained["internal_metrics"]}
+
+
+def log_training(run_id: str, chain: dict) -> None:
+    """Epsilon per checkpoint and the critic's estimates (internal) to the MLflow run."""
+    from tasks import tracking
+    from tasks.stage import read_json
+
+    name = chain["setting"]
+    ledger = read_json(chain["ledger"])["checkpoints"]
+    tracking.log_metric_series(run_id, f"{name}.epsilon", [(e["iteration"], e["epsilon"]) for e in ledger])
+    curve = read_json(chain["internal_metrics"])["critic_wasserstein"]
+    tracking.log_metric_series(run_id, f"{name}.internal.critic_wasserstein",
+                               [(m["iteration"], m["critic_wasserstein"]) for m in curve])
 
 
 def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict,

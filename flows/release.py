@@ -14,7 +14,7 @@ import pandas as pd
 from prefect import flow, get_run_logger
 
 from flows import stages
-from flows.pipeline import prepare, publish_report, setting_chain
+from flows.pipeline import log_training, prepare, publish_report, setting_chain
 from models.accountant import MECHANISM
 from models.choice import choose_checkpoint
 from models.errors import BudgetExceededError
@@ -46,7 +46,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
 
         chain = setting_chain(ctx.run_dir, ctx.schema, paths, prof, setting)
         ledger = read_json(chain["ledger"])["checkpoints"]
-        tracking.log_metric_series(run_id, "epsilon", [(e["iteration"], e["epsilon"]) for e in ledger])
+        log_training(run_id, chain)
         log.info("trained %s to iteration %d, epsilon %.3f", setting.name, ledger[-1]["iteration"],
                  ledger[-1]["epsilon"])
         real = stages.select_models_real(ctx.run_dir, ctx.schema, paths["encoded"], paths["split"], prof, 1)

@@ -145,7 +145,7 @@ class Profile:
     def config_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
-    def with_settings(self, *settings: Setting) -> "Profile":
+    def with_settings(self, *settings: Setting) -> Profile:
         return dataclasses.replace(self, settings=tuple(settings))
 
 

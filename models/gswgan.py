@@ -324,7 +324,9 @@ class GeneratorTrainer:
         """r updates of critic k on batches of its own subset partition[k] (not sanitised: the critic is
         never released). Returns its estimate mean D(real) - mean D(fake) at the last step when asked."""
         gan = self.gan
-        r, b = gan.critic_steps, gan.batch_size
+        # Training may refresh a visited critic for longer than pretraining's r (critic_refresh_steps).
+        r = gan.critic_refresh_steps or gan.critic_steps
+        b = gan.batch_size
         z = torch.randn(r * b, gan.z_dim, generator=self.rng).to(self.device)
         local = _sample_local_rows(self.partition.shape[1], b, self.rng, (r,)).to(self.device)
         alpha = torch.rand(r, b, 1, generator=self.rng).to(self.device)

@@ -145,8 +145,8 @@ def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: t
     m = bn.momentum
     weights = _momentum_weights(chunks, m, batch, means.dtype, means.device)
     keep = (1.0 - m) ** chunks
-    bn.running_mean.mul_(keep).add_(weights[0] @ means)
-    bn.running_var.mul_(keep).add_(weights[1] @ centred_sq)
+    bn.running_mean.addmv_(means.t(), weights[0], beta=keep)
+    bn.running_var.addmv_(centred_sq.t(), weights[1], beta=keep)
     bn.num_batches_tracked.add_(chunks)
 
 

@@ -45,8 +45,8 @@ def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed:
     """Row indices of train/validation/test, stratified by the target, fixed by the seed."""
     index = np.arange(len(y))
     _, val_frac, test_frac = fractions
-    n_test = int(round(test_frac * len(y)))
-    n_val = int(round(val_frac * len(y)))
+    n_test = round(test_frac * len(y))
+    n_val = round(val_frac * len(y))
     stratify = y if _can_stratify(y, n_test) else None
     rest, test = train_test_split(index, test_size=n_test, random_state=seed, stratify=stratify)
     stratify = y[rest] if _can_stratify(y[rest], n_val) else None
@@ -102,7 +102,7 @@ class UnitScaledImputer:
             out[col.name] = values
         return pd.DataFrame(out, index=index)
 
-    def fit(self, frame: pd.DataFrame) -> "UnitScaledImputer":
+    def fit(self, frame: pd.DataFrame) -> UnitScaledImputer:
         unit = self._to_unit(frame)
         complete_enough = ~np.all(np.isnan(unit), axis=0)
         if not complete_enough.all():

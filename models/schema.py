@@ -68,7 +68,7 @@ class DatasetSchema:
         return sum(c.encoded_width for c in self.columns)
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "DatasetSchema":
+    def from_yaml(cls, path: str | Path) -> DatasetSchema:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"Schema file {str(path)!r} does not exist.")
@@ -82,7 +82,7 @@ class DatasetSchema:
         return schema
 
     @classmethod
-    def from_dict(cls, raw: dict, origin: str = "schema") -> "DatasetSchema":
+    def from_dict(cls, raw: dict, origin: str = "schema") -> DatasetSchema:
         if not isinstance(raw, dict):
             raise ConfigError(f"{origin}: expected a mapping at the top level.")
         for key in ("name", "target", "columns"):

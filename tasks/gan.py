@@ -22,7 +22,7 @@ from models.gswgan import (
 )
 from models.networks import CriticStack
 from models.schema import DatasetSchema
-from tasks.stage import read_json, run_stage
+from tasks.stage import read_json, run_stage, write_json
 
 
 def encoder_groups(encoder: TableEncoder) -> list[tuple[int, int]]:
@@ -67,9 +67,7 @@ def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_pat
         partition = np.load(pretrain_dir / "partition.npy")
         device = resolve_device(profile.device)
         state = torch.load(pretrain_dir / "critics.pt", map_location=device, weights_only=False)
-        critics = CriticStack(1, data.shape[1], profile.gan.critic_hidden, profile.gan.critic_batchnorm,
-                              "default", torch.Generator().manual_seed(0), device)
-        critics.load_state_dict(state)
+        critics = CriticStack.from_params([p.to(device) for p in state["params"]], state["batchnorm"])
         last, _ = planned_iterations(profile.gan, profile.privacy, setting, len(rows))
         trainer = GeneratorTrainer(data, partition, critics, profile.gan, profile.privacy, setting,
                                    encoder_groups(encoder), profile.seed, directory / "checkpoints", device,
@@ -77,7 +75,10 @@ def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_pat
         result = trainer.run(last)
         info = {"last_iteration": last, "stopped_by_budget": result.stopped_by_budget,
                 "final_epsilon": result.checkpoints[-1]["epsilon"], "seconds": round(result.seconds, 2)}
-        return {"checkpoints": directory / "checkpoints", "ledger": directory / "checkpoints" / LEDGER_FILE}, info
+        # Critic estimates come from real rows: an internal file, never part of the ledger or the bundle.
+        write_json({"critic_wasserstein": result.metrics}, directory / "internal_metrics.json")
+        return {"checkpoints": directory / "checkpoints", "ledger": directory / "checkpoints" / LEDGER_FILE,
+                "internal_metrics": directory / "internal_metrics.json"}, info
 
     return run_stage(run_dir, f"train-{setting.name}",
                      {"encoded": encoded_path, "gan_rows": gan_rows_path, "critics": pretrain_dir / "critics.pt"},

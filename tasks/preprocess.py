@@ -36,7 +36,7 @@ def preprocess_stage(run_dir, schema: DatasetSchema, table_path: Path, split_pat
         np.save(directory / "encoded.npy", encoded)
         np.save(directory / "gan_rows.npy", fit_rows)
         # Counts of imputed values are real-data statistics: internal report only.
-        imputed = {"imputed_values": invalid_counts, "rows": int(len(split["rows"])),
+        imputed = {"imputed_values": invalid_counts, "rows": len(split["rows"]),
                    "imputer_fitted_on": "all rows" if profile.protocol == "thesis" else "training rows"}
         write_json(imputed, directory / "imputation.json")
         return ({"encoded": directory / "encoded.npy", "gan_rows": directory / "gan_rows.npy",

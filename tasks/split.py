@@ -29,7 +29,7 @@ def split_stage(run_dir, schema: DatasetSchema, table_path: Path, profile: Profi
         parts = stratified_split(y[rows], profile.split, profile.seed)
         out = directory / "split.npz"
         np.savez(out, rows=rows, train=rows[parts["train"]], val=rows[parts["val"]], test=rows[parts["test"]])
-        info = {k: int(len(v)) for k, v in parts.items()}
+        info = {k: len(v) for k, v in parts.items()}
         return {"split": out}, info
 
     config = {"seed": profile.seed, "split": profile.split, "max_rows": profile.max_rows}

@@ -13,10 +13,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 MANIFEST = "manifest.json"
 
@@ -113,7 +113,7 @@ def run_stage(run_dir: Path, name: str, inputs: dict[str, Path], config: dict,
         "config": config,
         "outputs": {k: str(Path(v).relative_to(directory)) for k, v in outputs.items()},
         "output_hashes": {k: sha256_path(Path(v)) for k, v in outputs.items()},
-        "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+        "started": datetime.fromtimestamp(started, UTC).isoformat(),
         "seconds": round(seconds, 3),
         "info": info,
     }, manifest_path)

@@ -126,11 +126,18 @@ def test_generator_update_is_computed_from_the_sanitised_tensor_alone(tmp_path):
     rng_copy = torch.Generator()
     rng_copy.set_state(trainer.rng.get_state())
     critics_before = [p.clone() for p in trainer.critics.params]
+    seen = []
+    hook = trainer.generator.register_forward_hook(
+        lambda *_: seen.append([p.requires_grad for p in trainer.critics.params]))
 
     sanitised = trainer.generator_step(k)
 
-    # The critic is frozen: no parameter requires or received a gradient.
+    hook.remove()
+    # The critic is frozen while G runs: no parameter requires or received a gradient.
+    assert seen == [[False] * len(critics_before)]
     assert all(not p.requires_grad and p.grad is None for p in trainer.critics.params)
+    # What G receives is a constant: no autograd path leads back to the critic or to real rows.
+    assert sanitised.grad_fn is None and not sanitised.requires_grad
     # By hand: the same z, G's forward, backward of the sanitised tensor / B, one Adam step.
     z = torch.randn(GAN.batch_size, GAN.z_dim, generator=rng_copy)
     fake = gen_copy(z)

@@ -2,8 +2,13 @@ import numpy as np
 import pandas as pd
 
 from models.encoding import TableEncoder
-from models.preprocessing import (UnitScaledImputer, invalid_to_missing, stratified_split,
-                                  stratified_subsample, typed_frame)
+from models.preprocessing import (
+    UnitScaledImputer,
+    invalid_to_missing,
+    stratified_split,
+    stratified_subsample,
+    typed_frame,
+)
 
 
 def test_split_is_stratified_sized_and_deterministic():
