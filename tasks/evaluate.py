@@ -63,6 +63,13 @@ def selection_run(X_train, y_train, X_val, y_val, X_test, y_test, X_real_val, y_
             "seconds": time.perf_counter() - started}
 
 
+def synthetic_split(y: np.ndarray, n_train: int, n_val: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic rows split like the real training and validation sets, stratified by the target."""
+    stratify = y if np.bincount(y, minlength=2).min() >= 2 else None
+    return train_test_split(np.arange(len(y)), train_size=n_train, test_size=n_val, random_state=seed,
+                            stratify=stratify)
+
+
 def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.ndarray, split: dict,
                        profile: Profile, index: int) -> dict:
     encoder = TableEncoder(schema)
@@ -70,10 +77,7 @@ def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.
     frame = pd.read_parquet(synthetic_path)
     synthetic = encoder.encode(frame)
     X_syn, y_syn = features_target(encoder, synthetic)
-    n_train, n_val = len(real["train"]), len(real["val"])
-    stratify = y_syn if np.bincount(y_syn, minlength=2).min() >= 2 else None
-    train, val = train_test_split(np.arange(len(y_syn)), train_size=n_train, test_size=n_val,
-                                  random_state=profile.seed + index, stratify=stratify)
+    train, val = synthetic_split(y_syn, len(real["train"]), len(real["val"]), profile.seed + index)
     X_test, y_test = features_target(encoder, encoded[real["test"]])
     X_rv, y_rv = features_target(encoder, encoded[real["val"]])
     candidates = regularisation_grid(profile.seed, profile.evaluation.n_regularisation_values,
