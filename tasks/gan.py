@@ -44,8 +44,17 @@ def pretrain_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_
         data = torch.from_numpy(np.load(encoded_path)[rows])
         partition = make_partition(len(rows), setting.discriminators, profile.seed)
         np.save(directory / "partition.npy", partition)
+        total = profile.gan.pretrain_iterations
+        reported = [0]
+
+        def progress(done: int) -> None:
+            # Called with the iterations completed by all K pairs, possibly in jumps: report each tenth.
+            if done * 10 // max(total, 1) > reported[0]:
+                reported[0] = done * 10 // max(total, 1)
+                print(f"pretraining {setting.name}: {done}/{total} iterations of {setting.discriminators} critics")
+
         critics = pretrain_critics(data, partition, profile.gan, encoder_groups(encoder), profile.seed,
-                                   resolve_device(profile.device))
+                                   resolve_device(profile.device), progress=progress)
         torch.save(critics.state_dict(), directory / "critics.pt")
         info = {"discriminators": setting.discriminators, "subset_rows": int(partition.shape[1]),
                 "dropped_rows": int(len(rows) - partition.size)}
@@ -72,7 +81,8 @@ def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_pat
         trainer = GeneratorTrainer(data, partition, critics, profile.gan, profile.privacy, setting,
                                    encoder_groups(encoder), profile.seed, directory / "checkpoints", device,
                                    level_share_fn=encoder.level_shares)
-        result = trainer.run(last)
+        result = trainer.run(last, progress=lambda it, eps: print(
+            f"training {setting.name}: iteration {it}/{last}, epsilon {eps:.3f}"))
         info = {"last_iteration": last, "stopped_by_budget": result.stopped_by_budget,
                 "final_epsilon": result.checkpoints[-1]["epsilon"], "seconds": round(result.seconds, 2)}
         # Critic estimates come from real rows: an internal file, never part of the ledger or the bundle.
