@@ -24,7 +24,11 @@ import os
 import sys
 import time
 
-_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# As a script this folder would be sys.path[0] and bench/select.py would shadow the standard library's
+# `select` module: import from the project root instead.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+_root = os.path.dirname(_here)
 if _root not in sys.path:
     sys.path.insert(0, _root)
 
