@@ -1,8 +1,8 @@
 """The `experiment` flow: the thesis grid (Algorithm 3), every setting in parallel.
 
-validate -> split -> preprocess once; then per setting, as independent tasks on the task runner:
-pretrain -> train -> sample -> model selection at every checkpoint; beside them the real-vs-real
-baseline (one selection run per checkpoint index). The task runner is a process pool on one machine,
+validate -> split -> preprocess once; then, as independent tasks on the task runner: per setting
+pretrain -> train -> sample, and one model-selection task per checkpoint of each setting and per index
+of the real-vs-real baseline. The task runner is a process pool on one machine,
 or a Dask cluster when the profile names a scheduler address.
 """
 
@@ -17,11 +17,12 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from flows import stages
-from flows.pipeline import log_training, prepare, publish_report, setting_chain
+from flows.pipeline import log_training, prepare, publish_report, train_chain
 from models.choice import choose_checkpoint
 from models.config import Profile, load_profile
 from tasks import tracking
 from tasks.context import load_context
+from tasks.evaluate import checkpoint_runs, collect_runs, real_runs
 from tasks.stage import write_json
 
 
@@ -43,15 +44,9 @@ def _one_thread_per_worker() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
 
 
-@task(name="setting", cache_policy=NO_CACHE, persist_result=False)
-def run_setting(run_dir, schema, paths, profile, setting) -> dict:
-    return setting_chain(run_dir, schema, paths, profile, setting)
-
-
-@task(name="real-baseline", cache_policy=NO_CACHE, persist_result=False)
-def run_real_baseline(run_dir, schema, paths, profile, runs) -> dict:
-    result = stages.select_models_real.fn(run_dir, schema, paths["encoded"], paths["split"], profile, runs)
-    return {"results": result["results"]}
+@task(name="train-setting", cache_policy=NO_CACHE, persist_result=False)
+def run_training(run_dir, schema, paths, profile, setting) -> dict:
+    return train_chain(run_dir, schema, paths, profile, setting)
 
 
 @flow(name="experiment", task_runner=ProcessPoolTaskRunner(max_workers=2, initializer=_one_thread_per_worker))
@@ -66,16 +61,33 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         tracking.log_params(run_id, {"profile": prof.to_dict()})
         paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
         the_plan = plan(prof)
-        futures = [run_setting.submit(ctx.run_dir, ctx.schema, paths, prof, s) for s in prof.settings]
-        real = None
+        # Fan-out: settings train in parallel; every selection run (each checkpoint of each setting, each
+        # index of the real baseline) is its own task on the same runner.
+        training = [run_training.submit(ctx.run_dir, ctx.schema, paths, prof, s) for s in prof.settings]
+        enc, split = paths["encoded"], paths["split"]
+        real_futures = []
         if prof.evaluation.real_baseline:
-            real = run_real_baseline.submit(ctx.run_dir, ctx.schema, paths, prof, the_plan["checkpoints_per_setting"])
-        chains = [f.result() for f in futures]
+            real_futures = [stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof, "real", **run)
+                            for run in real_runs(prof, the_plan["checkpoints_per_setting"])]
+        chains, selections = [], []
+        for future in training:
+            chain = future.result()
+            chains.append(chain)
+            selections.append([stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof,
+                                                          chain["setting"], **run)
+                               for run in checkpoint_runs(chain["ledger"], chain["samples"])])
         for chain in chains:
             log_training(run_id, chain)
-        frames = [pd.read_parquet(c["results"]) for c in chains]
-        if real is not None:
-            frames.append(pd.read_parquet(real.result()["results"]))
+        frames = []
+        for chain, futures in zip(chains, selections):
+            table = collect_runs([f.result()["run"] for f in futures],
+                                 ctx.run_dir / f"evaluate-{chain['setting']}" / "selection.parquet")
+            chain["results"] = table
+            frames.append(pd.read_parquet(table))
+        if real_futures:
+            table = collect_runs([f.result()["run"] for f in real_futures],
+                                 ctx.run_dir / "evaluate-real" / "selection.parquet")
+            frames.append(pd.read_parquet(table))
         results = pd.concat(frames, ignore_index=True)
         results_path = ctx.run_dir / "results.parquet"
         results.to_parquet(results_path, index=False)
@@ -92,7 +104,7 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
                 tracking.log_metrics(run_id, {f"{s.name}.auc": pick["test_auc"], f"{s.name}.epsilon": pick["epsilon"]})
         publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, chains, results_path, chosen, prof,
                        f"{ctx.schema.name} experiment {prof.name}")
-        real_auc = float(results.loc[results["setting"] == "real", "test_auc"].mean()) if real is not None else None
+        real_auc = float(results.loc[results["setting"] == "real", "test_auc"].mean()) if real_futures else None
         summary = {"experiment_id": ctx.run_id, "run_dir": str(ctx.run_dir), "selection_runs": len(results),
                    "planned_selection_runs": the_plan["selection_runs"], "real_auc": real_auc,
                    "chosen": {k: {kk: (None if isinstance(vv, float) and math.isinf(vv) else vv)

@@ -22,18 +22,24 @@ def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: 
             "validation_info": validated.info}
 
 
-def setting_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
-    """pretrain -> train -> sample -> model selection for one privacy setting."""
+def train_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
+    """pretrain -> train -> sample every checkpoint, for one privacy setting."""
     pre = stages.pretrain_critics(run_dir, schema, paths["encoded"], paths["gan_rows"], profile, setting)
     trained = stages.train_generator(run_dir, schema, paths["encoded"], paths["gan_rows"], pre.directory,
                                      profile, setting)
     n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
     samples = stages.sample_checkpoints(run_dir, schema, trained["checkpoints"], n_rows, profile, setting)
-    selected = stages.select_models(run_dir, schema, paths["encoded"], paths["split"], trained["ledger"],
-                                    samples.directory, profile, setting.name)
     return {"setting": setting.name, "checkpoints": trained["checkpoints"], "ledger": trained["ledger"],
-            "samples": samples.directory, "results": selected["results"], "train_info": trained.info,
+            "samples": samples.directory, "train_info": trained.info,
             "internal_metrics": trained["internal_metrics"]}
+
+
+def setting_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
+    """train_chain, then model selection at every checkpoint, one after another."""
+    chain = train_chain(run_dir, schema, paths, profile, setting)
+    selected = stages.select_models(run_dir, schema, paths["encoded"], paths["split"], chain["ledger"],
+                                    chain["samples"], profile, setting.name)
+    return {**chain, "results": selected["results"]}
 
 
 def log_training(run_id: str, chain: dict) -> None:

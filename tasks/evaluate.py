@@ -21,7 +21,7 @@ from models.encoding import TableEncoder
 from models.preprocessing import stratified_split
 from models.schema import DatasetSchema
 from models.selection import regularisation_grid, select_model
-from tasks.stage import read_json, run_stage
+from tasks.stage import read_json, run_stage, write_json
 
 RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
                   "test_auprc", "real_val_auc", "degenerate", "seconds"]
@@ -114,43 +114,62 @@ def synthetic_rows(profile: Profile, split: dict) -> int:
     return len(split["train"]) + len(split["val"])
 
 
-def evaluate_setting_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, ledger_path: Path,
-                           sample_dir: Path, profile: Profile, setting_name: str):
+def selection_run_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
+                        setting_name: str, index: int, iteration: int, epsilon: float,
+                        synthetic_path: Path | None = None):
+    """One model-selection run as its own stage: checkpoint `index` of a setting (its synthetic table), or,
+    with no synthetic table, index `index` of the real-vs-real baseline."""
     def work(directory: Path):
         encoded = np.load(encoded_path)
         split = dict(np.load(split_path))
-        ledger = read_json(ledger_path)["checkpoints"]
-        records = []
-        for index, entry in enumerate(ledger):
-            path = sample_dir / f"synthetic_{entry['iteration']:06d}.parquet"
-            record = evaluate_synthetic(schema, path, encoded, split, profile, index)
-            records.append({"setting": setting_name, "iteration": entry["iteration"], "index": index,
-                            "epsilon": entry["epsilon"], **record})
-        out = directory / "selection.parquet"
-        pd.DataFrame.from_records(records).to_parquet(out, index=False)
-        return {"results": out}, {"runs": len(records)}
+        if synthetic_path is None:
+            record = evaluate_real(schema, encoded, split, profile, index)
+        else:
+            record = evaluate_synthetic(schema, Path(synthetic_path), encoded, split, profile, index)
+        row = {"setting": setting_name, "iteration": iteration, "index": index, "epsilon": epsilon, **record}
+        write_json(row, directory / "run.json")
+        return {"run": directory / "run.json"}, {"test_auc": record["test_auc"]}
 
-    return run_stage(run_dir, f"evaluate-{setting_name}",
-                     {"encoded": encoded_path, "split": split_path, "samples": sample_dir},
-                     {"seed": profile.seed, "protocol": profile.protocol,
-                      "evaluation": profile.evaluation.__dict__}, work)
+    inputs = {"encoded": encoded_path, "split": split_path}
+    if synthetic_path is not None:
+        inputs["synthetic"] = Path(synthetic_path)
+    config = {"seed": profile.seed, "protocol": profile.protocol, "evaluation": profile.evaluation.__dict__,
+              "iteration": iteration, "epsilon": repr(epsilon)}
+    return run_stage(run_dir, f"evaluate-{setting_name}/{index:03d}", inputs, config, work)
+
+
+def collect_runs(run_files: list[Path], out: Path) -> Path:
+    """The runs' records as one results table (Parquet), in the order given."""
+    frame = pd.DataFrame.from_records([read_json(p) for p in run_files])
+    ordered = [c for c in RESULT_COLUMNS if c in frame.columns] + [c for c in frame.columns if c not in RESULT_COLUMNS]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame[ordered].to_parquet(out, index=False)
+    return out
+
+
+def checkpoint_runs(ledger_path: Path, sample_dir: Path) -> list[dict]:
+    """What each selection run of a setting needs: index, iteration, epsilon and its synthetic table."""
+    ledger = read_json(ledger_path)["checkpoints"]
+    return [{"index": i, "iteration": e["iteration"], "epsilon": e["epsilon"],
+             "synthetic_path": Path(sample_dir) / f"synthetic_{e['iteration']:06d}.parquet"}
+            for i, e in enumerate(ledger)]
+
+
+def evaluate_setting_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, ledger_path: Path,
+                           sample_dir: Path, profile: Profile, setting_name: str) -> dict:
+    """Every checkpoint of a setting, one after another (the experiment flow fans these out instead)."""
+    runs = [selection_run_stage(run_dir, schema, encoded_path, split_path, profile, setting_name, **run)["run"]
+            for run in checkpoint_runs(ledger_path, sample_dir)]
+    return {"results": collect_runs(runs, Path(run_dir) / f"evaluate-{setting_name}" / "selection.parquet")}
+
+
+def real_runs(profile: Profile, runs: int) -> list[dict]:
+    return [{"index": i, "iteration": i * profile.gan.checkpoint_every, "epsilon": float("nan")} for i in range(runs)]
 
 
 def evaluate_real_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
-                        runs: int):
+                        runs: int) -> dict:
     """The real-vs-real baseline: one selection run per checkpoint index, each with that index's split."""
-    def work(directory: Path):
-        encoded = np.load(encoded_path)
-        split = dict(np.load(split_path))
-        records = []
-        for index in range(runs):
-            record = evaluate_real(schema, encoded, split, profile, index)
-            records.append({"setting": "real", "iteration": index * profile.gan.checkpoint_every, "index": index,
-                            "epsilon": float("nan"), **record})
-        out = directory / "selection.parquet"
-        pd.DataFrame.from_records(records, columns=RESULT_COLUMNS).to_parquet(out, index=False)
-        return {"results": out}, {"runs": len(records)}
-
-    return run_stage(run_dir, "evaluate-real", {"encoded": encoded_path, "split": split_path},
-                     {"seed": profile.seed, "protocol": profile.protocol, "runs": runs,
-                      "evaluation": profile.evaluation.__dict__}, work)
+    files = [selection_run_stage(run_dir, schema, encoded_path, split_path, profile, "real", **run)["run"]
+             for run in real_runs(profile, runs)]
+    return {"results": collect_runs(files, Path(run_dir) / "evaluate-real" / "selection.parquet")}

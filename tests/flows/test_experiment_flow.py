@@ -33,9 +33,11 @@ def test_smoke_experiment_on_process_pool_and_rerun_skips(isolated_workdir, demo
     assert main(argv) == 0
     summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     _check_experiment(out, summary)
-    stamp = (out / "train-k10" / "manifest.json").stat().st_mtime
+    done = [out / "train-k10" / "manifest.json", out / "evaluate-k10" / "001" / "manifest.json",
+            out / "evaluate-real" / "002" / "manifest.json"]
+    stamps = [p.stat().st_mtime for p in done]
     assert main(argv) == 0
-    assert (out / "train-k10" / "manifest.json").stat().st_mtime == stamp  # not recomputed
+    assert [p.stat().st_mtime for p in done] == stamps  # training and selection runs are not recomputed
 
 
 def test_smoke_experiment_on_local_dask_cluster(isolated_workdir, demo_csv, capfd):

@@ -29,8 +29,8 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     ledger = json.loads((out / "train-k10" / "checkpoints" / "ledger.json").read_text())["checkpoints"]
     assert summary["epsilon"] == {e["iteration"]: e["epsilon"] for e in ledger}[summary["iteration"]]
     assert 0.0 <= summary["auc"] <= 1.0
-    for stage in ("validate", "split", "preprocess", "pretrain-k10", "train-k10", "sample-k10", "evaluate-k10",
-                  "report"):
+    for stage in ("validate", "split", "preprocess", "pretrain-k10", "train-k10", "sample-k10",
+                  "evaluate-k10/000", "evaluate-real/000", "report"):
         assert (out / stage / "manifest.json").exists(), stage
 
     client = MlflowClient()
