@@ -8,7 +8,10 @@ benchmarks (each times its naive baseline and its fast path on the same work):
 - sampling and decoding 63,000 rows of one checkpoint (the same code on both sides).
 The projection multiplies these by the thesis grid: 4,001 critics x 2,000 pretraining iterations
 (K = 250 + 500 + 750 + 1,000 + 1,500, and the baseline's one), 6 settings x 40,000 generator
-iterations, 246 sampled checkpoints, and 287 selection runs.
+iterations, 246 sampled checkpoints, and 287 selection runs. Parts measured on one thread (generator
+training, both selection paths, the naive per-critic pretraining loop) run `--workers` at a time in the
+flow's process pool, so their totals are divided by it; the batched pretraining already uses every core
+and sampling is counted whole.
 
 Usage: python bench/experiment.py [--json] [--device auto|cpu|cuda]
 The last line printed is JSON: {"naive_projected_min", "projected_full_min", "ratio", ...}.
@@ -72,6 +75,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--workers", type=int, default=2, help="parallel one-thread workers of the experiment flow")
     args = ap.parse_args(argv)
 
     from bench import pretrain, select, train
@@ -84,15 +88,15 @@ def main(argv=None) -> dict:
     fast = {
         "pretrain": CRITICS * PRETRAIN_ITERATIONS * pre["fast_ms_per_critic_iteration"] / 1e3
         + SETTINGS * pre.get("fast_setup_s", 0.0),
-        "train": SETTINGS * TRAIN_ITERATIONS * tr["fast_ms_per_iteration"] / 1e3,
+        "train": SETTINGS * TRAIN_ITERATIONS * tr["fast_ms_per_iteration"] / 1e3 / args.workers,
         "sample": CHECKPOINTS * sample_s,
-        "select": SELECTION_RUNS * sel["fast_s"] / 2,
+        "select": SELECTION_RUNS * sel["fast_s"] / 2 / args.workers,
     }
     naive = {
-        "pretrain": CRITICS * PRETRAIN_ITERATIONS * pre["naive_ms_per_critic_iteration"] / 1e3,
-        "train": SETTINGS * TRAIN_ITERATIONS * tr["naive_ms_per_iteration"] / 1e3,
+        "pretrain": CRITICS * PRETRAIN_ITERATIONS * pre["naive_ms_per_critic_iteration"] / 1e3 / args.workers,
+        "train": SETTINGS * TRAIN_ITERATIONS * tr["naive_ms_per_iteration"] / 1e3 / args.workers,
         "sample": CHECKPOINTS * sample_s,
-        "select": SELECTION_RUNS * sel["naive_s"] / 2,
+        "select": SELECTION_RUNS * sel["naive_s"] / 2 / args.workers,
     }
     summary = {
         "naive_projected_min": round(sum(naive.values()) / 60, 1),
@@ -101,6 +105,12 @@ def main(argv=None) -> dict:
         "fast_components_min": {k: round(v / 60, 1) for k, v in fast.items()},
         "naive_components_min": {k: round(v / 60, 1) for k, v in naive.items()},
         "max_auc_diff": sel["max_auc_diff"],
+        "measured": {"pretrain_ms_per_critic_iteration": pre["fast_ms_per_critic_iteration"],
+                     "naive_pretrain_ms_per_critic_iteration": pre["naive_ms_per_critic_iteration"],
+                     "train_ms_per_iteration": tr["fast_ms_per_iteration"],
+                     "naive_train_ms_per_iteration": tr["naive_ms_per_iteration"],
+                     "select_s_per_run": sel["fast_s"] / 2, "naive_select_s_per_run": sel["naive_s"] / 2,
+                     "sample_s_per_checkpoint": round(sample_s, 3)},
     }
     if not args.json:
         print(f"thesis profile projected: {summary['projected_full_min']} min (naive {summary['naive_projected_min']} min)")

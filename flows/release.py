@@ -57,8 +57,10 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         metric = "real_val_auc" if prof.protocol == "honest" else "test_auc"
         chosen = choose_checkpoint(results, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget)
         if chosen is None:
-            raise BudgetExceededError(f"No checkpoint of {setting.name!r} is within the epsilon budget "
-                                      f"{prof.privacy.epsilon_budget}; nothing was registered or published.")
+            raise BudgetExceededError(
+                f"No checkpoint of {setting.name!r} is both within the epsilon budget "
+                f"{prof.privacy.epsilon_budget} and usable (synthetic rows of both target classes); nothing was "
+                "registered or published. The internal report in the run folder shows every checkpoint.")
         real_auc = float(pd.read_parquet(real["results"])["test_auc"].iloc[0])
         results_path = ctx.run_dir / "results.parquet"
         pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)
