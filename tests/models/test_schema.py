@@ -75,3 +75,17 @@ def test_bad_profiles_are_config_errors(tmp_path, text, message):
     (tmp_path / "profiles" / "bad.yaml").write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_profile("bad", tmp_path / "schema.yaml")
+
+
+@pytest.mark.parametrize("path", sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_profile_loads_and_names_its_release_setting(path):
+    from models.gswgan import planned_iterations
+
+    profile = load_profile(path.stem, CARDIO_SCHEMA)
+    assert profile.name == path.stem
+    if len(profile.settings) == 1 or profile.release_setting:
+        setting = profile.release_target()
+        last, eps = planned_iterations(profile.gan, profile.privacy, setting, 0)
+        assert last % profile.gan.checkpoint_every == 0
+        if profile.privacy.epsilon_budget is not None and setting.private:
+            assert eps[-1] <= profile.privacy.epsilon_budget
