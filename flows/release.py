@@ -17,7 +17,7 @@ from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, setting_chain
 from models.accountant import MECHANISM
 from models.choice import choose_checkpoint
-from models.errors import BudgetExceededError
+from models.errors import BudgetExceededError, ReleaseNotApprovedError
 from tasks import tracking
 from tasks.bundle import build_release_json
 from tasks.context import load_context
@@ -61,6 +61,12 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
                 f"No checkpoint of {setting.name!r} is both within the epsilon budget "
                 f"{prof.privacy.epsilon_budget} and usable (synthetic rows of both target classes); nothing was "
                 "registered or published. The internal report in the run folder shows every checkpoint.")
+        floor = prof.evaluation.min_release_auc
+        if floor is not None and not float(chosen[metric]) >= floor:
+            raise ReleaseNotApprovedError(
+                f"The best checkpoint of {setting.name!r} (iteration {int(chosen['iteration'])}) reaches AUC "
+                f"{float(chosen[metric]):.3f} on {metric.replace('_', ' ')}, below the approval floor {floor}; "
+                "nothing was registered or published and the previous champion stays.")
         real_auc = float(pd.read_parquet(real["results"])["test_auc"].iloc[0])
         results_path = ctx.run_dir / "results.parquet"
         pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)

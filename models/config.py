@@ -79,6 +79,9 @@ class EvaluationConfig:
     # Real-vs-real baseline runs with fresh splits, one per checkpoint index (thesis: 41).
     real_baseline: bool = True
     quality_rows: int = 20000
+    # Approval: a release whose chosen checkpoint's selection AUC (real validation rows under the honest
+    # protocol) is below this registers and publishes nothing. null approves any checkpoint.
+    min_release_auc: float | None = None
 
 
 @dataclass(frozen=True)

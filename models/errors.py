@@ -39,3 +39,9 @@ class BudgetExceededError(DpsynthError):
     """Nothing can be released within the configured privacy budget."""
 
     exit_code = 5
+
+
+class ReleaseNotApprovedError(DpsynthError):
+    """The chosen generator does not meet the profile's approval rule (e.g. its minimum AUC)."""
+
+    exit_code = 6

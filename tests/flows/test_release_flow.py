@@ -68,3 +68,14 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
                  "--out", str(isolated_workdir / "tight-run")]) == 5
     assert "budget" in capfd.readouterr().err
     assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == champion.version
+
+    # Not approved (AUC under the profile's floor): refused after evaluation, nothing published.
+    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
+    profile["evaluation"]["min_release_auc"] = 0.999
+    strict = isolated_workdir / "strict.yaml"
+    strict.write_text(yaml.safe_dump(profile))
+    assert main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(strict),
+                 "--out", str(isolated_workdir / "strict-run")]) == 6
+    assert "approval floor" in capfd.readouterr().err
+    assert not (isolated_workdir / "strict-run" / "bundle").exists()
+    assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == champion.version
