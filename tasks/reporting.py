@@ -61,7 +61,7 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                     Path(chain["samples"]) / f"synthetic_{pick['iteration']:06d}.parquet")
         privacy = privacy_summary(profile)
         imputation = read_json(paths["imputation"])["imputed_values"]
-        report = build_internal_report(directory / "report.html", title=f"{title} (INTERNAL)", schema=schema,
+        report = build_internal_report(directory / "report.html", title=title, schema=schema,
                                        results=results, chosen=chosen, real_frame=real_frame,
                                        synthetic_frames=synthetic, ledger_level_shares=ledgers, privacy=privacy,
                                        imputation_counts=imputation,
