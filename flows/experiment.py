@@ -18,7 +18,7 @@ from prefect.task_runners import ProcessPoolTaskRunner
 
 from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, train_chain
-from models.choice import choose_checkpoint
+from models.choice import choose_checkpoint, selection_metric
 from models.config import Profile, load_profile
 from tasks import tracking
 from tasks.context import load_context
@@ -93,7 +93,7 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         results.to_parquet(results_path, index=False)
         tracking.log_artifact(run_id, results_path, "internal")
 
-        metric = "real_val_auc" if prof.protocol == "honest" else "test_auc"
+        metric = selection_metric(prof.protocol)
         chosen = {}
         for s in prof.settings:
             rows = results[results["setting"] == s.name]

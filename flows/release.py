@@ -16,7 +16,7 @@ from prefect import flow, get_run_logger
 from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, setting_chain
 from models.accountant import MECHANISM
-from models.choice import choose_checkpoint
+from models.choice import choose_checkpoint, selection_metric
 from models.errors import BudgetExceededError, ReleaseNotApprovedError
 from tasks import tracking
 from tasks.bundle import build_release_json
@@ -54,7 +54,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         tracking.log_metric_series(run_id, "selection.test_auc", list(zip(results["iteration"], results["test_auc"])))
         tracking.log_artifact(run_id, chain["results"], "internal")
 
-        metric = "real_val_auc" if prof.protocol == "honest" else "test_auc"
+        metric = selection_metric(prof.protocol)
         chosen = choose_checkpoint(results, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget)
         if chosen is None:
             raise BudgetExceededError(

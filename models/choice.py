@@ -12,6 +12,12 @@ import math
 import pandas as pd
 
 
+def selection_metric(protocol: str) -> str:
+    """The AUC a checkpoint is chosen by: on real validation rows under the honest protocol (the test
+    split is never used to choose), on the test split under the thesis protocol (as the thesis did)."""
+    return "real_val_auc" if protocol == "honest" else "test_auc"
+
+
 def choose_checkpoint(results: pd.DataFrame, metric: str, tolerance: float,
                       epsilon_budget: float | None = None) -> pd.Series | None:
     """`results` has one row per checkpoint with columns iteration, epsilon and `metric`."""
