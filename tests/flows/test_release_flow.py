@@ -18,6 +18,16 @@ def _last_json(capfd):
     return json.loads(capfd.readouterr().out.strip().splitlines()[-1])
 
 
+def _release_with(workdir, data, name: str, section: str, key: str, value) -> int:
+    """A smoke release whose profile changes one key; returns the exit status. Runs in `<name>-run`."""
+    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
+    profile[section][key] = value
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", str(path),
+                 "--out", str(workdir / f"{name}-run")])
+
+
 def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd):
     out = isolated_workdir / "run"
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke",
@@ -60,22 +70,12 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     assert again["epsilon"] == summary["epsilon"] and again["auc"] == summary["auc"]
 
     # Over budget: refused before anything runs; the champion stays.
-    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
-    profile["privacy"]["epsilon_budget"] = 1.0
-    tight = isolated_workdir / "tight.yaml"
-    tight.write_text(yaml.safe_dump(profile))
-    assert main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(tight),
-                 "--out", str(isolated_workdir / "tight-run")]) == 5
+    assert _release_with(isolated_workdir, demo_csv, "tight", "privacy", "epsilon_budget", 1.0) == 5
     assert "budget" in capfd.readouterr().err
     assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == champion.version
 
     # Not approved (AUC under the profile's floor): refused after evaluation, nothing published.
-    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
-    profile["evaluation"]["min_release_auc"] = 0.999
-    strict = isolated_workdir / "strict.yaml"
-    strict.write_text(yaml.safe_dump(profile))
-    assert main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(strict),
-                 "--out", str(isolated_workdir / "strict-run")]) == 6
+    assert _release_with(isolated_workdir, demo_csv, "strict", "evaluation", "min_release_auc", 0.999) == 6
     assert "approval floor" in capfd.readouterr().err
     assert not (isolated_workdir / "strict-run" / "bundle").exists()
     assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == champion.version
