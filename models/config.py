@@ -47,6 +47,12 @@ class GanConfig:
     # "tanh": one Tanh head for every encoded column (thesis); "typed": Tanh for continuous and
     # binary columns, a softmax mapped to [-1, 1] over each one-hot group.
     output_head: str = "tanh"
+    # Condition G and the critics' fake rows on the (binary) target, as official GS-WGAN conditions on
+    # the class label: G takes z and a label drawn with probability `target_prior` of the target's
+    # second level, and copies it into the target column. The prior is a public design choice (GS-WGAN:
+    # uniform labels), never measured on the rows; the target share of the output is fixed by it.
+    condition_on_target: bool = False
+    target_prior: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ class Profile:
             raise ConfigError(f"profile {self.name!r}: iterations must be a multiple of checkpoint_every.")
         if self.gan.output_head not in ("tanh", "typed"):
             raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh' or 'typed'.")
+        if not 0.0 < self.gan.target_prior < 1.0:
+            raise ConfigError(f"profile {self.name!r}: gan.target_prior must lie strictly between 0 and 1.")
         if self.gan.init not in ("default", "thesis"):
             raise ConfigError(f"profile {self.name!r}: init must be 'default' or 'thesis'.")
 

@@ -33,7 +33,15 @@ import torch
 from models.accountant import MECHANISM, GSWGANAccountant, epsilons_at
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
-from models.networks import CriticStack, Generator, GeneratorStack, StackedAdam, Workspace, init_generator_
+from models.networks import (
+    CriticStack,
+    Generator,
+    GeneratorStack,
+    StackedAdam,
+    Workspace,
+    draw_latent,
+    init_generator_,
+)
 from models.sanitizer import sanitize_rows
 
 STATE_FILE = "training_state.pt"
@@ -64,22 +72,40 @@ class GeneratorSpec:
     out_width: int
     head: str
     groups: tuple[tuple[int, int], ...]
+    # (target column, probability of its second level) for a generator conditioned on the target.
+    condition: tuple[int, float] | None = None
 
     def build(self) -> Generator:
-        return Generator(self.z_dim, self.hidden, self.out_width, self.head, [tuple(g) for g in self.groups])
+        return Generator(self.z_dim, self.hidden, self.out_width, self.head, [tuple(g) for g in self.groups],
+                         self.condition)
 
     @classmethod
     def from_dict(cls, d: dict) -> GeneratorSpec:
-        return cls(d["z_dim"], tuple(d["hidden"]), d["out_width"], d["head"], tuple(tuple(g) for g in d["groups"]))
+        condition = d.get("condition")
+        return cls(d["z_dim"], tuple(d["hidden"]), d["out_width"], d["head"], tuple(tuple(g) for g in d["groups"]),
+                   (int(condition[0]), float(condition[1])) if condition is not None else None)
 
     def to_dict(self) -> dict:
         return {"z_dim": self.z_dim, "hidden": list(self.hidden), "out_width": self.out_width,
-                "head": self.head, "groups": [list(g) for g in self.groups]}
+                "head": self.head, "groups": [list(g) for g in self.groups],
+                "condition": list(self.condition) if self.condition is not None else None}
 
 
-def generator_spec(gan: GanConfig, out_width: int, groups) -> GeneratorSpec:
+def generator_spec(gan: GanConfig, out_width: int, groups,
+                   condition: tuple[int, float] | None = None) -> GeneratorSpec:
     return GeneratorSpec(gan.z_dim, tuple(gan.generator_hidden), out_width, gan.output_head,
-                         tuple(tuple(g) for g in groups))
+                         tuple(tuple(g) for g in groups), condition)
+
+
+def target_condition(gan: GanConfig, target_index: int, target_kind: str) -> tuple[int, float] | None:
+    """The generator's condition for `gan.condition_on_target`: the target's encoded column and the
+    public share of its second level (`gan.target_prior`). Only a binary target (one encoded column)
+    can be a condition."""
+    if not gan.condition_on_target:
+        return None
+    if target_kind != "binary":
+        raise ConfigError(f"gan.condition_on_target needs a binary target column, not a {target_kind} one.")
+    return (int(target_index), float(gan.target_prior))
 
 
 def _sample_local_rows(subset_size: int, batch: int, rng: torch.Generator, shape: tuple[int, ...] = ()) -> torch.Tensor:
@@ -116,38 +142,41 @@ def default_chunk_size(device: torch.device) -> int:
     return DEFAULT_CHUNK_CUDA if torch.device(device).type == "cuda" else DEFAULT_CHUNK_CPU
 
 
-def pretrain_draws(rng: torch.Generator, pairs: int, subset_size: int, gan: GanConfig):
+def pretrain_draws(rng: torch.Generator, pairs: int, subset_size: int, gan: GanConfig,
+                   condition: tuple[int, float] | None = None):
     """The random inputs of one pretraining iteration of a chunk of `pairs` pairs, in drawing order:
-    z [pairs, (r + 1) * B, z_dim] (chunk s < r of B rows: fakes of critic step s; chunk r: the generator
-    step), local row indices [pairs, r, B] and interpolation weights alpha [pairs, r, B, 1]."""
+    z [pairs, (r + 1) * B, input width] (chunk s < r of B rows: fakes of critic step s; chunk r: the
+    generator step), local row indices [pairs, r, B] and interpolation weights alpha [pairs, r, B, 1]."""
     r, b = gan.critic_steps, gan.batch_size
-    z = torch.randn(pairs, (r + 1) * b, gan.z_dim, generator=rng, device=rng.device)
+    z = draw_latent((pairs, (r + 1) * b), gan.z_dim, condition, rng)
     local = _sample_local_rows(subset_size, b, rng, (pairs, r))
     alpha = torch.rand(pairs, r, b, 1, generator=rng, device=rng.device)
     return z, local, alpha
 
 
 def build_pretrain_chunk(pairs: int, width: int, gan: GanConfig, groups, rng: torch.Generator,
-                         device: torch.device) -> tuple[CriticStack, GeneratorStack]:
+                         device: torch.device, condition: tuple[int, float] | None = None,
+                         ) -> tuple[CriticStack, GeneratorStack]:
     """A chunk's initial critics and throwaway generators, drawn from its stream (before its iterations)."""
     critics = CriticStack(pairs, width, gan.critic_hidden, gan.critic_batchnorm, gan.init, rng, device)
     gens = GeneratorStack(pairs, gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, list(groups),
-                          gan.init, rng, device)
+                          gan.init, rng, device, condition)
     return critics, gens
 
 
 def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, groups, rng: torch.Generator,
-                    device: torch.device, iterations: int, tick: Callable[[int], None]) -> list[torch.Tensor]:
+                    device: torch.device, iterations: int, tick: Callable[[int], None],
+                    condition: tuple[int, float] | None) -> list[torch.Tensor]:
     pairs, subset = part.shape
     width = data.shape[1]
-    critics, gens = build_pretrain_chunk(pairs, width, gan, groups, rng, device)
+    critics, gens = build_pretrain_chunk(pairs, width, gan, groups, rng, device, condition)
     c_train, g_train = critics.trainable(critics.params), gens.trainable(gens.params)
     opt_d = StackedAdam(c_train, gan.lr_critic, tuple(gan.betas))
     opt_g = StackedAdam(g_train, gan.lr_generator, tuple(gan.betas))
     r, b = gan.critic_steps, gan.batch_size
     ws = Workspace()
     for _ in range(iterations):
-        z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan))
+        z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan, condition))
         # The generators do not change during the r critic steps: one pass makes all r fake batches
         # and the generator step's batch (BatchNorm statistics per batch of B rows).
         fakes, saved = gens.forward_train(gens.params, z, r + 1, ws)
@@ -175,7 +204,7 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
 def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, groups, seed: int,
                      device: torch.device, iterations: int | None = None,
                      progress: Callable[[int], None] | None = None, chunk_size: int | None = None,
-                     workers: int | None = None) -> CriticStack:
+                     workers: int | None = None, condition: tuple[int, float] | None = None) -> CriticStack:
     """Pretrain K critics, each against its own throwaway generator on its own subset (official GS-WGAN;
     no privacy cost: nothing of this reaches the released generator except through the sanitised
     training steps).
@@ -186,7 +215,8 @@ def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, 
     depends on the seed and the chunk size only, not on the order in which chunks run. On CPU, `workers`
     threads (default: torch's intra-op thread count, i.e. one per core) train different chunks at once,
     each with one intra-op thread (also with one worker, so the result is the same for any `workers`).
-    `progress(i)` is called as the work of i iterations of all K pairs completes.
+    `progress(i)` is called as the work of i iterations of all K pairs completes. With a `condition`
+    the throwaway generators are conditional like the released one (see `target_condition`).
     """
     device = torch.device(device)
     k = partition.shape[0]
@@ -218,7 +248,7 @@ def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, 
     def work(index: int) -> list[torch.Tensor]:
         start, stop = chunks[index]
         rng = chunk_generator(seed, index, rng_device)
-        return _pretrain_chunk(data, part[start:stop], gan, groups, rng, device, iterations, tick)
+        return _pretrain_chunk(data, part[start:stop], gan, groups, rng, device, iterations, tick, condition)
 
     with _intra_op_threads(1 if device.type == "cpu" else None):
         if workers > 1:
@@ -282,7 +312,7 @@ class GeneratorTrainer:
     def __init__(self, data: torch.Tensor, partition: np.ndarray, critics: CriticStack, gan: GanConfig,
                  privacy: PrivacyConfig, setting: Setting, groups, seed: int, checkpoint_dir: Path,
                  device: torch.device, level_share_fn: Callable[[np.ndarray], dict] | None = None,
-                 threads: int | None = 1):
+                 threads: int | None = 1, condition: tuple[int, float] | None = None):
         self.gan, self.privacy, self.setting = gan, privacy, setting
         # Intra-op threads while `run` trains on CPU: one iteration is many small operations on batches
         # of B rows, which a single thread runs fastest (and other processes cannot stall it).
@@ -294,7 +324,7 @@ class GeneratorTrainer:
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(seed)
-        self.spec = generator_spec(gan, data.shape[1], groups)
+        self.spec = generator_spec(gan, data.shape[1], groups, condition)
         self.generator = self.spec.build()
         init_generator_(self.generator, gan.init, self.rng)
         self.generator.to(device)
@@ -327,7 +357,7 @@ class GeneratorTrainer:
         # Training may refresh a visited critic for longer than pretraining's r (critic_refresh_steps).
         r = gan.critic_refresh_steps or gan.critic_steps
         b = gan.batch_size
-        z = torch.randn(r * b, gan.z_dim, generator=self.rng).to(self.device)
+        z = self.generator.latent(r * b, self.rng).to(self.device)
         local = _sample_local_rows(self.partition.shape[1], b, self.rng, (r,)).to(self.device)
         alpha = torch.rand(r, b, 1, generator=self.rng).to(self.device)
         # G does not change during the critic steps: one pass makes the r fake batches (r training-mode
@@ -362,11 +392,15 @@ class GeneratorTrainer:
         """One generator step against frozen critic k; returns the (sanitised) upstream gradient."""
         gan = self.gan
         params = [p[k:k + 1] for p in self.critics.params]  # plain tensors: the critic is frozen here
-        z = torch.randn(gan.batch_size, gan.z_dim, generator=self.rng).to(self.device)
+        z = self.generator.latent(gan.batch_size, self.rng).to(self.device)
         fake = self.generator(z)
         # Cut the graph at the generated rows: the critic reaches G only through this tensor, the
         # gradient of the loss -sum D(rows) with respect to each row.
         upstream = self.critics.input_grad(params, fake.detach().unsqueeze(0), self._ws).squeeze(0).neg_()
+        if self.spec.condition is not None:
+            # A conditional generator's label column is an input, not generated: it takes no gradient
+            # and no share of the clipping norm.
+            upstream[:, self.spec.condition[0]] = 0.0
         if self.setting.private:
             upstream = sanitize_rows(upstream, self.privacy.clip, self.privacy.noise_multiplier, self.rng)
         for p in self._gen_params:
@@ -514,7 +548,7 @@ def sample_encoded(gen: Generator, n_rows: int, seed: int, batch: int = 8192) ->
     parts = []
     with torch.no_grad():
         for start in range(0, n_rows, batch):
-            z = torch.randn(min(batch, n_rows - start), gen.z_dim, generator=rng).to(device)
+            z = gen.latent(min(batch, n_rows - start), rng).to(device)
             parts.append(gen(z).cpu().numpy())
     gen.train(was_training)
     if not parts:

@@ -79,12 +79,37 @@ def head_backward(out: torch.Tensor, dout: torch.Tensor, kind: str, groups: list
     return dlogits
 
 
+def draw_latent(shape: tuple[int, ...], z_dim: int, condition: tuple[int, float] | None,
+                rng: torch.Generator) -> torch.Tensor:
+    """Generator inputs of shape `shape + (input width,)`: z ~ N(0, I) of z_dim entries and, for a
+    conditional generator, one label entry +1 with probability `condition[1]` and -1 otherwise (drawn
+    after z, so an unconditional draw is exactly `torch.randn(shape + (z_dim,))`)."""
+    z = torch.randn(tuple(shape) + (z_dim,), generator=rng, device=rng.device)
+    if condition is None:
+        return z
+    label = torch.rand(tuple(shape) + (1,), generator=rng, device=rng.device) < condition[1]
+    return torch.cat([z, label.to(z.dtype).mul_(2.0).sub_(1.0)], -1)
+
+
+def impose_label_(out: torch.Tensor, latent: torch.Tensor, condition: tuple[int, float] | None) -> torch.Tensor:
+    """Write a conditional generator's label (the last latent entry) into the target's encoded column,
+    in place. The column is then +-1, so Tanh's derivative there is 0: no gradient reaches the logit."""
+    if condition is not None:
+        out[..., condition[0]] = latent[..., -1]
+    return out
+
+
 class Generator(nn.Module):
+    """`condition` = (target column in the encoded row, probability of the target's second level) makes
+    a conditional generator (official GS-WGAN conditions on the class label): its input is z plus a
+    +-1 label, and the label is copied into the target's column of every generated row."""
+
     def __init__(self, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str = "tanh",
-                 groups: list[tuple[int, int]] | None = None):
+                 groups: list[tuple[int, int]] | None = None, condition: tuple[int, float] | None = None):
         super().__init__()
         self.z_dim = z_dim
-        layers, width = [], z_dim
+        self.condition = (int(condition[0]), float(condition[1])) if condition is not None else None
+        layers, width = [], z_dim + (1 if condition is not None else 0)
         for h in hidden:
             layers += [nn.Linear(width, h), nn.BatchNorm1d(h), nn.ReLU()]
             width = h
@@ -92,8 +117,17 @@ class Generator(nn.Module):
         self.body = nn.Sequential(*layers)
         self.head = OutputHead(head, groups or [])
 
+    def latent(self, n_rows: int, rng: torch.Generator) -> torch.Tensor:
+        """n_rows generator inputs (z and, if conditional, the label), drawn from `rng`."""
+        return draw_latent((n_rows,), self.z_dim, self.condition, rng)
+
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(z))
+        out = self.head(self.body(z))
+        if self.condition is None:
+            return out
+        column = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
+        column[self.condition[0]] = True
+        return torch.where(column, z[..., -1:], out)
 
     @torch.no_grad()
     def forward_chunks(self, z: torch.Tensor, chunks: int) -> torch.Tensor:
@@ -127,7 +161,7 @@ class Generator(nn.Module):
                 yv.mul_(scale)
             h = y.relu_()
         out = mods[-1]
-        return self.head(torch.addmm(out.bias, h, out.weight.t()))
+        return impose_label_(self.head(torch.addmm(out.bias, h, out.weight.t())), z, self.condition)
 
 
 def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: torch.Tensor, batch: int) -> None:
@@ -359,10 +393,11 @@ class GeneratorStack:
 
     def __init__(self, k: int, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
                  groups: list[tuple[int, int]], scheme: str, rng: torch.Generator,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", condition: tuple[int, float] | None = None):
         self.head, self.groups = head, [g for g in groups if g[1] - g[0] > 1]
         self.z_dim = z_dim
-        params, width = [], z_dim
+        self.condition = condition
+        params, width = [], z_dim + (1 if condition is not None else 0)
         for h in hidden:
             params += stacked_linear_params(k, width, h, scheme, rng)
             params += [torch.ones(k, 1, h, device=rng.device), torch.zeros(k, 1, h, device=rng.device)]
@@ -390,7 +425,12 @@ class GeneratorStack:
             h = _batchnorm_rows(h.view(k, chunks, rows // chunks, -1), gamma.unsqueeze(1), beta.unsqueeze(1))
             h = F.relu(h).view(k, rows, -1)
         w, b = params[-2:]
-        return apply_head(torch.baddbmm(b, h, w), self.head, self.groups)
+        out = apply_head(torch.baddbmm(b, h, w), self.head, self.groups)
+        if self.condition is None:
+            return out
+        column = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
+        column[self.condition[0]] = True
+        return torch.where(column, z[..., -1:], out)
 
     @torch.no_grad()
     def forward_train(self, params: list[torch.Tensor], z: torch.Tensor, chunks: int, ws: Workspace | None = None):
@@ -421,6 +461,7 @@ class GeneratorStack:
             out = apply_head(logits, self.head, self.groups)
         else:
             out = logits.tanh_()
+        impose_label_(out, z, self.condition)
         return out, (inputs, xhats, scales, out[:, rows - batch:])
 
     @torch.no_grad()

@@ -41,15 +41,17 @@ def load_generator_file(path: str | Path, device: str | torch.device = "cpu") ->
     "delta"}), in eval mode. Same result as `models.gswgan.load_generator`, without its imports."""
     blob = torch.load(path, map_location=device, weights_only=True)
     spec = blob["spec"]
+    condition = spec.get("condition")
     gen = Generator(int(spec["z_dim"]), tuple(spec["hidden"]), int(spec["out_width"]), spec["head"],
-                    [tuple(g) for g in spec["groups"]])
+                    [tuple(g) for g in spec["groups"]],
+                    (int(condition[0]), float(condition[1])) if condition is not None else None)
     gen.load_state_dict(blob["state_dict"])
     gen.eval()
     return gen, {k: v for k, v in blob.items() if k != "state_dict"}
 
 
 def sample_table(gen: Generator, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
-    """n rows decoded to the schema, from z ~ N(0, I) fixed by the seed.
+    """n rows decoded to the schema, from generator inputs (z ~ N(0, I), and labels) fixed by the seed.
 
     Draws z exactly as `models.gswgan.sample_encoded` does (one seeded CPU generator, batches of 8192),
     so the same (file, n_rows, seed) gives the same rows through either path.
@@ -60,7 +62,7 @@ def sample_table(gen: Generator, encoder: TableEncoder, n_rows: int, seed: int) 
     parts = []
     with torch.no_grad():
         for start in range(0, n_rows, _BATCH):
-            z = torch.randn(min(_BATCH, n_rows - start), gen.z_dim, generator=rng).to(device)
+            z = gen.latent(min(_BATCH, n_rows - start), rng).to(device)
             parts.append(gen(z).cpu().numpy())
     matrix = np.concatenate(parts) if parts else np.zeros((0, encoder.width), dtype=np.float32)
     return encoder.decode(matrix)

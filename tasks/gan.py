@@ -19,6 +19,7 @@ from models.gswgan import (
     pretrain_critics,
     resolve_device,
     sample_encoded,
+    target_condition,
 )
 from models.networks import CriticStack
 from models.schema import DatasetSchema
@@ -27,6 +28,11 @@ from tasks.stage import read_json, run_stage, write_json
 
 def encoder_groups(encoder: TableEncoder) -> list[tuple[int, int]]:
     return [(b.start, b.stop) for b in encoder.blocks]
+
+
+def generator_condition(encoder: TableEncoder, profile: Profile):
+    """The target condition of a conditional generator (None unless `gan.condition_on_target`)."""
+    return target_condition(profile.gan, encoder.target_index, encoder.block(encoder.schema.target).column.kind)
 
 
 def _gan_config(profile: Profile, setting: Setting) -> dict:
@@ -54,7 +60,8 @@ def pretrain_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_
                 print(f"pretraining {setting.name}: {done}/{total} iterations of {setting.discriminators} critics")
 
         critics = pretrain_critics(data, partition, profile.gan, encoder_groups(encoder), profile.seed,
-                                   resolve_device(profile.device), progress=progress)
+                                   resolve_device(profile.device), progress=progress,
+                                   condition=generator_condition(encoder, profile))
         torch.save(critics.state_dict(), directory / "critics.pt")
         info = {"discriminators": setting.discriminators, "subset_rows": int(partition.shape[1]),
                 "dropped_rows": int(len(rows) - partition.size)}
@@ -80,7 +87,8 @@ def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_pat
         last, _ = planned_iterations(profile.gan, profile.privacy, setting, len(rows))
         trainer = GeneratorTrainer(data, partition, critics, profile.gan, profile.privacy, setting,
                                    encoder_groups(encoder), profile.seed, directory / "checkpoints", device,
-                                   level_share_fn=encoder.level_shares)
+                                   level_share_fn=encoder.level_shares,
+                                   condition=generator_condition(encoder, profile))
         result = trainer.run(last, progress=lambda it, eps: print(
             f"training {setting.name}: iteration {it}/{last}, epsilon {eps:.3f}"))
         info = {"last_iteration": last, "stopped_by_budget": result.stopped_by_budget,

@@ -6,6 +6,7 @@ Small problems (K <= 4, a few iterations, 2,000 random rows of width 16) so the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -484,3 +485,58 @@ def test_training_with_batchnorm_critics_and_typed_head_is_deterministic(tmp_pat
         trainer.run(4)
         results.append(sample_encoded(trainer.generator, 50, seed=0))
     assert np.array_equal(*results) and np.isfinite(results[0]).all()
+
+
+# ------------------------------------------------------------------------------------------ conditional G
+
+def _labelled_data(seed: int = 0, rows: int = N_ROWS) -> torch.Tensor:
+    """Column 0 is a balanced +-1 target; column 1 follows it (0.6 y + noise); the rest is noise."""
+    g = torch.Generator().manual_seed(seed)
+    data = torch.rand(rows, WIDTH, generator=g) * 2 - 1
+    y = torch.where(torch.rand(rows, generator=g) < 0.5, 1.0, -1.0)
+    data[:, 0] = y
+    data[:, 1] = 0.6 * y + 0.2 * (torch.rand(rows, generator=g) * 2 - 1)
+    return data
+
+
+def test_conditional_training_sanitises_the_generated_columns_only(tmp_path):
+    gan = dataclasses.replace(GAN, condition_on_target=True)
+    privacy = PrivacyConfig(noise_multiplier=1e-9, clip=0.05)
+    partition = make_partition(N_ROWS, 4, seed=7)
+    trainer = GeneratorTrainer(_labelled_data(), partition, _critics(4, gan), gan, privacy, Setting("k4", 4), [],
+                               3, tmp_path / "run", CPU, condition=(0, 0.5))
+    trainer.run(0)   # writes checkpoint 0
+    for k in range(4):
+        trainer.critic_steps(k)
+        upstream = trainer.generator_step(k)
+        assert (upstream.norm(dim=1) <= 0.05 + 1e-6).all()
+        assert upstream[:, 0].abs().max() < 1e-6   # the label column takes no share of the clipping norm
+    blob = torch.load(tmp_path / "run" / "generator_000000.pt", weights_only=False)
+    assert blob["spec"]["condition"] == [0, 0.5]
+    gen, _ = load_generator(tmp_path / "run" / "generator_000000.pt")
+    assert gen.condition == (0, 0.5)
+
+
+def test_tiny_multi_critic_run_produces_both_target_classes_and_learns_the_label(tmp_path):
+    """Issue 7's failure was a many-critic run whose target collapsed to one class. A conditional
+    generator keeps both classes at the public prior, and must still learn how a feature depends on the
+    label from several critics that each see a small subset."""
+    gan = GanConfig(pretrain_iterations=30, iterations=400, checkpoint_every=400, condition_on_target=True,
+                    output_head="typed", critic_refresh_steps=10, generator_ema=0.99, lr_generator=1e-3,
+                    lr_critic=1e-3)
+    data = _labelled_data()
+    partition = make_partition(N_ROWS, 8, seed=7)
+    condition = (0, 0.5)
+    critics = pretrain_critics(data, partition, gan, [], 0, CPU, condition=condition)
+    trainer = GeneratorTrainer(data, partition, critics, gan, PRIVACY, Setting("k8", 8, private=False), [], 3,
+                               tmp_path / "run", CPU, condition=condition)
+    before = sample_encoded(trainer.released_generator(), 4000, seed=5)
+    for _ in range(gan.iterations):
+        trainer.step(wasserstein=False)
+    rows = sample_encoded(trainer.released_generator(), 4000, seed=5)
+    label = rows[:, 0] > 0
+    assert 0.45 < label.mean() < 0.55
+    gap = rows[label, 1].mean() - rows[~label, 1].mean()     # real data: 1.2
+    gap_before = before[before[:, 0] > 0, 1].mean() - before[before[:, 0] <= 0, 1].mean()
+    print(f"label gap before {gap_before:.3f}, after {gap:.3f}")
+    assert gap > 0.6 and abs(gap_before) < 0.3

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.networks import CriticStack, Generator, GeneratorStack, StackedAdam, apply_head
+from models.networks import CriticStack, Generator, GeneratorStack, StackedAdam, apply_head, draw_latent
 
 GROUPS = [(0, 1), (1, 4), (4, 5), (5, 8)]
 
@@ -79,10 +79,11 @@ def test_critic_stack_rows_equal_independent_modules():
 
 
 @pytest.mark.parametrize("head", ["tanh", "typed"])
-def test_generator_stack_backward_matches_autograd(head):
-    gens = GeneratorStack(3, 8, (16, 32), 8, head, GROUPS, "default", _rng(7))
+@pytest.mark.parametrize("condition", [None, (0, 0.5)])
+def test_generator_stack_backward_matches_autograd(head, condition):
+    gens = GeneratorStack(3, 8, (16, 32), 8, head, GROUPS, "default", _rng(7), condition=condition)
     chunks, batch = 3, 6
-    z = torch.randn(3, chunks * batch, 8, generator=_rng(8))
+    z = draw_latent((3, chunks * batch), 8, condition, _rng(8))
     dout = torch.randn(3, batch, 8, generator=_rng(9))
     leaves = [p.clone().requires_grad_(True) for p in gens.params]
     out_ref = gens.forward(leaves, z, chunks)
@@ -107,16 +108,38 @@ def test_generator_stack_pre_batchnorm_bias_is_inert():
 
 
 @pytest.mark.parametrize("head", ["tanh", "typed"])
-def test_generator_forward_chunks_equals_separate_calls(head):
-    gen = Generator(8, (16, 32), 8, head, GROUPS)
+@pytest.mark.parametrize("condition", [None, (4, 0.3)])
+def test_generator_forward_chunks_equals_separate_calls(head, condition):
+    gen = Generator(8, (16, 32), 8, head, GROUPS, condition)
     twin = copy.deepcopy(gen)
-    z = torch.randn(4 * 10, 8, generator=_rng(12))
+    z = gen.latent(4 * 10, _rng(12))
     with torch.no_grad():
         got = gen.forward_chunks(z, 4)
         want = torch.cat([twin(part) for part in z.chunk(4)])
     assert torch.allclose(got, want, atol=1e-5)
     for name, buf in gen.state_dict().items():
         assert torch.allclose(buf.double(), twin.state_dict()[name].double(), atol=1e-6), name
+
+
+def test_unconditional_latent_is_plain_normal_noise():
+    assert torch.equal(Generator(8, (16,), 8).latent(20, _rng(3)), torch.randn(20, 8, generator=_rng(3)))
+
+
+def test_conditional_generator_copies_its_label_into_the_target_column():
+    gen = Generator(8, (16,), 8, "typed", GROUPS, condition=(4, 0.3))
+    z = gen.latent(4000, _rng(14))
+    assert z.shape == (4000, 9) and set(z[:, -1].tolist()) == {-1.0, 1.0}
+    assert (z[:, -1] > 0).float().mean().item() == pytest.approx(0.3, abs=0.03)
+    z.requires_grad_(True)
+    out = gen(z)
+    assert torch.equal(out[:, 4], z[:, -1].detach())
+    # No gradient reaches G's parameters through the label column: it is an input, not generated.
+    weights = torch.zeros(8)
+    weights[4] = 1.0
+    grads = torch.autograd.grad((out * weights).sum(), list(gen.parameters()), allow_unused=True)
+    assert all(g is None or torch.count_nonzero(g) == 0 for g in grads)
+    with pytest.raises(RuntimeError):
+        gen(torch.randn(5, 8))   # an unconditional input does not fit
 
 
 def test_apply_head_typed_rows():
