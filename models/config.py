@@ -45,7 +45,8 @@ class GanConfig:
     # Exponential moving average of G (official GS-WGAN: 0.999); null keeps the raw generator.
     generator_ema: float | None = None
     # "tanh": one Tanh head for every encoded column (thesis); "typed": Tanh for continuous and
-    # binary columns, a softmax mapped to [-1, 1] over each one-hot group.
+    # binary columns, a softmax mapped to [-1, 1] over each one-hot group; "gumbel": relaxed samples
+    # for binary columns and one-hot groups (CTGAN's Gumbel-softmax; models.networks.apply_head).
     output_head: str = "tanh"
     # Condition G and the critics' fake rows on the (binary) target, as official GS-WGAN conditions on
     # the class label: G takes z and a label drawn with probability `target_prior` of the target's
@@ -131,8 +132,8 @@ class Profile:
             raise ConfigError(f"profile {self.name!r}: setting names must be unique and not 'real'.")
         if self.gan.iterations % self.gan.checkpoint_every:
             raise ConfigError(f"profile {self.name!r}: iterations must be a multiple of checkpoint_every.")
-        if self.gan.output_head not in ("tanh", "typed"):
-            raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh' or 'typed'.")
+        if self.gan.output_head not in ("tanh", "typed", "gumbel"):
+            raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh', 'typed' or 'gumbel'.")
         if not 0.0 < self.gan.target_prior < 1.0:
             raise ConfigError(f"profile {self.name!r}: gan.target_prior must lie strictly between 0 and 1.")
         if self.gan.init not in ("default", "thesis"):

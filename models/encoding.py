@@ -50,6 +50,10 @@ class TableEncoder:
         """Encoded columns a downstream classifier sees: everything but the target."""
         return np.array([i for i in range(self.width) if i != self.target_index])
 
+    def head_groups(self) -> list[tuple[int, int, str]]:
+        """(start, stop, kind) of every block: what the generator's output head needs to know."""
+        return [(b.start, b.stop, b.column.kind) for b in self.blocks]
+
     def encoded_names(self) -> list[str]:
         names = []
         for b in self.blocks:

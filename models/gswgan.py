@@ -40,6 +40,7 @@ from models.networks import (
     StackedAdam,
     Workspace,
     draw_latent,
+    head_noise_width,
     init_generator_,
 )
 from models.sanitizer import sanitize_rows
@@ -143,12 +144,13 @@ def default_chunk_size(device: torch.device) -> int:
 
 
 def pretrain_draws(rng: torch.Generator, pairs: int, subset_size: int, gan: GanConfig,
-                   condition: tuple[int, float] | None = None):
+                   condition: tuple[int, float] | None = None, out_width: int = 0):
     """The random inputs of one pretraining iteration of a chunk of `pairs` pairs, in drawing order:
-    z [pairs, (r + 1) * B, input width] (chunk s < r of B rows: fakes of critic step s; chunk r: the
-    generator step), local row indices [pairs, r, B] and interpolation weights alpha [pairs, r, B, 1]."""
+    latents [pairs, (r + 1) * B, latent width] (chunk s < r of B rows: fakes of critic step s; chunk r:
+    the generator step), local row indices [pairs, r, B] and interpolation weights alpha [pairs, r, B, 1].
+    `out_width` (the encoded width) sizes the head's noise where the head takes some."""
     r, b = gan.critic_steps, gan.batch_size
-    z = draw_latent((pairs, (r + 1) * b), gan.z_dim, condition, rng)
+    z = draw_latent((pairs, (r + 1) * b), gan.z_dim, condition, rng, head_noise_width(gan.output_head, out_width))
     local = _sample_local_rows(subset_size, b, rng, (pairs, r))
     alpha = torch.rand(pairs, r, b, 1, generator=rng, device=rng.device)
     return z, local, alpha
@@ -176,7 +178,7 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
     r, b = gan.critic_steps, gan.batch_size
     ws = Workspace()
     for _ in range(iterations):
-        z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan, condition))
+        z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan, condition, width))
         # The generators do not change during the r critic steps: one pass makes all r fake batches
         # and the generator step's batch (BatchNorm statistics per batch of B rows).
         fakes, saved = gens.forward_train(gens.params, z, r + 1, ws)

@@ -38,78 +38,147 @@ BN_EPS = 1e-5
 LEAKY_SLOPE = 0.2
 
 
-class OutputHead(nn.Module):
-    """Tanh for every encoded column (thesis), or Tanh for single columns and a softmax mapped to
-    [-1, 1] over each one-hot group ("typed")."""
+HEADS = ("tanh", "typed", "gumbel")
+# Temperature of the "gumbel" head's relaxed samples (CTGAN's Gumbel-softmax uses 0.2).
+GUMBEL_TAU = 0.2
+_UNIFORM_EPS = 1e-6
 
-    def __init__(self, kind: str, groups: list[tuple[int, int]]):
+
+def one_hot_groups(groups) -> list[tuple[int, int]]:
+    """The (start, stop) of every one-hot group (blocks of more than one encoded column)."""
+    return [(g[0], g[1]) for g in groups if g[1] - g[0] > 1]
+
+
+def binary_columns(groups) -> list[int]:
+    """Encoded columns of binary blocks: groups may be (start, stop, kind) triples (see
+    `models.encoding.TableEncoder.head_groups`); plain (start, stop) pairs carry no kind."""
+    return [g[0] for g in groups if len(g) > 2 and g[2] == "binary"]
+
+
+def head_noise_width(kind: str, out_width: int) -> int:
+    """Latent entries the head consumes: one uniform per encoded column for "gumbel", else none."""
+    return out_width if kind == "gumbel" else 0
+
+
+class OutputHead(nn.Module):
+    """Maps logits to rows in [-1, 1]; see `apply_head` for the kinds."""
+
+    def __init__(self, kind: str, groups):
         super().__init__()
         self.kind = kind
-        self.groups = [g for g in groups if g[1] - g[0] > 1]
+        self.groups = [tuple(g) for g in groups]
 
-    def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        return apply_head(logits, self.kind, self.groups)
+    def forward(self, logits: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        return apply_head(logits, self.kind, self.groups, noise)
 
 
-def apply_head(logits: torch.Tensor, kind: str, groups: list[tuple[int, int]]) -> torch.Tensor:
-    """Groups of one column are single columns (Tanh)."""
+def apply_head(logits: torch.Tensor, kind: str, groups, noise: torch.Tensor | None = None) -> torch.Tensor:
+    """"tanh": Tanh for every encoded column (thesis). "typed": Tanh for single columns and a softmax
+    mapped to [-1, 1] over each one-hot group. "gumbel" (CTGAN-style relaxed sampling): Tanh for
+    continuous columns; each one-hot group a Gumbel-softmax sample 2 softmax((a + G) / tau) - 1 and each
+    binary column a relaxed Bernoulli sample tanh((a + L) / (2 tau)), whose sign is +1 with probability
+    sigmoid(a). `noise` holds one Uniform(0, 1) per encoded column (the latent's last entries): G and L
+    are made from it. Relaxed samples look like the real rows' hard +-1 values, so the critic gives no
+    reward for saturating the logits themselves (saturated Tanh or softmax outputs are absorbing: their
+    gradient vanishes and a column stays at one level)."""
     out = torch.tanh(logits)
-    groups = [g for g in groups if g[1] - g[0] > 1]
-    if kind == "typed" and groups:
+    multi = one_hot_groups(groups)
+    if kind == "gumbel":
+        u = noise.clamp(_UNIFORM_EPS, 1.0 - _UNIFORM_EPS)
+        binary = binary_columns(groups)
+        if binary:
+            idx = torch.tensor(binary, device=logits.device)
+            logistic = torch.log(u[..., idx]) - torch.log1p(-u[..., idx])
+            out = out.index_copy(-1, idx, torch.tanh((logits[..., idx] + logistic) / (2.0 * GUMBEL_TAU)))
+    if kind in ("typed", "gumbel") and multi:
         parts, last = [], 0
-        for start, stop in groups:
+        for start, stop in multi:
+            a = logits[..., start:stop]
+            if kind == "gumbel":
+                a = (a - torch.log(-torch.log(u[..., start:stop]))) / GUMBEL_TAU
             parts.append(out[..., last:start])
-            parts.append(2.0 * torch.softmax(logits[..., start:stop], dim=-1) - 1.0)
+            parts.append(2.0 * torch.softmax(a, dim=-1) - 1.0)
             last = stop
         parts.append(out[..., last:])
         out = torch.cat(parts, dim=-1)
     return out
 
 
-def head_backward(out: torch.Tensor, dout: torch.Tensor, kind: str, groups: list[tuple[int, int]]) -> torch.Tensor:
-    """Gradient with respect to the logits of `apply_head`, given its output and the output's gradient."""
+def head_backward(out: torch.Tensor, dout: torch.Tensor, kind: str, groups) -> torch.Tensor:
+    """Gradient with respect to the logits of `apply_head`, given its output and the output's gradient
+    (the noise enters only through `out`)."""
     dlogits = dout * (1.0 - out * out)
-    if kind == "typed":
-        for start, stop in groups:
-            if stop - start < 2:
-                continue
+    if kind == "gumbel":
+        binary = binary_columns(groups)
+        if binary:
+            dlogits[..., binary] *= 1.0 / (2.0 * GUMBEL_TAU)
+    if kind in ("typed", "gumbel"):
+        scale = 2.0 / GUMBEL_TAU if kind == "gumbel" else 2.0
+        for start, stop in one_hot_groups(groups):
             p = (out[..., start:stop] + 1.0) * 0.5
             g = dout[..., start:stop]
-            dlogits[..., start:stop] = 2.0 * p * (g - (g * p).sum(-1, keepdim=True))
+            dlogits[..., start:stop] = scale * p * (g - (g * p).sum(-1, keepdim=True))
     return dlogits
 
 
 def draw_latent(shape: tuple[int, ...], z_dim: int, condition: tuple[int, float] | None,
-                rng: torch.Generator) -> torch.Tensor:
-    """Generator inputs of shape `shape + (input width,)`: z ~ N(0, I) of z_dim entries and, for a
-    conditional generator, one label entry +1 with probability `condition[1]` and -1 otherwise (drawn
-    after z, so an unconditional draw is exactly `torch.randn(shape + (z_dim,))`)."""
-    z = torch.randn(tuple(shape) + (z_dim,), generator=rng, device=rng.device)
-    if condition is None:
-        return z
-    label = torch.rand(tuple(shape) + (1,), generator=rng, device=rng.device) < condition[1]
-    return torch.cat([z, label.to(z.dtype).mul_(2.0).sub_(1.0)], -1)
-
-
-def impose_label_(out: torch.Tensor, latent: torch.Tensor, condition: tuple[int, float] | None) -> torch.Tensor:
-    """Write a conditional generator's label (the last latent entry) into the target's encoded column,
-    in place. The column is then +-1, so Tanh's derivative there is 0: no gradient reaches the logit."""
+                rng: torch.Generator, noise_width: int = 0) -> torch.Tensor:
+    """Generator inputs of shape `shape + (latent width,)`, drawn in this order and laid out as:
+    z ~ N(0, I) (z_dim entries); for a conditional generator one label, +1 with probability
+    `condition[1]` and -1 otherwise; then `noise_width` Uniform(0, 1) entries for the head. A plain
+    draw is exactly `torch.randn(shape + (z_dim,))`."""
+    shape = tuple(shape)
+    parts = [torch.randn(shape + (z_dim,), generator=rng, device=rng.device)]
     if condition is not None:
-        out[..., condition[0]] = latent[..., -1]
-    return out
+        label = torch.rand(shape + (1,), generator=rng, device=rng.device) < condition[1]
+        parts.append(label.to(parts[0].dtype).mul_(2.0).sub_(1.0))
+    if noise_width:
+        parts.append(torch.rand(shape + (noise_width,), generator=rng, device=rng.device))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+
+
+class LatentLayout:
+    """Where z, the label and the head's noise sit in a latent row (see `draw_latent`)."""
+
+    def __init__(self, z_dim: int, condition: tuple[int, float] | None, noise_width: int):
+        self.z_dim, self.condition, self.noise_width = z_dim, condition, noise_width
+        self.body_width = z_dim + (1 if condition is not None else 0)   # what the first layer reads
+
+    def body(self, latent: torch.Tensor) -> torch.Tensor:
+        return latent[..., :self.body_width] if self.noise_width else latent
+
+    def noise(self, latent: torch.Tensor) -> torch.Tensor | None:
+        return latent[..., self.body_width:] if self.noise_width else None
+
+    def impose_label_(self, out: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+        """Write the label into the target's encoded column, in place. The column is then +-1, so the
+        head's derivative there is 0: no gradient reaches its logit."""
+        if self.condition is not None:
+            out[..., self.condition[0]] = latent[..., self.z_dim]
+        return out
+
+    def with_label(self, out: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+        """`impose_label_` for autograd: a new tensor, no gradient through the label column."""
+        if self.condition is None:
+            return out
+        column = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
+        column[self.condition[0]] = True
+        return torch.where(column, latent[..., self.z_dim:self.z_dim + 1], out)
 
 
 class Generator(nn.Module):
     """`condition` = (target column in the encoded row, probability of the target's second level) makes
     a conditional generator (official GS-WGAN conditions on the class label): its input is z plus a
-    +-1 label, and the label is copied into the target's column of every generated row."""
+    +-1 label, and the label is copied into the target's column of every generated row. The "gumbel"
+    head also reads one uniform per encoded column from the latent (`draw_latent`)."""
 
     def __init__(self, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str = "tanh",
                  groups: list[tuple[int, int]] | None = None, condition: tuple[int, float] | None = None):
         super().__init__()
         self.z_dim = z_dim
         self.condition = (int(condition[0]), float(condition[1])) if condition is not None else None
-        layers, width = [], z_dim + (1 if condition is not None else 0)
+        self.layout = LatentLayout(z_dim, self.condition, head_noise_width(head, out_width))
+        layers, width = [], self.layout.body_width
         for h in hidden:
             layers += [nn.Linear(width, h), nn.BatchNorm1d(h), nn.ReLU()]
             width = h
@@ -118,16 +187,13 @@ class Generator(nn.Module):
         self.head = OutputHead(head, groups or [])
 
     def latent(self, n_rows: int, rng: torch.Generator) -> torch.Tensor:
-        """n_rows generator inputs (z and, if conditional, the label), drawn from `rng`."""
-        return draw_latent((n_rows,), self.z_dim, self.condition, rng)
+        """n_rows generator inputs (z, the label if conditional, the head's noise), drawn from `rng`."""
+        layout = self.layout
+        return draw_latent((n_rows,), self.z_dim, self.condition, rng, layout.noise_width)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        out = self.head(self.body(z))
-        if self.condition is None:
-            return out
-        column = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
-        column[self.condition[0]] = True
-        return torch.where(column, z[..., -1:], out)
+        layout = self.layout
+        return layout.with_label(self.head(self.body(layout.body(z)), layout.noise(z)), z)
 
     @torch.no_grad()
     def forward_chunks(self, z: torch.Tensor, chunks: int) -> torch.Tensor:
@@ -142,7 +208,8 @@ class Generator(nn.Module):
             raise ValueError("forward_chunks is for training mode, with rows a multiple of chunks")
         batch = rows // chunks
         mods = list(self.body)
-        h = z
+        layout = self.layout
+        h = layout.body(z)
         for i in range(0, len(mods) - 1, 3):
             lin, bn = mods[i], mods[i + 1]
             # The Linear's bias only shifts the batch mean (BatchNorm removes it): added to the mean only.
@@ -161,7 +228,8 @@ class Generator(nn.Module):
                 yv.mul_(scale)
             h = y.relu_()
         out = mods[-1]
-        return impose_label_(self.head(torch.addmm(out.bias, h, out.weight.t())), z, self.condition)
+        logits = torch.addmm(out.bias, h, out.weight.t())
+        return layout.impose_label_(self.head(logits, layout.noise(z)), z)
 
 
 def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: torch.Tensor, batch: int) -> None:
@@ -394,10 +462,10 @@ class GeneratorStack:
     def __init__(self, k: int, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
                  groups: list[tuple[int, int]], scheme: str, rng: torch.Generator,
                  device: torch.device | str = "cpu", condition: tuple[int, float] | None = None):
-        self.head, self.groups = head, [g for g in groups if g[1] - g[0] > 1]
+        self.head, self.groups = head, [tuple(g) for g in groups]
         self.z_dim = z_dim
-        self.condition = condition
-        params, width = [], z_dim + (1 if condition is not None else 0)
+        self.layout = LatentLayout(z_dim, condition, head_noise_width(head, out_width))
+        params, width = [], self.layout.body_width
         for h in hidden:
             params += stacked_linear_params(k, width, h, scheme, rng)
             params += [torch.ones(k, 1, h, device=rng.device), torch.zeros(k, 1, h, device=rng.device)]
@@ -418,19 +486,15 @@ class GeneratorStack:
         """Autograd-friendly reference. z: [K, chunks * B, z_dim]; BatchNorm statistics are taken over
         each chunk of B rows, so one call produces `chunks` independent generator batches per network."""
         k, rows, _ = z.shape
-        h = z
+        h = self.layout.body(z)
         for i in range(self.n_hidden):
             w, b, gamma, beta = params[4 * i: 4 * i + 4]
             h = torch.baddbmm(b, h, w)
             h = _batchnorm_rows(h.view(k, chunks, rows // chunks, -1), gamma.unsqueeze(1), beta.unsqueeze(1))
             h = F.relu(h).view(k, rows, -1)
         w, b = params[-2:]
-        out = apply_head(torch.baddbmm(b, h, w), self.head, self.groups)
-        if self.condition is None:
-            return out
-        column = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
-        column[self.condition[0]] = True
-        return torch.where(column, z[..., -1:], out)
+        out = apply_head(torch.baddbmm(b, h, w), self.head, self.groups, self.layout.noise(z))
+        return self.layout.with_label(out, z)
 
     @torch.no_grad()
     def forward_train(self, params: list[torch.Tensor], z: torch.Tensor, chunks: int, ws: Workspace | None = None):
@@ -439,8 +503,8 @@ class GeneratorStack:
         ws = ws or Workspace()
         k, rows, _ = z.shape
         batch = rows // chunks
-        h = z
-        inputs, xhats, scales = [z[:, rows - batch:]], [], []
+        h = self.layout.body(z)
+        inputs, xhats, scales = [h[:, rows - batch:]], [], []
         for i in range(self.n_hidden):
             w, _, gamma, beta = params[4 * i: 4 * i + 4]
             width = w.shape[-1]
@@ -457,11 +521,11 @@ class GeneratorStack:
             inputs.append(y[:, rows - batch:])
         w, b = params[-2:]
         logits = torch.baddbmm(b, h, w, out=ws("g.out", (k, rows, w.shape[-1]), z))
-        if self.head == "typed" and self.groups:
-            out = apply_head(logits, self.head, self.groups)
-        else:
+        if self.head == "tanh" or (self.head == "typed" and not one_hot_groups(self.groups)):
             out = logits.tanh_()
-        impose_label_(out, z, self.condition)
+        else:
+            out = apply_head(logits, self.head, self.groups, self.layout.noise(z))
+        self.layout.impose_label_(out, z)
         return out, (inputs, xhats, scales, out[:, rows - batch:])
 
     @torch.no_grad()

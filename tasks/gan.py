@@ -26,8 +26,8 @@ from models.schema import DatasetSchema
 from tasks.stage import read_json, run_stage, write_json
 
 
-def encoder_groups(encoder: TableEncoder) -> list[tuple[int, int]]:
-    return [(b.start, b.stop) for b in encoder.blocks]
+def encoder_groups(encoder: TableEncoder) -> list[tuple[int, int, str]]:
+    return encoder.head_groups()
 
 
 def generator_condition(encoder: TableEncoder, profile: Profile):

@@ -9,9 +9,17 @@ import pytest
 import torch
 from torch import nn
 
-from models.networks import CriticStack, Generator, GeneratorStack, StackedAdam, apply_head, draw_latent
+from models.networks import (
+    CriticStack,
+    Generator,
+    GeneratorStack,
+    StackedAdam,
+    apply_head,
+    draw_latent,
+    head_noise_width,
+)
 
-GROUPS = [(0, 1), (1, 4), (4, 5), (5, 8)]
+GROUPS = [(0, 1, "binary"), (1, 4, "categorical"), (4, 5, "continuous"), (5, 8, "categorical")]
 
 
 def _rng(seed=0):
@@ -78,12 +86,12 @@ def test_critic_stack_rows_equal_independent_modules():
         assert torch.allclose(out[j], module(x[j]).squeeze(-1), atol=1e-6)
 
 
-@pytest.mark.parametrize("head", ["tanh", "typed"])
+@pytest.mark.parametrize("head", ["tanh", "typed", "gumbel"])
 @pytest.mark.parametrize("condition", [None, (0, 0.5)])
 def test_generator_stack_backward_matches_autograd(head, condition):
     gens = GeneratorStack(3, 8, (16, 32), 8, head, GROUPS, "default", _rng(7), condition=condition)
     chunks, batch = 3, 6
-    z = draw_latent((3, chunks * batch), 8, condition, _rng(8))
+    z = draw_latent((3, chunks * batch), 8, condition, _rng(8), head_noise_width(head, 8))
     dout = torch.randn(3, batch, 8, generator=_rng(9))
     leaves = [p.clone().requires_grad_(True) for p in gens.params]
     out_ref = gens.forward(leaves, z, chunks)
@@ -107,7 +115,7 @@ def test_generator_stack_pre_batchnorm_bias_is_inert():
     assert torch.allclose(gens.forward(shifted, z, 2), before, atol=1e-5)
 
 
-@pytest.mark.parametrize("head", ["tanh", "typed"])
+@pytest.mark.parametrize("head", ["tanh", "typed", "gumbel"])
 @pytest.mark.parametrize("condition", [None, (4, 0.3)])
 def test_generator_forward_chunks_equals_separate_calls(head, condition):
     gen = Generator(8, (16, 32), 8, head, GROUPS, condition)
@@ -142,10 +150,28 @@ def test_conditional_generator_copies_its_label_into_the_target_column():
         gen(torch.randn(5, 8))   # an unconditional input does not fit
 
 
+def test_gumbel_head_samples_levels_with_the_softmax_probabilities():
+    """Relaxed samples: near-hard +-1 values whose levels follow softmax(logits) for a one-hot group and
+    sigmoid(logit) for a binary column, while continuous columns keep Tanh."""
+    n = 20000
+    logits = torch.zeros(n, 8)
+    logits[:, 0] = 1.0                                        # binary: P(+1) = sigmoid(1) = 0.731
+    logits[:, 1:4] = torch.tensor([0.0, 1.0, -1.0])           # group: softmax = 0.245, 0.665, 0.090
+    logits[:, 4] = 0.3
+    noise = torch.rand(n, 8, generator=_rng(15))
+    out = apply_head(logits, "gumbel", GROUPS, noise)
+    assert (out[:, 0] > 0).float().mean().item() == pytest.approx(0.731, abs=0.015)
+    shares = torch.bincount(out[:, 1:4].argmax(1), minlength=3).float() / n
+    assert torch.allclose(shares, torch.softmax(torch.tensor([0.0, 1.0, -1.0]), 0), atol=0.015)
+    assert (out[:, 1:4].max(1).values > 0.5).float().mean() > 0.85     # mostly near one-hot (tau 0.2)
+    assert torch.allclose(out[:, 4], torch.tanh(torch.tensor(0.3)))
+    assert torch.allclose(((out[:, 5:8] + 1) / 2).sum(-1), torch.ones(n), atol=1e-5)
+
+
 def test_apply_head_typed_rows():
     logits = torch.randn(5, 8, generator=_rng(13))
     out = apply_head(logits, "typed", GROUPS)
-    for start, stop in GROUPS[1::2]:
+    for start, stop, _ in GROUPS[1::2]:
         assert torch.allclose(((out[:, start:stop] + 1) / 2).sum(-1), torch.ones(5))
     assert torch.allclose(out[:, 0], torch.tanh(logits[:, 0]))
 
