@@ -2,21 +2,40 @@
 # A short (< 5 minutes) check for a machine with a CUDA GPU, run from the project root without edits:
 # installs the project, runs the smoke experiment and the pretraining and training benchmarks on CUDA,
 # and prints their figures. Usage: bash bench/gpu_check.sh
+#
+# Install. With a project .venv already there it is used as is. Otherwise a fresh .venv-gpu is made
+# with --system-site-packages, so a GPU image's own CUDA build of torch (and numpy, pandas, ...) is
+# reused, and the project goes in without its torch pin taking over:
+#   * online:  pip install -e . (missing dependencies come from the package index);
+#   * offline (GPU images often reach no index): set DPSYNTH_WHEELHOUSE to a folder of wheels made
+#     by bench/make_wheelhouse.sh for that machine's Python; everything installs from there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
-if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
-. .venv/bin/activate
-pip install -q -e . >/dev/null
+root=$PWD
+export GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1 MLFLOW_ENABLE_TELEMETRY=false
+if [ -x .venv/bin/python ]; then
+    . .venv/bin/activate
+else
+    python3 -m venv --system-site-packages .venv-gpu
+    . .venv-gpu/bin/activate
+    if [ -n "${DPSYNTH_WHEELHOUSE:-}" ]; then
+        pip install -q --no-index --no-deps "$DPSYNTH_WHEELHOUSE"/*.whl
+        pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null
+    else
+        pip install -q -e . "torch==$(python -c 'import torch; print(torch.__version__.split("+")[0])')" >/dev/null
+    fi
+fi
 python - <<'PY'
 import torch
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
-print("device:", torch.cuda.get_device_name(0))
+print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__)
 PY
 work=$(mktemp -d)
 dpsynth demo-data --rows 3000 --out "$work/demo.csv"
-( cd "$work" && MLFLOW_TRACKING_URI="sqlite:///$work/mlflow.db" timeout 180 \
-    dpsynth experiment --config "$OLDPWD/configs/cardio.yaml" --data "$work/demo.csv" --profile smoke --json \
-    | tail -n 1 | sed 's/^/smoke experiment: /' )
-timeout 120 python bench/pretrain.py --json --device cuda | tail -n 1 | sed 's/^/pretrain: /'
-timeout 60 python bench/train.py --json --device cuda | tail -n 1 | sed 's/^/train: /'
+start=$(date +%s)
+( cd "$work" && MLFLOW_TRACKING_URI="sqlite:///$work/mlflow.db" timeout 240 \
+    dpsynth experiment --config "$root/configs/cardio.yaml" --data "$work/demo.csv" --profile smoke --json \
+    > "$work/experiment.log" 2>&1 ) || { tail -n 30 "$work/experiment.log"; exit 1; }
+echo "smoke experiment ($(( $(date +%s) - start )) s): $(tail -n 1 "$work/experiment.log")"
+timeout 150 python bench/pretrain.py --json --device cuda | tail -n 1 | sed 's/^/pretrain: /'
+timeout 90 python bench/train.py --json --device cuda | tail -n 1 | sed 's/^/train: /'
