@@ -55,7 +55,8 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         tracking.log_artifact(run_id, chain["results"], "internal")
 
         metric = selection_metric(prof.protocol)
-        chosen = choose_checkpoint(results, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget)
+        chosen = choose_checkpoint(results, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget,
+                                   prof.evaluation.complete_levels)
         if chosen is None:
             raise BudgetExceededError(
                 f"No checkpoint of {setting.name!r} is both within the epsilon budget "

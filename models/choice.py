@@ -3,6 +3,10 @@
 Per setting, the lowest-epsilon checkpoint whose AUC is within `tolerance` of the setting's best AUC,
 optionally only among checkpoints within an epsilon budget. Among equal epsilons (the non-private
 baseline, epsilon = inf everywhere) the higher AUC wins, then the earlier iteration.
+
+With `complete_levels`, only checkpoints whose synthetic rows hold every level of every binary and
+categorical column (all "share:" columns above 0) compete, when there is any: a generator that lost a
+level is a worse release whatever its AUC. The rule reads synthetic data and the public schema only.
 """
 
 from __future__ import annotations
@@ -19,13 +23,19 @@ def selection_metric(protocol: str) -> str:
 
 
 def choose_checkpoint(results: pd.DataFrame, metric: str, tolerance: float,
-                      epsilon_budget: float | None = None) -> pd.Series | None:
-    """`results` has one row per checkpoint with columns iteration, epsilon and `metric`."""
+                      epsilon_budget: float | None = None, complete_levels: bool = False) -> pd.Series | None:
+    """`results` has one row per checkpoint with columns iteration, epsilon, `metric` and (for
+    `complete_levels`) the level shares "share:<column>=<level>"."""
     rows = results.dropna(subset=[metric])
     if epsilon_budget is not None:
         rows = rows[rows["epsilon"] <= epsilon_budget]
     if rows.empty:
         return None
+    shares = [c for c in rows.columns if c.startswith("share:")]
+    if complete_levels and shares:
+        complete = rows[(rows[shares] > 0).all(axis=1)]
+        if not complete.empty:
+            rows = complete
     best = rows[metric].max()
     close = rows[rows[metric] >= best - tolerance]
     order = close.assign(_eps=close["epsilon"].map(lambda e: math.inf if pd.isna(e) else e))

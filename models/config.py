@@ -89,6 +89,8 @@ class EvaluationConfig:
     # Approval: a release whose chosen checkpoint's selection AUC (real validation rows under the honest
     # protocol) is below this registers and publishes nothing. null approves any checkpoint.
     min_release_auc: float | None = None
+    # Prefer checkpoints whose synthetic rows hold every level of every discrete column (models.choice).
+    complete_levels: bool = True
 
 
 @dataclass(frozen=True)
