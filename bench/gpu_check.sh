@@ -4,7 +4,7 @@
 # and prints their figures. Usage: bash bench/gpu_check.sh
 #
 # Install. With a project .venv already there it is used as is. Otherwise a fresh .venv-gpu is made
-# with --system-site-packages, so a GPU image's own CUDA build of torch (and numpy, pandas, ...) is
+# that sees python3's own packages, so a GPU image's CUDA build of torch (and numpy, pandas, ...) is
 # reused, and the project goes in without its torch pin taking over:
 #   * online:  pip install -e . (missing dependencies come from the package index);
 #   * offline (GPU images often reach no index): set DPSYNTH_WHEELHOUSE to a folder of wheels made
@@ -16,11 +16,18 @@ export GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_
 if [ -x .venv/bin/python ]; then
     . .venv/bin/activate
 else
-    python3 -m venv --system-site-packages .venv-gpu
+    # The image's python3 may itself live in a venv (--system-site-packages would not reach it): a
+    # .pth file puts its site-packages, with its CUDA torch, behind the new venv's own.
+    image_site=$(python3 -c 'import site, torch; print(site.getsitepackages()[0])' 2>/dev/null || true)
+    python3 -m venv .venv-gpu
     . .venv-gpu/bin/activate
+    if [ -n "$image_site" ]; then
+        echo "$image_site" > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_gpu_image.pth"
+    fi
     if [ -n "${DPSYNTH_WHEELHOUSE:-}" ]; then
         pip install -q --no-index --no-deps "$DPSYNTH_WHEELHOUSE"/*.whl
-        pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null
+        # The image's Python may be newer than the one the project is pinned to and tested on (3.11).
+        pip install -q --no-index --no-deps --no-build-isolation --ignore-requires-python -e . >/dev/null
     else
         pip install -q -e . "torch==$(python -c 'import torch; print(torch.__version__.split("+")[0])')" >/dev/null
     fi
@@ -30,6 +37,8 @@ import torch
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
 print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__)
 PY
+timeout 150 python bench/pretrain.py --json --device cuda | tail -n 1 | sed 's/^/pretrain: /'
+timeout 90 python bench/train.py --json --device cuda | tail -n 1 | sed 's/^/train: /'
 work=$(mktemp -d)
 dpsynth demo-data --rows 3000 --out "$work/demo.csv"
 start=$(date +%s)
@@ -37,5 +46,3 @@ start=$(date +%s)
     dpsynth experiment --config "$root/configs/cardio.yaml" --data "$work/demo.csv" --profile smoke --json \
     > "$work/experiment.log" 2>&1 ) || { tail -n 30 "$work/experiment.log"; exit 1; }
 echo "smoke experiment ($(( $(date +%s) - start )) s): $(tail -n 1 "$work/experiment.log")"
-timeout 150 python bench/pretrain.py --json --device cuda | tail -n 1 | sed 's/^/pretrain: /'
-timeout 90 python bench/train.py --json --device cuda | tail -n 1 | sed 's/^/train: /'

@@ -20,7 +20,7 @@ norm = lambda n: n.lower().replace("_", "-").replace(".", "-")
 present = set()
 if sys.argv[2]:
     present = {norm(line.strip()) for line in open(sys.argv[2]) if line.strip() and not line.startswith("#")}
-skip = {"torch", "triton", "opacus", "mlflow", "asyncpg", "ruff", "pytest", "autodp"}
+skip = {"torch", "triton", "opacus", "mlflow", "ruff", "pytest", "autodp"}
 for line in open(sys.argv[1]):
     name = line.split("==")[0].strip()
     if not name or line.startswith("#") or norm(name) in present or norm(name) in skip or norm(name).startswith("nvidia-"):

@@ -485,7 +485,7 @@ class GeneratorTrainer:
         path = self.dir / STATE_FILE
         if not path.exists():
             return False
-        state = torch.load(path, map_location=self.device, weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False)   # the RNG state must stay on CPU
         self.iteration = state["iteration"]
         self.generator.load_state_dict(state["generator"])
         if self.ema is not None and state["ema"] is not None:

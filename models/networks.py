@@ -627,4 +627,4 @@ class StackedAdam:
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         self.exp_avg = [t.to(device) for t in state["exp_avg"]]
         self.exp_avg_sq = [t.to(device) for t in state["exp_avg_sq"]]
-        self.steps = np.asarray(state["steps"], dtype=np.int64).copy()
+        self.steps = np.asarray(torch.as_tensor(state["steps"]).cpu(), dtype=np.int64).copy()
