@@ -5,8 +5,10 @@ command line and the JSON summary line."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,7 +28,35 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--discriminators", "-k", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", default=None,
+                    help="take the generator/critic settings from this profile (e.g. thesis: conditioned "
+                         "on the target, Gumbel head, 50 critic updates per visit, EMA); default: the "
+                         "thesis' plain hyperparameters (Tanh head, r = 5)")
     return ap
+
+
+# The benchmarks' random table has no schema: its first column plays a binary target.
+TARGET_COLUMN = 0
+BENCH_GROUPS = [(0, 1, "binary")] + [(i, i + 1, "continuous") for i in range(1, WIDTH)]
+
+
+def bench_gan(profile: str | None, **overrides) -> GanConfig:
+    """The GAN settings a benchmark times: a profile's (configs/profiles/NAME.yaml), or the defaults."""
+    gan = GanConfig()
+    if profile is not None:
+        from models.config import load_profile
+        root = Path(__file__).resolve().parent.parent
+        gan = load_profile(profile, root / "configs" / "cardio.yaml").gan
+    return dataclasses.replace(gan, **overrides)
+
+
+def bench_condition(gan: GanConfig):
+    return (TARGET_COLUMN, gan.target_prior) if gan.condition_on_target else None
+
+
+def refresh_steps(gan: GanConfig) -> int:
+    """Critic updates per visit in Algorithm 2."""
+    return gan.critic_refresh_steps or gan.critic_steps
 
 
 def device_of(name: str) -> torch.device:
@@ -67,7 +97,10 @@ def naive_critic(gan: GanConfig, width: int) -> nn.Module:
 
 
 def naive_generator(gan: GanConfig, width: int) -> nn.Module:
-    return Generator(gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, [])
+    """The released generator's module (its head and conditioning as configured); draw its inputs with
+    `.latent(n, torch.default_generator)`."""
+    return Generator(gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, BENCH_GROUPS,
+                     bench_condition(gan))
 
 
 def naive_gradient_penalty(critic: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:

@@ -49,21 +49,23 @@ def _quiet(fn, argv):
         return fn(argv)
 
 
-def sampling_seconds(device: str) -> float:
+def sampling_seconds(device: str, profile: str) -> float:
     """Sample, decode and write one checkpoint's 63,000 rows (identical for both paths)."""
     import tempfile
     from pathlib import Path
 
     import torch
 
-    from models.config import GanConfig
+    from models.config import load_profile
     from models.encoding import TableEncoder
     from models.gswgan import generator_spec, sample_encoded
     from models.schema import DatasetSchema
 
     schema = DatasetSchema.from_yaml(Path(_root) / "configs" / "cardio.yaml")
     encoder = TableEncoder(schema)
-    gen = generator_spec(GanConfig(), encoder.width, [(b.start, b.stop) for b in encoder.blocks]).build()
+    gan = load_profile(profile, Path(_root) / "configs" / "cardio.yaml").gan
+    condition = (encoder.target_index, gan.target_prior) if gan.condition_on_target else None
+    gen = generator_spec(gan, encoder.width, encoder.head_groups(), condition).build()
     gen.to("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
@@ -76,14 +78,17 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--workers", type=int, default=2, help="parallel one-thread workers of the experiment flow")
+    ap.add_argument("--profile", default="thesis", help="the profile whose GAN settings are timed")
     args = ap.parse_args(argv)
 
     from bench import pretrain, select, train
 
-    pre = _quiet(pretrain.main, ["--json", "--device", args.device])
-    tr = _quiet(train.main, ["--json", "--device", args.device, "--iterations", "600", "--naive-iterations", "150"])
+    profile = ["--profile", args.profile]
+    pre = _quiet(pretrain.main, ["--json", "--device", args.device] + profile)
+    tr = _quiet(train.main, ["--json", "--device", args.device, "--iterations", "600", "--naive-iterations", "150"]
+                + profile)
     sel = _quiet(select.main, ["--json", "--runs", "2"])
-    sample_s = sampling_seconds(args.device)
+    sample_s = sampling_seconds(args.device, args.profile)
 
     fast = {
         "pretrain": CRITICS * PRETRAIN_ITERATIONS * pre["fast_ms_per_critic_iteration"] / 1e3

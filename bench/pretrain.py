@@ -36,7 +36,10 @@ import numpy as np
 import torch
 
 from bench._common import (
+    BENCH_GROUPS,
     Timer,
+    bench_condition,
+    bench_gan,
     device_of,
     emit,
     make_data,
@@ -70,12 +73,12 @@ def naive_pretrain(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, cr
             for _ in range(r):
                 real = subset[torch.randperm(subset.shape[0], device=device)[:b]]
                 with torch.no_grad():
-                    fake = gen(torch.randn(b, gan.z_dim, device=device))
+                    fake = gen(gen.latent(b, torch.default_generator).to(device))
                 naive_critic_step(critic, opt_d, real, fake, gan.gp_lambda)
             for p in critic.parameters():
                 p.requires_grad_(False)
             opt_g.zero_grad(set_to_none=True)
-            loss = -critic(gen(torch.randn(b, gan.z_dim, device=device))).mean()
+            loss = -critic(gen(gen.latent(b, torch.default_generator).to(device))).mean()
             loss.backward()
             opt_g.step()
 
@@ -89,19 +92,21 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args(argv)
     device = device_of(args.device)
-    gan = GanConfig()
+    gan = bench_gan(args.profile)
+    condition = bench_condition(gan)
     data = make_data(args.seed)
     k = args.discriminators
     partition = make_partition(data.shape[0], k, args.seed)
 
     # Warm-up outside the timed regions (libraries, thread pools, allocator).
-    pretrain_critics(data, partition[:8], gan, [], args.seed, device, iterations=2, chunk_size=4)
+    pretrain_critics(data, partition[:8], gan, BENCH_GROUPS, args.seed, device, iterations=2, chunk_size=4,
+                     condition=condition)
     naive_pretrain(data, partition, gan, 1, 2, device, args.seed)
 
     def fast_run(iterations: int) -> float:
         with Timer(device) as timer:
-            pretrain_critics(data, partition, gan, [], args.seed, device, iterations=iterations,
-                             chunk_size=args.chunk_size, workers=args.workers)
+            pretrain_critics(data, partition, gan, BENCH_GROUPS, args.seed, device, iterations=iterations,
+                             chunk_size=args.chunk_size, workers=args.workers, condition=condition)
         return timer.seconds
 
     # Two runs: their difference is the cost of the extra iterations without the one-off set-up
@@ -135,6 +140,7 @@ def main(argv=None) -> dict:
         "iterations": args.iterations,
         "device": str(device),
         "threads": torch.get_num_threads(),
+        "profile": args.profile or "plain thesis hyperparameters",
     }
     emit(summary, args.json)
     return summary

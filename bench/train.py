@@ -27,6 +27,7 @@ _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]   # bench/select.py
 sys.path.insert(0, os.path.dirname(_here))
 
+import copy
 import tempfile
 from pathlib import Path
 
@@ -34,7 +35,10 @@ import numpy as np
 import torch
 
 from bench._common import (
+    BENCH_GROUPS,
     Timer,
+    bench_condition,
+    bench_gan,
     device_of,
     emit,
     make_data,
@@ -42,6 +46,7 @@ from bench._common import (
     naive_critic_step,
     naive_generator,
     parser,
+    refresh_steps,
 )
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.gswgan import GeneratorTrainer, make_partition
@@ -54,10 +59,11 @@ def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, priva
                 device: torch.device, seed: int) -> None:
     torch.manual_seed(seed)
     k, width = partition.shape[0], data.shape[1]
-    b, r = gan.batch_size, gan.critic_steps
+    b, r = gan.batch_size, refresh_steps(gan)
     critics = [naive_critic(gan, width).to(device) for _ in range(k)]
     optimisers: dict[int, torch.optim.Optimizer] = {}
     gen = naive_generator(gan, width).to(device)
+    ema = copy.deepcopy(gen) if gan.generator_ema is not None else None
     opt_g = torch.optim.Adam(gen.parameters(), lr=gan.lr_generator, betas=tuple(gan.betas))
     data = data.to(device)
     for _ in range(iterations):
@@ -71,19 +77,28 @@ def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, priva
         for _ in range(r):
             real = data[rows[torch.randperm(rows.shape[0], device=device)[:b]]]
             with torch.no_grad():
-                fake = gen(torch.randn(b, gan.z_dim, device=device))
+                fake = gen(gen.latent(b, torch.default_generator).to(device))
             naive_critic_step(critic, opt_d, real, fake, gan.gp_lambda)
         for p in critic.parameters():
             p.requires_grad_(False)
-        fake = gen(torch.randn(b, gan.z_dim, device=device))
+        fake = gen(gen.latent(b, torch.default_generator).to(device))
         rows_out = fake.detach().requires_grad_(True)
         (grad,) = torch.autograd.grad(-critic(rows_out).sum(), rows_out)
+        if gen.condition is not None:
+            grad[:, gen.condition[0]] = 0.0
         norms = grad.norm(dim=1, keepdim=True)
         grad = grad * torch.clamp(privacy.clip / (norms + 1e-12), max=1.0)
         grad = grad + torch.randn_like(grad) * (2.0 * privacy.noise_multiplier * privacy.clip)
         opt_g.zero_grad(set_to_none=True)
         fake.backward(grad / b)
         opt_g.step()
+        if ema is not None:
+            with torch.no_grad():
+                for e, p in zip(ema.state_dict().values(), gen.state_dict().values()):
+                    if e.is_floating_point():
+                        e.lerp_(p, 1.0 - gan.generator_ema)
+                    else:
+                        e.copy_(p)
 
 
 def main(argv=None) -> dict:
@@ -95,14 +110,15 @@ def main(argv=None) -> dict:
     data = make_data(args.seed)
     k = args.discriminators
     partition = make_partition(data.shape[0], k, args.seed)
-    gan = GanConfig(iterations=args.iterations, checkpoint_every=args.iterations)
+    gan = bench_gan(args.profile, iterations=args.iterations, checkpoint_every=args.iterations)
     privacy = PrivacyConfig()
     setting = Setting(f"k{k}", k)
 
     def trainer(directory: Path, seed: int) -> GeneratorTrainer:
         critics = CriticStack(k, data.shape[1], gan.critic_hidden, gan.critic_batchnorm, gan.init,
                               torch.Generator().manual_seed(seed), device)
-        return GeneratorTrainer(data, partition, critics, gan, privacy, setting, [], seed, directory, device)
+        return GeneratorTrainer(data, partition, critics, gan, privacy, setting, BENCH_GROUPS, seed, directory, device,
+                                condition=bench_condition(gan))
 
     before = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,6 +153,8 @@ def main(argv=None) -> dict:
         "discriminators": k,
         "iterations": args.iterations,
         "device": str(device),
+        "profile": args.profile or "plain thesis hyperparameters",
+        "critic_updates_per_iteration": refresh_steps(gan),
     }
     emit(summary, args.json)
     return summary
