@@ -98,7 +98,8 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         for s in prof.settings:
             rows = results[results["setting"] == s.name]
             pick = choose_checkpoint(rows, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget,
-                                     prof.evaluation.complete_levels)
+                                     prof.evaluation.complete_levels,
+                                     prof.evaluation.max_level_share_gap)
             if pick is not None:
                 chosen[s.name] = {"iteration": int(pick["iteration"]), "epsilon": float(pick["epsilon"]),
                                   "test_auc": float(pick["test_auc"])}

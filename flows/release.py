@@ -56,7 +56,8 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
 
         metric = selection_metric(prof.protocol)
         chosen = choose_checkpoint(results, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget,
-                                   prof.evaluation.complete_levels)
+                                   prof.evaluation.complete_levels,
+                                   prof.evaluation.max_level_share_gap)
         if chosen is None:
             raise BudgetExceededError(
                 f"No checkpoint of {setting.name!r} is both within the epsilon budget "

@@ -6,7 +6,10 @@ baseline, epsilon = inf everywhere) the higher AUC wins, then the earlier iterat
 
 With `complete_levels`, only checkpoints whose synthetic rows hold every level of every binary and
 categorical column (all "share:" columns above 0) compete, when there is any: a generator that lost a
-level is a worse release whatever its AUC. The rule reads synthetic data and the public schema only.
+level is a worse release whatever its AUC. That rule reads synthetic data and the public schema only.
+With `max_share_gap`, only checkpoints whose level shares are all within it of the real validation rows'
+(column "real_val_share_gap") compete, when there is any; like the AUC on real validation rows this
+reads real rows, and the report says the choice is not covered by epsilon.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ def selection_metric(protocol: str) -> str:
 
 
 def choose_checkpoint(results: pd.DataFrame, metric: str, tolerance: float,
-                      epsilon_budget: float | None = None, complete_levels: bool = False) -> pd.Series | None:
+                      epsilon_budget: float | None = None, complete_levels: bool = False,
+                      max_share_gap: float | None = None) -> pd.Series | None:
     """`results` has one row per checkpoint with columns iteration, epsilon, `metric` and (for
-    `complete_levels`) the level shares "share:<column>=<level>"."""
+    `complete_levels`) the level shares "share:<column>=<level>", (for `max_share_gap`)
+    "real_val_share_gap"."""
     rows = results.dropna(subset=[metric])
     if epsilon_budget is not None:
         rows = rows[rows["epsilon"] <= epsilon_budget]
@@ -36,6 +41,10 @@ def choose_checkpoint(results: pd.DataFrame, metric: str, tolerance: float,
         complete = rows[(rows[shares] > 0).all(axis=1)]
         if not complete.empty:
             rows = complete
+    if max_share_gap is not None and "real_val_share_gap" in rows.columns:
+        close_shares = rows[rows["real_val_share_gap"] <= max_share_gap]
+        if not close_shares.empty:
+            rows = close_shares
     best = rows[metric].max()
     close = rows[rows[metric] >= best - tolerance]
     order = close.assign(_eps=close["epsilon"].map(lambda e: math.inf if pd.isna(e) else e))

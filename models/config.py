@@ -91,6 +91,9 @@ class EvaluationConfig:
     min_release_auc: float | None = None
     # Prefer checkpoints whose synthetic rows hold every level of every discrete column (models.choice).
     complete_levels: bool = True
+    # Prefer checkpoints whose level shares are all within this of the real validation rows' (issue 7's
+    # fidelity bound); null turns the preference off.
+    max_level_share_gap: float | None = 0.15
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from models.selection import regularisation_grid, select_model
 from tasks.stage import read_json, run_stage, write_json
 
 RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
-                  "test_auprc", "real_val_auc", "degenerate", "seconds"]
+                  "test_auprc", "real_val_auc", "real_val_share_gap", "degenerate", "seconds"]
 
 
 def features_target(encoder: TableEncoder, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +84,11 @@ def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.
                                      profile.evaluation.penalties)
     record = selection_run(X_syn[train], y_syn[train], X_syn[val], y_syn[val], X_test, y_test, X_rv, y_rv,
                            candidates)
-    return {**record, **level_share_columns(schema, frame)}
+    shares = level_share_columns(schema, frame)
+    real_shares = level_share_columns(schema, encoder.decode(encoded[real["val"]]))
+    # Internal, like real_val_auc: derived from the real validation rows, used to choose a checkpoint.
+    record["real_val_share_gap"] = max((abs(shares[k] - real_shares[k]) for k in shares), default=0.0)
+    return {**record, **shares}
 
 
 def level_share_columns(schema: DatasetSchema, frame: pd.DataFrame) -> dict[str, float]:

@@ -61,7 +61,7 @@ EPSILON_DOES_NOT_COVER = (
      "rows influence each other's imputed values, so the guarantee is stated for the imputed training table, "
      "not for the raw one;"),
     ("the choice of the released checkpoint, which used the AUC of classifiers measured on real validation "
-     "and test data;"),
+     "and test data, and how close each checkpoint's level shares came to the real validation rows';"),
     "the validation step that checked the input table, and its counts;",
     ("everything in the internal report, which holds real-data statistics (AUCs on real data, real "
      "distributions, correlations, importances, imputation counts) and is never published."),

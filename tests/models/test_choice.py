@@ -40,6 +40,14 @@ def test_complete_levels_skips_checkpoints_that_lost_a_level_unless_all_did():
     assert choose_checkpoint(collapsed, "real_val_auc", 0.01, complete_levels=True)["iteration"] == 1000
 
 
+def test_max_share_gap_prefers_checkpoints_close_to_the_real_level_shares():
+    results = _results([(1000, 2.0, 0.72, 0.9, 0.1), (2000, 3.0, 0.71, 0.9, 0.1), (3000, 4.0, 0.69, 0.9, 0.1)])
+    results["real_val_share_gap"] = [0.30, 0.10, 0.05]
+    assert choose_checkpoint(results, "real_val_auc", 0.01)["iteration"] == 1000
+    assert choose_checkpoint(results, "real_val_auc", 0.01, max_share_gap=0.15)["iteration"] == 2000
+    assert choose_checkpoint(results, "real_val_auc", 0.01, max_share_gap=0.01)["iteration"] == 1000   # none close
+
+
 def test_selection_metric_never_uses_the_test_split_under_the_honest_protocol():
     assert selection_metric("honest") == "real_val_auc"
     assert selection_metric("thesis") == "test_auc"

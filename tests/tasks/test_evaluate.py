@@ -57,6 +57,17 @@ def test_single_class_synthetic_data_is_degenerate_not_an_error(tmp_path, cardio
     table.iloc[:2700].assign(cardio=1).to_parquet(path)
     result = evaluate_synthetic(cardio_schema, path, encoded, split, Profile(name="t"), index=0)
     assert result["degenerate"] and result["test_auc"] == 0.5 and result["share:cardio=0"] == 0.0
+    # The largest level-share gap to the real validation rows is the lost class's real share.
+    real_share = float((table.iloc[split["val"]]["cardio"] == 0).mean())
+    assert abs(result["real_val_share_gap"] - real_share) < 1e-12
+
+
+def test_share_gap_is_small_for_rows_drawn_like_the_real_ones(tmp_path, cardio_schema, demo_frame):
+    _, table, encoded, split, _ = _encoded(cardio_schema, demo_frame)
+    path = tmp_path / "synthetic.parquet"
+    table.iloc[np.concatenate([split["train"], split["val"]])].to_parquet(path)
+    result = evaluate_synthetic(cardio_schema, path, encoded, split, Profile(name="t"), index=0)
+    assert 0.0 < result["real_val_share_gap"] < 0.06
 
 
 
