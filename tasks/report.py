@@ -85,6 +85,7 @@ PUBLIC_PRIVACY_KEYS = {
     "iterations": "generator iterations (planned)",
     "checkpoint_every": "checkpoint every (iterations)",
     "epsilon_budget": "epsilon budget",
+    "target_labels": "target column",
 }
 PUBLIC_SETTING_KEYS = ("discriminators", "K", "gamma", "private", "iterations", "last_iteration")
 

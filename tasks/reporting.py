@@ -17,10 +17,10 @@ from tasks.report import build_internal_report, build_release_notes
 from tasks.stage import read_json, run_stage
 
 
-def privacy_summary(profile: Profile, settings=None) -> dict:
+def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | None = None) -> dict:
     """The public description of the privacy setup, keyed as the release notes expect."""
     settings = profile.settings if settings is None else settings
-    return {
+    summary = {
         "mechanism": MECHANISM,
         "accountant": "analytical RDP (autodp), composed T x B times",
         "conversion": "classic: epsilon = min over orders a of RDP(a) + log(1/delta)/(a - 1)",
@@ -36,6 +36,12 @@ def privacy_summary(profile: Profile, settings=None) -> dict:
         "epsilon_budget": profile.privacy.epsilon_budget,
         "settings": {s.name: {"discriminators": s.discriminators, "private": s.private} for s in settings},
     }
+    if profile.gan.condition_on_target:
+        # A conditional generator's target share is its public prior, not something learned from the rows.
+        level = f"{schema.target} = {schema.column(schema.target).levels[1]}" if schema else "the target's second level"
+        summary["target_labels"] = (f"set by design, not learned: each synthetic row's target is {level} with "
+                                    f"probability {profile.gan.target_prior:g} (a public prior)")
+    return summary
 
 
 def thesis_reference(schema_path: Path, name: str) -> dict | None:
@@ -59,7 +65,7 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
             if pick is not None:
                 synthetic[chain["setting"]] = pd.read_parquet(
                     Path(chain["samples"]) / f"synthetic_{pick['iteration']:06d}.parquet")
-        privacy = privacy_summary(profile)
+        privacy = privacy_summary(profile, schema=schema)
         imputation = read_json(paths["imputation"])["imputed_values"]
         report = build_internal_report(directory / "report.html", title=title, schema=schema,
                                        results=results, chosen=chosen, real_frame=real_frame,
@@ -72,7 +78,7 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
             setting = next(s for s in profile.settings if s.name == name)
             notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
                                         schema=schema, synthetic_frame=frame,
-                                        privacy=privacy_summary(profile, [setting]),
+                                        privacy=privacy_summary(profile, [setting], schema),
                                         chosen={name: chosen[name]}, ledger=ledgers[name])
             outputs[f"notes_{name}"] = notes
         return outputs, {"settings": sorted(synthetic)}

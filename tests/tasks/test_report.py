@@ -76,6 +76,7 @@ def _results() -> pd.DataFrame:
     frame["val_auc"] = frame["test_auc"] + 0.0101
     frame["test_auprc"] = frame["test_auc"] - 0.0202
     frame["real_val_auc"] = frame["test_auc"] + 0.0033
+    frame["real_val_share_gap"] = 0.0654321
     return frame[RESULT_COLUMNS]
 
 
@@ -258,6 +259,19 @@ def test_release_notes_of_a_non_private_release_say_so(tmp_path, schema, synth):
                                chosen={"baseline": CHOSEN["baseline"]}, ledger=[{"iteration": 1000, "epsilon": INF}])
     text = path.read_text()
     assert "NOT differentially private" in text and format_number(BASELINE_AUCS[0], 4) not in text
+
+
+def test_release_notes_of_a_conditional_generator_say_the_target_share_is_set_by_design(tmp_path, schema, synth):
+    from models.config import load_profile
+    from tasks.reporting import privacy_summary
+
+    profile = load_profile("thesis-k1500", CARDIO_YAML)
+    privacy = privacy_summary(profile, profile.settings, schema)
+    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=privacy,
+                               chosen={"k1500": {"iteration": 2000, "epsilon": 3.0}},
+                               ledger=[{"iteration": 2000, "epsilon": 3.0}])
+    text = path.read_text()
+    assert "set by design, not learned" in text and "cardio = 1 with probability 0.5" in text
 
 
 # ---- Prefect artifact helpers -------------------------------------------------------------------------------
