@@ -3,9 +3,9 @@ training (Algorithm 2) with checkpoints that resume exactly.
 
 Randomness. Pretraining chunk i (a range of `chunk_size` independent critic/throwaway-generator pairs)
 draws everything from its own stream `chunk_generator(seed, i)`, so chunks can run in any order or in
-parallel with the same result. Training draws every random choice (critic index, batches, z, gradient
-penalty weights, sanitiser noise) from one seeded CPU `torch.Generator` whose state is checkpointed, so
-a resumed run ends exactly as an uninterrupted one.
+parallel with the same result. Training draws every random choice (critic index, batches, latents: z,
+labels and head noise; gradient penalty weights, sanitiser noise) from one seeded CPU `torch.Generator`
+whose state is checkpointed, so a resumed run ends exactly as an uninterrupted one.
 
 Speed (bench/pretrain.py, bench/train.py). Pretraining trains a cache-sized chunk of pairs at a time
 with hand-written batched forward/backward passes (models/networks.py), fused Adam, reused output
