@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from models.config import GanConfig
-from models.gswgan import resolve_device
+from models.gswgan import resolve_device, target_condition
 from models.networks import Generator
 
 ROWS = 56_000   # Cardio's training split (0.8 of 70,000)
@@ -51,7 +51,7 @@ def bench_gan(profile: str | None, **overrides) -> GanConfig:
 
 
 def bench_condition(gan: GanConfig):
-    return (TARGET_COLUMN, gan.target_prior) if gan.condition_on_target else None
+    return target_condition(gan, TARGET_COLUMN, "binary")
 
 
 def refresh_steps(gan: GanConfig) -> int:

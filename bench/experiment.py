@@ -58,13 +58,13 @@ def sampling_seconds(device: str, profile: str) -> float:
 
     from models.config import load_profile
     from models.encoding import TableEncoder
-    from models.gswgan import generator_spec, sample_encoded
+    from models.gswgan import generator_spec, sample_encoded, target_condition
     from models.schema import DatasetSchema
 
     schema = DatasetSchema.from_yaml(Path(_root) / "configs" / "cardio.yaml")
     encoder = TableEncoder(schema)
     gan = load_profile(profile, Path(_root) / "configs" / "cardio.yaml").gan
-    condition = (encoder.target_index, gan.target_prior) if gan.condition_on_target else None
+    condition = target_condition(gan, encoder.target_index, "binary")
     gen = generator_spec(gan, encoder.width, encoder.head_groups(), condition).build()
     gen.to("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")
     with tempfile.TemporaryDirectory() as tmp:

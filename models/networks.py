@@ -38,7 +38,6 @@ BN_EPS = 1e-5
 LEAKY_SLOPE = 0.2
 
 
-HEADS = ("tanh", "typed", "gumbel")
 # Temperature of the "gumbel" head's relaxed samples (CTGAN's Gumbel-softmax uses 0.2).
 GUMBEL_TAU = 0.2
 _UNIFORM_EPS = 1e-6
