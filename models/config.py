@@ -40,6 +40,11 @@ class GanConfig:
     gp_lambda: float = 10.0
     batch_size: int = 32
     pretrain_iterations: int = 2000
+    # Precision of the throwaway generators' forward products in pretraining (models.gswgan.
+    # pretrain_matmul_dtype): "float32"; "bfloat16" (float32 accumulation, mixed precision as autocast);
+    # "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32 elsewhere.
+    # Critics, backward passes and Adam stay float32; training and the released generator are float32.
+    pretrain_matmul: str = "auto"
     iterations: int = 40000
     checkpoint_every: int = 1000
     # Exponential moving average of G (official GS-WGAN: 0.999); null keeps the raw generator.
@@ -141,6 +146,8 @@ class Profile:
             raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh', 'typed' or 'gumbel'.")
         if not 0.0 < self.gan.target_prior < 1.0:
             raise ConfigError(f"profile {self.name!r}: gan.target_prior must lie strictly between 0 and 1.")
+        if self.gan.pretrain_matmul not in ("auto", "float32", "bfloat16"):
+            raise ConfigError(f"profile {self.name!r}: gan.pretrain_matmul must be 'auto', 'float32' or 'bfloat16'.")
         if self.gan.init not in ("default", "thesis"):
             raise ConfigError(f"profile {self.name!r}: init must be 'default' or 'thesis'.")
 

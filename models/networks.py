@@ -460,8 +460,13 @@ class GeneratorStack:
 
     def __init__(self, k: int, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
                  groups: list[tuple[int, int]], scheme: str, rng: torch.Generator,
-                 device: torch.device | str = "cpu", condition: tuple[int, float] | None = None):
+                 device: torch.device | str = "cpu", condition: tuple[int, float] | None = None,
+                 matmul_dtype: torch.dtype | None = None):
         self.head, self.groups = head, [tuple(g) for g in groups]
+        # None: float32 products. torch.bfloat16: the products of `forward_train` and `backward` round
+        # their operands and results to bfloat16 and accumulate in float32 (mixed precision, as autocast
+        # does); everything else (BatchNorm, head, gradients' other terms, Adam) stays float32.
+        self.matmul_dtype = matmul_dtype
         self.z_dim = z_dim
         self.layout = LatentLayout(z_dim, condition, head_noise_width(head, out_width))
         params, width = [], self.layout.body_width
@@ -503,54 +508,89 @@ class GeneratorStack:
         k, rows, _ = z.shape
         batch = rows // chunks
         h = self.layout.body(z)
-        inputs, xhats, scales = [h[:, rows - batch:]], [], []
+        h_p = self._operand(h, ws, "g.in0")
+        # operands: each layer's (input rows of the last chunk, weight) in the product dtype, for backward
+        inputs, xhats, scales, operands = [h[:, rows - batch:]], [], [], []
         for i in range(self.n_hidden):
             w, _, gamma, beta = params[4 * i: 4 * i + 4]
             width = w.shape[-1]
-            y = torch.bmm(h, w, out=ws(f"g.y{i}", (k, rows, width), z))
+            w_p = self._operand(w, ws, f"g.w{i}")
+            operands.append((h_p[:, rows - batch:], w_p))
+            y = ws(f"g.y{i}", (k, rows, width), z)
             yv = y.view(k, chunks, batch, width)
-            yv.sub_(yv.mean(2, keepdim=True))
+            if self.matmul_dtype is None:
+                torch.bmm(h_p, w_p, out=y)
+                yv.sub_(yv.mean(2, keepdim=True))
+            else:   # centred while widened: one pass over the low-precision product
+                y_low = torch.bmm(h_p, w_p, out=ws(f"g.y{i}.low", y.shape, z, self.matmul_dtype)).view(yv.shape)
+                torch.sub(y_low, y_low.mean(2, keepdim=True, dtype=y.dtype), out=yv)
             sq = torch.mul(yv, yv, out=ws(f"g.sq{i}", yv.shape, z))
             rstd = sq.sum(2, keepdim=True).mul_(1.0 / batch).add_(BN_EPS).rsqrt_()
             xhats.append(torch.mul(yv[:, -1], rstd[:, -1], out=ws(f"g.xhat{i}", (k, batch, width), z)))
             scale = rstd.mul_(gamma.unsqueeze(1))
             scales.append(scale[:, -1])
-            torch.addcmul(beta.unsqueeze(1), yv, scale, out=yv).relu_()
-            h = y
+            torch.addcmul(beta.unsqueeze(1), yv, scale, out=yv)
+            if self.matmul_dtype is None:
+                h_p = y.relu_()
+            else:   # ReLU on the narrower copy that the next product reads; in float32 where backward needs it
+                h_p = ws(f"g.in{i + 1}", y.shape, z, self.matmul_dtype).copy_(y).relu_()
+                y[:, rows - batch:].relu_()
             inputs.append(y[:, rows - batch:])
         w, b = params[-2:]
-        logits = torch.baddbmm(b, h, w, out=ws("g.out", (k, rows, w.shape[-1]), z))
+        w_p = self._operand(w, ws, "g.w_out")
+        operands.append((h_p[:, rows - batch:], w_p))
+        logits = ws("g.out", (k, rows, w.shape[-1]), z)
+        if self.matmul_dtype is None:
+            torch.baddbmm(b, h_p, w_p, out=logits)
+        else:
+            self._matmul(h_p, w_p, logits, ws).add_(b)
         if self.head == "tanh" or (self.head == "typed" and not one_hot_groups(self.groups)):
             out = logits.tanh_()
         else:
             out = apply_head(logits, self.head, self.groups, self.layout.noise(z))
         self.layout.impose_label_(out, z)
-        return out, (inputs, xhats, scales, out[:, rows - batch:])
+        return out, (inputs, xhats, scales, out[:, rows - batch:], operands)
+
+    def _operand(self, x: torch.Tensor, ws: Workspace, name: str) -> torch.Tensor:
+        """x as a product operand: itself, or its copy in `matmul_dtype`."""
+        if self.matmul_dtype is None:
+            return x
+        return ws(name, x.shape, x, self.matmul_dtype).copy_(x)
+
+    @staticmethod
+    def _matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, ws: Workspace) -> torch.Tensor:
+        """a @ b (batched) written into `out` (float32). Operands in a lower precision multiply there,
+        accumulating in float32, and their product is rounded to it before widening into `out`."""
+        if a.dtype == out.dtype:
+            return torch.bmm(a, b, out=out)
+        return out.copy_(torch.bmm(a, b, out=ws(f"product{tuple(out.shape)}", out.shape, out, a.dtype)))
 
     @torch.no_grad()
     def backward(self, params: list[torch.Tensor], saved, dout: torch.Tensor,
                  ws: Workspace | None = None) -> list[torch.Tensor]:
         """Gradients for `trainable(params)` of sum(out_last_chunk * dout)."""
         ws = ws or Workspace()
-        inputs, xhats, scales, out = saved
+        inputs, xhats, scales, out, operands = saved
         batch = out.shape[1]
         do = head_backward(out, dout, self.head, self.groups)
-        w_out = params[-2]
-        tail = [torch.bmm(inputs[-1].transpose(1, 2), do, out=ws("g.dw_out", w_out.shape, do)),
+        do_p = self._operand(do, ws, "g.do")
+        in_p, w_p = operands[-1]
+        tail = [self._matmul(in_p.transpose(1, 2), do_p, ws("g.dw_out", w_p.shape, do), ws),
                 do.sum(1, keepdim=True)]
-        dx = torch.bmm(do, w_out.transpose(1, 2), out=ws(f"g.dx{self.n_hidden - 1}", inputs[-1].shape, do))
+        dx = self._matmul(do_p, w_p.transpose(1, 2), ws(f"g.dx{self.n_hidden - 1}", inputs[-1].shape, do), ws)
         grads: list[torch.Tensor] = []
         for i in reversed(range(self.n_hidden)):
-            w = params[4 * i]
             # ReLU' (its output is the next layer's input), in place
             dz = _threshold_backward_(dx, inputs[i + 1])
             dbeta = dz.sum(1, keepdim=True)
             dgamma = torch.mul(dz, xhats[i], out=ws(f"g.tmp{i}", dz.shape, dz)).sum(1, keepdim=True)
             # dy = gamma * rstd * (dz - mean(dz) - xhat * mean(dz * xhat)), written over dz
             dy = dz.sub_(dbeta, alpha=1.0 / batch).addcmul_(xhats[i], dgamma, value=-1.0 / batch).mul_(scales[i])
-            dw = torch.bmm(inputs[i].transpose(1, 2), dy, out=ws(f"g.dw{i}", w.shape, do))
+            dy_p = self._operand(dy, ws, f"g.dy{i}")
+            in_p, w_p = operands[i]
+            dw = self._matmul(in_p.transpose(1, 2), dy_p, ws(f"g.dw{i}", w_p.shape, do), ws)
             if i > 0:
-                dx = torch.bmm(dy, w.transpose(1, 2), out=ws(f"g.dx{i - 1}", inputs[i].shape, do))
+                dx = self._matmul(dy_p, w_p.transpose(1, 2), ws(f"g.dx{i - 1}", inputs[i].shape, do), ws)
             grads = [dw, dgamma, dbeta] + grads
         return grads + tail
 
@@ -563,10 +603,12 @@ class Workspace:
     def __init__(self):
         self._buffers: dict[str, torch.Tensor] = {}
 
-    def __call__(self, name: str, shape, like: torch.Tensor) -> torch.Tensor:
+    def __call__(self, name: str, shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A buffer of `shape` on `like`'s device, of `like`'s dtype unless `dtype` is given."""
+        dtype = dtype or like.dtype
         buf = self._buffers.get(name)
-        if buf is None or buf.shape != tuple(shape) or buf.dtype != like.dtype or buf.device != like.device:
-            buf = torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != dtype or buf.device != like.device:
+            buf = torch.empty(tuple(shape), dtype=dtype, device=like.device)
             self._buffers[name] = buf
         return buf
 

@@ -106,6 +106,20 @@ def test_generator_stack_backward_matches_autograd(head, condition):
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("condition", [None, (0, 0.5)])
+def test_generator_stack_bfloat16_products_round_only(condition):
+    """With bfloat16 products the forward pass is the float32 one up to bfloat16 rounding (8 bits of
+    mantissa): close, but not bit-equal, so the lower precision is really used."""
+    gens = GeneratorStack(3, 8, (16, 32), 8, "tanh", GROUPS, "default", _rng(7), condition=condition,
+                          matmul_dtype=torch.bfloat16)
+    z = draw_latent((3, 4 * 16), 8, condition, _rng(8))
+    out, _ = gens.forward_train(gens.params, z, 4)
+    want = gens.forward(gens.params, z, 4)
+    error = (out - want).abs().max().item()
+    assert 0.0 < error < 0.05
+    assert out.dtype == torch.float32
+
+
 def test_generator_stack_pre_batchnorm_bias_is_inert():
     gens = GeneratorStack(2, 8, (16,), 4, "tanh", [], "default", _rng(10))
     z = torch.randn(2, 12, 8, generator=_rng(11))
