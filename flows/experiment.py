@@ -14,6 +14,7 @@ import os
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from flows import stages
@@ -62,20 +63,25 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
         the_plan = plan(prof)
         # Fan-out: settings train in parallel; every selection run (each checkpoint of each setting, each
-        # index of the real baseline) is its own task on the same runner.
-        training = [run_training.submit(ctx.run_dir, ctx.schema, paths, prof, s) for s in prof.settings]
+        # index of the real baseline) is its own task on the same runner. Settings start largest K first
+        # (pretraining grows with K, training does not), so the workers run out of work at about the
+        # same time; a setting's selection runs are submitted as soon as its training ends.
+        by_cost = sorted(prof.settings, key=lambda s: s.discriminators, reverse=True)
+        training = [run_training.submit(ctx.run_dir, ctx.schema, paths, prof, s) for s in by_cost]
         enc, split = paths["encoded"], paths["split"]
         real_futures = []
         if prof.evaluation.real_baseline:
             real_futures = [stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof, "real", **run)
                             for run in real_runs(prof, the_plan["checkpoints_per_setting"])]
-        chains, selections = [], []
-        for future in training:
+        finished, submitted = {}, {}
+        for future in as_completed(training):
             chain = future.result()
-            chains.append(chain)
-            selections.append([stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof,
-                                                          chain["setting"], **run)
-                               for run in checkpoint_runs(chain["ledger"], chain["samples"])])
+            finished[chain["setting"]] = chain
+            submitted[chain["setting"]] = [stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof,
+                                                                      chain["setting"], **run)
+                                           for run in checkpoint_runs(chain["ledger"], chain["samples"])]
+        chains = [finished[s.name] for s in prof.settings]
+        selections = [submitted[s.name] for s in prof.settings]
         for chain in chains:
             log_training(run_id, chain)
         frames = []
