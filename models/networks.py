@@ -531,12 +531,14 @@ class GeneratorStack:
             xhats.append(torch.mul(yv[:, -1], rstd[:, -1], out=ws(f"g.xhat{i}", (k, batch, width), z)))
             scale = rstd.mul_(gamma.unsqueeze(1))
             scales.append(scale[:, -1])
-            torch.addcmul(beta.unsqueeze(1), yv, scale, out=yv)
             if self.matmul_dtype is None:
-                h_p = y.relu_()
-            else:   # ReLU on the narrower copy that the next product reads; in float32 where backward needs it
-                h_p = ws(f"g.in{i + 1}", y.shape, z, self.matmul_dtype).copy_(y).relu_()
-                y[:, rows - batch:].relu_()
+                torch.addcmul(beta.unsqueeze(1), yv, scale, out=yv).relu_()
+                h_p = y
+            else:   # written straight into the narrower operand of the next product; in float32 only
+                # for the last chunk, which backward reads
+                h_p = ws(f"g.in{i + 1}", y.shape, z, self.matmul_dtype)
+                torch.addcmul(beta.unsqueeze(1), yv, scale, out=h_p.view(yv.shape)).relu_()
+                torch.addcmul(beta, yv[:, -1], scale[:, -1], out=yv[:, -1]).relu_()
             inputs.append(y[:, rows - batch:])
         w, b = params[-2:]
         w_p = self._operand(w, ws, "g.w_out")
