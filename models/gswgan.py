@@ -164,9 +164,15 @@ def pretrain_matmul_dtype(gan: GanConfig, device: torch.device | str) -> torch.d
     pretraining about twice as fast; elsewhere bfloat16 is emulated and slower."""
     choice = gan.pretrain_matmul
     if choice == "auto":
-        native = torch.device(device).type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        choice = "bfloat16" if native else "float32"
+        choice = "bfloat16" if torch.device(device).type == "cpu" and _cpu_has_native_bfloat16() else "float32"
     return torch.bfloat16 if choice == "bfloat16" else None
+
+
+def _cpu_has_native_bfloat16() -> bool:
+    try:   # oneDNN's own check (AVX512-BF16, AMX); a build without it has no native bfloat16 path
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def build_pretrain_chunk(pairs: int, width: int, gan: GanConfig, groups, rng: torch.Generator,

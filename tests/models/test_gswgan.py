@@ -22,6 +22,7 @@ from models.gswgan import (
     LEDGER_FILE,
     STATE_FILE,
     GeneratorTrainer,
+    _cpu_has_native_bfloat16,
     _sample_local_rows,
     build_pretrain_chunk,
     chunk_generator,
@@ -30,8 +31,8 @@ from models.gswgan import (
     make_partition,
     planned_iterations,
     pretrain_critics,
-    pretrain_matmul_dtype,
     pretrain_draws,
+    pretrain_matmul_dtype,
     sample_encoded,
 )
 from models.networks import CriticStack, Generator
@@ -467,7 +468,7 @@ def test_bfloat16_pretraining_stays_within_rounding_of_the_float32_reference():
 def test_auto_pretraining_precision_is_bfloat16_only_where_native():
     auto = GanConfig()
     assert pretrain_matmul_dtype(auto, "cuda") is None
-    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    native = _cpu_has_native_bfloat16()
     assert pretrain_matmul_dtype(auto, "cpu") == (torch.bfloat16 if native else None)
     assert pretrain_matmul_dtype(GanConfig(pretrain_matmul="float32"), "cpu") is None
     assert pretrain_matmul_dtype(GanConfig(pretrain_matmul="bfloat16"), "cuda") == torch.bfloat16
