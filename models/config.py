@@ -40,10 +40,10 @@ class GanConfig:
     gp_lambda: float = 10.0
     batch_size: int = 32
     pretrain_iterations: int = 2000
-    # Precision of the throwaway generators' forward products in pretraining (models.gswgan.
-    # pretrain_matmul_dtype): "float32"; "bfloat16" (float32 accumulation, mixed precision as autocast);
-    # "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32 elsewhere.
-    # Critics, backward passes and Adam stay float32; training and the released generator are float32.
+    # Precision of the throwaway generators' matrix products in pretraining, forward and backward
+    # (models.gswgan.pretrain_matmul_dtype): "float32"; "bfloat16" (float32 accumulation, mixed precision
+    # as autocast); "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32
+    # elsewhere. BatchNorm, the critics and Adam stay float32; training and the released generator too.
     pretrain_matmul: str = "auto"
     iterations: int = 40000
     checkpoint_every: int = 1000
