@@ -34,6 +34,8 @@ import torch
 
 from models.accountant import MECHANISM, GSWGANAccountant, epsilons_at
 from models.config import GanConfig, PrivacyConfig, Setting
+from models.critic_kernel import critic_updates
+from models.critic_kernel import use_native as use_native_kernel
 from models.errors import BudgetExceededError, ConfigError
 from models.networks import (
     CriticStack,
@@ -196,13 +198,20 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
     opt_g = StackedAdam(g_train, gan.lr_generator, tuple(gan.betas))
     r, b = gan.critic_steps, gan.batch_size
     ws = Workspace()
+    native = use_native_kernel(gan.critic_kernel, critics.params, critics.batchnorm)
     for _ in range(iterations):
         z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan, condition, width))
         # The generators do not change during the r critic steps: one pass makes all r fake batches
         # and the generator step's batch (BatchNorm statistics per batch of B rows).
         fakes, saved = gens.forward_train(gens.params, z, r + 1, ws)
         real = data[torch.gather(part, 1, local.reshape(pairs, r * b))].view(pairs, r, b, width)
-        if critics.batchnorm:
+        if native:
+            # All r updates of every critic of the chunk in one C call (models/critic_kernel.py).
+            x_rf = torch.cat([real, fakes[:, :r * b].view(pairs, r, b, width)], 2)
+            critic_updates(critics.params, opt_d.exp_avg, opt_d.exp_avg_sq, opt_d.steps, x_rf, alpha,
+                           opt_d.lr, opt_d.betas, opt_d.eps, gan.gp_lambda)
+            opt_d.steps += r
+        elif critics.batchnorm:
             for s in range(r):
                 grads, _ = critics.loss_grads(critics.params, real[:, s], fakes[:, s * b:(s + 1) * b], alpha[:, s],
                                               gan.gp_lambda)
@@ -364,6 +373,7 @@ class GeneratorTrainer:
             self._ema_buffers = list(self.ema.buffers())
         # A fresh Adam per critic for the training phase, as in the official GS-WGAN code.
         self.opt_d = StackedAdam(critics.trainable(critics.params), gan.lr_critic, tuple(gan.betas))
+        self.native_critics = use_native_kernel(gan.critic_kernel, critics.params, critics.batchnorm)
         self.accountant = GSWGANAccountant(setting.discriminators, gan.batch_size, privacy.noise_multiplier)
         self.iteration = 0
         self.ledger: list[dict] = []
@@ -389,6 +399,14 @@ class GeneratorTrainer:
         params = [p[k:k + 1] for p in critics.params]  # views: updated in place
         train = critics.trainable(params)
         moments = self.opt_d.moments(k)
+        if self.native_critics:
+            # All r updates of critic k in one C call (models/critic_kernel.py).
+            x_rf = torch.cat([real, fakes], 1).unsqueeze(0)
+            estimate = critic_updates(params, moments[0], moments[1], self.opt_d.steps[k:k + 1], x_rf,
+                                      alpha.unsqueeze(0), self.opt_d.lr, self.opt_d.betas, self.opt_d.eps,
+                                      gan.gp_lambda, wasserstein)
+            self.opt_d.steps[k] += r
+            return estimate[0] if estimate is not None else None
         if not critics.batchnorm:
             x_rf = torch.cat([real, fakes], 1)
             xe = critics.weighted_rows(x_rf)

@@ -1,0 +1,204 @@
+"""Fused critic updates in C (models/native/critic_updates.c), built on first use with the system's C
+compiler and loaded with ctypes; the tensor code (`CriticStack.loss_grads_rows` + `StackedAdam`) is the
+reference and the fallback.
+
+Why: a critic update of the thesis networks (16 -> 128 -> 1, B = 32) is about 30 tensor operations on a
+few thousand numbers each, so it costs the dispatch of those operations rather than their arithmetic
+(about 160 us per update on one CPU thread in training, 30 us per critic batched in pretraining). One C
+call runs all r updates of all critics of a chunk with the arithmetic on CPU vector registers (about
+16 us per update here; bench/pretrain.py, bench/train.py). The C code applies the same formulas as the
+tensor code in another summation order, so its critics differ from the tensor path's by float32
+rounding (tests/models/test_critic_kernel.py bounds how much); the same seed on the same machine still
+gives the same result.
+
+`gan.critic_kernel`: "torch" (the tensor code), "native" (the C code; an error if it cannot be built),
+"auto" (the C code where it builds, for CPU critics without BatchNorm, else the tensor code).
+
+The library is built once per source, compiler and CPU into `$DPSYNTH_NATIVE_CACHE` (default
+~/.cache/dpsynth/native) with `$CC` (default cc), `-O3 -march=native`: written under a temporary name
+and renamed, so concurrent processes never load a half-written file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.errors import ConfigError
+
+SOURCE = Path(__file__).with_name("native") / "critic_updates.c"
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC"]
+LANES = 16   # the C code's vector width along the hidden units
+CHOICES = ("auto", "native", "torch")
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_build_error: str | None = None
+
+
+class NativeKernelError(ConfigError):
+    """The C critic kernel could not be built or loaded (shown to the user when `critic_kernel` is
+    "native"; "auto" falls back to the tensor code instead)."""
+
+
+def _cpu_signature() -> str:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        keep = [ln for ln in lines if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+        return "\n".join(dict.fromkeys(keep))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc"))
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("DPSYNTH_NATIVE_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dpsynth" / "native"
+
+
+def _library_path(compiler: str) -> Path:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), compiler, version, platform.machine(),
+                                    _cpu_signature()]).encode()).hexdigest()[:20]
+    return _cache_dir() / f"critic_updates-{key}.so"
+
+
+def _build(compiler: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
+                              timeout=300)
+        if done.returncode != 0:
+            raise NativeKernelError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load() -> ctypes.CDLL:
+    global _library, _build_error
+    with _lock:
+        if _library is not None:
+            return _library
+        if _build_error is not None:
+            raise NativeKernelError(_build_error)
+        try:
+            compiler = _compiler()
+            if compiler is None:
+                raise NativeKernelError(f"no C compiler ({os.environ.get('CC', 'cc')}) on PATH")
+            path = _library_path(compiler)
+            if not path.exists():
+                _build(compiler, path)
+            lib = ctypes.CDLL(str(path))   # CDLL calls release the GIL: pretraining's threads run in parallel
+        except (OSError, subprocess.SubprocessError, NativeKernelError) as exc:
+            _build_error = (f"the C critic kernel (gan.critic_kernel) is unavailable: {exc}. "
+                            "Use critic_kernel 'auto' or 'torch' to train with the tensor code.")
+            raise NativeKernelError(_build_error) from exc
+        i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
+        lib.critic_updates.argtypes = [i64] * 5 + [ptr] * 9 + [ptr, ptr, ptr] + [dbl] * 5 + [ptr]
+        lib.critic_updates.restype = ctypes.c_int
+        lib.critic_step_grads.argtypes = [i64] * 3 + [ptr] * 5 + [dbl] + [ptr] * 4
+        lib.critic_step_grads.restype = ctypes.c_int
+        _library = lib
+        return lib
+
+
+def available() -> bool:
+    """Whether the C kernel builds and loads here (built at the first call, then remembered)."""
+    try:
+        _load()
+        return True
+    except NativeKernelError:
+        return False
+
+
+def supports(params: list[torch.Tensor], batchnorm: bool) -> bool:
+    """Whether the C kernel computes these critics: float32 on CPU, no BatchNorm, H a multiple of 16."""
+    w1 = params[0]
+    return (not batchnorm and w1.device.type == "cpu" and w1.dtype == torch.float32
+            and w1.shape[-1] % LANES == 0)
+
+
+def use_native(choice: str, params: list[torch.Tensor], batchnorm: bool) -> bool:
+    """Resolve `gan.critic_kernel` for these critics."""
+    if choice not in CHOICES:
+        raise ConfigError(f"gan.critic_kernel must be one of {', '.join(CHOICES)}, not {choice!r}.")
+    if choice == "torch":
+        return False
+    if not supports(params, batchnorm):
+        if choice == "native":
+            raise ConfigError("gan.critic_kernel 'native' needs float32 CPU critics without BatchNorm whose "
+                              f"hidden width is a multiple of {LANES}; use 'auto' or 'torch'.")
+        return False
+    if choice == "native":
+        _load()   # raises NativeKernelError with the compiler's message
+        return True
+    return available()
+
+
+def _address(t: torch.Tensor) -> ctypes.c_void_p:
+    if not t.is_contiguous() or t.dtype not in (torch.float32, torch.int64):
+        raise ValueError("the C critic kernel takes contiguous float32 tensors")
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
+                   done_steps: np.ndarray, rows: torch.Tensor, alpha: torch.Tensor, lr: float,
+                   betas: tuple[float, float], eps: float, gp_lambda: float,
+                   wasserstein: bool = False) -> torch.Tensor | None:
+    """S WGAN-GP updates with Adam of each of K critics, in place: params [w1 [K,d,H], b1 [K,1,H],
+    w2 [K,H,1], b2] (b2 is not trained) and their Adam moments (for w1, b1, w2), `done_steps` [K] the
+    Adam steps each critic has taken (the caller adds S after the call); rows [K, S, 2B, d] (per step B
+    real, then B fake rows), alpha [K, S, B, 1]. Returns, when asked, each critic's estimate
+    mean D(real) - mean D(fake) at its last step before that update ([K])."""
+    lib = _load()
+    w1, b1, w2 = params[:3]
+    k, steps, two_b, width = rows.shape
+    steps_done = torch.from_numpy(np.ascontiguousarray(done_steps, dtype=np.int64))
+    out = torch.empty(k) if wasserstein else None
+    code = lib.critic_updates(
+        k, steps, two_b // 2, width, w1.shape[-1],
+        _address(w1), _address(b1), _address(w2),
+        _address(exp_avg[0]), _address(exp_avg_sq[0]), _address(exp_avg[1]), _address(exp_avg_sq[1]),
+        _address(exp_avg[2]), _address(exp_avg_sq[2]),
+        _address(rows), _address(alpha), _address(steps_done),
+        float(lr), float(betas[0]), float(betas[1]), float(eps), float(gp_lambda),
+        _address(out) if out is not None else None)
+    if code != 0:
+        raise RuntimeError(f"the C critic kernel failed (code {code})")
+    return out
+
+
+def step_gradients(params: list[torch.Tensor], rows: torch.Tensor, alpha: torch.Tensor,
+                   gp_lambda: float) -> tuple[list[torch.Tensor], float]:
+    """The C code's gradients for one step of one critic (params [w1 [1,d,H], b1, w2, b2], rows [2B, d],
+    alpha [B, 1]), shaped like `CriticStack.loss_grads_rows`'s, and its Wasserstein estimate: for tests."""
+    lib = _load()
+    w1, b1, w2 = (p.contiguous() for p in params[:3])
+    grads = [torch.empty_like(w1), torch.empty_like(b1), torch.empty_like(w2)]
+    estimate = torch.empty(1)
+    code = lib.critic_step_grads(rows.shape[0] // 2, rows.shape[1], w1.shape[-1], _address(w1), _address(b1),
+                                 _address(w2), _address(rows.contiguous()), _address(alpha.contiguous()),
+                                 float(gp_lambda), *(_address(g) for g in grads), _address(estimate))
+    if code != 0:
+        raise RuntimeError(f"the C critic kernel failed (code {code})")
+    return grads, float(estimate)

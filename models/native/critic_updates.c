@@ -1,0 +1,266 @@
+/* WGAN-GP critic updates for critics without BatchNorm, fused into one call (dpsynth).
+ *
+ * Each critic is Linear(d, H) -> LeakyReLU(0.2) -> Linear(H, 1). For every critic k and every step s,
+ * in order, this computes the gradients of
+ *     mean D(fake) - mean D(real) + lambda * mean_i (||grad_x D(x_hat_i)|| - 1)^2,
+ *     x_hat_i = alpha_i real_i + (1 - alpha_i) fake_i,
+ * for w1, b1 and w2 (b2 takes no gradient: it cancels in the loss) with the same formulas as
+ * models/networks.py CriticStack.loss_grads_rows, then applies torch.optim.Adam's update (its fused
+ * kernel's formulas). One call replaces about 30 tensor operations per step, which at these sizes
+ * cost more in dispatch than in arithmetic; the arithmetic runs on 16-float vectors along the hidden
+ * units (GCC/Clang vector extensions), so H must be a multiple of 16.
+ *
+ * Layouts (float32, contiguous, row-major): w1 [K][d][H], b1 [K][H], w2 [K][H] and their Adam moments
+ * alike; rows [K][S][2B][d] (per step B real rows, then B fake rows); alpha [K][S][B];
+ * done_steps [K]: Adam steps already taken per critic (step s uses done_steps[k] + s + 1).
+ * wasserstein (may be NULL): per critic, mean D(real) - mean D(fake) at its last step, before the update.
+ * Returns 0, or 1 when scratch memory cannot be had, 2 when H is not a multiple of 16.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
+#define LANES 16
+#define SLOPE 0.2f
+
+static inline vf splat(float x) { return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+static inline vf load(const float *p) { return *(const vf *)p; }
+static inline void store(float *p, vf v) { *(vf *)p = v; }
+/* where h > 0: a, else b (LeakyReLU's derivative picks) */
+static inline vf pick(vf h, vf a, vf b) {
+    vi m = h > splat(0.0f);
+    return (vf)(((vi)a & m) | ((vi)b & ~m));
+}
+/* torch.lerp: start + w (end - start) for |w| < 0.5, else end - (end - start)(1 - w) */
+static inline vf lerp_v(vf start, vf end, float w) {
+    vf diff = end - start;
+    return fabsf(w) < 0.5f ? start + splat(w) * diff : end - diff * splat(1.0f - w);
+}
+static inline float lerp_f(float start, float end, float w) {
+    float diff = end - start;
+    return fabsf(w) < 0.5f ? start + w * diff : end - diff * (1.0f - w);
+}
+
+/* torch's fused Adam on n values at step t (1-based): no weight decay, no amsgrad */
+static void adam_update(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                        int64_t n, int64_t t, double lr, double beta1, double beta2, double eps) {
+    const double bc1 = 1.0 - pow(beta1, (double)t);
+    const double bc2 = 1.0 - pow(beta2, (double)t);
+    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float w1 = (float)(1.0 - beta1), b2 = (float)beta2, w2 = (float)(1.0 - beta2), fe = (float)eps;
+    /* exp_avg.lerp_(grad, 1 - beta1), with the branch of torch.lerp's formula taken once */
+    const int small = fabsf(w1) < 0.5f;
+    #pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i], diff = gi - m[i];
+        float mi = small ? m[i] + w1 * diff : gi - diff * (1.0f - w1);
+        float vv = v[i] * b2 + gi * gi * w2;
+        m[i] = mi;
+        v[i] = vv;
+        p[i] -= step_size * mi / (sqrtf(vv) / bc2_sqrt + fe);
+    }
+}
+
+typedef struct {
+    float *h, *sv, *hx, *u, *w1t, *q, *xe, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
+} Scratch;
+
+/* One step's gradients for one critic into s->dw1, s->db1, s->dw2; returns the Wasserstein estimate. */
+static float critic_grads(const float *W1, const float *B1, const float *W2, const float *X, const float *A,
+                          int64_t B, int64_t D, int64_t H, float c, Scratch *s) {
+    const int64_t R = 2 * B, NV = H / LANES, DP = (D + LANES - 1) / LANES * LANES;
+    const float inv_b = 1.0f / (float)B;
+    float *h = s->h, *sv = s->sv, *hx = s->hx, *u = s->u, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
+
+    /* first layer on the real and fake rows, four rows at a time; with it S w2 (d D / d h) per row and,
+       separately over the real and the fake rows, the sums of S w2 and of LeakyReLU(h) */
+    memset(s->s_real, 0, sizeof(float) * 4 * (size_t)H);   /* s_real, s_fake, a_real, a_fake: adjacent */
+    for (int64_t i0 = 0; i0 < R; i0 += 4) {
+        const int64_t rows = R - i0 < 4 ? R - i0 : 4;
+        for (int64_t jb = 0; jb < H; jb += LANES) {
+            vf acc[4] = {0};
+            if (rows == 4) {   /* constant trip counts keep the accumulators in registers */
+                for (int64_t cc = 0; cc < D; cc++) {
+                    vf w = load(W1 + cc * H + jb);
+                    for (int r = 0; r < 4; r++) acc[r] += splat(X[(i0 + r) * D + cc]) * w;
+                }
+            } else {
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t cc = 0; cc < D; cc++) acc[r] += splat(X[(i0 + r) * D + cc]) * load(W1 + cc * H + jb);
+            }
+            const vf w2 = load(W2 + jb), w2s = w2 * splat(SLOPE), b1 = load(B1 + jb);
+            for (int64_t r = 0; r < rows; r++) {
+                const int64_t i = i0 + r;
+                vf hv = acc[r] + b1;
+                vf svv = pick(hv, w2, w2s);
+                store(h + i * H + jb, hv);
+                store(sv + i * H + jb, svv);
+                float *ss = i < B ? s->s_real : s->s_fake, *as = i < B ? s->a_real : s->a_fake;
+                store(ss + jb, load(ss + jb) + svv);
+                store(as + jb, load(as + jb) + pick(hv, hv, hv * splat(SLOPE)));
+            }
+        }
+    }
+    /* the first layer is affine: at x_hat it interpolates its values at real and fake (hx); u = S w2 there */
+    for (int64_t i = 0; i < B; i++) {
+        for (int64_t jb = 0; jb < H; jb += LANES) {
+            vf v = lerp_v(load(h + (B + i) * H + jb), load(h + i * H + jb), A[i]);
+            const vf w2 = load(W2 + jb);
+            store(hx + i * H + jb, v);
+            store(u + i * H + jb, pick(v, w2, w2 * splat(SLOPE)));
+        }
+    }
+    /* g = u W1^T (grad of D at x_hat), via W1^T padded to DP columns; d GP / d g = c (g - g / ||g||) */
+    for (int64_t j = 0; j < H; j++) {
+        for (int64_t cc = 0; cc < D; cc++) s->w1t[j * DP + cc] = W1[cc * H + j];
+        for (int64_t cc = D; cc < DP; cc++) s->w1t[j * DP + cc] = 0.0f;
+    }
+    for (int64_t i0 = 0; i0 < B; i0 += 4) {
+        const int64_t rows = B - i0 < 4 ? B - i0 : 4;
+        for (int64_t db = 0; db < DP; db += LANES) {
+            /* independent accumulators (4 rows x 2 halves of j) so that the sums do not wait on each other */
+            vf acc[4][2] = {{0}};
+            if (rows == 4) {
+                for (int64_t j = 0; j < H; j += 2) {
+                    vf wa = load(s->w1t + j * DP + db), wb = load(s->w1t + (j + 1) * DP + db);
+                    for (int r = 0; r < 4; r++) {
+                        acc[r][0] += splat(u[(i0 + r) * H + j]) * wa;
+                        acc[r][1] += splat(u[(i0 + r) * H + j + 1]) * wb;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t j = 0; j < H; j++) acc[r][0] += splat(u[(i0 + r) * H + j]) * load(s->w1t + j * DP + db);
+            }
+            for (int64_t r = 0; r < rows; r++) store(q + (i0 + r) * DP + db, acc[r][0] + acc[r][1]);
+        }
+        for (int64_t i = i0; i < i0 + rows; i++) {
+            float *qi = q + i * DP;
+            float sq = 0.0f;
+            for (int64_t cc = 0; cc < D; cc++) sq += qi[cc] * qi[cc];
+            float norm = sqrtf(sq);
+            if (norm < 1e-30f) norm = 1e-30f;
+            for (int64_t cc = 0; cc < D; cc++) qi[cc] = qi[cc] * c + (-c) * (qi[cc] / norm);
+        }
+    }
+    /* loss weights of the rows: -1/B real, +1/B fake */
+    for (int64_t i = 0; i < R; i++) {
+        const float e = i < B ? -inv_b : inv_b;
+        for (int64_t cc = 0; cc < D; cc++) xe[i * D + cc] = X[i * D + cc] * e;
+    }
+    /* dw1 = q^T u + (e x)^T (S w2), four input columns at a time */
+    for (int64_t c0 = 0; c0 < D; c0 += 4) {
+        const int64_t cols = D - c0 < 4 ? D - c0 : 4;
+        for (int64_t jb = 0; jb < H; jb += LANES) {
+            vf acc[4] = {0}, acc2[4] = {0};   /* the two sums apart, as the tensor code adds them */
+            if (cols == 4) {   /* constant trip counts keep the accumulators in registers */
+                for (int64_t i = 0; i < B; i++) {
+                    vf uv = load(u + i * H + jb);
+                    for (int r = 0; r < 4; r++) acc[r] += splat(q[i * DP + c0 + r]) * uv;
+                }
+                for (int64_t i = 0; i < R; i++) {
+                    vf svv = load(sv + i * H + jb);
+                    for (int r = 0; r < 4; r++) acc2[r] += splat(xe[i * D + c0 + r]) * svv;
+                }
+            } else {
+                for (int64_t r = 0; r < cols; r++) {
+                    for (int64_t i = 0; i < B; i++) acc[r] += splat(q[i * DP + c0 + r]) * load(u + i * H + jb);
+                    for (int64_t i = 0; i < R; i++) acc2[r] += splat(xe[i * D + c0 + r]) * load(sv + i * H + jb);
+                }
+            }
+            for (int64_t r = 0; r < cols; r++) store(dw1 + (c0 + r) * H + jb, acc[r] + acc2[r]);
+        }
+    }
+    /* db1 and the Wasserstein part of dw2 from separate sums over fake and real rows, as autograd takes
+       them, so that a gradient that is exactly zero (same active units in both batches) stays zero */
+    float w = 0.0f;
+    for (int64_t jb = 0; jb < H; jb += LANES) {
+        const vf ib = splat(inv_b);
+        store(s->db1 + jb, (load(s->s_fake + jb) - load(s->s_real + jb)) * ib);
+        const vf a_diff = (load(s->a_fake + jb) - load(s->a_real + jb)) * ib;
+        /* dw2 = sum_i LeakyReLU'(hx_i) (q W1)_i + a_diff, four rows' (q W1)_i at a time */
+        vf acc = splat(0.0f);
+        int64_t i = 0;
+        for (; i + 4 <= B; i += 4) {
+            vf qv[4] = {0};
+            for (int64_t cc = 0; cc < D; cc++) {
+                vf w = load(W1 + cc * H + jb);
+                for (int r = 0; r < 4; r++) qv[r] += splat(q[(i + r) * DP + cc]) * w;
+            }
+            for (int r = 0; r < 4; r++) acc += pick(load(hx + (i + r) * H + jb), qv[r], qv[r] * splat(SLOPE));
+        }
+        for (; i < B; i++) {
+            vf qv = splat(0.0f);
+            for (int64_t cc = 0; cc < D; cc++) qv += splat(q[i * DP + cc]) * load(W1 + cc * H + jb);
+            acc += pick(load(hx + i * H + jb), qv, qv * splat(SLOPE));
+        }
+        store(s->dw2 + jb, acc + a_diff);
+        const vf prod = a_diff * load(W2 + jb);
+        for (int l = 0; l < LANES; l++) w += prod[l];
+    }
+    (void)NV;
+    return -w;
+}
+
+int critic_updates(int64_t n_critics, int64_t steps, int64_t batch, int64_t width, int64_t hidden,
+                   float *w1, float *b1, float *w2,
+                   float *m_w1, float *v_w1, float *m_b1, float *v_b1, float *m_w2, float *v_w2,
+                   const float *rows, const float *alpha, const int64_t *done_steps,
+                   double lr, double beta1, double beta2, double eps, double gp_lambda,
+                   float *wasserstein) {
+    const int64_t B = batch, D = width, H = hidden, R = 2 * batch;
+    const int64_t DP = (D + LANES - 1) / LANES * LANES;
+    if (H % LANES != 0) return 2;
+    size_t sizes[14] = {R * H, R * H, B * H, B * H, H * DP, B * DP, R * D, D * H, H, H, H, H, H, H};
+    size_t total = 0;
+    for (int i = 0; i < 14; i++) total += sizes[i];
+    float *buf = (float *)calloc(total, sizeof(float));
+    if (buf == NULL) return 1;
+    float **slots[14];
+    Scratch s;
+    slots[0] = &s.h; slots[1] = &s.sv; slots[2] = &s.hx; slots[3] = &s.u; slots[4] = &s.w1t; slots[5] = &s.q;
+    slots[6] = &s.xe; slots[7] = &s.dw1; slots[8] = &s.db1; slots[9] = &s.dw2; slots[10] = &s.s_real;
+    slots[11] = &s.s_fake; slots[12] = &s.a_real; slots[13] = &s.a_fake;
+    float *at = buf;
+    for (int i = 0; i < 14; i++) { *slots[i] = at; at += sizes[i]; }
+    const float c = (float)(2.0 * gp_lambda / (double)B);
+
+    for (int64_t k = 0; k < n_critics; k++) {
+        float *W1 = w1 + k * D * H, *B1 = b1 + k * H, *W2 = w2 + k * H;
+        for (int64_t st = 0; st < steps; st++) {
+            const float *X = rows + (k * steps + st) * R * D;
+            const float *A = alpha + (k * steps + st) * B;
+            float w = critic_grads(W1, B1, W2, X, A, B, D, H, c, &s);
+            if (wasserstein != NULL && st == steps - 1) wasserstein[k] = w;
+            const int64_t t = done_steps[k] + st + 1;
+            adam_update(W1, s.dw1, m_w1 + k * D * H, v_w1 + k * D * H, D * H, t, lr, beta1, beta2, eps);
+            adam_update(B1, s.db1, m_b1 + k * H, v_b1 + k * H, H, t, lr, beta1, beta2, eps);
+            adam_update(W2, s.dw2, m_w2 + k * H, v_w2 + k * H, H, t, lr, beta1, beta2, eps);
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+/* One step's gradients of one critic (no update), for the tests: dw1 [d][H], db1 [H], dw2 [H] receive
+ * the gradients; returns the Wasserstein estimate through *wasserstein. Codes as critic_updates. */
+int critic_step_grads(int64_t batch, int64_t width, int64_t hidden, const float *w1, const float *b1,
+                      const float *w2, const float *rows, const float *alpha, double gp_lambda,
+                      float *dw1, float *db1, float *dw2, float *wasserstein) {
+    const int64_t B = batch, D = width, H = hidden, R = 2 * batch;
+    const int64_t DP = (D + LANES - 1) / LANES * LANES;
+    if (H % LANES != 0) return 2;
+    float *buf = (float *)calloc((size_t)(2 * R * H + 2 * B * H + H * DP + B * DP + R * D + 4 * H), sizeof(float));
+    if (buf == NULL) return 1;
+    Scratch s;
+    s.h = buf; s.sv = s.h + R * H; s.hx = s.sv + R * H; s.u = s.hx + B * H; s.w1t = s.u + B * H;
+    s.q = s.w1t + H * DP; s.xe = s.q + B * DP; s.s_real = s.xe + R * D; s.s_fake = s.s_real + H;
+    s.a_real = s.s_fake + H; s.a_fake = s.a_real + H;
+    s.dw1 = dw1; s.db1 = db1; s.dw2 = dw2;
+    *wasserstein = critic_grads(w1, b1, w2, rows, alpha, B, D, H, (float)(2.0 * gp_lambda / (double)B), &s);
+    free(buf);
+    return 0;
+}
