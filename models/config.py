@@ -45,12 +45,12 @@ class GanConfig:
     # as autocast); "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32
     # elsewhere. BatchNorm, the critics and Adam stay float32; training and the released generator too.
     pretrain_matmul: str = "auto"
-    # How critic updates are computed, in pretraining and training (models.critic_kernel): "torch", the
+    # How critic updates are computed, in pretraining and training (models.native_kernels): "torch", the
     # tensor code; "native", one C call for all r updates (built with the system's C compiler on first
     # use; about 2x faster in pretraining, 10x in training's updates); "auto", native for CPU critics
     # without BatchNorm where a C compiler builds it, torch elsewhere. Both compute the same formulas;
     # their critics differ by float32 rounding.
-    critic_kernel: str = "auto"
+    kernels: str = "auto"
     iterations: int = 40000
     checkpoint_every: int = 1000
     # Exponential moving average of G (official GS-WGAN: 0.999); null keeps the raw generator.
@@ -154,8 +154,8 @@ class Profile:
             raise ConfigError(f"profile {self.name!r}: gan.target_prior must lie strictly between 0 and 1.")
         if self.gan.pretrain_matmul not in ("auto", "float32", "bfloat16"):
             raise ConfigError(f"profile {self.name!r}: gan.pretrain_matmul must be 'auto', 'float32' or 'bfloat16'.")
-        if self.gan.critic_kernel not in ("auto", "native", "torch"):
-            raise ConfigError(f"profile {self.name!r}: gan.critic_kernel must be 'auto', 'native' or 'torch'.")
+        if self.gan.kernels not in ("auto", "native", "torch"):
+            raise ConfigError(f"profile {self.name!r}: gan.kernels must be 'auto', 'native' or 'torch'.")
         if self.gan.init not in ("default", "thesis"):
             raise ConfigError(f"profile {self.name!r}: init must be 'default' or 'thesis'.")
 

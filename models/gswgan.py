@@ -34,8 +34,7 @@ import torch
 
 from models.accountant import MECHANISM, GSWGANAccountant, epsilons_at
 from models.config import GanConfig, PrivacyConfig, Setting
-from models.critic_kernel import critic_updates
-from models.critic_kernel import use_native as use_native_kernel
+from models.native_kernels import critic_updates, use_native_batchnorm, use_native_critics
 from models.errors import BudgetExceededError, ConfigError
 from models.networks import (
     CriticStack,
@@ -182,8 +181,10 @@ def build_pretrain_chunk(pairs: int, width: int, gan: GanConfig, groups, rng: to
                          ) -> tuple[CriticStack, GeneratorStack]:
     """A chunk's initial critics and throwaway generators, drawn from its stream (before its iterations)."""
     critics = CriticStack(pairs, width, gan.critic_hidden, gan.critic_batchnorm, gan.init, rng, device)
+    matmul_dtype = pretrain_matmul_dtype(gan, device)
     gens = GeneratorStack(pairs, gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, list(groups),
-                          gan.init, rng, device, condition, pretrain_matmul_dtype(gan, device))
+                          gan.init, rng, device, condition, matmul_dtype,
+                          native_batchnorm=use_native_batchnorm(gan.kernels, device, matmul_dtype))
     return critics, gens
 
 
@@ -198,7 +199,7 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
     opt_g = StackedAdam(g_train, gan.lr_generator, tuple(gan.betas))
     r, b = gan.critic_steps, gan.batch_size
     ws = Workspace()
-    native = use_native_kernel(gan.critic_kernel, critics.params, critics.batchnorm)
+    native = use_native_critics(gan.kernels, critics.params, critics.batchnorm)
     for _ in range(iterations):
         z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan, condition, width))
         # The generators do not change during the r critic steps: one pass makes all r fake batches
@@ -206,7 +207,7 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
         fakes, saved = gens.forward_train(gens.params, z, r + 1, ws)
         real = data[torch.gather(part, 1, local.reshape(pairs, r * b))].view(pairs, r, b, width)
         if native:
-            # All r updates of every critic of the chunk in one C call (models/critic_kernel.py).
+            # All r updates of every critic of the chunk in one C call (models/native_kernels.py).
             x_rf = torch.cat([real, fakes[:, :r * b].view(pairs, r, b, width)], 2)
             critic_updates(critics.params, opt_d.exp_avg, opt_d.exp_avg_sq, opt_d.steps, x_rf, alpha,
                            opt_d.lr, opt_d.betas, opt_d.eps, gan.gp_lambda)
@@ -373,7 +374,7 @@ class GeneratorTrainer:
             self._ema_buffers = list(self.ema.buffers())
         # A fresh Adam per critic for the training phase, as in the official GS-WGAN code.
         self.opt_d = StackedAdam(critics.trainable(critics.params), gan.lr_critic, tuple(gan.betas))
-        self.native_critics = use_native_kernel(gan.critic_kernel, critics.params, critics.batchnorm)
+        self.native_critics = use_native_critics(gan.kernels, critics.params, critics.batchnorm)
         self.accountant = GSWGANAccountant(setting.discriminators, gan.batch_size, privacy.noise_multiplier)
         self.iteration = 0
         self.ledger: list[dict] = []
@@ -400,7 +401,7 @@ class GeneratorTrainer:
         train = critics.trainable(params)
         moments = self.opt_d.moments(k)
         if self.native_critics:
-            # All r updates of critic k in one C call (models/critic_kernel.py).
+            # All r updates of critic k in one C call (models/native_kernels.py).
             x_rf = torch.cat([real, fakes], 1).unsqueeze(0)
             estimate = critic_updates(params, moments[0], moments[1], self.opt_d.steps[k:k + 1], x_rf,
                                       alpha.unsqueeze(0), self.opt_d.lr, self.opt_d.betas, self.opt_d.eps,

@@ -34,6 +34,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.native_kernels import batchnorm_relu_bf16
+
 BN_EPS = 1e-5
 LEAKY_SLOPE = 0.2
 
@@ -463,12 +465,15 @@ class GeneratorStack:
     def __init__(self, k: int, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
                  groups: list[tuple[int, int]], scheme: str, rng: torch.Generator,
                  device: torch.device | str = "cpu", condition: tuple[int, float] | None = None,
-                 matmul_dtype: torch.dtype | None = None):
+                 matmul_dtype: torch.dtype | None = None, native_batchnorm: bool = False):
         self.head, self.groups = head, [tuple(g) for g in groups]
         # None: float32 products. torch.bfloat16: the products of `forward_train` and `backward` round
         # their operands and results to bfloat16 and accumulate in float32 (mixed precision, as autocast
         # does); everything else (BatchNorm, head, gradients' other terms, Adam) stays float32.
         self.matmul_dtype = matmul_dtype
+        # With bfloat16 products: BatchNorm + ReLU by the C kernel (models.native_kernels), one pass
+        # instead of six mixed-precision tensor passes; the same formulas, float32 rounding apart.
+        self.native_batchnorm = native_batchnorm and matmul_dtype == torch.bfloat16
         self.z_dim = z_dim
         self.layout = LatentLayout(z_dim, condition, head_noise_width(head, out_width))
         params, width = [], self.layout.body_width
@@ -518,6 +523,16 @@ class GeneratorStack:
             width = w.shape[-1]
             w_p = self._operand(w, ws, f"g.w{i}")
             operands.append((h_p[:, rows - batch:], w_p))
+            if self.native_batchnorm:
+                y_low = torch.bmm(h_p, w_p, out=ws(f"g.y{i}.low", (k, rows, width), z, self.matmul_dtype))
+                h_p = ws(f"g.in{i + 1}", y_low.shape, z, self.matmul_dtype)
+                last = ws(f"g.last{i}", (k, batch, width), z)
+                xhats.append(ws(f"g.xhat{i}", (k, batch, width), z))
+                scales.append(ws(f"g.scale{i}", (k, 1, width), z))
+                batchnorm_relu_bf16(y_low.view(k, chunks, batch, width), gamma, beta, BN_EPS,
+                                    h_p.view(k, chunks, batch, width), last, xhats[-1], scales[-1])
+                inputs.append(last)
+                continue
             y = ws(f"g.y{i}", (k, rows, width), z)
             yv = y.view(k, chunks, batch, width)
             if self.matmul_dtype is None:

@@ -177,8 +177,8 @@ def test_generator_step_needs_no_real_rows_and_leaves_critics_unchanged(tmp_path
 def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
     """Critic k's r updates are plain WGAN-GP Adam steps (reproduced here with autograd and
     torch.optim.Adam from the same random draws); the other critics and G's weights do not move.
-    The tensor code here; the C kernel computes the same up to rounding (tests/models/test_critic_kernel.py)."""
-    trainer = _trainer(tmp_path, gan=dataclasses.replace(GAN, critic_kernel="torch"))
+    The tensor code here; the C kernel computes the same up to rounding (tests/models/test_native_kernels.py)."""
+    trainer = _trainer(tmp_path, gan=dataclasses.replace(GAN, kernels="torch"))
     k, r, b = 1, GAN.critic_steps, GAN.batch_size
     before = [p.clone() for p in trainer.critics.params]
     gen_copy = copy.deepcopy(trainer.generator)
@@ -436,8 +436,8 @@ def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
 
 @pytest.mark.parametrize("chunk_size", [3, 2])
 def test_batched_pretraining_equals_per_critic_reference(chunk_size):
-    # The tensor code's formulas and precision (the C kernel's rounding: tests/models/test_critic_kernel.py).
-    gan = GanConfig(pretrain_matmul="float32", critic_kernel="torch")
+    # The tensor code's formulas and precision (the C kernel's rounding: tests/models/test_native_kernels.py).
+    gan = GanConfig(pretrain_matmul="float32", kernels="torch")
     data = _data()
     partition = make_partition(N_ROWS, 3, seed=7)
     iterations = 4
@@ -454,7 +454,7 @@ def test_batched_pretraining_equals_per_critic_reference(chunk_size):
 def test_bfloat16_pretraining_stays_within_rounding_of_the_float32_reference():
     """Mixed precision changes only the rounding of the throwaway generators' products: after 20
     iterations the critics sit within 5% of how far they moved from the float32 reference."""
-    gan = GanConfig(pretrain_matmul="bfloat16", critic_kernel="torch")
+    gan = GanConfig(pretrain_matmul="bfloat16", kernels="torch")
     data = _data()
     partition = make_partition(N_ROWS, 3, seed=7)
     iterations = 20

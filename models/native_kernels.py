@@ -1,18 +1,22 @@
-"""Fused critic updates in C (models/native/critic_updates.c), built on first use with the system's C
-compiler and loaded with ctypes; the tensor code (`CriticStack.loss_grads_rows` + `StackedAdam`) is the
-reference and the fallback.
+"""C kernels for the two hottest inner loops of GS-WGAN on CPU (models/native/kernels.c), built on first
+use with the system's C compiler and loaded with ctypes; the tensor code is the reference and the
+fallback.
 
-Why: a critic update of the thesis networks (16 -> 128 -> 1, B = 32) is about 30 tensor operations on a
-few thousand numbers each, so it costs the dispatch of those operations rather than their arithmetic
-(about 160 us per update on one CPU thread in training, 30 us per critic batched in pretraining). One C
-call runs all r updates of all critics of a chunk with the arithmetic on CPU vector registers (about
-16 us per update here; bench/pretrain.py, bench/train.py). The C code applies the same formulas as the
-tensor code in another summation order, so its critics differ from the tensor path's by float32
-rounding (tests/models/test_critic_kernel.py bounds how much); the same seed on the same machine still
-gives the same result.
+* `critic_updates`: r WGAN-GP updates with Adam of K critics without BatchNorm, in one call. A critic
+  update of the thesis networks (16 -> 128 -> 1, B = 32) is about 30 tensor operations on a few thousand
+  numbers each, so it costs the dispatch of those operations rather than their arithmetic (about 160 us
+  per update on one CPU thread in training, 30 us per critic batched in pretraining); the C code takes
+  about 16 us per update. Reference: `CriticStack.loss_grads_rows` + `StackedAdam`.
+* `batchnorm_relu_bf16`: BatchNorm (training mode) + ReLU of pretraining's bfloat16 generator products,
+  one pass over cache-resident rows instead of six mixed-precision tensor passes. Reference: the
+  bfloat16 branch of `GeneratorStack.forward_train`.
 
-`gan.critic_kernel`: "torch" (the tensor code), "native" (the C code; an error if it cannot be built),
-"auto" (the C code where it builds, for CPU critics without BatchNorm, else the tensor code).
+Both apply the tensor code's formulas in another summation order, so their results differ from it by
+float32 rounding (tests/models/test_native_kernels.py bounds how much); the same seed on the same
+machine still gives the same result.
+
+`gan.kernels`: "torch" (the tensor code), "native" (the C code; an error if it cannot be built),
+"auto" (the C code where it builds and applies: CPU, critics without BatchNorm; else the tensor code).
 
 The library is built once per source, compiler and CPU into `$DPSYNTH_NATIVE_CACHE` (default
 ~/.cache/dpsynth/native) with `$CC` (default cc), `-O3 -march=native`: written under a temporary name
@@ -36,7 +40,7 @@ import torch
 
 from models.errors import ConfigError
 
-SOURCE = Path(__file__).with_name("native") / "critic_updates.c"
+SOURCE = Path(__file__).with_name("native") / "kernels.c"
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC"]
 LANES = 16   # the C code's vector width along the hidden units
 CHOICES = ("auto", "native", "torch")
@@ -47,7 +51,7 @@ _build_error: str | None = None
 
 
 class NativeKernelError(ConfigError):
-    """The C critic kernel could not be built or loaded (shown to the user when `critic_kernel` is
+    """The C kernels could not be built or loaded (shown to the user when `kernels` is
     "native"; "auto" falls back to the tensor code instead)."""
 
 
@@ -76,7 +80,7 @@ def _library_path(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), compiler, version, platform.machine(),
                                     _cpu_signature()]).encode()).hexdigest()[:20]
-    return _cache_dir() / f"critic_updates-{key}.so"
+    return _cache_dir() / f"dpsynth-kernels-{key}.so"
 
 
 def _build(compiler: str, target: Path) -> None:
@@ -110,20 +114,22 @@ def _load() -> ctypes.CDLL:
                 _build(compiler, path)
             lib = ctypes.CDLL(str(path))   # CDLL calls release the GIL: pretraining's threads run in parallel
         except (OSError, subprocess.SubprocessError, NativeKernelError) as exc:
-            _build_error = (f"the C critic kernel (gan.critic_kernel) is unavailable: {exc}. "
-                            "Use critic_kernel 'auto' or 'torch' to train with the tensor code.")
+            _build_error = (f"the C critic kernel (gan.kernels) is unavailable: {exc}. "
+                            "Use kernels 'auto' or 'torch' to train with the tensor code.")
             raise NativeKernelError(_build_error) from exc
         i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
         lib.critic_updates.argtypes = [i64] * 5 + [ptr] * 9 + [ptr, ptr, ptr] + [dbl] * 5 + [ptr]
         lib.critic_updates.restype = ctypes.c_int
         lib.critic_step_grads.argtypes = [i64] * 3 + [ptr] * 5 + [dbl] + [ptr] * 4
         lib.critic_step_grads.restype = ctypes.c_int
+        lib.batchnorm_relu_bf16.argtypes = [i64] * 4 + [ptr] * 3 + [dbl] + [ptr] * 4
+        lib.batchnorm_relu_bf16.restype = ctypes.c_int
         _library = lib
         return lib
 
 
 def available() -> bool:
-    """Whether the C kernel builds and loads here (built at the first call, then remembered)."""
+    """Whether the C kernels build and load here (built at the first call, then remembered)."""
     try:
         _load()
         return True
@@ -132,21 +138,25 @@ def available() -> bool:
 
 
 def supports(params: list[torch.Tensor], batchnorm: bool) -> bool:
-    """Whether the C kernel computes these critics: float32 on CPU, no BatchNorm, H a multiple of 16."""
+    """Whether `critic_updates` computes these critics: float32 on CPU, no BatchNorm, H a multiple of 16."""
     w1 = params[0]
     return (not batchnorm and w1.device.type == "cpu" and w1.dtype == torch.float32
             and w1.shape[-1] % LANES == 0)
 
 
-def use_native(choice: str, params: list[torch.Tensor], batchnorm: bool) -> bool:
-    """Resolve `gan.critic_kernel` for these critics."""
+def _check(choice: str) -> None:
     if choice not in CHOICES:
-        raise ConfigError(f"gan.critic_kernel must be one of {', '.join(CHOICES)}, not {choice!r}.")
+        raise ConfigError(f"gan.kernels must be one of {', '.join(CHOICES)}, not {choice!r}.")
+
+
+def use_native_critics(choice: str, params: list[torch.Tensor], batchnorm: bool) -> bool:
+    """Resolve `gan.kernels` for these critics' updates."""
+    _check(choice)
     if choice == "torch":
         return False
     if not supports(params, batchnorm):
         if choice == "native":
-            raise ConfigError("gan.critic_kernel 'native' needs float32 CPU critics without BatchNorm whose "
+            raise ConfigError("gan.kernels 'native' needs float32 CPU critics without BatchNorm whose "
                               f"hidden width is a multiple of {LANES}; use 'auto' or 'torch'.")
         return False
     if choice == "native":
@@ -155,9 +165,21 @@ def use_native(choice: str, params: list[torch.Tensor], batchnorm: bool) -> bool
     return available()
 
 
+def use_native_batchnorm(choice: str, device: torch.device | str, matmul_dtype: torch.dtype | None) -> bool:
+    """Resolve `gan.kernels` for pretraining's generator BatchNorm: the C code covers the bfloat16
+    products on CPU (where the tensor code's mixed-precision passes cost as much as the products)."""
+    _check(choice)
+    if choice == "torch" or matmul_dtype != torch.bfloat16 or torch.device(device).type != "cpu":
+        return False
+    if choice == "native":
+        _load()
+        return True
+    return available()
+
+
 def _address(t: torch.Tensor) -> ctypes.c_void_p:
-    if not t.is_contiguous() or t.dtype not in (torch.float32, torch.int64):
-        raise ValueError("the C critic kernel takes contiguous float32 tensors")
+    if not t.is_contiguous() or t.dtype not in (torch.float32, torch.int64, torch.bfloat16) or t.device.type != "cpu":
+        raise ValueError("the C kernels take contiguous CPU tensors")
     return ctypes.c_void_p(t.data_ptr())
 
 
@@ -184,7 +206,7 @@ def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_
         float(lr), float(betas[0]), float(betas[1]), float(eps), float(gp_lambda),
         _address(out) if out is not None else None)
     if code != 0:
-        raise RuntimeError(f"the C critic kernel failed (code {code})")
+        raise RuntimeError(f"a C kernel failed (code {code})")
     return out
 
 
@@ -200,5 +222,18 @@ def step_gradients(params: list[torch.Tensor], rows: torch.Tensor, alpha: torch.
                                  _address(w2), _address(rows.contiguous()), _address(alpha.contiguous()),
                                  float(gp_lambda), *(_address(g) for g in grads), _address(estimate))
     if code != 0:
-        raise RuntimeError(f"the C critic kernel failed (code {code})")
+        raise RuntimeError(f"a C kernel failed (code {code})")
     return grads, float(estimate)
+
+
+def batchnorm_relu_bf16(y: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float, out: torch.Tensor,
+                        last: torch.Tensor, xhat: torch.Tensor, scale: torch.Tensor) -> None:
+    """BatchNorm over each chunk's rows + ReLU of y [K, C, B, W] (bfloat16) with gamma, beta [K, 1, W]:
+    out [K, C, B, W] (bfloat16); for the last chunk also last (the ReLU output), xhat and scale
+    (rstd * gamma, [K, 1, W]) in float32, [K, B, W]. Written in place."""
+    k, chunks, batch, width = y.shape
+    code = _load().batchnorm_relu_bf16(k, chunks, batch, width, _address(y), _address(gamma.contiguous()),
+                                       _address(beta.contiguous()), float(eps), _address(out), _address(last),
+                                       _address(xhat), _address(scale))
+    if code != 0:
+        raise RuntimeError(f"a C kernel failed (code {code})")

@@ -1,6 +1,7 @@
-"""The C critic kernel (models/critic_kernel.py) against the tensor code it replaces: the same
-gradients up to float32 rounding, torch's Adam update, exact zeros kept, and whole pretraining and
-training visits within rounding of the tensor code; and how `gan.critic_kernel` is resolved."""
+"""The C kernels (models/native_kernels.py) against the tensor code they replace: the same critic
+gradients up to float32 rounding, torch's Adam update, exact zeros kept, the generators' bfloat16
+BatchNorm, whole pretraining and training visits within rounding of the tensor code; and how
+`gan.kernels` is resolved."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from models import critic_kernel
+from models import native_kernels
 from models.config import GanConfig, PrivacyConfig, Setting
-from models.critic_kernel import NativeKernelError, critic_updates, step_gradients, use_native
+from models.native_kernels import (NativeKernelError, batchnorm_relu_bf16, critic_updates, step_gradients,
+                                   use_native_batchnorm, use_native_critics)
 from models.errors import ConfigError
 from models.gswgan import GeneratorTrainer, build_pretrain_chunk, chunk_generator, make_partition, pretrain_critics
-from models.networks import CriticStack, StackedAdam
+from models.networks import CriticStack, GeneratorStack, StackedAdam, Workspace
 
-pytestmark = pytest.mark.skipif(not critic_kernel.available(), reason="no C compiler builds the kernel here")
+pytestmark = pytest.mark.skipif(not native_kernels.available(), reason="no C compiler builds the kernel here")
 
 CPU = torch.device("cpu")
 
@@ -87,14 +89,16 @@ def test_an_exactly_zero_bias_gradient_stays_zero():
     assert torch.all(critic.params[1] == 50.0)
 
 
-def test_native_pretraining_stays_within_rounding_of_the_tensor_code():
-    """Both kernels from the same draws: after 20 iterations the critics sit within 5% of how far they
-    moved (a rounding difference that Adam amplifies near zero gradients, not another algorithm)."""
+@pytest.mark.parametrize("matmul", ["float32", "bfloat16"])
+def test_native_pretraining_stays_within_rounding_of_the_tensor_code(matmul):
+    """Both kernels from the same draws (with bfloat16 products the C BatchNorm too): after 20
+    iterations the critics sit within 5% of how far they moved (a rounding difference that Adam
+    amplifies near zero gradients, not another algorithm)."""
     data = _rows((2000, 16), 0)
     partition = make_partition(2000, 3, seed=7)
     runs = {}
     for kernel in ("torch", "native"):
-        gan = GanConfig(pretrain_matmul="float32", critic_kernel=kernel)
+        gan = GanConfig(pretrain_matmul=matmul, kernels=kernel)
         runs[kernel] = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=20, chunk_size=3).params
     initial = build_pretrain_chunk(3, 16, GanConfig(), [], chunk_generator(0, 0), CPU)[0].params
     for got, want, start in zip(runs["native"][:3], runs["torch"][:3], initial):
@@ -109,7 +113,7 @@ def test_native_training_visit_stays_within_rounding_of_the_tensor_code(tmp_path
     partition = make_partition(2000, 4, seed=7)
     results = {}
     for kernel in ("torch", "native"):
-        gan = GanConfig(iterations=4, checkpoint_every=4, critic_refresh_steps=20, critic_kernel=kernel)
+        gan = GanConfig(iterations=4, checkpoint_every=4, critic_refresh_steps=20, kernels=kernel)
         critics = _critic(4, 16, gan.critic_hidden, seed=5)
         trainer = GeneratorTrainer(data, partition, critics, gan, PrivacyConfig(), Setting("k4", 4), [], 3,
                                    tmp_path / kernel, CPU)
@@ -127,44 +131,91 @@ def test_native_training_visit_stays_within_rounding_of_the_tensor_code(tmp_path
     assert w_native == pytest.approx(w_ref, rel=0.05)
 
 
+def _generators(native: bool) -> GeneratorStack:
+    return GeneratorStack(3, 8, (32, 48), 16, "tanh", [], "default", torch.Generator().manual_seed(0),
+                          matmul_dtype=torch.bfloat16, native_batchnorm=native)
+
+
+def test_bfloat16_batchnorm_equals_the_tensor_code():
+    """forward_train of bfloat16 generators (4 chunks of 6 rows): the same outputs and saved tensors
+    with the C BatchNorm as with the tensor code, up to float32 rounding (and one bfloat16 rounding
+    step where a value sits on a rounding boundary), and the same gradients from backward."""
+    z = torch.randn(3, 24, 8, generator=torch.Generator().manual_seed(1))
+    dout = torch.randn(3, 6, 16, generator=torch.Generator().manual_seed(2))
+    results = []
+    for native in (False, True):
+        gens = _generators(native)
+        out, saved = gens.forward_train(gens.params, z, 4, Workspace())
+        grads = gens.backward(gens.params, saved, dout, Workspace())
+        inputs, xhats, scales, _, _ = saved
+        results.append(([t.clone() for t in [out] + inputs[1:] + xhats + scales], [g.clone() for g in grads]))
+    (tensors_ref, grads_ref), (tensors_c, grads_c) = results
+    for got, want in zip(tensors_c, tensors_ref):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, rtol=1e-2, atol=1e-3)
+        assert (got - want).abs().mean() < 1e-4
+    for got, want in zip(grads_c, grads_ref):
+        assert torch.allclose(got, want, rtol=2e-2, atol=1e-3)
+
+
+def test_bfloat16_batchnorm_kernel_formulas():
+    """Direct check on one network: per-chunk statistics, gamma/beta, ReLU, and bfloat16 rounding to
+    nearest even (the output is exactly the float32 result rounded as torch rounds it)."""
+    y = torch.randn(2, 3, 5, 32, generator=torch.Generator().manual_seed(3)).bfloat16()
+    gamma = torch.rand(2, 1, 32, generator=torch.Generator().manual_seed(4)) + 0.5
+    beta = torch.randn(2, 1, 32, generator=torch.Generator().manual_seed(5)) * 0.1
+    out = torch.empty_like(y)
+    last, xhat, scale = torch.empty(2, 5, 32), torch.empty(2, 5, 32), torch.empty(2, 1, 32)
+    batchnorm_relu_bf16(y, gamma, beta, 1e-5, out, last, xhat, scale)
+    yf = y.double()
+    centred = yf - yf.mean(2, keepdim=True)
+    rstd = (centred.pow(2).mean(2, keepdim=True) + 1e-5).rsqrt()
+    want = (centred * rstd * gamma.double().unsqueeze(1) + beta.double().unsqueeze(1)).relu()
+    assert torch.allclose(last.double(), want[:, -1], atol=1e-5)
+    assert torch.allclose(xhat.double(), (centred * rstd)[:, -1], atol=1e-5)
+    assert torch.allclose(scale.double(), rstd[:, -1] * gamma.double(), atol=1e-5)
+    assert torch.equal(out[:, -1], last.bfloat16())
+    assert torch.allclose(out.double(), want, rtol=8e-3, atol=1e-5)
+
+
 def test_kernel_choice():
     plain = _critic(1, 16, 128).params
-    assert use_native("auto", plain, False) and use_native("native", plain, False)
-    assert not use_native("torch", plain, False)
-    assert not use_native("auto", plain, batchnorm=True)              # BatchNorm critics: autograd
-    assert not use_native("auto", _critic(1, 16, 40).params, False)   # hidden width not a multiple of 16
-    with pytest.raises(ConfigError, match="critic_kernel 'native' needs"):
-        use_native("native", plain, batchnorm=True)
-    with pytest.raises(ConfigError, match="critic_kernel must be one of"):
-        use_native("fast", plain, False)
+    assert use_native_critics("auto", plain, False) and use_native_critics("native", plain, False)
+    assert not use_native_critics("torch", plain, False)
+    assert not use_native_critics("auto", plain, batchnorm=True)              # BatchNorm critics: autograd
+    assert not use_native_critics("auto", _critic(1, 16, 40).params, False)   # hidden width not a multiple of 16
+    with pytest.raises(ConfigError, match="kernels 'native' needs"):
+        use_native_critics("native", plain, batchnorm=True)
+    with pytest.raises(ConfigError, match="kernels must be one of"):
+        use_native_critics("fast", plain, False)
 
 
 def test_without_a_compiler_auto_falls_back_and_native_says_why(monkeypatch, tmp_path):
-    monkeypatch.setattr(critic_kernel, "_library", None)
-    monkeypatch.setattr(critic_kernel, "_build_error", None)
+    monkeypatch.setattr(native_kernels, "_library", None)
+    monkeypatch.setattr(native_kernels, "_build_error", None)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("DPSYNTH_NATIVE_CACHE", str(tmp_path / "cache"))
     plain = _critic(1, 16, 128).params
-    assert not use_native("auto", plain, False)
+    assert not use_native_critics("auto", plain, False)
     with pytest.raises(NativeKernelError, match="no C compiler .* on PATH.*'auto' or 'torch'"):
-        use_native("native", plain, False)
+        use_native_critics("native", plain, False)
     assert isinstance(NativeKernelError("x"), ConfigError)   # the command line shows it without a traceback
 
 
 def test_the_library_is_built_once_per_cache(monkeypatch, tmp_path):
-    monkeypatch.setattr(critic_kernel, "_library", None)
-    monkeypatch.setattr(critic_kernel, "_build_error", None)
+    monkeypatch.setattr(native_kernels, "_library", None)
+    monkeypatch.setattr(native_kernels, "_build_error", None)
     monkeypatch.setenv("DPSYNTH_NATIVE_CACHE", str(tmp_path))
-    assert critic_kernel.available()
-    built = list(tmp_path.glob("critic_updates-*.so"))
+    assert native_kernels.available()
+    built = list(tmp_path.glob("dpsynth-kernels-*.so"))
     assert len(built) == 1 and not list(tmp_path.glob("*.so.tmp*"))
     stamp = built[0].stat().st_mtime_ns
-    monkeypatch.setattr(critic_kernel, "_library", None)
-    assert critic_kernel.available()
+    monkeypatch.setattr(native_kernels, "_library", None)
+    assert native_kernels.available()
     assert built[0].stat().st_mtime_ns == stamp and len(list(tmp_path.glob("*.so"))) == 1
 
 
 def test_a_training_profile_accepts_only_known_kernels():
     from models.config import Profile
-    with pytest.raises(ConfigError, match="critic_kernel"):
-        Profile(name="p", settings=(Setting("k4", 4),), gan=dataclasses.replace(GanConfig(), critic_kernel="gpu"))
+    with pytest.raises(ConfigError, match="kernels"):
+        Profile(name="p", settings=(Setting("k4", 4),), gan=dataclasses.replace(GanConfig(), kernels="gpu"))
