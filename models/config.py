@@ -45,11 +45,11 @@ class GanConfig:
     # as autocast); "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32
     # elsewhere. BatchNorm, the critics and Adam stay float32; training and the released generator too.
     pretrain_matmul: str = "auto"
-    # How critic updates are computed, in pretraining and training (models.native_kernels): "torch", the
-    # tensor code; "native", one C call for all r updates (built with the system's C compiler on first
-    # use; about 2x faster in pretraining, 10x in training's updates); "auto", native for CPU critics
-    # without BatchNorm where a C compiler builds it, torch elsewhere. Both compute the same formulas;
-    # their critics differ by float32 rounding.
+    # Two CPU inner loops in C (models.native_kernels): the critic updates (all r of a visit in one call,
+    # pretraining and training) and BatchNorm + ReLU of pretraining's bfloat16 products. "torch": the
+    # tensor code; "native": the C kernels, built with the system's C compiler on first use (an error if
+    # none builds them); "auto": the C kernels where they build and apply (CPU, critics without
+    # BatchNorm), the tensor code elsewhere. Same formulas; results differ by float32 rounding.
     kernels: str = "auto"
     iterations: int = 40000
     checkpoint_every: int = 1000

@@ -14,6 +14,8 @@ On a CPU with native bfloat16 the throwaway generators' products run in bfloat16
 accumulation (`pretrain_matmul_dtype`), about twice as fast as float32 ones.
 Training runs the r critic steps of critic k on views of the stacked critics (no copies), makes the r
 fake batches in one pass, and steps G's fused Adam directly; it uses one intra-op thread (`threads`).
+Where they build, C kernels (models/native_kernels.py, `gan.kernels`) run all r critic updates of a
+visit or of a chunk in one call, and pretraining's bfloat16 BatchNorm in one pass.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ import torch
 
 from models.accountant import MECHANISM, GSWGANAccountant, epsilons_at
 from models.config import GanConfig, PrivacyConfig, Setting
-from models.native_kernels import critic_updates, use_native_batchnorm, use_native_critics
 from models.errors import BudgetExceededError, ConfigError
+from models.native_kernels import critic_updates, use_native_batchnorm, use_native_critics
 from models.networks import (
     CriticStack,
     Generator,
@@ -176,6 +178,14 @@ def _cpu_has_native_bfloat16() -> bool:
         return False
 
 
+def kernels_in_use(gan: GanConfig, device: torch.device | str) -> dict[str, str]:
+    """What `gan.kernels` resolves to here, per inner loop ("native": the C kernels; "torch": tensor code)."""
+    critics = use_native_critics(gan.kernels, gan.critic_hidden, gan.critic_batchnorm, device)
+    batchnorm = use_native_batchnorm(gan.kernels, device, pretrain_matmul_dtype(gan, device))
+    return {"critic_updates": "native" if critics else "torch",
+            "pretrain_batchnorm": "native" if batchnorm else "torch"}
+
+
 def build_pretrain_chunk(pairs: int, width: int, gan: GanConfig, groups, rng: torch.Generator,
                          device: torch.device, condition: tuple[int, float] | None = None,
                          ) -> tuple[CriticStack, GeneratorStack]:
@@ -199,7 +209,7 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
     opt_g = StackedAdam(g_train, gan.lr_generator, tuple(gan.betas))
     r, b = gan.critic_steps, gan.batch_size
     ws = Workspace()
-    native = use_native_critics(gan.kernels, critics.params, critics.batchnorm)
+    native = use_native_critics(gan.kernels, gan.critic_hidden, critics.batchnorm, device)
     for _ in range(iterations):
         z, local, alpha = (t.to(device) for t in pretrain_draws(rng, pairs, subset, gan, condition, width))
         # The generators do not change during the r critic steps: one pass makes all r fake batches
@@ -374,7 +384,7 @@ class GeneratorTrainer:
             self._ema_buffers = list(self.ema.buffers())
         # A fresh Adam per critic for the training phase, as in the official GS-WGAN code.
         self.opt_d = StackedAdam(critics.trainable(critics.params), gan.lr_critic, tuple(gan.betas))
-        self.native_critics = use_native_critics(gan.kernels, critics.params, critics.batchnorm)
+        self.native_critics = use_native_critics(gan.kernels, critics.params[0].shape[-1], critics.batchnorm, device)
         self.accountant = GSWGANAccountant(setting.discriminators, gan.batch_size, privacy.noise_multiplier)
         self.iteration = 0
         self.ledger: list[dict] = []

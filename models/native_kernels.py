@@ -77,19 +77,20 @@ def _cache_dir() -> Path:
 
 
 def _library_path(compiler: str) -> Path:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True,
+                             timeout=30).stdout
     key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), compiler, version, platform.machine(),
                                     _cpu_signature()]).encode()).hexdigest()[:20]
     return _cache_dir() / f"dpsynth-kernels-{key}.so"
 
 
 def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)   # callers retry in a temporary folder if this fails
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], check=False, capture_output=True,
+                              text=True, timeout=300)
         if done.returncode != 0:
             raise NativeKernelError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
         os.replace(tmp, target)
@@ -111,7 +112,12 @@ def _load() -> ctypes.CDLL:
                 raise NativeKernelError(f"no C compiler ({os.environ.get('CC', 'cc')}) on PATH")
             path = _library_path(compiler)
             if not path.exists():
-                _build(compiler, path)
+                try:
+                    _build(compiler, path)
+                except PermissionError:   # an unwritable home: build in a private temporary folder
+                    path = Path(tempfile.gettempdir()) / f"dpsynth-native-{os.getuid()}" / path.name
+                    if not path.exists():
+                        _build(compiler, path)
             lib = ctypes.CDLL(str(path))   # CDLL calls release the GIL: pretraining's threads run in parallel
         except (OSError, subprocess.SubprocessError, NativeKernelError) as exc:
             _build_error = (f"the C critic kernel (gan.kernels) is unavailable: {exc}. "
@@ -137,11 +143,9 @@ def available() -> bool:
         return False
 
 
-def supports(params: list[torch.Tensor], batchnorm: bool) -> bool:
-    """Whether `critic_updates` computes these critics: float32 on CPU, no BatchNorm, H a multiple of 16."""
-    w1 = params[0]
-    return (not batchnorm and w1.device.type == "cpu" and w1.dtype == torch.float32
-            and w1.shape[-1] % LANES == 0)
+def supports(hidden: int, batchnorm: bool, device: torch.device | str) -> bool:
+    """Whether `critic_updates` computes these critics: on CPU, no BatchNorm, hidden width a multiple of 16."""
+    return not batchnorm and torch.device(device).type == "cpu" and hidden % LANES == 0
 
 
 def _check(choice: str) -> None:
@@ -149,15 +153,15 @@ def _check(choice: str) -> None:
         raise ConfigError(f"gan.kernels must be one of {', '.join(CHOICES)}, not {choice!r}.")
 
 
-def use_native_critics(choice: str, params: list[torch.Tensor], batchnorm: bool) -> bool:
-    """Resolve `gan.kernels` for these critics' updates."""
+def use_native_critics(choice: str, hidden: int, batchnorm: bool, device: torch.device | str) -> bool:
+    """Resolve `gan.kernels` for the updates of critics with this hidden width."""
     _check(choice)
     if choice == "torch":
         return False
-    if not supports(params, batchnorm):
+    if not supports(hidden, batchnorm, device):
         if choice == "native":
-            raise ConfigError("gan.kernels 'native' needs float32 CPU critics without BatchNorm whose "
-                              f"hidden width is a multiple of {LANES}; use 'auto' or 'torch'.")
+            raise ConfigError("gan.kernels 'native' needs CPU critics without BatchNorm whose hidden width is a "
+                              f"multiple of {LANES}; use 'auto' or 'torch'.")
         return False
     if choice == "native":
         _load()   # raises NativeKernelError with the compiler's message

@@ -13,6 +13,7 @@ from models.encoding import TableEncoder
 from models.gswgan import (
     LEDGER_FILE,
     GeneratorTrainer,
+    kernels_in_use,
     load_generator,
     make_partition,
     planned_iterations,
@@ -64,7 +65,8 @@ def pretrain_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_
                                    condition=generator_condition(encoder, profile))
         torch.save(critics.state_dict(), directory / "critics.pt")
         info = {"discriminators": setting.discriminators, "subset_rows": int(partition.shape[1]),
-                "dropped_rows": int(len(rows) - partition.size)}
+                "dropped_rows": int(len(rows) - partition.size),
+                "kernels": kernels_in_use(profile.gan, resolve_device(profile.device))}
         return {"partition": directory / "partition.npy", "critics": directory / "critics.pt"}, info
 
     config = {k: v for k, v in _gan_config(profile, setting).items() if k != "privacy"}
@@ -92,7 +94,8 @@ def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_pat
         result = trainer.run(last, progress=lambda it, eps: print(
             f"training {setting.name}: iteration {it}/{last}, epsilon {eps:.3f}"))
         info = {"last_iteration": last, "stopped_by_budget": result.stopped_by_budget,
-                "final_epsilon": result.checkpoints[-1]["epsilon"], "seconds": round(result.seconds, 2)}
+                "final_epsilon": result.checkpoints[-1]["epsilon"], "seconds": round(result.seconds, 2),
+                "critic_updates": "native" if trainer.native_critics else "torch"}
         # Critic estimates come from real rows: an internal file, never part of the ledger or the bundle.
         write_json({"critic_wasserstein": result.metrics}, directory / "internal_metrics.json")
         return {"checkpoints": directory / "checkpoints", "ledger": directory / "checkpoints" / LEDGER_FILE,

@@ -13,10 +13,23 @@ import torch
 
 from models import native_kernels
 from models.config import GanConfig, PrivacyConfig, Setting
-from models.native_kernels import (NativeKernelError, batchnorm_relu_bf16, critic_updates, step_gradients,
-                                   use_native_batchnorm, use_native_critics)
 from models.errors import ConfigError
-from models.gswgan import GeneratorTrainer, build_pretrain_chunk, chunk_generator, make_partition, pretrain_critics
+from models.gswgan import (
+    GeneratorTrainer,
+    build_pretrain_chunk,
+    chunk_generator,
+    kernels_in_use,
+    make_partition,
+    pretrain_critics,
+)
+from models.native_kernels import (
+    NativeKernelError,
+    batchnorm_relu_bf16,
+    critic_updates,
+    step_gradients,
+    use_native_batchnorm,
+    use_native_critics,
+)
 from models.networks import CriticStack, GeneratorStack, StackedAdam, Workspace
 
 pytestmark = pytest.mark.skipif(not native_kernels.available(), reason="no C compiler builds the kernel here")
@@ -179,15 +192,23 @@ def test_bfloat16_batchnorm_kernel_formulas():
 
 
 def test_kernel_choice():
-    plain = _critic(1, 16, 128).params
-    assert use_native_critics("auto", plain, False) and use_native_critics("native", plain, False)
-    assert not use_native_critics("torch", plain, False)
-    assert not use_native_critics("auto", plain, batchnorm=True)              # BatchNorm critics: autograd
-    assert not use_native_critics("auto", _critic(1, 16, 40).params, False)   # hidden width not a multiple of 16
+    assert use_native_critics("auto", 128, False, "cpu") and use_native_critics("native", 128, False, "cpu")
+    assert not use_native_critics("torch", 128, False, "cpu")
+    assert not use_native_critics("auto", 128, True, "cpu")     # BatchNorm critics: autograd
+    assert not use_native_critics("auto", 40, False, "cpu")     # hidden width not a multiple of 16
+    assert not use_native_critics("auto", 128, False, "cuda")
     with pytest.raises(ConfigError, match="kernels 'native' needs"):
-        use_native_critics("native", plain, batchnorm=True)
+        use_native_critics("native", 128, True, "cpu")
     with pytest.raises(ConfigError, match="kernels must be one of"):
-        use_native_critics("fast", plain, False)
+        use_native_critics("fast", 128, False, "cpu")
+    assert use_native_batchnorm("auto", "cpu", torch.bfloat16)
+    assert not use_native_batchnorm("auto", "cpu", None)              # float32 products: tensor code
+    assert not use_native_batchnorm("torch", "cpu", torch.bfloat16)
+    assert not use_native_batchnorm("auto", "cuda", torch.bfloat16)
+    assert kernels_in_use(GanConfig(kernels="torch"), "cpu") == {"critic_updates": "torch",
+                                                                "pretrain_batchnorm": "torch"}
+    assert kernels_in_use(GanConfig(kernels="auto", pretrain_matmul="float32"), "cpu") == {
+        "critic_updates": "native", "pretrain_batchnorm": "torch"}
 
 
 def test_without_a_compiler_auto_falls_back_and_native_says_why(monkeypatch, tmp_path):
@@ -195,10 +216,9 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(monkeypatch, tmp
     monkeypatch.setattr(native_kernels, "_build_error", None)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("DPSYNTH_NATIVE_CACHE", str(tmp_path / "cache"))
-    plain = _critic(1, 16, 128).params
-    assert not use_native_critics("auto", plain, False)
+    assert not use_native_critics("auto", 128, False, "cpu")
     with pytest.raises(NativeKernelError, match="no C compiler .* on PATH.*'auto' or 'torch'"):
-        use_native_critics("native", plain, False)
+        use_native_critics("native", 128, False, "cpu")
     assert isinstance(NativeKernelError("x"), ConfigError)   # the command line shows it without a traceback
 
 
