@@ -49,7 +49,7 @@ from bench._common import (
     parser,
 )
 from models.config import GanConfig
-from models.gswgan import make_partition, pretrain_critics
+from models.gswgan import kernels_in_use, make_partition, pretrain_critics
 
 FULL_ITERATIONS = 2000
 SHORT_ITERATIONS = 2
@@ -141,6 +141,7 @@ def main(argv=None) -> dict:
         "device": str(device),
         "threads": torch.get_num_threads(),
         "profile": args.profile or "plain thesis hyperparameters",
+        "kernels": kernels_in_use(gan, device),
     }
     emit(summary, args.json)
     return summary

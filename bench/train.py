@@ -49,7 +49,7 @@ from bench._common import (
     refresh_steps,
 )
 from models.config import GanConfig, PrivacyConfig, Setting
-from models.gswgan import GeneratorTrainer, make_partition
+from models.gswgan import GeneratorTrainer, kernels_in_use, make_partition
 from models.networks import CriticStack
 
 FULL_ITERATIONS = 40_000
@@ -154,6 +154,7 @@ def main(argv=None) -> dict:
         "iterations": args.iterations,
         "device": str(device),
         "profile": args.profile or "plain thesis hyperparameters",
+        "kernels": kernels_in_use(gan, device),
         "critic_updates_per_iteration": refresh_steps(gan),
     }
     emit(summary, args.json)
