@@ -21,8 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float vf __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
+/* unaligned 16-lane vectors that may alias float/int32 data (as the x86 intrinsics' own types) */
+typedef float vf __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int32_t vi __attribute__((vector_size(64), aligned(4), may_alias));
 #define LANES 16
 #define SLOPE 0.2f
 
@@ -71,7 +72,7 @@ typedef struct {
 /* One step's gradients for one critic into s->dw1, s->db1, s->dw2; returns the Wasserstein estimate. */
 static float critic_grads(const float *W1, const float *B1, const float *W2, const float *X, const float *A,
                           int64_t B, int64_t D, int64_t H, float c, Scratch *s) {
-    const int64_t R = 2 * B, NV = H / LANES, DP = (D + LANES - 1) / LANES * LANES;
+    const int64_t R = 2 * B, DP = (D + LANES - 1) / LANES * LANES;
     const float inv_b = 1.0f / (float)B;
     float *h = s->h, *sv = s->sv, *hx = s->hx, *u = s->u, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
 
@@ -201,7 +202,6 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
         const vf prod = a_diff * load(W2 + jb);
         for (int l = 0; l < LANES; l++) w += prod[l];
     }
-    (void)NV;
     return -w;
 }
 
