@@ -10,6 +10,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from flows.cli import main
+from models.config import load_profile
+from models.gswgan import kernels_in_use
 from tasks.bundle import bundle_contains_no_real_rows
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
@@ -42,6 +44,11 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     for stage in ("validate", "split", "preprocess", "pretrain-k10", "train-k10", "sample-k10",
                   "evaluate-k10/000", "evaluate-real/000", "report"):
         assert (out / stage / "manifest.json").exists(), stage
+    # Which code computed the critics (C kernels or tensor operations) is on record with the stages.
+    expected = kernels_in_use(load_profile("smoke", CARDIO_SCHEMA).gan, "cpu")
+    assert json.loads((out / "pretrain-k10" / "manifest.json").read_text())["info"]["kernels"] == expected
+    assert (json.loads((out / "train-k10" / "manifest.json").read_text())["info"]["critic_updates"]
+            == expected["critic_updates"])
 
     client = MlflowClient()
     run = client.get_run(summary["mlflow_run_id"])
