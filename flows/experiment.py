@@ -66,15 +66,27 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         # index of the real baseline) is its own task on the same runner. Settings start largest K first
         # (pretraining grows with K, training does not), so the workers run out of work at about the
         # same time; a setting's selection runs are submitted as soon as its training ends.
-        by_cost = sorted(prof.settings, key=lambda s: s.discriminators, reverse=True)
-        training = [run_training.submit(ctx.run_dir, ctx.schema, paths, prof, s) for s in by_cost]
+        # On one machine only `workers` settings are in flight and the next largest is submitted as one
+        # ends: tasks submitted at once reach the process pool in no fixed order (a thesis run started
+        # K = 250 before K = 500 and ended with one worker alone on K = 500 for 15 minutes).
+        waiting = sorted(prof.settings, key=lambda s: s.discriminators, reverse=True)
+        in_flight = len(waiting) if prof.dask_address else max(1, prof.workers)
+
+        def submit_next_setting():
+            return run_training.submit(ctx.run_dir, ctx.schema, paths, prof, waiting.pop(0))
+
+        running = [submit_next_setting() for _ in range(min(in_flight, len(waiting)))]
         enc, split = paths["encoded"], paths["split"]
         real_futures = []
         if prof.evaluation.real_baseline:
             real_futures = [stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof, "real", **run)
                             for run in real_runs(prof, the_plan["checkpoints_per_setting"])]
         finished, submitted = {}, {}
-        for future in as_completed(training):
+        while running:
+            future = next(as_completed(running))
+            running.remove(future)
+            if waiting:
+                running.append(submit_next_setting())
             chain = future.result()
             finished[chain["setting"]] = chain
             submitted[chain["setting"]] = [stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof,

@@ -53,3 +53,30 @@ def test_smoke_experiment_on_local_dask_cluster(isolated_workdir, demo_csv, capf
                      "--out", str(out), "--json"]) == 0
     summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     _check_experiment(out, summary)
+
+
+def test_settings_start_largest_k_first_one_after_another_on_one_worker(isolated_workdir, demo_csv, capfd):
+    """With one worker, each setting's pretraining starts after the previous setting's training has
+    ended, in decreasing K (the order the flow submits them in, one at a time)."""
+    from datetime import datetime
+
+    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
+    profile["settings"] = [{"name": "baseline", "discriminators": 1, "private": False},
+                           {"name": "k5", "discriminators": 5, "private": True},
+                           {"name": "k10", "discriminators": 10, "private": True}]
+    profile["workers"] = 1
+    profile["evaluation"]["real_baseline"] = False
+    path = isolated_workdir / "smoke-one-worker.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    out = isolated_workdir / "exp"
+    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
+                 "--out", str(out), "--json"]) == 0
+
+    def span(stage):
+        manifest = json.loads((out / stage / "manifest.json").read_text())
+        start = datetime.fromisoformat(manifest["started"]).timestamp()
+        return start, start + manifest["seconds"]
+
+    order = ["k10", "k5", "baseline"]
+    for earlier, later in zip(order, order[1:]):
+        assert span(f"train-{earlier}")[1] <= span(f"pretrain-{later}")[0]
