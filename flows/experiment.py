@@ -68,7 +68,7 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         # same time; a setting's selection runs are submitted as soon as its training ends.
         # On one machine only `workers` settings are in flight and the next largest is submitted as one
         # ends: tasks submitted at once reach the process pool in no fixed order (a thesis run started
-        # K = 250 before K = 500 and ended with one worker alone on K = 500 for 15 minutes).
+        # K = 250 before K = 500 and ended with one worker alone on K = 500 for 10 minutes).
         waiting = sorted(prof.settings, key=lambda s: s.discriminators, reverse=True)
         in_flight = len(waiting) if prof.dask_address else max(1, prof.workers)
 
