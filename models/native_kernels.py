@@ -85,7 +85,7 @@ def _library_path(compiler: str) -> Path:
 
 
 def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)   # callers retry in a temporary folder if this fails
+    target.parent.mkdir(parents=True, exist_ok=True)   # the caller retries in a temporary folder if this fails
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
@@ -114,13 +114,15 @@ def _load() -> ctypes.CDLL:
             if not path.exists():
                 try:
                     _build(compiler, path)
-                except PermissionError:   # an unwritable home: build in a private temporary folder
+                except NativeKernelError:
+                    raise
+                except OSError:   # an unwritable or read-only cache folder: build in a private temporary one
                     path = Path(tempfile.gettempdir()) / f"dpsynth-native-{os.getuid()}" / path.name
                     if not path.exists():
                         _build(compiler, path)
             lib = ctypes.CDLL(str(path))   # CDLL calls release the GIL: pretraining's threads run in parallel
         except (OSError, subprocess.SubprocessError, NativeKernelError) as exc:
-            _build_error = (f"the C critic kernel (gan.kernels) is unavailable: {exc}. "
+            _build_error = (f"the C kernels (gan.kernels) are unavailable: {exc}. "
                             "Use kernels 'auto' or 'torch' to train with the tensor code.")
             raise NativeKernelError(_build_error) from exc
         i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p

@@ -1,5 +1,6 @@
 """The smoke experiment end to end: on the default process pool and on a local Dask cluster."""
 
+import itertools
 import json
 
 import pandas as pd
@@ -78,5 +79,5 @@ def test_settings_start_largest_k_first_one_after_another_on_one_worker(isolated
         return start, start + manifest["seconds"]
 
     order = ["k10", "k5", "baseline"]
-    for earlier, later in zip(order, order[1:]):
+    for earlier, later in itertools.pairwise(order):
         assert span(f"train-{earlier}")[1] <= span(f"pretrain-{later}")[0]

@@ -239,3 +239,15 @@ def test_a_training_profile_accepts_only_known_kernels():
     from models.config import Profile
     with pytest.raises(ConfigError, match="kernels"):
         Profile(name="p", settings=(Setting("k4", 4),), gan=dataclasses.replace(GanConfig(), kernels="gpu"))
+
+
+def test_an_unusable_cache_folder_builds_in_a_private_temporary_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(native_kernels, "_library", None)
+    monkeypatch.setattr(native_kernels, "_build_error", None)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("DPSYNTH_NATIVE_CACHE", str(blocker / "cache"))   # cannot be created
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    assert native_kernels.available()
+    assert len(list((tmp_path / "tmp").glob("dpsynth-native-*/dpsynth-kernels-*.so"))) == 1
