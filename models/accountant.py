@@ -1,21 +1,37 @@
 """Privacy accountant for GS-WGAN's sanitised generator updates (REFERENCE.md section 3).
 
-Each generator iteration queries one discriminator chosen uniformly among K, each trained on its own
-disjoint 1/K of the data, and releases B sanitised per-row gradients. Each row is a Gaussian mechanism
-with RDP alpha / (2 sigma^2) (noise 2 sigma C for sensitivity 2 C), seen through subsampling without
-replacement with probability 1/K. GS-WGAN (and the thesis) account this with autodp's analytical RDP
-bound for subsampling without replacement (Wang, Balle and Kasiviswanathan 2019, Theorem 9), composed
-T * B times, and convert to (epsilon, delta) with the classic formula
+Each sanitised row is a Gaussian mechanism with RDP alpha / (2 sigma^2) (noise 2 sigma C for
+sensitivity 2 C under replace-one adjacency), seen through a critic drawn uniformly among K, each
+critic trained on its own disjoint subset of the rows: a row reaches a query with probability 1/K.
+How the B rows of a step compose depends on how their critics are drawn (`critic_draw`):
 
-    epsilon = min over alpha > 1 of  n * RDP(alpha) + log(1 / delta) / (alpha - 1),   n = T * B.
+* "per_row" (what dpsynth trains by default): every sanitised row draws its own critic, independently.
+  The B rows are B independent subsampled queries, so a step is B compositions at noise sigma:
+  T * B compositions after T steps (what GS-WGAN's code and the thesis compute).
+* "per_step" (the thesis' Algorithm 2, kept to reproduce it): one critic per step receives all B rows,
+  so a row in that critic's subset moves all B rows at once. The step is ONE subsampled Gaussian
+  mechanism on the stacked rows, sensitivity 2 C sqrt(B) against noise 2 sigma C per entry: noise
+  multiplier sigma / sqrt(B), T compositions. Its epsilon is in the hundreds and more.
+
+Each query is accounted with autodp's analytical RDP bound for subsampling without replacement (Wang,
+Balle and Kasiviswanathan 2019, Theorem 9), which needs the base mechanism's RDP between the outputs
+of the sampled subset and of any other: it holds here because every critic's clipped output is within
+2C of every other's, whatever the data. The curve is converted to (epsilon, delta) with the classic
+formula
+
+    epsilon = min over alpha > 1 of  n * RDP(alpha) + log(1 / delta) / (alpha - 1),   n = compositions.
 
 That is what `autodp.rdp_acct.anaRDPacct.get_eps` computes: it takes the best integer order on its grid
 (alpha = 2 .. 100 unless the optimum sits on the edge), then refines over the continuous orders within
 +-1 of it (bounded Brent search), where the RDP at a non-integer order is autodp's linear interpolation
 of the cumulant generating function. This module uses the same autodp curve and the same search, but
-builds the curve of ONE subsampled mechanism once per (K, sigma) and scales it by n: RDP composes
+builds the curve of ONE subsampled mechanism once per (K, noise) and scales it by n: RDP composes
 linearly, so epsilon for many iteration counts (checkpoints) costs milliseconds each instead of a fresh
-autodp accountant per count. The tests check the result against autodp's own `get_eps`.
+autodp accountant per count. The tests check the result against autodp's own `get_eps`, and against
+the exact privacy loss of the mechanism the trainer runs (models/privacy_loss.py).
+
+Partition sizes do not enter: the critic draw is uniform over the K critics whatever their subset
+sizes, so a row's chance of reaching a query is 1/K exactly.
 
 With K = 1 the sampling probability is 1: the plain Gaussian mechanism composed n times.
 
@@ -35,7 +51,20 @@ from scipy.optimize import minimize_scalar
 
 from models.errors import ConfigError
 
-MECHANISM = "subsampled Gaussian, sampling without replacement (Wang et al. 2019), analytical RDP (autodp)"
+CRITIC_DRAWS = ("per_row", "per_step")
+_MECHANISMS = {
+    "per_row": ("subsampled Gaussian, one critic drawn per sanitised row (probability 1/K), sampling without "
+                "replacement (Wang et al. 2019), analytical RDP (autodp), T x B compositions"),
+    "per_step": ("subsampled Gaussian, one critic drawn per step for all B rows (thesis Algorithm 2): noise "
+                 "multiplier sigma / sqrt(B), sampling without replacement (Wang et al. 2019), analytical RDP "
+                 "(autodp), T compositions"),
+}
+MECHANISM = _MECHANISMS["per_row"]
+
+
+def mechanism_name(critic_draw: str) -> str:
+    """The accountant's description of the mechanism it composes for a critic draw."""
+    return _MECHANISMS[_check_critic_draw(critic_draw)]
 
 # autodp's anaRDPacct default integer grid of orders (alpha = 1 .. 100).
 _GRID_MAX_ORDER = 100
@@ -84,6 +113,19 @@ def _check_delta(delta: object) -> float:
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < float(delta) < 1:
         raise ConfigError(f"delta must be a number strictly between 0 and 1, got {delta!r}")
     return float(delta)
+
+
+def _check_critic_draw(critic_draw: object) -> str:
+    if critic_draw not in CRITIC_DRAWS:
+        raise ConfigError(f"the critic draw must be one of {', '.join(CRITIC_DRAWS)}, got {critic_draw!r}")
+    return str(critic_draw)
+
+
+def _query(batch_size: int, noise_multiplier: float, critic_draw: str) -> tuple[float, int]:
+    """(noise multiplier of one query, queries per generator step) for a critic draw."""
+    if critic_draw == "per_row":
+        return noise_multiplier, batch_size
+    return noise_multiplier / math.sqrt(batch_size), 1
 
 
 def _check_iterations(iterations: object) -> int:
@@ -162,17 +204,12 @@ def _epsilon(curve: _Curve, compositions: int, delta: float) -> float:
 
 
 def epsilon_for(
-    discriminators: int, iterations: int, batch_size: int, noise_multiplier: float, delta: float
+    discriminators: int, iterations: int, batch_size: int, noise_multiplier: float, delta: float,
+    critic_draw: str = "per_row",
 ) -> float:
-    """Epsilon at `delta` after `iterations` generator iterations (iterations * batch_size compositions)."""
-    k = _check_discriminators(discriminators)
-    t = _check_iterations(iterations)
-    b = _check_batch_size(batch_size)
-    sigma = _check_noise(noise_multiplier)
-    d = _check_delta(delta)
-    if t == 0:
-        return 0.0
-    return _epsilon(_curve(k, sigma), t * b, d)
+    """Epsilon at `delta` after `iterations` generator iterations (per_row: iterations * batch_size
+    compositions at sigma; per_step: iterations compositions at sigma / sqrt(batch_size))."""
+    return epsilons_at(discriminators, [iterations], batch_size, noise_multiplier, delta, critic_draw)[0]
 
 
 def epsilons_at(
@@ -181,21 +218,24 @@ def epsilons_at(
     batch_size: int,
     noise_multiplier: float,
     delta: float,
+    critic_draw: str = "per_row",
 ) -> list[float]:
     """Epsilon for each iteration count in `iterations_list` (same order); the RDP curve is built once."""
     k = _check_discriminators(discriminators)
     b = _check_batch_size(batch_size)
     sigma = _check_noise(noise_multiplier)
     d = _check_delta(delta)
+    draw = _check_critic_draw(critic_draw)
     counts = [_check_iterations(t) for t in iterations_list]
     if not any(counts):
         return [0.0] * len(counts)
-    curve = _curve(k, sigma)
+    query_sigma, per_step = _query(b, sigma, draw)
+    curve = _curve(k, query_sigma)
     cache: dict[int, float] = {}
     out = []
     for t in counts:
         if t not in cache:
-            cache[t] = _epsilon(curve, t * b, d)
+            cache[t] = _epsilon(curve, t * per_step, d) if t else 0.0
         out.append(cache[t])
     return out
 
@@ -203,13 +243,17 @@ def epsilons_at(
 class GSWGANAccountant:
     """Opacus-like accountant: `step()` once per generator iteration, `get_epsilon(delta)` at any time."""
 
-    mechanism = MECHANISM
-
-    def __init__(self, discriminators: int, batch_size: int, noise_multiplier: float):
+    def __init__(self, discriminators: int, batch_size: int, noise_multiplier: float,
+                 critic_draw: str = "per_row"):
         self.discriminators = _check_discriminators(discriminators)
         self.batch_size = _check_batch_size(batch_size)
         self.noise_multiplier = _check_noise(noise_multiplier)
+        self.critic_draw = _check_critic_draw(critic_draw)
         self._iterations = 0
+
+    @property
+    def mechanism(self) -> str:
+        return mechanism_name(self.critic_draw)
 
     @property
     def iterations(self) -> int:
@@ -223,8 +267,9 @@ class GSWGANAccountant:
 
     @property
     def compositions(self) -> int:
-        """Subsampled Gaussian mechanisms composed so far: iterations * batch_size."""
-        return self._iterations * self.batch_size
+        """Subsampled Gaussian queries composed so far: iterations * batch_size (per_row) or iterations
+        (per_step, each at noise multiplier sigma / sqrt(batch_size))."""
+        return self._iterations * _query(self.batch_size, self.noise_multiplier, self.critic_draw)[1]
 
     def step(self, iterations: int = 1) -> None:
         """Account `iterations` generator iterations (each releases batch_size sanitised rows)."""
@@ -232,13 +277,15 @@ class GSWGANAccountant:
 
     def get_epsilon(self, delta: float) -> float:
         return epsilon_for(
-            self.discriminators, self._iterations, self.batch_size, self.noise_multiplier, delta
+            self.discriminators, self._iterations, self.batch_size, self.noise_multiplier, delta,
+            self.critic_draw,
         )
 
     def epsilon_curve(self, iterations_list: Iterable[int], delta: float) -> list[float]:
         """Epsilon this accountant would report after each of the given iteration counts."""
         return epsilons_at(
-            self.discriminators, iterations_list, self.batch_size, self.noise_multiplier, delta
+            self.discriminators, iterations_list, self.batch_size, self.noise_multiplier, delta,
+            self.critic_draw,
         )
 
     def state_dict(self) -> dict:
@@ -248,6 +295,7 @@ class GSWGANAccountant:
             "discriminators": self.discriminators,
             "batch_size": self.batch_size,
             "noise_multiplier": self.noise_multiplier,
+            "critic_draw": self.critic_draw,
             "iterations": self._iterations,
         }
 
@@ -264,7 +312,7 @@ class GSWGANAccountant:
         unknown = sorted(set(state) - set(expected))
         if missing or unknown:
             raise ConfigError(f"accountant state has missing keys {missing} and unknown keys {unknown}")
-        for key in ("mechanism", "discriminators", "batch_size", "noise_multiplier"):
+        for key in ("mechanism", "discriminators", "batch_size", "noise_multiplier", "critic_draw"):
             if state[key] != expected[key]:
                 raise ConfigError(
                     f"accountant state was recorded with {key} = {state[key]!r}, "
@@ -276,7 +324,7 @@ class GSWGANAccountant:
     def from_state_dict(cls, state: dict) -> GSWGANAccountant:
         """A new accountant with the parameters and history of `state`."""
         try:
-            acct = cls(state["discriminators"], state["batch_size"], state["noise_multiplier"])
+            acct = cls(state["discriminators"], state["batch_size"], state["noise_multiplier"], state["critic_draw"])
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"accountant state is malformed: {exc!r}") from None
         acct.load_state_dict(state)
@@ -285,8 +333,9 @@ class GSWGANAccountant:
     def __repr__(self) -> str:
         return (
             f"GSWGANAccountant(discriminators={self.discriminators}, batch_size={self.batch_size}, "
-            f"noise_multiplier={self.noise_multiplier}, iterations={self._iterations})"
+            f"noise_multiplier={self.noise_multiplier}, critic_draw={self.critic_draw!r}, "
+            f"iterations={self._iterations})"
         )
 
 
-__all__ = ["MECHANISM", "GSWGANAccountant", "epsilon_for", "epsilons_at"]
+__all__ = ["CRITIC_DRAWS", "MECHANISM", "GSWGANAccountant", "epsilon_for", "epsilons_at", "mechanism_name"]

@@ -10,7 +10,7 @@ import math
 import pytest
 from autodp import rdp_acct, rdp_bank
 
-from models.accountant import MECHANISM, GSWGANAccountant, epsilon_for, epsilons_at
+from models.accountant import MECHANISM, GSWGANAccountant, epsilon_for, epsilons_at, mechanism_name
 from models.errors import ConfigError
 
 SIGMA = 1.07
@@ -119,8 +119,8 @@ def test_state_dict_round_trip():
     acct = GSWGANAccountant(1500, BATCH, SIGMA)
     acct.step(3_000)
     state = json.loads(json.dumps(acct.state_dict()))
-    assert state["mechanism"] == MECHANISM == GSWGANAccountant.mechanism
-    assert state["iterations"] == 3_000
+    assert state["mechanism"] == MECHANISM == acct.mechanism == mechanism_name("per_row")
+    assert state["critic_draw"] == "per_row" and state["iterations"] == 3_000
 
     resumed = GSWGANAccountant(1500, BATCH, SIGMA)
     resumed.load_state_dict(state)
@@ -135,7 +135,8 @@ def test_state_dict_round_trip():
 
 @pytest.mark.parametrize(
     "change",
-    [{"discriminators": 1000}, {"batch_size": 64}, {"noise_multiplier": 1.5}, {"mechanism": "Poisson RDP"}],
+    [{"discriminators": 1000}, {"batch_size": 64}, {"noise_multiplier": 1.5}, {"mechanism": "Poisson RDP"},
+     {"critic_draw": "per_step", "mechanism": mechanism_name("per_step")}],
 )
 def test_load_state_dict_rejects_a_different_mechanism(change):
     state = GSWGANAccountant(1500, BATCH, SIGMA).state_dict() | change
@@ -181,6 +182,21 @@ def test_invalid_arguments_raise_config_error(discriminators, iterations, batch_
         epsilon_for(discriminators, iterations, batch_size, sigma, delta)
     with pytest.raises(ConfigError):
         epsilons_at(discriminators, [iterations], batch_size, sigma, delta)
+
+
+def test_per_step_draw_is_one_query_per_step_at_sigma_over_sqrt_b():
+    """The thesis' shared critic: T compositions of the subsampled Gaussian at sigma / sqrt(B)."""
+    for k, t in ((1000, 1), (1500, 50), (250, 3)):
+        assert epsilon_for(k, t, BATCH, SIGMA, DELTA, "per_step") == pytest.approx(
+            epsilon_for(k, t, 1, SIGMA / math.sqrt(BATCH), DELTA), rel=1e-12)
+    acct = GSWGANAccountant(1000, BATCH, SIGMA, "per_step")
+    acct.step(20_000)
+    assert acct.compositions == 20_000 and acct.mechanism == mechanism_name("per_step")
+    # The thesis' default run accounted for the mechanism it trains: hundreds of thousands, not 10.
+    assert acct.get_epsilon(DELTA) > 1e5
+    assert GSWGANAccountant(1000, BATCH, SIGMA).get_epsilon(DELTA) == 0.0
+    with pytest.raises(ConfigError, match="critic draw"):
+        GSWGANAccountant(1000, BATCH, SIGMA, "per_batch")
 
 
 def test_invalid_arguments_on_the_accountant():
