@@ -34,8 +34,14 @@ class GanConfig:
     lr_critic: float = 1e-4
     betas: tuple[float, float] = (0.0, 0.9)
     critic_steps: int = 5
-    # Critic updates each time training visits a critic; null keeps `critic_steps` (thesis: 5). Free in
-    # privacy terms (critics are never released) and the main lever against stale critics at large K.
+    # How a generator step draws the critics it queries, the mechanism the accountant composes
+    # (models/accountant.py): "per_row", every sanitised row its own critic, independently (T x B
+    # queries at sigma); "per_step", one critic for all B rows (the thesis' Algorithm 2: T queries at
+    # sigma / sqrt(B), epsilon in the hundreds; for reproducing the thesis only, `release` refuses it).
+    critic_draw: str = "per_row"
+    # Critic updates each critic drawn in a training step gets before it is queried; null keeps
+    # `critic_steps` (thesis: 5). Free in privacy terms (critics are never released; which critics are
+    # refreshed depends on the secret draws only) and the main lever against stale critics at large K.
     critic_refresh_steps: int | None = None
     gp_lambda: float = 10.0
     batch_size: int = 32
@@ -81,8 +87,15 @@ class PrivacyConfig:
     noise_multiplier: float = 1.07
     clip: float = 1.0
     delta: float = 1e-5
-    # Training stops at the last checkpoint whose epsilon is at most this; null means no budget.
+    # The release's epsilon, max(training, choice) (models/release_choice.py), is at most this: training
+    # stops at the last checkpoint within it; null means no budget.
     epsilon_budget: float | None = None
+    # The DP choice of the released checkpoint on the real validation rows (exponential mechanism) and,
+    # when `evaluation.min_release_auc` is set, the DP publish/refuse decision (noisy threshold). They
+    # read validation rows only, disjoint from the training rows, so the release costs the larger of
+    # training's epsilon and their sum: a choice epsilon under training's is free.
+    choice_epsilon: float = 1.0
+    approval_epsilon: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -102,9 +115,12 @@ class EvaluationConfig:
     min_release_auc: float | None = None
     # Prefer checkpoints whose synthetic rows hold every level of every discrete column (models.choice).
     complete_levels: bool = True
-    # Prefer checkpoints whose level shares are all within this of the real validation rows' (issue 7's
-    # fidelity bound); null turns the preference off.
+    # The experiment's (non-private, internal) choice per setting prefers checkpoints whose level shares
+    # are all within this of the real validation rows'; null turns the preference off.
     max_level_share_gap: float | None = 0.15
+    # The release's DP choice scores a checkpoint by its AUC on real validation rows minus this weight
+    # times its largest level-share gap to them (models/release_choice.py).
+    share_gap_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -146,8 +162,6 @@ class Profile:
         names = [s.name for s in self.settings]
         if len(set(names)) != len(names) or "real" in names:
             raise ConfigError(f"profile {self.name!r}: setting names must be unique and not 'real'.")
-        if self.gan.iterations % self.gan.checkpoint_every:
-            raise ConfigError(f"profile {self.name!r}: iterations must be a multiple of checkpoint_every.")
         if self.gan.output_head not in ("tanh", "typed", "gumbel"):
             raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh', 'typed' or 'gumbel'.")
         if not 0.0 < self.gan.target_prior < 1.0:
@@ -158,6 +172,18 @@ class Profile:
             raise ConfigError(f"profile {self.name!r}: gan.kernels must be 'auto', 'native' or 'torch'.")
         if self.gan.init not in ("default", "thesis"):
             raise ConfigError(f"profile {self.name!r}: init must be 'default' or 'thesis'.")
+        if self.gan.critic_draw not in ("per_row", "per_step"):
+            raise ConfigError(f"profile {self.name!r}: gan.critic_draw must be 'per_row' or 'per_step'.")
+        if self.gan.checkpoint_every < 1 or self.gan.iterations < self.gan.checkpoint_every:
+            raise ConfigError(f"profile {self.name!r}: gan.checkpoint_every must be at least 1 and at most "
+                              "gan.iterations.")
+        if self.gan.iterations % self.gan.checkpoint_every:
+            raise ConfigError(f"profile {self.name!r}: iterations must be a multiple of checkpoint_every.")
+        for key in ("choice_epsilon", "approval_epsilon"):
+            if not getattr(self.privacy, key) > 0:
+                raise ConfigError(f"profile {self.name!r}: privacy.{key} must be a number above 0.")
+        if self.evaluation.share_gap_weight < 0:
+            raise ConfigError(f"profile {self.name!r}: evaluation.share_gap_weight must be at least 0.")
 
     def release_target(self) -> Setting:
         if self.release_setting is not None:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.accountant import MECHANISM, GSWGANAccountant, epsilons_at
+from models.accountant import GSWGANAccountant, epsilons_at
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
 from models.native_kernels import critic_updates, use_native_batchnorm, use_native_critics
@@ -49,6 +49,7 @@ from models.networks import (
     init_generator_,
 )
 from models.sanitizer import sanitize_rows
+from models.secret import PrivacySecret
 
 STATE_FILE = "training_state.pt"
 LEDGER_FILE = "ledger.json"
@@ -60,13 +61,28 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def make_partition(n_rows: int, discriminators: int, seed: int) -> np.ndarray:
-    """Shuffle rows once with the seed and cut K disjoint subsets of floor(n/K) rows (leftovers dropped)."""
-    size = n_rows // discriminators
-    if size < 1:
+def make_partition(n_rows: int, discriminators: int, secret: PrivacySecret) -> np.ndarray:
+    """K disjoint subsets covering all n training rows: row j goes to subset (position of j in a
+    permutation drawn from the secret's "partition" stream) mod K. Which subset a row joins depends on
+    its position and the secret only, never on any row's values, so changing one row moves no other;
+    sizes are floor(n/K) or one more (no row is dropped).
+
+    Returns [K, ceil(n/K)] row positions, padded with -1 where a subset holds floor(n/K) rows (see
+    `subset_sizes`). The accountant's 1/K does not depend on the sizes: every query draws its critic
+    uniformly among the K."""
+    if n_rows < discriminators:
         raise ConfigError(f"{n_rows} training rows cannot be split among {discriminators} discriminators.")
-    order = np.random.default_rng(seed).permutation(n_rows)
-    return order[: size * discriminators].reshape(discriminators, size)
+    order = secret.numpy("partition").permutation(n_rows)
+    width = -(-n_rows // discriminators)
+    padded = np.full(width * discriminators, -1, dtype=np.int64)
+    padded[:n_rows] = order
+    # Position p of the permutation goes to subset p mod K: column-major fill of [width, K].
+    return padded.reshape(width, discriminators).T.copy()
+
+
+def subset_sizes(partition) -> np.ndarray | torch.Tensor:
+    """Rows in each subset of a (padded) partition."""
+    return (partition >= 0).sum(1)
 
 
 @dataclass(frozen=True)
@@ -114,14 +130,28 @@ def target_condition(gan: GanConfig, target_index: int, target_kind: str) -> tup
     return (int(target_index), float(gan.target_prior))
 
 
-def _sample_local_rows(subset_size: int, batch: int, rng: torch.Generator, shape: tuple[int, ...] = ()) -> torch.Tensor:
-    """Indices into a critic's subset, shape `shape + (batch,)`: without replacement when the subset holds a
-    batch; with replacement when it does not, or when it holds more than 64 batches (then a repeat within
-    a batch is rare and drawing keys for every row of the subset would cost more than the step)."""
+def _sample_local_rows(sizes, batch: int, rng: torch.Generator, shape: tuple[int, ...] = ()) -> torch.Tensor:
+    """Indices into critics' subsets, shape `shape + (batch,)`; `sizes` is one subset size, or the sizes
+    [shape[0]] of the subsets along the first dimension. Without replacement when every subset holds a
+    batch; with replacement when one does not, or when one holds more than 64 batches (then a repeat
+    within a batch is rare and drawing keys for every row of the subset would cost more than the step)."""
     shape = tuple(shape)
-    if subset_size < batch or subset_size > 64 * batch:
-        return torch.randint(subset_size, shape + (batch,), generator=rng, device=rng.device)
-    keys = torch.rand(shape + (subset_size,), generator=rng, device=rng.device)
+    sizes = torch.as_tensor(sizes, device=rng.device).reshape(-1)
+    smallest, largest = int(sizes.min()), int(sizes.max())
+    if smallest == largest and (smallest < batch or smallest > 64 * batch):
+        return torch.randint(smallest, shape + (batch,), generator=rng, device=rng.device)
+    # Each subset's size, broadcastable against the trailing dimensions (..., batch) or (..., size).
+    if sizes.numel() > 1:
+        size = sizes.reshape((-1,) + (1,) * (len(shape) - 1)).unsqueeze(-1)
+    else:
+        size = sizes.reshape(())
+    if smallest < batch or largest > 64 * batch:
+        u = torch.rand(shape + (batch,), generator=rng, device=rng.device)
+        return torch.minimum((u * size).long(), size - 1)
+    keys = torch.rand(shape + (largest,), generator=rng, device=rng.device)
+    if smallest != largest:
+        # Positions past a subset's end sort last, so the first `batch` keys fall inside it.
+        keys.masked_fill_(torch.arange(largest, device=rng.device) >= size, 2.0)
     return keys.argsort(dim=-1)[..., :batch]
 
 
@@ -148,11 +178,12 @@ def default_chunk_size(device: torch.device) -> int:
     return DEFAULT_CHUNK_CUDA if torch.device(device).type == "cuda" else DEFAULT_CHUNK_CPU
 
 
-def pretrain_draws(rng: torch.Generator, pairs: int, subset_size: int, gan: GanConfig,
+def pretrain_draws(rng: torch.Generator, pairs: int, subset_size, gan: GanConfig,
                    condition: tuple[int, float] | None = None, out_width: int = 0):
     """The random inputs of one pretraining iteration of a chunk of `pairs` pairs, in drawing order:
     latents [pairs, (r + 1) * B, latent width] (chunk s < r of B rows: fakes of critic step s; chunk r:
     the generator step), local row indices [pairs, r, B] and interpolation weights alpha [pairs, r, B, 1].
+    `subset_size` is the pairs' subset sizes ([pairs]) or one size for all.
     `out_width` (the encoded width) sizes the head's noise where the head takes some."""
     r, b = gan.critic_steps, gan.batch_size
     z = draw_latent((pairs, (r + 1) * b), gan.z_dim, condition, rng, head_noise_width(gan.output_head, out_width))
@@ -201,7 +232,8 @@ def build_pretrain_chunk(pairs: int, width: int, gan: GanConfig, groups, rng: to
 def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, groups, rng: torch.Generator,
                     device: torch.device, iterations: int, tick: Callable[[int], None],
                     condition: tuple[int, float] | None) -> list[torch.Tensor]:
-    pairs, subset = part.shape
+    pairs = part.shape[0]
+    subset = subset_sizes(part)
     width = data.shape[1]
     critics, gens = build_pretrain_chunk(pairs, width, gan, groups, rng, device, condition)
     c_train, g_train = critics.trainable(critics.params), gens.trainable(gens.params)
@@ -327,7 +359,7 @@ class TrainingResult:
     metrics: list[dict] = field(default_factory=list)
 
 
-def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting, n_rows: int) -> tuple[int, list[float]]:
+def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting) -> tuple[int, list[float]]:
     """Last iteration to train and the epsilon at each checkpoint up to it.
 
     With a budget, training stops at the last checkpoint whose epsilon is within it, never past it.
@@ -335,7 +367,8 @@ def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting,
     steps = list(range(0, gan.iterations + 1, gan.checkpoint_every))
     if not setting.private:
         return gan.iterations, [math.inf] * len(steps)
-    eps = epsilons_at(setting.discriminators, steps, gan.batch_size, privacy.noise_multiplier, privacy.delta)
+    eps = epsilons_at(setting.discriminators, steps, gan.batch_size, privacy.noise_multiplier, privacy.delta,
+                      gan.critic_draw)
     if privacy.epsilon_budget is None:
         return gan.iterations, eps
     allowed = [t for t, e in zip(steps, eps) if e <= privacy.epsilon_budget]
@@ -348,11 +381,29 @@ def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting,
 
 
 class GeneratorTrainer:
-    """Algorithm 2 with checkpointing. `run()` resumes from `checkpoint_dir/training_state.pt` if present."""
+    """Algorithm 2 with checkpointing. `run()` resumes from `checkpoint_dir/training_state.pt` if present.
+
+    Every generator step queries the critics through the sanitiser, and how it draws them is the
+    mechanism the accountant composes (`gan.critic_draw`, models/accountant.py):
+
+    * "per_row": each of the B generated rows draws its own critic, uniformly and independently
+      (collisions allowed). Before the query, every critic drawn in the step gets
+      `critic_refresh_steps` updates (default `critic_steps`) against the current generator, all of
+      them in one batched call; which critics are refreshed depends on the secret draws only, never on
+      the data, and critics are never released, so the refresh costs no privacy.
+    * "per_step": the thesis' Algorithm 2, one critic per step for all B rows (refreshed
+      `critic_refresh_steps` times). Accounted as what it is, T queries at noise sigma / sqrt(B).
+
+    Randomness: the critic draws and the sanitiser's noise come from `secret` (stream "training"),
+    everything else (initialisation, latents, the critics' batches, gradient-penalty weights) from
+    `seed`. Both generators' states are checkpointed, so a resumed run ends exactly as an
+    uninterrupted one.
+    """
 
     def __init__(self, data: torch.Tensor, partition: np.ndarray, critics: CriticStack, gan: GanConfig,
                  privacy: PrivacyConfig, setting: Setting, groups, seed: int, checkpoint_dir: Path,
-                 device: torch.device, level_share_fn: Callable[[np.ndarray], dict] | None = None,
+                 device: torch.device, secret: PrivacySecret,
+                 level_share_fn: Callable[[np.ndarray], dict] | None = None,
                  threads: int | None = 1, condition: tuple[int, float] | None = None):
         self.gan, self.privacy, self.setting = gan, privacy, setting
         # Intra-op threads while `run` trains on CPU: one iteration is many small operations on batches
@@ -361,10 +412,12 @@ class GeneratorTrainer:
         self.device = device
         self.data = data.to(device)
         self.partition = torch.as_tensor(partition, device=device)
+        self.sizes = subset_sizes(self.partition)
         self.critics = critics
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(seed)
+        self.privacy_rng = secret.torch("training")
         self.spec = generator_spec(gan, data.shape[1], groups, condition)
         self.generator = self.spec.build()
         init_generator_(self.generator, gan.init, self.rng)
@@ -385,74 +438,115 @@ class GeneratorTrainer:
         # A fresh Adam per critic for the training phase, as in the official GS-WGAN code.
         self.opt_d = StackedAdam(critics.trainable(critics.params), gan.lr_critic, tuple(gan.betas))
         self.native_critics = use_native_critics(gan.kernels, critics.params[0].shape[-1], critics.batchnorm, device)
-        self.accountant = GSWGANAccountant(setting.discriminators, gan.batch_size, privacy.noise_multiplier)
+        self.accountant = GSWGANAccountant(setting.discriminators, gan.batch_size, privacy.noise_multiplier,
+                                           gan.critic_draw)
         self.iteration = 0
         self.ledger: list[dict] = []
         self.metrics: list[dict] = []
         self.level_share_fn = level_share_fn
 
+    @property
+    def refresh_steps(self) -> int:
+        """Critic updates each drawn critic gets per generator step."""
+        return self.gan.critic_refresh_steps or self.gan.critic_steps
+
     # -- one iteration ---------------------------------------------------------------------------
-    def critic_steps(self, k: int, wasserstein: bool = False) -> torch.Tensor | None:
-        """r updates of critic k on batches of its own subset partition[k] (not sanitised: the critic is
-        never released). Returns its estimate mean D(real) - mean D(fake) at the last step when asked."""
-        gan = self.gan
-        # Training may refresh a visited critic for longer than pretraining's r (critic_refresh_steps).
-        r = gan.critic_refresh_steps or gan.critic_steps
-        b = gan.batch_size
+    def draw_critics(self) -> torch.Tensor:
+        """The critic each of the B sanitised rows of the next step queries ([B], from the secret)."""
+        k, b = self.partition.shape[0], self.gan.batch_size
+        if self.gan.critic_draw == "per_row":
+            return torch.randint(k, (b,), generator=self.privacy_rng)
+        return torch.randint(k, (1,), generator=self.privacy_rng).expand(b)
+
+    def refresh_critics(self, drawn: torch.Tensor | int, wasserstein: bool = False) -> float | None:
+        """`refresh_steps` updates of each critic in `drawn` (distinct indices, or one index) on batches of
+        its own subset, all against the same fake batches of the current generator (not sanitised:
+        critics are never released). Returns the mean over them of the estimate mean D(real) -
+        mean D(fake) at their last update, when asked."""
+        gan, r, b = self.gan, self.refresh_steps, self.gan.batch_size
+        drawn = torch.as_tensor(drawn, dtype=torch.int64).reshape(-1)
+        u = drawn.numel()
         z = self.generator.latent(r * b, self.rng).to(self.device)
-        local = _sample_local_rows(self.partition.shape[1], b, self.rng, (r,)).to(self.device)
-        alpha = torch.rand(r, b, 1, generator=self.rng).to(self.device)
-        # G does not change during the critic steps: one pass makes the r fake batches (r training-mode
-        # calls: BatchNorm statistics and running statistics as r separate calls).
+        local = _sample_local_rows(self.sizes[drawn], b, self.rng, (u, r)).to(self.device)
+        alpha = torch.rand(u, r, b, 1, generator=self.rng).to(self.device)
+        # G does not change during the refresh: one pass makes the r fake batches (r training-mode calls:
+        # BatchNorm statistics and running statistics as r separate calls), shared by every drawn critic.
         fakes = self.generator.forward_chunks(z, r).view(r, b, -1)
-        real = self.data[self.partition[k][local]]
+        drawn = drawn.to(self.device)
+        rows = torch.gather(self.partition[drawn], 1, local.reshape(u, r * b))
+        real = self.data[rows].view(u, r, b, -1)
+        critics = self.critics
+        if self.native_critics:
+            # All updates of every drawn critic in one C call, in place in the stack (models/native_kernels.py).
+            x_rf = torch.cat([real, fakes.unsqueeze(0).expand(u, r, b, fakes.shape[-1])], 2)
+            index = drawn.cpu().numpy()
+            estimate = critic_updates(critics.params, self.opt_d.exp_avg, self.opt_d.exp_avg_sq,
+                                      self.opt_d.steps[index], x_rf, alpha, self.opt_d.lr, self.opt_d.betas,
+                                      self.opt_d.eps, gan.gp_lambda, wasserstein, index=index)
+            self.opt_d.steps[index] += r
+            return float(estimate.mean()) if estimate is not None else None
+        estimates = [self._refresh_one(int(k), real[i], fakes, alpha[i], wasserstein) for i, k in enumerate(drawn)]
+        return float(torch.stack(estimates).mean()) if wasserstein else None
+
+    def _refresh_one(self, k: int, real: torch.Tensor, fakes: torch.Tensor, alpha: torch.Tensor,
+                     wasserstein: bool) -> torch.Tensor | None:
+        """The tensor code's updates of critic k (the reference of the C kernels): real, fakes [r, B, d]."""
+        gan, r = self.gan, real.shape[0]
         critics = self.critics
         params = [p[k:k + 1] for p in critics.params]  # views: updated in place
         train = critics.trainable(params)
         moments = self.opt_d.moments(k)
-        if self.native_critics:
-            # All r updates of critic k in one C call (models/native_kernels.py).
-            x_rf = torch.cat([real, fakes], 1).unsqueeze(0)
-            estimate = critic_updates(params, moments[0], moments[1], self.opt_d.steps[k:k + 1], x_rf,
-                                      alpha.unsqueeze(0), self.opt_d.lr, self.opt_d.betas, self.opt_d.eps,
-                                      gan.gp_lambda, wasserstein)
-            self.opt_d.steps[k] += r
-            return estimate[0] if estimate is not None else None
-        if not critics.batchnorm:
-            x_rf = torch.cat([real, fakes], 1)
-            xe = critics.weighted_rows(x_rf)
         estimate = None
         alphas = alpha.split(1)
         if critics.batchnorm:
             reals, fakes_ = real.split(1), fakes.split(1)
         else:
-            rows, weighted = x_rf.split(1), xe.split(1)
+            x_rf = torch.cat([real, fakes], 1)
+            rows, weighted = x_rf.split(1), critics.weighted_rows(x_rf).split(1)
         for s in range(r):
             last = wasserstein and s == r - 1
             if critics.batchnorm:
                 grads, w = critics.loss_grads(params, reals[s], fakes_[s], alphas[s], gan.gp_lambda, last)
             else:
-                grads, w = critics.loss_grads_rows(params, rows[s], weighted[s], alphas[s], gan.gp_lambda, last, self._ws)
+                grads, w = critics.loss_grads_rows(params, rows[s], weighted[s], alphas[s], gan.gp_lambda, last,
+                                                   self._ws)
             self.opt_d.step_one(k, train, grads, moments)
             if last:
                 estimate = w[0]
         return estimate
 
-    def generator_step(self, k: int) -> torch.Tensor:
-        """One generator step against frozen critic k; returns the (sanitised) upstream gradient."""
+    def query_critics(self, fake: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+        """Row i's gradient of -D_{drawn[i]}(rows) with respect to row i, for generated rows [B, d]: each
+        row through its own (frozen) critic. With BatchNorm critics a critic scores the whole batch of
+        generated rows (public: they come from G), and row i takes its gradient of that critic's sum."""
+        critics = self.critics
+        if bool((drawn == drawn[0]).all()):
+            params = [p[int(drawn[0]):int(drawn[0]) + 1] for p in critics.params]
+            return critics.input_grad(params, fake.unsqueeze(0), self._ws).squeeze(0).neg_()
+        drawn = drawn.to(self.device)
+        params = [p.index_select(0, drawn) for p in critics.params]
+        if critics.batchnorm:
+            b = fake.shape[0]
+            grads = critics.input_grad(params, fake.unsqueeze(0).expand(b, b, fake.shape[1]))
+            return grads[torch.arange(b), torch.arange(b)].neg_()
+        return critics.input_grad(params, fake.unsqueeze(1), self._ws).squeeze(1).neg_()
+
+    def generator_step(self, drawn: torch.Tensor | int) -> torch.Tensor:
+        """One generator step, row i querying critic drawn[i] (an int: every row critic `drawn`); returns
+        the (sanitised) upstream gradient."""
         gan = self.gan
-        params = [p[k:k + 1] for p in self.critics.params]  # plain tensors: the critic is frozen here
+        drawn = torch.as_tensor(drawn, dtype=torch.int64).reshape(-1).expand(gan.batch_size)
         z = self.generator.latent(gan.batch_size, self.rng).to(self.device)
         fake = self.generator(z)
-        # Cut the graph at the generated rows: the critic reaches G only through this tensor, the
-        # gradient of the loss -sum D(rows) with respect to each row.
-        upstream = self.critics.input_grad(params, fake.detach().unsqueeze(0), self._ws).squeeze(0).neg_()
+        # Cut the graph at the generated rows: the critics reach G only through this tensor, the
+        # gradient of the loss -D(row) with respect to each row.
+        upstream = self.query_critics(fake.detach(), drawn)
         if self.spec.condition is not None:
             # A conditional generator's label column is an input, not generated: it takes no gradient
             # and no share of the clipping norm.
             upstream[:, self.spec.condition[0]] = 0.0
         if self.setting.private:
-            upstream = sanitize_rows(upstream, self.privacy.clip, self.privacy.noise_multiplier, self.rng)
+            upstream = sanitize_rows(upstream, self.privacy.clip, self.privacy.noise_multiplier, self.privacy_rng)
         for p in self._gen_params:
             p.grad = None
         fake.backward(upstream / gan.batch_size)
@@ -485,14 +579,14 @@ class GeneratorTrainer:
                            weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False, maximize=False)
 
     def step(self, wasserstein: bool = True) -> float | None:
-        """One iteration: pick a critic uniformly, r critic steps, one sanitised generator step."""
-        k = int(torch.randint(self.partition.shape[0], (1,), generator=self.rng))
-        estimate = self.critic_steps(k, wasserstein)
-        self.generator_step(k)
+        """One iteration: draw the step's critics, refresh them, one sanitised generator step."""
+        drawn = self.draw_critics()
+        estimate = self.refresh_critics(torch.unique(drawn), wasserstein)
+        self.generator_step(drawn)
         if self.setting.private:
             self.accountant.step()
         self.iteration += 1
-        return float(estimate) if estimate is not None else None
+        return estimate
 
     # -- checkpoints ------------------------------------------------------------------------------
     def released_generator(self) -> Generator:
@@ -522,11 +616,13 @@ class GeneratorTrainer:
             "opt_d": self.opt_d.state_dict(),
             "accountant": self.accountant.state_dict(),
             "rng": self.rng.get_state(),
+            "privacy_rng": self.privacy_rng.get_state(),
             "ledger": self.ledger,
             "metrics": self.metrics,
         }
         _atomic_save(state, self.dir / STATE_FILE)
-        _atomic_write_text(json.dumps({"mechanism": MECHANISM if self.setting.private else None,
+        _atomic_write_text(json.dumps({"mechanism": self.accountant.mechanism if self.setting.private else None,
+                                       "critic_draw": self.gan.critic_draw,
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 
     def _load_state(self) -> bool:
@@ -544,6 +640,7 @@ class GeneratorTrainer:
         self.opt_d.load_state_dict(state["opt_d"], self.device)
         self.accountant.load_state_dict(state["accountant"])
         self.rng.set_state(state["rng"])
+        self.privacy_rng.set_state(state["privacy_rng"])
         self.ledger = state["ledger"]
         self.metrics = state["metrics"]
         return True

@@ -126,7 +126,7 @@ def _load() -> ctypes.CDLL:
                             "Use kernels 'auto' or 'torch' to train with the tensor code.")
             raise NativeKernelError(_build_error) from exc
         i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
-        lib.critic_updates.argtypes = [i64] * 5 + [ptr] * 9 + [ptr, ptr, ptr] + [dbl] * 5 + [ptr]
+        lib.critic_updates.argtypes = [i64] * 5 + [ptr] + [ptr] * 9 + [ptr, ptr, ptr] + [dbl] * 5 + [ptr]
         lib.critic_updates.restype = ctypes.c_int
         lib.critic_step_grads.argtypes = [i64] * 3 + [ptr] * 5 + [dbl] + [ptr] * 4
         lib.critic_step_grads.restype = ctypes.c_int
@@ -192,19 +192,29 @@ def _address(t: torch.Tensor) -> ctypes.c_void_p:
 def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
                    done_steps: np.ndarray, rows: torch.Tensor, alpha: torch.Tensor, lr: float,
                    betas: tuple[float, float], eps: float, gp_lambda: float,
-                   wasserstein: bool = False) -> torch.Tensor | None:
+                   wasserstein: bool = False, index: np.ndarray | None = None) -> torch.Tensor | None:
     """S WGAN-GP updates with Adam of each of K critics, in place: params [w1 [K,d,H], b1 [K,1,H],
     w2 [K,H,1], b2] (b2 is not trained) and their Adam moments (for w1, b1, w2), `done_steps` [K] the
     Adam steps each critic has taken (the caller adds S after the call); rows [K, S, 2B, d] (per step B
-    real, then B fake rows), alpha [K, S, B, 1]. Returns, when asked, each critic's estimate
-    mean D(real) - mean D(fake) at its last step before that update ([K])."""
+    real, then B fake rows), alpha [K, S, B, 1]. With `index` ([K] distinct positions in a larger stack)
+    the k-th critic updated is params[...][index[k]], in place; rows, alpha and done_steps stay [K].
+    Returns, when asked, each critic's estimate mean D(real) - mean D(fake) at its last step before
+    that update ([K])."""
     lib = _load()
     w1, b1, w2 = params[:3]
     k, steps, two_b, width = rows.shape
     steps_done = torch.from_numpy(np.ascontiguousarray(done_steps, dtype=np.int64))
+    positions = None
+    if index is not None:
+        positions = torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64))
+        if positions.numel() != k or int(positions.min()) < 0 or int(positions.max()) >= w1.shape[0]:
+            raise ValueError("critic_updates: index must hold one position of the stack per critic")
+    elif w1.shape[0] < k:
+        raise ValueError("critic_updates: more critics in rows than in params")
+    rows = rows.contiguous()
     out = torch.empty(k) if wasserstein else None
     code = lib.critic_updates(
-        k, steps, two_b // 2, width, w1.shape[-1],
+        k, steps, two_b // 2, width, w1.shape[-1], _address(positions) if positions is not None else None,
         _address(w1), _address(b1), _address(w2),
         _address(exp_avg[0]), _address(exp_avg_sq[0]), _address(exp_avg[1]), _address(exp_avg_sq[1]),
         _address(exp_avg[2]), _address(exp_avg_sq[2]),

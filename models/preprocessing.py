@@ -1,9 +1,16 @@
-"""Split and preprocessing: invalid values to missing, KNN imputation, stratified split.
+"""Split and preprocessing: invalid values to missing, KNN imputation, the split of the rows.
 
 Out-of-bounds values (by the schema's public bounds) and values outside the declared levels become
-missing and are KNN-imputed (k = 3, thesis 4.5). The imputer is fitted on the rows that train the
-generator only. It works in a space where every column is scaled to [0, 1] by its public bounds or
-level index, so that no column dominates the distances by its unit (days against centimetres).
+missing and are KNN-imputed (k = 3, thesis 4.5). The imputer works in a space where every column is
+scaled to [0, 1] by its public bounds or level index, so that no column dominates the distances by its
+unit (days against centimetres).
+
+Row-local by construction (the privacy argument "a row reaches one critic only", DESIGN.md): a row's
+split (`row_local_split`) and its place in a subsample (`row_local_subsample`) are functions of its
+index and the run's secret alone, and `impute_within_groups` takes a row's donors from its own group
+only (a critic's subset), so changing one row moves no other row and changes no imputed value outside
+its group. `stratified_split` (which moves many rows when one label changes) stays for evaluation
+splits that nothing published depends on.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from sklearn.model_selection import train_test_split
 
 from models.encoding import level_codes
 from models.schema import DatasetSchema
+from models.secret import PrivacySecret
 
 
 def invalid_to_missing(schema: DatasetSchema, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -41,6 +49,28 @@ def invalid_to_missing(schema: DatasetSchema, frame: pd.DataFrame) -> tuple[pd.D
     return pd.DataFrame(out, index=frame.index), counts
 
 
+def row_local_split(n_rows: int, fractions: tuple[float, float, float], secret: PrivacySecret,
+                    rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Row indices of train/validation/test: row i goes to a split by the i-th of n_rows uniform draws
+    of the secret's "split" stream, so its split depends on i and the secret only (not on any row's
+    values). The split sizes are then binomial around the fractions. `rows` restricts the result to
+    those row indices (a subsample) without changing any row's draw."""
+    draws = secret.numpy("split").random(n_rows)
+    train_cut, val_cut = fractions[0], fractions[0] + fractions[1]
+    rows = np.arange(n_rows) if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
+    u = draws[rows]
+    return {"train": rows[u < train_cut], "val": rows[(u >= train_cut) & (u < val_cut)], "test": rows[u >= val_cut]}
+
+
+def row_local_subsample(n_rows: int, keep: int, secret: PrivacySecret) -> np.ndarray:
+    """Sorted indices of `keep` of n_rows rows: those with the smallest draws of the secret's
+    "subsample" stream, a choice that depends on the indices and the secret only."""
+    if keep >= n_rows:
+        return np.arange(n_rows)
+    draws = secret.numpy("subsample").random(n_rows)
+    return np.sort(np.argpartition(draws, keep - 1)[:keep])
+
+
 def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed: int) -> dict[str, np.ndarray]:
     """Row indices of train/validation/test, stratified by the target, fixed by the seed."""
     index = np.arange(len(y))
@@ -52,14 +82,6 @@ def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed:
     stratify = y[rest] if _can_stratify(y[rest], n_val) else None
     train, val = train_test_split(rest, test_size=n_val, random_state=seed + 1, stratify=stratify)
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
-
-
-def stratified_subsample(y: np.ndarray, n_rows: int, seed: int) -> np.ndarray:
-    """Sorted indices of `n_rows` rows keeping the target's proportions, drawn with the seed."""
-    index = np.arange(len(y))
-    stratify = y if _can_stratify(y, len(y) - n_rows) and _can_stratify(y, n_rows) else None
-    picked, _ = train_test_split(index, train_size=n_rows, random_state=seed, stratify=stratify)
-    return np.sort(picked)
 
 
 def _can_stratify(y: np.ndarray, n_holdout: int) -> bool:
@@ -117,6 +139,28 @@ class UnitScaledImputer:
         if rows.any():
             # Only rows with a gap need neighbour search; the rest pass through unchanged.
             unit[rows] = self._imputer.transform(unit[rows])
+        return self._from_unit(unit, frame.index)
+
+    def impute_groups(self, frame: pd.DataFrame, groups: list[np.ndarray]) -> pd.DataFrame:
+        """Impute each group of rows (positions into `frame`) from donors of the same group only.
+
+        A column with no valid value in a group is filled with the middle of its public range (unit
+        0.5) in that group's incomplete rows: no donor exists, and anything taken from outside the
+        group would couple the groups. Rows in no group are returned unchanged."""
+        unit = self._to_unit(frame)
+        gaps = np.isnan(unit)
+        for members in groups:
+            members = np.asarray(members)
+            if members.size == 0 or not gaps[members].any():
+                continue
+            block = unit[members]
+            empty = np.all(np.isnan(block), axis=0)
+            block[:, empty] = 0.5
+            incomplete = np.isnan(block).any(axis=1)
+            if incomplete.any():
+                imputer = KNNImputer(n_neighbors=self.neighbors).fit(block)
+                block[incomplete] = imputer.transform(block[incomplete])
+            unit[members] = block
         return self._from_unit(unit, frame.index)
 
 

@@ -14,6 +14,15 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 ROOT = Path(__file__).resolve().parents[1]
 CARDIO_SCHEMA = ROOT / "configs" / "cardio.yaml"
 REAL_CARDIO = ROOT.parent / "shared" / "data" / "cardio_train.csv"
+# Tests pass the privacy secret explicitly, for determinism; a release always draws its own.
+TEST_SECRET_HEX = "5e" * 32
+
+
+@pytest.fixture(scope="session")
+def test_secret():
+    from models.secret import PrivacySecret
+
+    return PrivacySecret.from_hex(TEST_SECRET_HEX)
 
 
 @pytest.fixture(scope="session")

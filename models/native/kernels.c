@@ -206,7 +206,7 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
 }
 
 int critic_updates(int64_t n_critics, int64_t steps, int64_t batch, int64_t width, int64_t hidden,
-                   float *w1, float *b1, float *w2,
+                   const int64_t *index, float *w1, float *b1, float *w2,
                    float *m_w1, float *v_w1, float *m_b1, float *v_b1, float *m_w2, float *v_w2,
                    const float *rows, const float *alpha, const int64_t *done_steps,
                    double lr, double beta1, double beta2, double eps, double gp_lambda,
@@ -229,16 +229,19 @@ int critic_updates(int64_t n_critics, int64_t steps, int64_t batch, int64_t widt
     const float c = (float)(2.0 * gp_lambda / (double)B);
 
     for (int64_t k = 0; k < n_critics; k++) {
-        float *W1 = w1 + k * D * H, *B1 = b1 + k * H, *W2 = w2 + k * H;
+        /* Critic k of this call is critic index[k] of the stack (its parameters and Adam moments); its
+         * rows, alpha and step count are the k-th of this call's. NULL index: the first n_critics. */
+        const int64_t at_k = index != NULL ? index[k] : k;
+        float *W1 = w1 + at_k * D * H, *B1 = b1 + at_k * H, *W2 = w2 + at_k * H;
         for (int64_t st = 0; st < steps; st++) {
             const float *X = rows + (k * steps + st) * R * D;
             const float *A = alpha + (k * steps + st) * B;
             float w = critic_grads(W1, B1, W2, X, A, B, D, H, c, &s);
             if (wasserstein != NULL && st == steps - 1) wasserstein[k] = w;
             const int64_t t = done_steps[k] + st + 1;
-            adam_update(W1, s.dw1, m_w1 + k * D * H, v_w1 + k * D * H, D * H, t, lr, beta1, beta2, eps);
-            adam_update(B1, s.db1, m_b1 + k * H, v_b1 + k * H, H, t, lr, beta1, beta2, eps);
-            adam_update(W2, s.dw2, m_w2 + k * H, v_w2 + k * H, H, t, lr, beta1, beta2, eps);
+            adam_update(W1, s.dw1, m_w1 + at_k * D * H, v_w1 + at_k * D * H, D * H, t, lr, beta1, beta2, eps);
+            adam_update(B1, s.db1, m_b1 + at_k * H, v_b1 + at_k * H, H, t, lr, beta1, beta2, eps);
+            adam_update(W2, s.dw2, m_w2 + at_k * H, v_w2 + at_k * H, H, t, lr, beta1, beta2, eps);
         }
     }
     free(buf);

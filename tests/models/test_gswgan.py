@@ -34,14 +34,18 @@ from models.gswgan import (
     pretrain_draws,
     pretrain_matmul_dtype,
     sample_encoded,
+    subset_sizes,
 )
 from models.networks import CriticStack, Generator
 from models.sanitizer import clip_rows, sanitize_rows
+from models.secret import PrivacySecret
+from tests.conftest import TEST_SECRET_HEX
 
 CPU = torch.device("cpu")
 N_ROWS, WIDTH = 2000, 16
 GAN = GanConfig(iterations=12, checkpoint_every=4, pretrain_iterations=3)
 PRIVACY = PrivacyConfig()
+SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
 
 
 @pytest.fixture(autouse=True)
@@ -64,12 +68,13 @@ def _critics(k: int, gan: GanConfig = GAN, seed: int = 1) -> CriticStack:
     return CriticStack(k, WIDTH, gan.critic_hidden, gan.critic_batchnorm, gan.init, torch.Generator().manual_seed(seed))
 
 
-def _trainer(tmp_path, k=4, setting=None, gan=GAN, privacy=PRIVACY, data=None, critics=None, seed=3, name="run"):
+def _trainer(tmp_path, k=4, setting=None, gan=GAN, privacy=PRIVACY, data=None, critics=None, seed=3, name="run",
+             secret=SECRET):
     data = _data() if data is None else data
-    partition = make_partition(N_ROWS, k, seed=7)
+    partition = make_partition(N_ROWS, k, SECRET)
     setting = setting or Setting(f"k{k}", k)
     critics = critics if critics is not None else _critics(k, gan)
-    return GeneratorTrainer(data, partition, critics, gan, privacy, setting, [], seed, tmp_path / name, CPU)
+    return GeneratorTrainer(data, partition, critics, gan, privacy, setting, [], seed, tmp_path / name, CPU, secret)
 
 
 def _state(module: nn.Module) -> dict:
@@ -114,7 +119,7 @@ def test_sanitised_rows_are_clipped_before_noise_in_training(tmp_path):
     privacy = PrivacyConfig(noise_multiplier=1e-9, clip=0.05)
     trainer = _trainer(tmp_path, privacy=privacy)
     for k in range(4):
-        trainer.critic_steps(k)
+        trainer.refresh_critics(k)
         upstream = trainer.generator_step(k)
         assert (upstream.norm(dim=1) <= 0.05 + 1e-6).all()
 
@@ -124,7 +129,7 @@ def test_generator_update_is_computed_from_the_sanitised_tensor_alone(tmp_path):
     for _ in range(3):
         trainer.step()
     k = 2
-    trainer.critic_steps(k)
+    trainer.refresh_critics(k)
     gen_copy, opt_copy = copy.deepcopy((trainer.generator, trainer.opt_g))
     rng_copy = torch.Generator()
     rng_copy.set_state(trainer.rng.get_state())
@@ -186,7 +191,7 @@ def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
     rng_copy.set_state(trainer.rng.get_state())
     gen_weights = {n: p.clone() for n, p in trainer.generator.named_parameters()}
 
-    trainer.critic_steps(k)
+    trainer.refresh_critics(k)
 
     for j in range(4):
         same = all(torch.equal(a[j], p[j]) for a, p in zip(before, trainer.critics.params))
@@ -194,7 +199,7 @@ def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
     assert all(torch.equal(p, gen_weights[n]) for n, p in trainer.generator.named_parameters())
     # Reference: same draws, autograd WGAN-GP loss, a fresh torch.optim.Adam (no clipping, no noise).
     z = torch.randn(r * b, GAN.z_dim, generator=rng_copy)
-    local = _sample_local_rows(trainer.partition.shape[1], b, rng_copy, (r,))
+    local = _sample_local_rows(int(subset_sizes(trainer.partition)[k]), b, rng_copy, (r,))
     alpha = torch.rand(r, b, 1, generator=rng_copy)
     with torch.no_grad():
         fakes = torch.stack([gen_copy(part) for part in z.chunk(r)])
@@ -216,43 +221,51 @@ def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
 
 # ------------------------------------------------------------------------------------------ partition
 
-def test_partition_is_disjoint_complete_and_seeded():
+def test_partition_is_disjoint_complete_balanced_and_secret():
+    other = PrivacySecret.from_hex("a1" * 32)
     for n, k in ((2000, 3), (2000, 7), (1001, 1000), (50, 50)):
-        part = make_partition(n, k, seed=5)
-        assert part.shape == (k, n // k)
-        flat = part.ravel()
-        assert len(np.unique(flat)) == flat.size == (n // k) * k   # disjoint, floor(n/K) * K rows
-        assert flat.min() >= 0 and flat.max() < n
-        assert np.array_equal(part, make_partition(n, k, seed=5))
-    assert not np.array_equal(make_partition(2000, 3, seed=5), make_partition(2000, 3, seed=6))
+        part = make_partition(n, k, SECRET)
+        sizes = subset_sizes(part)
+        assert part.shape == (k, -(-n // k)) and sizes.sum() == n
+        assert sizes.max() - sizes.min() <= (0 if n % k == 0 else 1)      # sizes floor(n/K) or one more
+        flat = part[part >= 0]
+        assert np.array_equal(np.sort(flat), np.arange(n))               # disjoint, complete: no row dropped
+        for j in range(k):                                                # padding only at a subset's end
+            assert (part[j, :sizes[j]] >= 0).all() and (part[j, sizes[j]:] == -1).all()
+        assert np.array_equal(part, make_partition(n, k, SECRET))
+    assert not np.array_equal(make_partition(2000, 3, SECRET), make_partition(2000, 3, other))
     with pytest.raises(ConfigError):
-        make_partition(10, 11, seed=0)
+        make_partition(10, 11, SECRET)
+
+
+def _members(partition: np.ndarray, k: int) -> np.ndarray:
+    return partition[k][partition[k] >= 0]
 
 
 def _poison_all_but(k: int, partition: np.ndarray) -> torch.Tensor:
     data = torch.full((N_ROWS, WIDTH), float("nan"))
     clean = _data()
-    data[partition[k]] = clean[partition[k]]
+    data[_members(partition, k)] = clean[_members(partition, k)]
     return data
 
 
 def test_training_reads_real_rows_of_critic_k_only_from_partition_k(tmp_path):
-    partition = make_partition(N_ROWS, 4, seed=7)
+    partition = make_partition(N_ROWS, 4, SECRET)
     trainer = _trainer(tmp_path, data=_poison_all_but(2, partition))
     before = [p[2].clone() for p in trainer.critics.params]
     for _ in range(3):
-        trainer.critic_steps(2)
+        trainer.refresh_critics(2)
         trainer.generator_step(2)
     assert all(torch.isfinite(p).all() for p in trainer.critics.params)
     assert not all(torch.equal(a, p[2]) for a, p in zip(before, trainer.critics.params))
-    trainer.critic_steps(0)   # the poison is real: another critic does read it
+    trainer.refresh_critics(0)   # the poison is real: another critic does read it
     assert not torch.isfinite(trainer.critics.params[0][0]).all()
 
 
 @pytest.mark.parametrize("batchnorm", [False, True])
 def test_pretraining_critic_k_sees_only_partition_k(batchnorm):
     gan = GanConfig(critic_batchnorm=batchnorm)
-    partition = make_partition(N_ROWS, 3, seed=7)
+    partition = make_partition(N_ROWS, 3, SECRET)
     data = _poison_all_but(1, partition)
     assert data.isnan().any()
     critics = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=3)
@@ -269,6 +282,14 @@ def test_local_row_sampling():
     assert small.shape == (2, 32) and small.max() < 10
     large = _sample_local_rows(50_000, 32, rng, ())
     assert large.shape == (32,) and large.max() < 50_000
+    # Subsets of different sizes (a partition of n rows into K): each within its own size.
+    sizes = torch.tensor([33, 40, 34, 39])
+    ragged = _sample_local_rows(sizes, 32, rng, (4, 6))
+    assert ragged.shape == (4, 6, 32)
+    for j in range(4):
+        assert ragged[j].max() < sizes[j] and all(len(set(r.tolist())) == 32 for r in ragged[j])
+    mixed = _sample_local_rows(torch.tensor([5, 40]), 32, rng, (2, 3))   # one too small: with replacement
+    assert mixed[0].max() < 5 and mixed[1].max() < 40 and mixed.min() >= 0
 
 
 # ------------------------------------------------------------------------------------------ baseline
@@ -276,7 +297,7 @@ def test_local_row_sampling():
 def test_baseline_setting_adds_no_noise_and_costs_infinite_epsilon(tmp_path):
     setting = Setting("baseline", 1, private=False)
     trainer = _trainer(tmp_path, k=1, setting=setting)
-    trainer.critic_steps(0)
+    trainer.refresh_critics(0)
     gen_copy = copy.deepcopy(trainer.generator)
     rng_copy = torch.Generator()
     rng_copy.set_state(trainer.rng.get_state())
@@ -288,7 +309,7 @@ def test_baseline_setting_adds_no_noise_and_costs_infinite_epsilon(tmp_path):
     assert raw.norm(dim=1).max() > 0
     # the RNG is not used for noise: the next draw equals the copy's next draw
     assert torch.equal(torch.rand(3, generator=trainer.rng), torch.rand(3, generator=rng_copy))
-    last, eps = planned_iterations(GAN, PRIVACY, setting, N_ROWS)
+    last, eps = planned_iterations(GAN, PRIVACY, setting)
     assert last == GAN.iterations and all(math.isinf(e) for e in eps)
     result = trainer.run(8)
     assert all(math.isinf(c["epsilon"]) for c in result.checkpoints)
@@ -350,28 +371,28 @@ def test_finished_run_is_not_trained_again(tmp_path):
 def test_planned_iterations_stops_at_last_checkpoint_under_budget():
     gan = GanConfig(iterations=5000, checkpoint_every=1000)
     setting = Setting("k1500", 1500)
-    _, all_eps = planned_iterations(gan, PrivacyConfig(), setting, 56_000)
+    _, all_eps = planned_iterations(gan, PrivacyConfig(), setting)
     assert all_eps[0] == 0 and all(a < b for a, b in itertools.pairwise(all_eps))
     assert all_eps[1] == pytest.approx(1.34, abs=0.01) and all_eps[5] == pytest.approx(2.99, abs=0.01)
     for budget in (1.34 + 0.01, 2.0, all_eps[3], 2.98, 100.0):
-        last, eps = planned_iterations(gan, PrivacyConfig(epsilon_budget=budget), setting, 56_000)
+        last, eps = planned_iterations(gan, PrivacyConfig(epsilon_budget=budget), setting)
         assert last % gan.checkpoint_every == 0 and 0 < last <= gan.iterations
         assert eps[-1] <= budget and len(eps) == last // 1000 + 1
         if last < gan.iterations:
             assert all_eps[last // 1000 + 1] > budget     # the next checkpoint would exceed it
     with pytest.raises(BudgetExceededError):
-        planned_iterations(gan, PrivacyConfig(epsilon_budget=1.0), setting, 56_000)
-    last, eps = planned_iterations(gan, PrivacyConfig(epsilon_budget=None), setting, 56_000)
+        planned_iterations(gan, PrivacyConfig(epsilon_budget=1.0), setting)
+    last, eps = planned_iterations(gan, PrivacyConfig(epsilon_budget=None), setting)
     assert last == 5000 and len(eps) == 6
 
 
 def test_training_never_passes_the_budget(tmp_path):
     gan = GanConfig(iterations=12, checkpoint_every=4)
     setting = Setting("k4", 4)
-    _, all_eps = planned_iterations(gan, PrivacyConfig(), setting, N_ROWS)
+    _, all_eps = planned_iterations(gan, PrivacyConfig(), setting)
     budget = (all_eps[2] + all_eps[3]) / 2
     privacy = PrivacyConfig(epsilon_budget=budget)
-    last, _ = planned_iterations(gan, privacy, setting, N_ROWS)
+    last, _ = planned_iterations(gan, privacy, setting)
     assert last == 8
     trainer = _trainer(tmp_path, gan=gan, privacy=privacy, setting=setting)
     result = trainer.run(last)
@@ -389,7 +410,7 @@ def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
     finals = []
     for index, (start, stop) in enumerate(critic_chunks(partition.shape[0], chunk_size)):
         rng = chunk_generator(seed, index)
-        pairs, subset = stop - start, partition.shape[1]
+        pairs, subset = stop - start, torch.as_tensor(subset_sizes(partition)[start:stop])
         critics, gens = build_pretrain_chunk(pairs, WIDTH, gan, [], rng, CPU)
         draws = [pretrain_draws(rng, pairs, subset, gan) for _ in range(iterations)]
         for j in range(pairs):
@@ -409,7 +430,7 @@ def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
                     bn.bias.copy_(gens.params[4 * i + 3][j][0])
             opt_d = torch.optim.Adam(critic.parameters(), lr=gan.lr_critic, betas=gan.betas)
             opt_g = torch.optim.Adam(gen.parameters(), lr=gan.lr_generator, betas=gan.betas)
-            rows = data[torch.as_tensor(partition[start + j])]
+            rows = data[torch.as_tensor(_members(partition, start + j))]
             for z, local, alpha in draws:
                 for s in range(r):
                     with torch.no_grad():
@@ -439,7 +460,7 @@ def test_batched_pretraining_equals_per_critic_reference(chunk_size):
     # The tensor code's formulas and precision (the C kernel's rounding: tests/models/test_native_kernels.py).
     gan = GanConfig(pretrain_matmul="float32", kernels="torch")
     data = _data()
-    partition = make_partition(N_ROWS, 3, seed=7)
+    partition = make_partition(N_ROWS, 3, SECRET)
     iterations = 4
     initial = build_pretrain_chunk(3, WIDTH, gan, [], chunk_generator(0, 0), CPU)[0].params
     critics = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=iterations, chunk_size=chunk_size)
@@ -456,7 +477,7 @@ def test_bfloat16_pretraining_stays_within_rounding_of_the_float32_reference():
     iterations the critics sit within 5% of how far they moved from the float32 reference."""
     gan = GanConfig(pretrain_matmul="bfloat16", kernels="torch")
     data = _data()
-    partition = make_partition(N_ROWS, 3, seed=7)
+    partition = make_partition(N_ROWS, 3, SECRET)
     iterations = 20
     initial = build_pretrain_chunk(3, WIDTH, gan, [], chunk_generator(0, 0), CPU)[0].params
     critics = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=iterations, chunk_size=3)
@@ -478,7 +499,7 @@ def test_auto_pretraining_precision_is_bfloat16_only_where_native():
 
 def test_pretraining_is_deterministic_and_independent_of_workers():
     data = _data()
-    partition = make_partition(N_ROWS, 4, seed=7)
+    partition = make_partition(N_ROWS, 4, SECRET)
     torch.set_num_threads(2)   # pretraining uses one intra-op thread per worker whatever this says
     runs = [pretrain_critics(data, partition, GAN, [], 0, CPU, iterations=2, chunk_size=1, workers=w)
             for w in (1, 2, 2, 3)]
@@ -491,7 +512,7 @@ def test_pretraining_is_deterministic_and_independent_of_workers():
 
 def test_pretraining_progress_and_critic_stack_round_trip():
     data = _data()
-    partition = make_partition(N_ROWS, 5, seed=7)
+    partition = make_partition(N_ROWS, 5, SECRET)
     seen = []
     critics = pretrain_critics(data, partition, GAN, [], 0, CPU, iterations=3, chunk_size=2, progress=seen.append)
     assert seen == sorted(seen) and seen[-1] == 3 and len(set(seen)) == len(seen)
@@ -505,12 +526,12 @@ def test_pretraining_progress_and_critic_stack_round_trip():
 def test_training_with_batchnorm_critics_and_typed_head_is_deterministic(tmp_path, head):
     gan = GanConfig(iterations=4, checkpoint_every=2, critic_batchnorm=True, output_head=head)
     groups = [(0, 1), (1, 4), (4, 16)]
-    partition = make_partition(N_ROWS, 3, seed=7)
+    partition = make_partition(N_ROWS, 3, SECRET)
     critics = pretrain_critics(_data(), partition, gan, groups, 0, CPU, iterations=2)
     results = []
     for name in ("a", "b"):
         trainer = GeneratorTrainer(_data(), partition, copy.deepcopy(critics), gan, PRIVACY, Setting("k3", 3), groups,
-                                   3, tmp_path / name, CPU)
+                                   3, tmp_path / name, CPU, SECRET)
         trainer.run(4)
         results.append(sample_encoded(trainer.generator, 50, seed=0))
     assert np.array_equal(*results) and np.isfinite(results[0]).all()
@@ -531,12 +552,12 @@ def _labelled_data(seed: int = 0, rows: int = N_ROWS) -> torch.Tensor:
 def test_conditional_training_sanitises_the_generated_columns_only(tmp_path):
     gan = dataclasses.replace(GAN, condition_on_target=True)
     privacy = PrivacyConfig(noise_multiplier=1e-9, clip=0.05)
-    partition = make_partition(N_ROWS, 4, seed=7)
+    partition = make_partition(N_ROWS, 4, SECRET)
     trainer = GeneratorTrainer(_labelled_data(), partition, _critics(4, gan), gan, privacy, Setting("k4", 4), [],
-                               3, tmp_path / "run", CPU, condition=(0, 0.5))
+                               3, tmp_path / "run", CPU, SECRET, condition=(0, 0.5))
     trainer.run(0)   # writes checkpoint 0
     for k in range(4):
-        trainer.critic_steps(k)
+        trainer.refresh_critics(k)
         upstream = trainer.generator_step(k)
         assert (upstream.norm(dim=1) <= 0.05 + 1e-6).all()
         assert upstream[:, 0].abs().max() < 1e-6   # the label column takes no share of the clipping norm
@@ -554,11 +575,11 @@ def test_tiny_multi_critic_run_produces_both_target_classes_and_learns_the_label
                     output_head="typed", critic_refresh_steps=10, generator_ema=0.99, lr_generator=1e-3,
                     lr_critic=1e-3)
     data = _labelled_data()
-    partition = make_partition(N_ROWS, 8, seed=7)
+    partition = make_partition(N_ROWS, 8, SECRET)
     condition = (0, 0.5)
     critics = pretrain_critics(data, partition, gan, [], 0, CPU, condition=condition)
     trainer = GeneratorTrainer(data, partition, critics, gan, PRIVACY, Setting("k8", 8, private=False), [], 3,
-                               tmp_path / "run", CPU, condition=condition)
+                               tmp_path / "run", CPU, SECRET, condition=condition)
     before = sample_encoded(trainer.released_generator(), 4000, seed=5)
     for _ in range(gan.iterations):
         trainer.step(wasserstein=False)

@@ -31,10 +31,13 @@ from models.native_kernels import (
     use_native_critics,
 )
 from models.networks import CriticStack, GeneratorStack, StackedAdam, Workspace
+from models.secret import PrivacySecret
+from tests.conftest import TEST_SECRET_HEX
 
 pytestmark = pytest.mark.skipif(not native_kernels.available(), reason="no C compiler builds the kernel here")
 
 CPU = torch.device("cpu")
+SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +111,7 @@ def test_native_pretraining_stays_within_rounding_of_the_tensor_code(matmul):
     iterations the critics sit within 5% of how far they moved (a rounding difference that Adam
     amplifies near zero gradients, not another algorithm)."""
     data = _rows((2000, 16), 0)
-    partition = make_partition(2000, 3, seed=7)
+    partition = make_partition(2000, 3, SECRET)
     runs = {}
     for kernel in ("torch", "native"):
         gan = GanConfig(pretrain_matmul=matmul, kernels=kernel)
@@ -120,28 +123,55 @@ def test_native_pretraining_stays_within_rounding_of_the_tensor_code(matmul):
         assert (got - want).abs().max().item() <= 0.05 * moved
 
 
-def test_native_training_visit_stays_within_rounding_of_the_tensor_code(tmp_path):
-    """One training visit (r updates of critic k and its estimate) with either kernel, same draws."""
+def test_native_training_refresh_stays_within_rounding_of_the_tensor_code(tmp_path):
+    """One training refresh (r updates of each drawn critic, and their mean estimate) with either kernel,
+    same draws: the C call updates critics 1 and 3 in place in the stack, through its index."""
     data = _rows((2000, 16), 0)
-    partition = make_partition(2000, 4, seed=7)
+    partition = make_partition(2000, 4, SECRET)
     results = {}
     for kernel in ("torch", "native"):
         gan = GanConfig(iterations=4, checkpoint_every=4, critic_refresh_steps=20, kernels=kernel)
         critics = _critic(4, 16, gan.critic_hidden, seed=5)
         trainer = GeneratorTrainer(data, partition, critics, gan, PrivacyConfig(), Setting("k4", 4), [], 3,
-                                   tmp_path / kernel, CPU)
+                                   tmp_path / kernel, CPU, SECRET)
         assert trainer.native_critics == (kernel == "native")
-        estimate = trainer.critic_steps(2, wasserstein=True)
+        estimate = trainer.refresh_critics(torch.tensor([1, 3]), wasserstein=True)
         results[kernel] = ([p.clone() for p in trainer.critics.params], float(estimate), trainer.opt_d.steps.copy())
     start = _critic(4, 16, GanConfig().critic_hidden, seed=5).params
     (native, w_native, steps_native), (ref, w_ref, steps_ref) = results["native"], results["torch"]
     np.testing.assert_array_equal(steps_native, steps_ref)
+    np.testing.assert_array_equal(steps_native, [0, 20, 0, 20])
     for got, want, s in zip(native[:3], ref[:3], start):
-        assert torch.equal(got[[0, 1, 3]], s[[0, 1, 3]])   # only critic 2 moves
-        moved = (want[2] - s[2]).abs().max().item()
-        assert moved > 1e-3
-        assert (got[2] - want[2]).abs().max().item() <= 0.05 * moved
+        assert torch.equal(got[[0, 2]], s[[0, 2]])   # only the drawn critics move
+        for k in (1, 3):
+            moved = (want[k] - s[k]).abs().max().item()
+            assert moved > 1e-3
+            assert (got[k] - want[k]).abs().max().item() <= 0.05 * moved
     assert w_native == pytest.approx(w_ref, rel=0.05)
+
+
+def test_indexed_critic_updates_equal_updates_of_the_gathered_critics():
+    """critic_updates with an index updates stack[index[k]] in place exactly as the same call on a
+    gathered copy of those critics would, and leaves every other critic alone."""
+    stack = _critic(6, 16, 128, seed=3)
+    opt = StackedAdam(stack.trainable(stack.params), 1e-3, (0.5, 0.9))
+    index = np.array([4, 1])
+    rows = _rows((2, 3, 64, 16), 7)
+    alpha = torch.rand(2, 3, 32, 1, generator=torch.Generator().manual_seed(8))
+    gathered = [p[index].clone() for p in stack.params]
+    moments = ([m[index].clone() for m in opt.exp_avg], [v[index].clone() for v in opt.exp_avg_sq])
+    before = [p.clone() for p in stack.params]
+    w_indexed = critic_updates(stack.params, opt.exp_avg, opt.exp_avg_sq, opt.steps[index], rows, alpha, 1e-3,
+                               (0.5, 0.9), 1e-8, 10.0, wasserstein=True, index=index)
+    w_gathered = critic_updates(gathered, *moments, np.zeros(2, dtype=np.int64), rows, alpha, 1e-3, (0.5, 0.9),
+                                1e-8, 10.0, wasserstein=True)
+    assert torch.equal(w_indexed, w_gathered)
+    for p, g, b in zip(stack.params, gathered, before):
+        assert torch.equal(p[index], g)
+        assert torch.equal(p[[0, 2, 3, 5]], b[[0, 2, 3, 5]])
+    with pytest.raises(ValueError):
+        critic_updates(stack.params, opt.exp_avg, opt.exp_avg_sq, opt.steps[:2], rows, alpha, 1e-3, (0.5, 0.9),
+                       1e-8, 10.0, index=np.array([1, 6]))
 
 
 def _generators(native: bool) -> GeneratorStack:

@@ -5,10 +5,12 @@ from models.encoding import TableEncoder
 from models.preprocessing import (
     UnitScaledImputer,
     invalid_to_missing,
+    row_local_split,
+    row_local_subsample,
     stratified_split,
-    stratified_subsample,
     typed_frame,
 )
+from models.secret import PrivacySecret
 
 
 def test_split_is_stratified_sized_and_deterministic():
@@ -24,10 +26,50 @@ def test_split_is_stratified_sized_and_deterministic():
     assert len(np.unique(np.concatenate(list(a.values())))) == 1000
 
 
-def test_subsample_keeps_proportions():
-    y = np.array([0] * 600 + [1] * 400)
-    rows = stratified_subsample(y, 100, seed=0)
-    assert len(rows) == 100 and abs(y[rows].mean() - 0.4) < 0.011
+def test_row_local_split_depends_on_index_and_secret_only(test_secret):
+    parts = row_local_split(20_000, (0.8, 0.1, 0.1), test_secret)
+    sizes = {k: len(v) for k, v in parts.items()}
+    # Binomial sizes around the fractions (4 standard deviations), disjoint and complete.
+    assert abs(sizes["train"] - 16_000) < 4 * (20_000 * 0.16) ** 0.5
+    assert abs(sizes["val"] - 2_000) < 4 * (20_000 * 0.09) ** 0.5
+    assert np.array_equal(np.sort(np.concatenate(list(parts.values()))), np.arange(20_000))
+    # The same secret gives the same split; another secret another one.
+    again = row_local_split(20_000, (0.8, 0.1, 0.1), test_secret)
+    other = row_local_split(20_000, (0.8, 0.1, 0.1), PrivacySecret.from_hex("07" * 32))
+    assert all(np.array_equal(parts[k], again[k]) for k in parts)
+    assert not np.array_equal(parts["test"], other["test"])
+    # A subsample keeps each kept row's split: restricting the rows moves nobody.
+    keep = row_local_subsample(20_000, 3_000, test_secret)
+    assert len(keep) == 3_000 and np.array_equal(keep, np.sort(keep))
+    sub = row_local_split(20_000, (0.8, 0.1, 0.1), test_secret, keep)
+    for k in parts:
+        assert np.array_equal(sub[k], np.intersect1d(parts[k], keep))
+    assert np.array_equal(row_local_subsample(500, 900, test_secret), np.arange(500))
+
+
+def test_group_imputation_takes_donors_from_the_group_only(cardio_schema, demo_frame):
+    table = demo_frame[cardio_schema.column_names].iloc[:60].reset_index(drop=True)
+    table.loc[[3, 40], "weight"] = np.nan
+    table.loc[[41, 42, 43, 44, 45], "height"] = 5          # every height of group 2 invalid
+    numeric, _ = invalid_to_missing(cardio_schema, table)
+    groups = [np.arange(0, 30), np.arange(30, 41), np.arange(41, 46)]
+    imputer = UnitScaledImputer(cardio_schema, 3)
+    filled = typed_frame(cardio_schema, imputer.impute_groups(numeric, groups))
+    assert not filled.iloc[:46].isna().any().any()
+    # Changing a row of group 0 changes no imputed value in another group.
+    changed = numeric.copy()
+    changed.loc[5, "weight"] = 199.0
+    refilled = typed_frame(cardio_schema, imputer.impute_groups(changed, groups))
+    pd.testing.assert_frame_equal(filled.iloc[30:], refilled.iloc[30:])
+    # Row 40's weight comes from donors in its own group (rows 30..39).
+    donors = numeric.loc[30:39, "weight"]
+    assert donors.min() <= filled.loc[40, "weight"] <= donors.max()
+    # A column with no valid value in a group takes the middle of its public range there.
+    low, high = cardio_schema.column("height").bounds
+    assert (filled.loc[41:45, "height"] == round((low + high) / 2)).all()
+    # Rows in no group, and complete rows, pass through unchanged.
+    assert np.isnan(imputer.impute_groups(numeric, groups[:1]).loc[40, "weight"])
+    pd.testing.assert_frame_equal(filled.iloc[46:], typed_frame(cardio_schema, numeric.iloc[46:]), check_dtype=False)
 
 
 def test_out_of_bounds_and_bad_levels_become_missing_and_are_imputed(cardio_schema, demo_frame):

@@ -85,7 +85,7 @@ def test_every_shipped_profile_loads_and_names_its_release_setting(path):
     assert profile.name == path.stem
     if len(profile.settings) == 1 or profile.release_setting:
         setting = profile.release_target()
-        last, eps = planned_iterations(profile.gan, profile.privacy, setting, 0)
+        last, eps = planned_iterations(profile.gan, profile.privacy, setting)
         assert last % profile.gan.checkpoint_every == 0
         if profile.privacy.epsilon_budget is not None and setting.private:
             assert eps[-1] <= profile.privacy.epsilon_budget
