@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--noise-multiplier", type=float, default=1.07)
     p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--critic-draw", choices=("per-row", "per-step"), default="per-row",
+                   help="per-row: each sanitised row draws its own critic (dpsynth); per-step: one critic for "
+                        "all B rows of a step (the thesis' Algorithm 2)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("sample", help="sample rows from a registered generator")
@@ -100,19 +103,31 @@ def preflight(args, kind: str):
     """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly."""
     from models.errors import BudgetExceededError
     from models.gswgan import planned_iterations
-    from tasks.context import load_context
+    from models.release_choice import check_release_budget, choice_epsilon
+    from tasks.context import load_context, open_run
     from tasks.table_io import read_table
     from tasks.validate import check_table
 
     ctx = load_context(args.config, args.data, args.profile, args.out, kind)
+    prof = ctx.profile
+    settings = [prof.release_target()] if kind == "release" else prof.settings
+    if kind == "release":
+        from flows.release import refuse_uncovered
+
+        refuse_uncovered(prof, settings[0])
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
-    settings = [ctx.profile.release_target()] if kind == "release" else ctx.profile.settings
-    for setting in settings:
-        planned_iterations(ctx.profile.gan, ctx.profile.privacy, setting, 0)
-    budget = ctx.profile.privacy.epsilon_budget
+    plans = [planned_iterations(prof.gan, prof.privacy, setting) for setting in settings]
+    budget = prof.privacy.epsilon_budget
     if kind == "release" and not settings[0].private and budget is not None:
         raise BudgetExceededError(f"Setting {settings[0].name!r} is not private (epsilon = infinity), above the "
                                   f"budget {budget}; a release under a budget must train a private setting.")
+    if kind == "release" and settings[0].private:
+        _, eps = plans[0]
+        spent = choice_epsilon(prof.privacy.choice_epsilon, prof.privacy.approval_epsilon,
+                               prof.evaluation.min_release_auc)
+        check_release_budget(eps[-1], spent, prof.protocol == "honest", budget)
+    # Every check passed: the run folder (its record and its secret) exists from here on.
+    open_run(ctx)
     return ctx
 
 
@@ -146,11 +161,13 @@ def cmd_experiment(args) -> None:
 def cmd_epsilon(args) -> None:
     from models.accountant import epsilon_for
 
-    eps = epsilon_for(args.discriminators, args.iterations, args.batch_size, args.noise_multiplier, args.delta)
+    draw = args.critic_draw.replace("-", "_")
+    eps = epsilon_for(args.discriminators, args.iterations, args.batch_size, args.noise_multiplier, args.delta, draw)
     print(f"epsilon = {eps:.4f} at delta = {args.delta:g} (K = {args.discriminators}, T = {args.iterations}, "
-          f"B = {args.batch_size}, sigma = {args.noise_multiplier})")
+          f"B = {args.batch_size}, sigma = {args.noise_multiplier}, critic draw {args.critic_draw}; training "
+          "only: a release adds its DP choice of the checkpoint)")
     if args.json:
-        emit_json({"epsilon": eps, "delta": args.delta})
+        emit_json({"epsilon": _json_safe(eps), "delta": args.delta, "critic_draw": draw})
 
 
 def cmd_sample(args) -> None:

@@ -22,7 +22,7 @@ from flows.pipeline import log_training, prepare, publish_report, train_chain
 from models.choice import choose_checkpoint, selection_metric
 from models.config import Profile, load_profile
 from tasks import tracking
-from tasks.context import load_context
+from tasks.context import close_run, load_context, open_run
 from tasks.evaluate import checkpoint_runs, collect_runs, real_runs
 from tasks.stage import write_json
 
@@ -55,6 +55,7 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="experiment")
     prof = ctx.profile
+    open_run(ctx)
     run_id = tracking.start_run(f"{ctx.schema.name}-experiment", ctx.run_id,
                                 {"dpsynth.kind": "experiment", "dpsynth.run_id": ctx.run_id,
                                  "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name})
@@ -132,9 +133,11 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
                    "results": str(results_path), "mlflow_run_id": run_id}
         write_json(summary, ctx.run_dir / "summary.json")
         log.info("experiment %s: %d selection runs", ctx.run_id, len(results))
+        close_run(ctx, "completed")
         tracking.end_run(run_id)
         return summary
     except BaseException:
+        close_run(ctx, "failed")
         tracking.end_run(run_id, "FAILED")
         raise
 

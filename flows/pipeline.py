@@ -24,9 +24,9 @@ def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: 
 
 def train_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
     """pretrain -> train -> sample every checkpoint, for one privacy setting."""
-    pre = stages.pretrain_critics(run_dir, schema, paths["encoded"], paths["gan_rows"], profile, setting)
-    trained = stages.train_generator(run_dir, schema, paths["encoded"], paths["gan_rows"], pre.directory,
-                                     profile, setting)
+    pre = stages.pretrain_critics(run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile,
+                                  setting)
+    trained = stages.train_generator(run_dir, schema, pre.directory, profile, setting)
     n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
     samples = stages.sample_checkpoints(run_dir, schema, trained["checkpoints"], n_rows, profile, setting)
     return {"setting": setting.name, "checkpoints": trained["checkpoints"], "ledger": trained["ledger"],
@@ -56,7 +56,8 @@ def log_training(run_id: str, chain: dict) -> None:
 
 
 def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict,
-                   chains: list[dict], results_path: Path, chosen: dict, profile: Profile, title: str):
+                   chains: list[dict], results_path: Path, chosen: dict, profile: Profile, title: str,
+                   release: bool = False):
     """The report stage, then its files to MLflow and a summary and table as Prefect artifacts."""
     import pandas as pd
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -64,7 +65,8 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
     from tasks import tracking
     from tasks.report import selection_table_records, summary_markdown
 
-    report = stages.write_report(run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title)
+    report = stages.write_report(run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title,
+                                 release)
     tracking.log_artifact(run_id, report["report"], "report")
     for key, path in report.outputs.items():
         if key.startswith("notes_"):

@@ -1,8 +1,9 @@
-"""The `release` flow: one privacy setting, from the input table to a chosen, evaluated generator.
+"""The `release` flow: one privacy setting, from the input table to a published, registered generator.
 
 validate -> split -> preprocess -> pretrain critics -> train generator -> sample checkpoints
--> model selection -> choose checkpoint. Each stage is a task that reads and writes files under the
-run folder; a rerun skips the stages already done and resumes training from its last checkpoint.
+-> model selection -> DP choice of the checkpoint and DP approval -> report, bundle, registry.
+Each stage is a task that reads and writes files under the run folder; a rerun of an interrupted run
+skips the stages already done and resumes training from its last checkpoint, with the run's secret.
 """
 
 from __future__ import annotations
@@ -11,19 +12,39 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import torch
 from prefect import flow, get_run_logger
 
 from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, setting_chain
-from models.accountant import MECHANISM
-from models.choice import choose_checkpoint, selection_metric
-from models.errors import BudgetExceededError, ReleaseNotApprovedError
+from models.errors import ReleaseNotApprovedError
+from models.privacy_statement import privacy_statement
+from models.release_choice import decide_release
+from models.secret import load as load_secret
 from tasks import tracking
 from tasks.bundle import build_release_json
-from tasks.context import load_context
+from tasks.context import close_run, load_context, open_run
+from tasks.evaluate import validation_facts
 from tasks.gan import sample_generator_file
 from tasks.registry import release_tags
+from tasks.reporting import privacy_summary
 from tasks.stage import read_json, write_json
+
+
+def refuse_uncovered(profile, setting) -> None:
+    """A release publishes only what its epsilon covers: not the thesis' shared-critic mechanism, whose
+    epsilon is in the hundreds, nor the thesis protocol's KNN over all rows, which epsilon cannot cover."""
+    from models.errors import ConfigError
+
+    if setting.private and profile.gan.critic_draw != "per_row":
+        raise ConfigError(
+            f"Profile {profile.name!r} trains with gan.critic_draw {profile.gan.critic_draw!r} (one critic for all "
+            "rows of a step, the thesis' Algorithm 2): its true epsilon is far above any useful budget, so a "
+            "release refuses it. Use critic_draw: per_row, or run it as an experiment to reproduce the thesis.")
+    if profile.protocol != "honest":
+        raise ConfigError(
+            f"Profile {profile.name!r} uses protocol {profile.protocol!r}: its KNN imputation over all rows is not "
+            "covered by epsilon, so a release refuses it. Use protocol: honest, or run it as an experiment.")
 
 
 @flow(name="release")
@@ -32,6 +53,8 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     ctx = load_context(config, data, profile, out, kind="release")
     prof = ctx.profile
     setting = prof.release_target()
+    refuse_uncovered(prof, setting)
+    open_run(ctx)
     run_id = tracking.start_run(f"{ctx.schema.name}-release", ctx.run_id,
                                 {"dpsynth.kind": "release", "dpsynth.run_id": ctx.run_id,
                                  "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name})
@@ -47,42 +70,46 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         chain = setting_chain(ctx.run_dir, ctx.schema, paths, prof, setting)
         ledger = read_json(chain["ledger"])["checkpoints"]
         log_training(run_id, chain)
-        log.info("trained %s to iteration %d, epsilon %.3f", setting.name, ledger[-1]["iteration"],
+        log.info("trained %s to iteration %d, training epsilon %.3f", setting.name, ledger[-1]["iteration"],
                  ledger[-1]["epsilon"])
         real = stages.select_models_real(ctx.run_dir, ctx.schema, paths["encoded"], paths["split"], prof, 1)
         results = pd.read_parquet(chain["results"])
         tracking.log_metric_series(run_id, "selection.test_auc", list(zip(results["iteration"], results["test_auc"])))
         tracking.log_artifact(run_id, chain["results"], "internal")
 
-        metric = selection_metric(prof.protocol)
-        chosen = choose_checkpoint(results, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget,
-                                   prof.evaluation.complete_levels,
-                                   prof.evaluation.max_level_share_gap)
-        if chosen is None:
-            raise BudgetExceededError(
-                f"No checkpoint of {setting.name!r} is both within the epsilon budget "
-                f"{prof.privacy.epsilon_budget} and usable (synthetic rows of both target classes); nothing was "
-                "registered or published. The internal report in the run folder shows every checkpoint.")
-        floor = prof.evaluation.min_release_auc
-        if floor is not None and not float(chosen[metric]) >= floor:
+        decision = decide_release(
+            results, float(ledger[-1]["epsilon"]), validation_facts(ctx.schema, paths["encoded"], paths["split"]),
+            choice_epsilon_=prof.privacy.choice_epsilon, approval_epsilon=prof.privacy.approval_epsilon,
+            min_release_auc=prof.evaluation.min_release_auc, share_gap_weight=prof.evaluation.share_gap_weight,
+            disjoint=prof.protocol == "honest", secret=load_secret(ctx.run_dir))
+        write_json(decision.__dict__, ctx.run_dir / "decision.json")
+        tracking.log_metrics(run_id, {"release.epsilon": decision.epsilon, "release.iteration": decision.iteration,
+                                      "release.epsilon_training": decision.epsilon_training,
+                                      "release.epsilon_choice": decision.epsilon_choice})
+        if not decision.approved:
             raise ReleaseNotApprovedError(
-                f"The best checkpoint of {setting.name!r} (iteration {int(chosen['iteration'])}) reaches AUC "
-                f"{float(chosen[metric]):.3f} on {metric.replace('_', ' ')}, below the approval floor {floor}; "
-                "nothing was registered or published and the previous champion stays.")
+                f"The differentially private approval test found the checkpoint of {setting.name!r} drawn for "
+                f"release (iteration {decision.iteration}) below the approval floor "
+                f"{prof.evaluation.min_release_auc} (AUC on real validation rows, with noise); nothing was "
+                "registered or published and the previous champion stays. The decision spent epsilon "
+                f"{decision.epsilon:.4g}.")
+        chosen = results[results["iteration"] == decision.iteration].iloc[0]
         real_auc = float(pd.read_parquet(real["results"])["test_auc"].iloc[0])
         results_path = ctx.run_dir / "results.parquet"
         pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)
-        chosen_map = {setting.name: {"iteration": int(chosen["iteration"]), "epsilon": float(chosen["epsilon"]),
+        chosen_map = {setting.name: {"iteration": decision.iteration, "epsilon": decision.epsilon,
                                      "test_auc": float(chosen["test_auc"])}}
         report = publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, [chain], results_path,
-                                chosen_map, prof, f"{ctx.schema.name} release {prof.name}")
-        published = publish(ctx, prof, setting, run_id, chain, ledger, chosen, report)
+                                chosen_map, prof, f"{ctx.schema.name} release {prof.name}", release=True)
+        published = publish(ctx, prof, setting, run_id, chain, ledger, decision, float(chosen["test_auc"]), report)
         summary = {
             "release_id": ctx.run_id,
             "run_dir": str(ctx.run_dir),
             "setting": setting.name,
-            "iteration": int(chosen["iteration"]),
-            "epsilon": float(chosen["epsilon"]),
+            "iteration": decision.iteration,
+            "epsilon": decision.epsilon,
+            "epsilon_training": decision.epsilon_training,
+            "epsilon_choice": decision.epsilon_choice,
             "delta": prof.privacy.delta,
             "auc": float(chosen["test_auc"]),
             "real_auc": real_auc,
@@ -90,34 +117,61 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             **published,
             "mlflow_run_id": run_id,
         }
-        tracking.log_metrics(run_id, {"release.epsilon": summary["epsilon"], "release.auc": summary["auc"],
-                                      "release.iteration": summary["iteration"], "real.auc": real_auc})
+        tracking.log_metrics(run_id, {"release.auc": summary["auc"], "real.auc": real_auc})
+        close_run(ctx, "published")
         tracking.end_run(run_id)
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in summary.items()}
+    except ReleaseNotApprovedError:
+        # The DP decision's answer is final for this run (rerunning it would draw no new noise).
+        close_run(ctx, "refused")
+        tracking.end_run(run_id, "FAILED")
+        raise
     except BaseException:
+        close_run(ctx, "failed")
         tracking.end_run(run_id, "FAILED")
         raise
 
 
-def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], chosen, report) -> dict:
+def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> Path:
+    """The chosen checkpoint's generator, stamped with the whole release's epsilon (the checkpoint file
+    records training's epsilon at that iteration only), in the run folder's release/ folder."""
+    source = Path(chain["checkpoints"]) / next(e for e in ledger if e["iteration"] == decision.iteration)["generator"]
+    blob = torch.load(source, map_location="cpu", weights_only=False)
+    blob.update({"epsilon": decision.epsilon, "epsilon_training_at_checkpoint": blob.get("epsilon"),
+                 "epsilon_training": decision.epsilon_training, "epsilon_choice": decision.epsilon_choice})
+    target = ctx.run_dir / "release" / "generator.pt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(blob, target)
+    return target
+
+
+def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], decision, release_auc: float,
+            report) -> dict:
     """Register the chosen generator (refused over budget) and write the published bundle."""
-    iteration = int(chosen["iteration"])
-    generator_file = Path(chain["checkpoints"]) / next(e for e in ledger if e["iteration"] == iteration)["generator"]
-    tags = release_tags(release_id=ctx.run_id, profile=prof, setting=setting, iteration=iteration,
+    iteration = decision.iteration
+    generator_file = released_generator_file(ctx, chain, ledger, decision)
+    statement = privacy_statement(prof, setting, release=True)
+    tags = release_tags(release_id=ctx.run_id, profile=prof, setting=setting,
+                        trained_iterations=ledger[-1]["iteration"],
                         data_sha256=ctx.data_hash, schema_version=ctx.schema.version,
-                        release_auc=float(chosen["test_auc"]), report=str(report["report"]))
+                        release_auc=release_auc, report=str(report["report"]))
     if prof.release_rows is None:
         synthetic = pd.read_parquet(Path(chain["samples"]) / f"synthetic_{iteration:06d}.parquet")
     else:
         synthetic = sample_generator_file(generator_file, ctx.schema, prof.release_rows, seed=prof.seed)
+    summary = privacy_summary(prof, [setting], ctx.schema)
     release_json = build_release_json(
         release_id=ctx.run_id, dataset=ctx.schema.name, schema_version=ctx.schema.version, ledger=ledger,
-        chosen_iteration=iteration, delta=prof.privacy.delta,
-        accountant=MECHANISM if setting.private else "none (non-private)",
-        parameters={"K": setting.discriminators, "T": iteration, "batch_size": prof.gan.batch_size,
+        chosen_iteration=iteration, epsilon=decision.epsilon, epsilon_training=decision.epsilon_training,
+        epsilon_choice=decision.epsilon_choice, composition=decision.composition, delta=prof.privacy.delta,
+        accountant=summary["mechanism"] if setting.private else "none (non-private)",
+        parameters={"K": setting.discriminators, "T": ledger[-1]["iteration"], "batch_size": prof.gan.batch_size,
                     "sigma": prof.privacy.noise_multiplier, "C": prof.privacy.clip,
-                    "sampling": "one of K disjoint subsets per step (probability 1/K), without replacement"},
-        epsilon_budget=prof.privacy.epsilon_budget, rows=len(synthetic))
+                    "discriminator_draw": prof.gan.critic_draw, "sampling": summary["sampling"],
+                    "choice_epsilon": prof.privacy.choice_epsilon,
+                    "approval_epsilon": (prof.privacy.approval_epsilon
+                                         if prof.evaluation.min_release_auc is not None else None)},
+        epsilon_budget=prof.privacy.epsilon_budget, rows=len(synthetic), statement=statement.as_dict())
     bundle = stages.write_release_bundle(ctx.run_dir / "bundle", synthetic_frame=synthetic,
                                          generator_file=generator_file, release_json=release_json,
                                          release_notes_path=report[f"notes_{setting.name}"],
@@ -126,10 +180,10 @@ def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], ch
     # Registered last: a failure before this point leaves the champion alias where it was.
     registered = stages.register_model(
         run_id=run_id, model_name=ctx.model_name, generator_file=generator_file, schema_path=ctx.schema_path,
-        tags=tags, epsilon=float(chosen["epsilon"]), epsilon_budget=prof.privacy.epsilon_budget,
-        description=(f"{ctx.run_id}: setting {setting.name} (K = {setting.discriminators}), iteration {iteration}, "
-                     f"epsilon {float(chosen['epsilon']):.4g} at delta {prof.privacy.delta:g}. "
-                     f"Internal report: {report['report']}"))
+        tags=tags, epsilon=decision.epsilon, epsilon_budget=prof.privacy.epsilon_budget,
+        description=(f"{ctx.run_id}: setting {setting.name} (K = {setting.discriminators}), iteration {iteration} "
+                     f"of {ledger[-1]['iteration']}, epsilon {decision.epsilon:.4g} at delta "
+                     f"{prof.privacy.delta:g} for the whole release.\n\n{statement.markdown()}"))
     write_json({**read_json(bundle["release_json"]), "model_uri": registered["model_uri"]}, bundle["release_json"])
     tracking.log_artifact(run_id, bundle_dir, "bundle")
     return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"],

@@ -5,8 +5,9 @@ A bundle holds only what the DP guarantee covers or what is public:
     synthetic.parquet, synthetic.csv   rows sampled from the released generator
     generator.pt                       the released generator (spec and weights; no critic, no optimiser)
     schema.yaml                        the public schema the generator decodes through (when given)
-    release.json                       the epsilon ledger: epsilon per checkpoint, the chosen checkpoint,
-                                       delta, accountant and its parameters, what epsilon covers and not
+    release.json                       the epsilon ledger: the whole release's epsilon and its parts,
+                                       training epsilon per checkpoint, the chosen checkpoint, delta,
+                                       accountant and its parameters, what epsilon covers and not
     RELEASE_NOTES.md                   the release notes (DP-only content)
 
 Never a real row, a real-data statistic (AUC, validation counts, imputation details), a critic or a
@@ -38,45 +39,44 @@ TABLE_SUFFIXES = PARQUET_SUFFIXES + (".csv", ".tsv", ".txt")
 _CSV_SEPARATORS = (",", ";", "\t", "|")
 
 # Keys of release.json that would carry real-data facts or internal model parts into the bundle.
+_STATEMENT_KEYS = ("epsilon_covers", "epsilon_does_not_cover", "internal_only")
 _FORBIDDEN_KEY = re.compile(r"auc|accuracy|real|critic|discriminator_loss|wasserstein|loss|imputation|"
                             r"validation|data_sha|n_train|train_rows", re.IGNORECASE)
 
-EPSILON_COVERS = (
-    "The generator's parameters and every row sampled from them (this bundle's synthetic tables and "
-    "generator), with respect to replacing one row of the rows the generator was trained on. The "
-    "schema (bounds, levels, types) is public knowledge declared before seeing the data.")
-EPSILON_DOES_NOT_COVER = (
-    "The data-dependent preprocessing (KNN imputation of missing and out-of-bound values uses other "
-    "rows); the choice of the released checkpoint, made with a classifier evaluated on real held-out "
-    "rows; hyperparameters tuned on this data, if any; and the number of rows, which may equal the size "
-    "of the training split.")
-
-
 def build_release_json(*, release_id: str, dataset: str, schema_version: int, ledger: list[dict],
-                       chosen_iteration: int, delta: float, accountant: str, parameters: dict,
-                       epsilon_budget: float | None, rows: int, model_uri: str | None = None) -> dict:
+                       chosen_iteration: int, epsilon: float, epsilon_training: float, epsilon_choice: float,
+                       composition: str, delta: float, accountant: str, parameters: dict,
+                       epsilon_budget: float | None, rows: int, statement: dict,
+                       model_uri: str | None = None) -> dict:
     """The epsilon ledger of a release, from the training ledger (`ledger.json`'s "checkpoints").
 
-    `parameters` holds the accountant's inputs (e.g. K, T, batch_size, sigma, C, sampling). Only
-    iteration and epsilon of each checkpoint are kept (no level shares or metrics).
+    `epsilon` is the whole release's (training to the last checkpoint, with the DP choice of the
+    checkpoint and of publishing: models/release_choice.py), never the chosen checkpoint's alone.
+    `parameters` holds the accountant's inputs (e.g. K, T, batch_size, sigma, C, sampling); `statement`
+    is models.privacy_statement's `as_dict()`. Only iteration and training epsilon of each checkpoint
+    are kept (no level shares or metrics).
     """
     checkpoints = [{"iteration": int(e["iteration"]), "epsilon": _json_epsilon(e["epsilon"])} for e in ledger]
     chosen = next((c for c in checkpoints if c["iteration"] == int(chosen_iteration)), None)
     if chosen is None:
         raise ValueError(f"iteration {chosen_iteration} is not in the training ledger.")
+    total = _json_epsilon(epsilon)
     return {
         "release_id": release_id,
         "dataset": dataset,
         "schema_version": int(schema_version),
         "chosen_checkpoint": chosen,
-        "epsilon": chosen["epsilon"],
+        "epsilon": total,
         "delta": float(delta),
+        "epsilon_parts": {"training_to_last_checkpoint": _json_epsilon(epsilon_training),
+                          "last_checkpoint": checkpoints[-1]["iteration"],
+                          "checkpoint_choice_and_approval": float(epsilon_choice),
+                          "composition": composition},
         "epsilon_budget": None if epsilon_budget is None else float(epsilon_budget),
-        "private": chosen["epsilon"] is not None,
+        "private": total is not None,
         "accountant": {"mechanism": accountant, "parameters": parameters},
         "unit_of_privacy": "one row; adjacency: replace one row (sensitivity 2C of a clipped row gradient)",
-        "epsilon_covers": EPSILON_COVERS,
-        "epsilon_does_not_cover": EPSILON_DOES_NOT_COVER,
+        **statement,
         "checkpoints": checkpoints,
         "synthetic_rows": int(rows),
         "model_uri": model_uri,
@@ -94,7 +94,7 @@ def _forbidden_keys(obj, where: str = "") -> list[str]:
     if isinstance(obj, dict):
         for key, value in obj.items():
             path = f"{where}.{key}" if where else str(key)
-            if key not in ("epsilon_covers", "epsilon_does_not_cover") and _FORBIDDEN_KEY.search(str(key)):
+            if key not in _STATEMENT_KEYS and _FORBIDDEN_KEY.search(str(key)):
                 found.append(path)
             found += _forbidden_keys(value, path)
     elif isinstance(obj, list):

@@ -1,17 +1,36 @@
-"""What a run needs to know before any stage starts: schema, profile, data hash, ids and folders.
+"""What a run needs to know before any stage starts: schema, profile, data hash, its id and folder.
 
 Loaded and checked once, at the edge (the command line or the flow's first step).
+
+A run's identity is random (`<dataset>-<profile>-<12 hex digits>`): nothing about the private file is
+in it. Each run folder holds `run.json` (its id, kind, the identity of its inputs and its status) and
+the run's privacy secret (models/secret.py). What the next command does:
+
+* `--out DIR` names the folder: a new run there, or the run already there resumed. A folder holding a
+  run of other inputs (another table, schema or profile) is refused: its secret must never serve two
+  inputs, since two releases with the same noise would cancel it.
+* Without `--out`, an interrupted run of the same inputs (status "running" or "failed": killed or
+  crashed) under `runs/<kind>/` is resumed with its secret, so it continues exactly; otherwise a new
+  run starts with a new id and a new secret. A run that published, or that its DP decision refused,
+  is final: running the command again is a new release, with new noise.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from models.config import Profile, load_profile
-from models.errors import MissingInputError
+from models.errors import ConfigError, MissingInputError
 from models.schema import DatasetSchema
-from tasks.stage import sha256_file, sha256_json
+from tasks.stage import read_json, sha256_file, sha256_json, write_json
+
+RUN_RECORD = "run.json"
+RESUMABLE = ("running", "failed")
+FINAL = ("published", "refused", "completed")
 
 
 @dataclass(frozen=True)
@@ -23,10 +42,46 @@ class RunContext:
     data_hash: str
     run_id: str
     run_dir: Path
+    kind: str = "release"
 
     @property
     def model_name(self) -> str:
         return self.profile.model_name or f"{self.schema.name}-gswgan"
+
+    @property
+    def identity(self) -> dict:
+        """What makes two runs the same run (internal: the data hash never leaves the run folder)."""
+        return {"kind": self.kind, "data_sha256": self.data_hash,
+                "config_sha256": sha256_json([self.profile.config_hash, self.schema.source_hash])}
+
+
+def new_run_id(schema: DatasetSchema, profile: Profile) -> str:
+    return f"{schema.name}-{profile.name}-{secrets.token_hex(6)}"
+
+
+def read_run_record(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / RUN_RECORD
+    try:
+        return read_json(path)
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, OSError):
+        raise ConfigError(f"The run record {str(path)!r} is damaged; start a new run with another --out.") from None
+
+
+def _resumable_run(base: Path, identity: dict) -> Path | None:
+    """The newest run folder under `base` whose inputs match and which did not end."""
+    if not base.is_dir():
+        return None
+    found = []
+    for record_path in base.glob(f"*/{RUN_RECORD}"):
+        try:
+            record = read_json(record_path)
+        except (json.JSONDecodeError, OSError):
+            continue
+        if record.get("identity") == identity and record.get("status") in RESUMABLE:
+            found.append((record.get("created", ""), record_path.parent))
+    return max(found)[1] if found else None
 
 
 def load_context(config: str, data: str, profile: str, out: str | None, kind: str) -> RunContext:
@@ -36,8 +91,46 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
     if not data_path.is_file():
         raise MissingInputError(f"The data file {data!r} does not exist (or is not a file).")
     data_hash = sha256_file(data_path)
-    # Same table, schema and profile -> same id and folder: a rerun resumes and skips finished stages.
-    config_hash = sha256_json([prof.config_hash, schema.source_hash])
-    run_id = f"{schema.name}-{prof.name}-{data_hash[:8]}-{config_hash[:8]}"
-    run_dir = Path(out) if out else Path("runs") / kind / run_id
-    return RunContext(Path(config), data_path, schema, prof, data_hash, run_id, run_dir)
+    probe = RunContext(Path(config), data_path, schema, prof, data_hash, "", Path("."), kind)
+    if out:
+        run_dir = Path(out)
+        record = read_run_record(run_dir)
+        if record is not None and record.get("identity") != probe.identity:
+            raise ConfigError(
+                f"The run folder {out!r} holds a run of other inputs (another table, schema or profile); its "
+                "privacy secret must not serve two inputs. Choose another --out, or remove that folder.")
+        run_id = record["run_id"] if record else new_run_id(schema, prof)
+    else:
+        base = Path("runs") / kind
+        run_dir = _resumable_run(base, probe.identity)
+        if run_dir is not None:
+            run_id = read_run_record(run_dir)["run_id"]
+        else:
+            run_id = new_run_id(schema, prof)
+            run_dir = base / run_id
+    return RunContext(Path(config), data_path, schema, prof, data_hash, run_id, run_dir, kind)
+
+
+def open_run(ctx: RunContext) -> bool:
+    """Create or resume the run folder: its record (status "running") and its secret. Returns whether an
+    earlier attempt of this run was found (a resume)."""
+    from models.secret import load_or_create
+
+    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    record = read_run_record(ctx.run_dir)
+    resumed = record is not None
+    now = datetime.now(UTC).isoformat()
+    record = record or {"run_id": ctx.run_id, "kind": ctx.kind, "identity": ctx.identity, "created": now}
+    write_json({**record, "status": "running", "updated": now}, ctx.run_dir / RUN_RECORD)
+    load_or_create(ctx.run_dir)
+    return resumed
+
+
+def close_run(ctx: RunContext, status: str) -> None:
+    """Record how the run ended: "published", "refused" or "completed" (final), or "failed" (resumable)."""
+    if status not in FINAL + ("failed",):
+        raise ValueError(f"unknown run status {status!r}")
+    record = read_run_record(ctx.run_dir)
+    if record is None:
+        return
+    write_json({**record, "status": status, "updated": datetime.now(UTC).isoformat()}, ctx.run_dir / RUN_RECORD)

@@ -2,8 +2,13 @@
 
 Each selection run trains 40 logistic-regression candidates on synthetic rows (split like the real
 training and validation sets), picks the best by validation AUC, refits on both and scores the real
-test split. Under the honest protocol the test split is fixed and never trained on; the AUC on the real
-validation rows is recorded too, for choosing a checkpoint without touching the test split.
+test split. Under the honest protocol the test split is fixed and never trained on.
+
+Each run also records, on the real validation rows that needed no imputation, what the release's DP
+choice scores (models/release_choice.py): the classifier's concordant pairs (`real_val_pairs`) and the
+largest level-count gap to the synthetic shares (`real_val_gap_rows`). Like `real_val_auc` and
+`real_val_share_gap` (on every validation row, for the internal report), they are real-data facts that
+stay in the run folder and the internal MLflow run.
 """
 
 from __future__ import annotations
@@ -13,18 +18,60 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 
 from models.config import Profile
 from models.encoding import TableEncoder
 from models.preprocessing import stratified_split
+from models.release_choice import ValidationFacts
 from models.schema import DatasetSchema
 from models.selection import regularisation_grid, select_model
 from tasks.stage import read_json, run_stage, write_json
 
 RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
-                  "test_auprc", "real_val_auc", "real_val_share_gap", "degenerate", "seconds"]
+                  "test_auprc", "real_val_auc", "real_val_share_gap", "real_val_pairs", "real_val_gap_rows",
+                  "degenerate", "seconds"]
+
+
+def complete_rows_path(encoded_path: Path) -> Path:
+    """The preprocess stage's mask of rows that needed no imputation, beside its encoded rows."""
+    return Path(encoded_path).parent / "complete.npy"
+
+
+def complete_validation_rows(split: dict, complete: np.ndarray) -> np.ndarray:
+    return split["val"][complete[split["val"]]]
+
+
+def validation_facts(schema: DatasetSchema, encoded_path: Path, split_path: Path) -> ValidationFacts:
+    """The validation facts of the release's DP decision (see models/release_choice.py)."""
+    encoder = TableEncoder(schema)
+    split = dict(np.load(split_path))
+    rows = complete_validation_rows(split, np.load(complete_rows_path(encoded_path)))
+    _, y = features_target(encoder, np.load(encoded_path)[rows])
+    positives = int(y.sum())
+    return ValidationFacts(rows=len(split["val"]), positives=positives, negatives=len(y) - positives)
+
+
+def concordant_pairs(scores: np.ndarray, y: np.ndarray) -> float:
+    """Pairs (positive, negative) ranked in order, ties counting 1/2: the Mann-Whitney U statistic."""
+    positives = int(y.sum())
+    if positives == 0 or positives == len(y):
+        return 0.0
+    ranks = rankdata(scores)
+    return float(ranks[y == 1].sum() - positives * (positives + 1) / 2.0)
+
+
+def level_count_gap(schema: DatasetSchema, frame: pd.DataFrame, synthetic_shares: dict[str, float]) -> float:
+    """max over levels of |count in `frame` - synthetic share x rows of `frame`| (in rows)."""
+    n = len(frame)
+    gaps = [0.0]
+    for col in schema.discrete:
+        counts = frame[col.name].value_counts()
+        gaps += [abs(float(counts.get(level, 0)) - synthetic_shares[f"share:{col.name}={level}"] * n)
+                 for level in col.levels]
+    return max(gaps)
 
 
 def features_target(encoder: TableEncoder, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -52,15 +99,23 @@ def real_splits(split: dict, encoded: np.ndarray, encoder: TableEncoder, protoco
     return {"train": np.sort(train), "val": np.sort(val), "test": split["test"]}
 
 
-def selection_run(X_train, y_train, X_val, y_val, X_test, y_test, X_real_val, y_real_val, candidates) -> dict:
+def selection_run(X_train, y_train, X_val, y_val, X_test, y_test, X_real_val, y_real_val, candidates,
+                  X_choice=None, y_choice=None) -> dict:
+    """One Algorithm 3 run; scores the chosen classifier on the real validation rows (AUC) and, when
+    given, counts its concordant pairs on the DP choice's validation rows (X_choice, y_choice)."""
     started = time.perf_counter()
     result = select_model(X_train, y_train, X_val, y_val, X_test, y_test, candidates, method="fast", n_jobs=1)
     real_val_auc = float("nan")
     if not result.degenerate:
         real_val_auc = float(roc_auc_score(y_real_val, X_real_val.astype(np.float64) @ result.coef + result.intercept))
-    return {"penalty": result.penalty, "C": result.C, "val_auc": result.val_auc, "test_auc": result.test_auc,
-            "test_auprc": result.test_auprc, "real_val_auc": real_val_auc, "degenerate": bool(result.degenerate),
-            "seconds": time.perf_counter() - started}
+    record = {"penalty": result.penalty, "C": result.C, "val_auc": result.val_auc, "test_auc": result.test_auc,
+              "test_auprc": result.test_auprc, "real_val_auc": real_val_auc, "degenerate": bool(result.degenerate)}
+    if X_choice is not None:
+        # A degenerate classifier scores every row alike: every pair is a tie.
+        scores = (np.zeros(len(y_choice)) if result.degenerate
+                  else X_choice.astype(np.float64) @ result.coef + result.intercept)
+        record["real_val_pairs"] = concordant_pairs(scores, y_choice)
+    return {**record, "seconds": time.perf_counter() - started}
 
 
 def synthetic_split(y: np.ndarray, n_train: int, n_val: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -71,9 +126,11 @@ def synthetic_split(y: np.ndarray, n_train: int, n_val: int, seed: int) -> tuple
 
 
 def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.ndarray, split: dict,
-                       profile: Profile, index: int) -> dict:
+                       profile: Profile, index: int, complete: np.ndarray) -> dict:
     encoder = TableEncoder(schema)
     real = real_splits(split, encoded, encoder, profile.protocol, index, profile.seed)
+    choice_rows = complete_validation_rows(split, complete)
+    X_choice, y_choice = features_target(encoder, encoded[choice_rows])
     frame = pd.read_parquet(synthetic_path)
     synthetic = encoder.encode(frame)
     X_syn, y_syn = features_target(encoder, synthetic)
@@ -83,11 +140,13 @@ def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.
     candidates = regularisation_grid(profile.seed, profile.evaluation.n_regularisation_values,
                                      profile.evaluation.penalties)
     record = selection_run(X_syn[train], y_syn[train], X_syn[val], y_syn[val], X_test, y_test, X_rv, y_rv,
-                           candidates)
+                           candidates, X_choice, y_choice)
     shares = level_share_columns(schema, frame)
     real_shares = level_share_columns(schema, encoder.decode(encoded[real["val"]]))
-    # Internal, like real_val_auc: derived from the real validation rows, used to choose a checkpoint.
+    # Internal, like real_val_auc: derived from the real validation rows (the experiment's choice).
     record["real_val_share_gap"] = max((abs(shares[k] - real_shares[k]) for k in shares), default=0.0)
+    # The release's DP choice score reads the complete validation rows only (models/release_choice.py).
+    record["real_val_gap_rows"] = level_count_gap(schema, encoder.decode(encoded[choice_rows]), shares)
     return {**record, **shares}
 
 
@@ -129,12 +188,13 @@ def selection_run_stage(run_dir, schema: DatasetSchema, encoded_path: Path, spli
         if synthetic_path is None:
             record = evaluate_real(schema, encoded, split, profile, index)
         else:
-            record = evaluate_synthetic(schema, Path(synthetic_path), encoded, split, profile, index)
+            record = evaluate_synthetic(schema, Path(synthetic_path), encoded, split, profile, index,
+                                        np.load(complete_rows_path(encoded_path)))
         row = {"setting": setting_name, "iteration": iteration, "index": index, "epsilon": epsilon, **record}
         write_json(row, directory / "run.json")
         return {"run": directory / "run.json"}, {"test_auc": record["test_auc"]}
 
-    inputs = {"encoded": encoded_path, "split": split_path}
+    inputs = {"encoded": encoded_path, "split": split_path, "complete": complete_rows_path(encoded_path)}
     if synthetic_path is not None:
         inputs["synthetic"] = Path(synthetic_path)
     config = {"seed": profile.seed, "protocol": profile.protocol, "evaluation": profile.evaluation.__dict__,

@@ -1,4 +1,9 @@
-"""Stages 4 to 6, per privacy setting: partition + pretraining, private training, sampling."""
+"""Stages 4 to 6, per privacy setting: partition + imputation + pretraining, private training, sampling.
+
+The partition of the training rows among the K critics and the critic draws and noise of training
+come from the run's privacy secret (models/secret.py), read here from the run folder: it never travels
+through Prefect, a manifest or a log.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from models.config import Profile, Setting
@@ -20,10 +26,13 @@ from models.gswgan import (
     pretrain_critics,
     resolve_device,
     sample_encoded,
+    subset_sizes,
     target_condition,
 )
 from models.networks import CriticStack
+from models.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from models.schema import DatasetSchema
+from models.secret import load as load_secret
 from tasks.stage import read_json, run_stage, write_json
 
 
@@ -36,21 +45,41 @@ def generator_condition(encoder: TableEncoder, profile: Profile):
     return target_condition(profile.gan, encoder.target_index, encoder.block(encoder.schema.target).column.kind)
 
 
+def training_matrix(schema: DatasetSchema, table: pd.DataFrame, rows: np.ndarray, partition: np.ndarray,
+                    profile: Profile, encoded: np.ndarray) -> np.ndarray:
+    """The generator's training rows, encoded, in the order of `rows`.
+
+    Honest protocol: a training row's missing and invalid values are KNN-imputed from donors of its own
+    critic subset only (positions partition[k]), so one row changes imputed values inside its own
+    subset at most, which the critic holding that subset already depends on: covered by epsilon.
+    Thesis protocol: the rows of `encoded`, imputed over all rows (not covered)."""
+    if profile.protocol == "thesis":
+        return encoded[rows]
+    numeric, _ = invalid_to_missing(schema, table.iloc[rows])
+    groups = [members[members >= 0] for members in partition]
+    imputed = UnitScaledImputer(schema, profile.knn_neighbors).impute_groups(numeric, groups)
+    return TableEncoder(schema).encode(typed_frame(schema, imputed)).astype(np.float32)
+
+
 def _gan_config(profile: Profile, setting: Setting) -> dict:
     return {"seed": profile.seed, "gan": dataclasses.asdict(profile.gan), "setting": dataclasses.asdict(setting),
             "privacy": dataclasses.asdict(profile.privacy)}
 
 
-def pretrain_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_path: Path, profile: Profile,
-                   setting: Setting):
-    """Partition the generator's training rows into K disjoint subsets and pretrain K critics."""
+def pretrain_stage(run_dir, schema: DatasetSchema, table_path: Path, encoded_path: Path, gan_rows_path: Path,
+                   profile: Profile, setting: Setting):
+    """Partition the generator's training rows into K disjoint subsets (secret, row-local), impute each
+    subset from itself, and pretrain K critics."""
     encoder = TableEncoder(schema)
 
     def work(directory: Path):
         rows = np.load(gan_rows_path)
-        data = torch.from_numpy(np.load(encoded_path)[rows])
-        partition = make_partition(len(rows), setting.discriminators, profile.seed)
+        partition = make_partition(len(rows), setting.discriminators, load_secret(run_dir))
+        matrix = training_matrix(schema, pd.read_parquet(table_path), rows, partition, profile,
+                                 np.load(encoded_path))
         np.save(directory / "partition.npy", partition)
+        np.save(directory / "train_rows.npy", matrix)
+        data = torch.from_numpy(matrix)
         total = profile.gan.pretrain_iterations
         reported = [0]
 
@@ -64,32 +93,32 @@ def pretrain_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_
                                    resolve_device(profile.device), progress=progress,
                                    condition=generator_condition(encoder, profile))
         torch.save(critics.state_dict(), directory / "critics.pt")
-        info = {"discriminators": setting.discriminators, "subset_rows": int(partition.shape[1]),
-                "dropped_rows": int(len(rows) - partition.size),
+        sizes = subset_sizes(partition)
+        info = {"discriminators": setting.discriminators, "subset_rows": [int(sizes.min()), int(sizes.max())],
                 "kernels": kernels_in_use(profile.gan, resolve_device(profile.device))}
-        return {"partition": directory / "partition.npy", "critics": directory / "critics.pt"}, info
+        return {"partition": directory / "partition.npy", "train_rows": directory / "train_rows.npy",
+                "critics": directory / "critics.pt"}, info
 
-    config = {k: v for k, v in _gan_config(profile, setting).items() if k != "privacy"}
-    return run_stage(run_dir, f"pretrain-{setting.name}", {"encoded": encoded_path, "gan_rows": gan_rows_path},
-                     config, work)
+    config = {**{k: v for k, v in _gan_config(profile, setting).items() if k != "privacy"},
+              "protocol": profile.protocol, "knn_neighbors": profile.knn_neighbors, "partition": "row-local, secret"}
+    return run_stage(run_dir, f"pretrain-{setting.name}",
+                     {"table": table_path, "encoded": encoded_path, "gan_rows": gan_rows_path}, config, work)
 
 
-def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_path: Path, pretrain_dir: Path,
-                profile: Profile, setting: Setting):
+def train_stage(run_dir, schema: DatasetSchema, pretrain_dir: Path, profile: Profile, setting: Setting):
     """Algorithm 2 to the last checkpoint within the budget; resumes from its own last checkpoint."""
     encoder = TableEncoder(schema)
 
     def work(directory: Path):
-        rows = np.load(gan_rows_path)
-        data = torch.from_numpy(np.load(encoded_path)[rows])
+        data = torch.from_numpy(np.load(pretrain_dir / "train_rows.npy"))
         partition = np.load(pretrain_dir / "partition.npy")
         device = resolve_device(profile.device)
         state = torch.load(pretrain_dir / "critics.pt", map_location=device, weights_only=False)
         critics = CriticStack.from_params([p.to(device) for p in state["params"]], state["batchnorm"])
-        last, _ = planned_iterations(profile.gan, profile.privacy, setting, len(rows))
+        last, _ = planned_iterations(profile.gan, profile.privacy, setting)
         trainer = GeneratorTrainer(data, partition, critics, profile.gan, profile.privacy, setting,
                                    encoder_groups(encoder), profile.seed, directory / "checkpoints", device,
-                                   level_share_fn=encoder.level_shares,
+                                   load_secret(run_dir), level_share_fn=encoder.level_shares,
                                    condition=generator_condition(encoder, profile))
         result = trainer.run(last, progress=lambda it, eps: print(
             f"training {setting.name}: iteration {it}/{last}, epsilon {eps:.3f}"))
@@ -102,7 +131,8 @@ def train_stage(run_dir, schema: DatasetSchema, encoded_path: Path, gan_rows_pat
                 "internal_metrics": directory / "internal_metrics.json"}, info
 
     return run_stage(run_dir, f"train-{setting.name}",
-                     {"encoded": encoded_path, "gan_rows": gan_rows_path, "critics": pretrain_dir / "critics.pt"},
+                     {"train_rows": pretrain_dir / "train_rows.npy", "partition": pretrain_dir / "partition.npy",
+                      "critics": pretrain_dir / "critics.pt"},
                      _gan_config(profile, setting), work)
 
 

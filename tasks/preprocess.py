@@ -1,5 +1,18 @@
-"""Stage 3: invalid values to missing, KNN imputation fitted on the generator's training rows only,
-and the encoding of every row to [-1, 1] by the schema's public bounds."""
+"""Stage 3: invalid values to missing, and the encoding of every row to [-1, 1] by the schema's public
+bounds, with the imputation evaluation needs.
+
+Imputation is where one row could reach others, so who imputes whom is part of the privacy argument:
+
+* The generator's training rows are imputed later, per privacy setting, from donors of their own
+  critic subset only (tasks/gan.py `training_matrix`), which epsilon covers.
+* For evaluation (`encoded.npy`: the real baseline, AUCs on real rows, the internal report), each split
+  is imputed from donors of the same split: validation rows from validation rows, test rows from test
+  rows, training rows from training rows; never across splits. The DP choice of the release reads
+  only the validation rows that needed no imputation (`complete.npy`), so its sensitivity is that of
+  one row.
+* `protocol: thesis` imputes every row from donors among all rows, as the thesis did (a KNN over all
+  rows couples them: the report lists it as not covered, and `release` refuses that protocol).
+"""
 
 from __future__ import annotations
 
@@ -22,25 +35,40 @@ def gan_rows(split: dict, protocol: str) -> np.ndarray:
     return np.sort(split["train"])
 
 
+def imputation_scopes(split: dict, protocol: str) -> list[np.ndarray]:
+    """Groups of rows imputed from each other for evaluation (see the module notes)."""
+    if protocol == "thesis":
+        return [np.sort(split["rows"])]
+    return [np.sort(split[name]) for name in ("train", "val", "test")]
+
+
 def preprocess_stage(run_dir, schema: DatasetSchema, table_path: Path, split_path: Path, profile: Profile):
     def work(directory: Path):
         table = pd.read_parquet(table_path)
         split = dict(np.load(split_path))
         numeric, invalid_counts = invalid_to_missing(schema, table.iloc[split["rows"]])
         numeric.index = split["rows"]
-        fit_rows = gan_rows(split, profile.protocol)
-        imputer = UnitScaledImputer(schema, profile.knn_neighbors).fit(numeric.loc[fit_rows])
-        complete = typed_frame(schema, imputer.transform(numeric))
-        encoded = np.zeros((len(table), TableEncoder(schema).width), dtype=np.float32)
-        encoded[split["rows"]] = TableEncoder(schema).encode(complete)
+        complete = np.zeros(len(table), dtype=bool)
+        complete[split["rows"]] = ~numeric.isna().any(axis=1).to_numpy()
+        imputer = UnitScaledImputer(schema, profile.knn_neighbors)
+        position = pd.Series(np.arange(len(numeric)), index=numeric.index)
+        scopes = [position[rows].to_numpy() for rows in imputation_scopes(split, profile.protocol)]
+        filled = typed_frame(schema, imputer.impute_groups(numeric, scopes))
+        encoder = TableEncoder(schema)
+        encoded = np.zeros((len(table), encoder.width), dtype=np.float32)
+        encoded[split["rows"]] = encoder.encode(filled)
         np.save(directory / "encoded.npy", encoded)
-        np.save(directory / "gan_rows.npy", fit_rows)
+        np.save(directory / "complete.npy", complete)
+        np.save(directory / "gan_rows.npy", gan_rows(split, profile.protocol))
         # Counts of imputed values are real-data statistics: internal report only.
-        imputed = {"imputed_values": invalid_counts, "rows": len(split["rows"]),
-                   "imputer_fitted_on": "all rows" if profile.protocol == "thesis" else "training rows"}
+        scope = ("all rows together (thesis protocol)" if profile.protocol == "thesis" else
+                 "training rows within their critic's subset; validation and test rows within their split")
+        imputed = {"imputed_values": invalid_counts, "rows": len(split["rows"]), "donors": scope}
         write_json(imputed, directory / "imputation.json")
         return ({"encoded": directory / "encoded.npy", "gan_rows": directory / "gan_rows.npy",
+                 "complete": directory / "complete.npy",
                  "imputation": directory / "imputation.json"}, imputed)
 
-    config = {"protocol": profile.protocol, "k": profile.knn_neighbors, "schema": schema.source_hash}
+    config = {"protocol": profile.protocol, "k": profile.knn_neighbors, "schema": schema.source_hash,
+              "scopes": "per split"}
     return run_stage(run_dir, "preprocess", {"table": table_path, "split": split_path}, config, work)

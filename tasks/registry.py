@@ -51,7 +51,7 @@ from tasks.tracking import tracking_uri
 CHAMPION = "champion"
 MODEL_ARTIFACT = "synthetic-table-model"
 # Version tags a release carries (`release_tags` builds them; `register_release` adds what it knows).
-RELEASE_TAG_KEYS = ("release_id", "epsilon", "delta", "accountant", "sigma", "C", "K", "T", "batch_size",
+RELEASE_TAG_KEYS = ("release_id", "epsilon", "delta", "accountant", "discriminator_draw", "sigma", "C", "K", "T", "batch_size",
                     "data_sha256", "schema_version", "code_version", "release_auc", "report")
 SAMPLE_SUFFIXES = PARQUET_SUFFIXES + (".csv",)
 
@@ -92,7 +92,7 @@ def code_version() -> str:
         return "unknown"
 
 
-def release_tags(*, release_id: str, profile, setting, iteration: int, data_sha256: str, schema_version: int,
+def release_tags(*, release_id: str, profile, setting, trained_iterations: int, data_sha256: str, schema_version: int,
                  release_auc: float | None = None, report: str | None = None) -> dict[str, str]:
     """The standard version tags of a release, from the typed profile and the chosen checkpoint.
 
@@ -100,17 +100,18 @@ def release_tags(*, release_id: str, profile, setting, iteration: int, data_sha2
     hash are internal facts for the data steward (the registry is internal); none of them enters the
     published bundle.
     """
-    from models.accountant import MECHANISM
+    from models.accountant import mechanism_name
 
     privacy, gan = profile.privacy, profile.gan
     return {
         "release_id": release_id,
         "delta": repr(privacy.delta),
-        "accountant": MECHANISM if setting.private else "none (non-private training)",
+        "accountant": mechanism_name(gan.critic_draw) if setting.private else "none (non-private training)",
+        "discriminator_draw": gan.critic_draw,
         "sigma": repr(privacy.noise_multiplier) if setting.private else "none",
         "C": repr(privacy.clip) if setting.private else "none",
         "K": str(setting.discriminators),
-        "T": str(int(iteration)),
+        "T": str(int(trained_iterations)),   # what the accountant composed, not the chosen iteration
         "batch_size": str(gan.batch_size),
         "data_sha256": data_sha256,
         "schema_version": str(schema_version),

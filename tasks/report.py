@@ -30,6 +30,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from models.encoding import TableEncoder, level_codes
+from models.privacy_statement import HEADING as EPSILON_HEADING
+from models.privacy_statement import PrivacyStatement
 from models.quality import (
     feature_stats,
     level_frequencies,
@@ -48,24 +50,6 @@ REAL_SETTING = "real"
 BASELINE_SETTING = "baseline"
 # Optional per-run level-share columns in the results table: "share:<column>=<level>".
 SHARE_PREFIX = "share:"
-
-EPSILON_HEADING = "What epsilon covers, and what it does not"
-EPSILON_COVERS = (
-    "Epsilon (with delta) covers the training of the generator: it bounds how much any one row of the "
-    "generator's training table can change the trained generator at every checkpoint. Everything released "
-    "(the generator, the synthetic table sampled from it, and statistics computed from that synthetic table "
-    "alone) is post-processing of the differentially private generator and carries the same guarantee."
-)
-EPSILON_DOES_NOT_COVER = (
-    ("the KNN imputation of missing and out-of-bounds values before training: it is data-dependent and lets "
-     "rows influence each other's imputed values, so the guarantee is stated for the imputed training table, "
-     "not for the raw one;"),
-    ("the choice of the released checkpoint, which used the AUC of classifiers measured on real validation "
-     "and test data, and how close each checkpoint's level shares came to the real validation rows';"),
-    "the validation step that checked the input table, and its counts;",
-    ("everything in the internal report, which holds real-data statistics (AUCs on real data, real "
-     "distributions, correlations, importances, imputation counts) and is never published."),
-)
 
 # Privacy keys the release notes may show (public configuration and accountant output). Anything else
 # in the `privacy` dict appears in the internal report only.
@@ -276,11 +260,12 @@ def _mapping_table(mapping: dict, key_header: str = "item", value_header: str = 
     return _Table([key_header, value_header], rows)
 
 
-def _epsilon_statement(doc: _Doc) -> None:
+def _epsilon_statement(doc: _Doc, statement: PrivacyStatement) -> None:
     doc.heading(1, EPSILON_HEADING)
-    doc.paragraph(EPSILON_COVERS)
+    doc.paragraph(statement.covers)
     doc.paragraph("Epsilon does NOT cover:")
-    doc.bullets(EPSILON_DOES_NOT_COVER)
+    doc.bullets(list(statement.does_not_cover) or ["nothing else."])
+    doc.paragraph(statement.internal_only)
 
 
 # ---- figures -----------------------------------------------------------------------------------------------
@@ -548,6 +533,7 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
                           chosen: dict[str, dict], real_frame: pd.DataFrame | None,
                           synthetic_frames: dict[str, pd.DataFrame],
                           ledger_level_shares: dict[str, list[dict]], privacy: dict,
+                          statement: PrivacyStatement,
                           imputation_counts: dict | None = None, thesis_reference: dict | None = None,
                           max_rows: int | None = 20000, seed: int = 0) -> Path:
     """Write the INTERNAL report: one self-contained HTML file (figures embedded). Returns its path.
@@ -581,7 +567,7 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
     else:
         doc.paragraph("No level of a binary or categorical column vanished at any recorded checkpoint.")
 
-    _epsilon_statement(doc)
+    _epsilon_statement(doc, statement)
 
     doc.heading(1, "Privacy parameters")
     scalars = {k: v for k, v in privacy.items() if not isinstance(v, dict)}
@@ -592,8 +578,10 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
             doc.table(_mapping_table(value, key.rstrip("s") or key))
 
     doc.heading(1, "Chosen checkpoints")
-    doc.paragraph("Per setting, the lowest-epsilon checkpoint whose AUC is close to the setting's best "
-                  "(thesis Figure 7.1). The test AUC is measured on real test rows: internal only.")
+    doc.paragraph("A release: the checkpoint its differentially private choice drew, at the whole release's "
+                  "epsilon. An experiment: per setting, the lowest-epsilon checkpoint whose AUC is close to the "
+                  "setting's best (thesis Figure 7.1), at that checkpoint's training epsilon. The test AUC is "
+                  "measured on real test rows: internal only.")
     if chosen:
         frame = pd.DataFrame.from_dict(chosen, orient="index")
         frame = frame[[c for c in ("iteration", "epsilon", "test_auc") if c in frame.columns]
@@ -696,7 +684,7 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
             doc.table(_level_share_table(schema, entries, _chosen_iteration(chosen, setting)))
 
     if imputation_counts:
-        doc.heading(1, "KNN imputation (data-dependent, not covered by epsilon)")
+        doc.heading(1, "KNN imputation (counts: internal)")
         doc.table(_mapping_table(imputation_counts, "column", "values imputed"))
 
     if thesis_reference:
@@ -719,7 +707,7 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
 
 
 def _release_doc(schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: dict, chosen: dict,
-                 ledger: list[dict]) -> _Doc:
+                 ledger: list[dict], statement: PrivacyStatement) -> _Doc:
     doc = _Doc()
     doc.paragraph("Published release notes. Every number below is either public configuration, the output of "
                   "the privacy accountant, or a statistic of the released synthetic table (post-processing of "
@@ -734,7 +722,7 @@ def _release_doc(schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: 
         private = _is_finite(eps)
         doc.paragraph(f"Setting {setting}, checkpoint at iteration {entry.get('iteration')}: "
                       + (f"(epsilon, delta) = ({eps_text}, {_fmt_general(privacy.get('delta'))})-differential "
-                         f"privacy, unit of privacy one row." if private else
+                         f"privacy for the whole release, unit of privacy one row." if private else
                          "NOT differentially private (non-private setting, epsilon = inf)."))
     public = {PUBLIC_PRIVACY_KEYS[k]: v for k, v in privacy.items()
               if k in PUBLIC_PRIVACY_KEYS and not isinstance(v, dict)}
@@ -752,12 +740,14 @@ def _release_doc(schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: 
                       for s, e in picks.items()]))
 
     doc.heading(1, "Epsilon ledger")
-    doc.paragraph("Epsilon spent up to each checkpoint of the released training run (the accountant's output).")
+    doc.paragraph("Epsilon spent by training up to each checkpoint (the accountant's output). Every checkpoint up "
+                  "to the last was trained and considered, so the release costs at least the last one's, combined "
+                  "with the choice as stated above.")
     doc.table(_Table(["iteration", "epsilon"],
                      [[format_number(entry.get("iteration")), format_number(entry.get("epsilon"), 3)]
                       for entry in sorted(ledger or [], key=lambda e: e.get("iteration", 0))]))
 
-    _epsilon_statement(doc)
+    _epsilon_statement(doc, statement)
 
     doc.heading(1, "The synthetic table")
     frame = synthetic_frame
@@ -778,7 +768,7 @@ def _release_doc(schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: 
 
 
 def build_release_notes(path, *, title: str, schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: dict,
-                        chosen: dict, ledger: list[dict]) -> Path:
+                        chosen: dict, ledger: list[dict], statement: PrivacyStatement) -> Path:
     """Write the published release notes as Markdown. DP-covered and public content only.
 
     From `chosen` only each setting's iteration and epsilon are used (never its AUC); from `ledger`
@@ -787,17 +777,17 @@ def build_release_notes(path, *, title: str, schema: DatasetSchema, synthetic_fr
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_release_doc(schema, synthetic_frame, privacy, chosen, ledger).to_markdown(title),
+    path.write_text(_release_doc(schema, synthetic_frame, privacy, chosen, ledger, statement).to_markdown(title),
                     encoding="utf-8")
     return path
 
 
 def build_release_notes_html(path, *, title: str, schema: DatasetSchema, synthetic_frame: pd.DataFrame,
-                             privacy: dict, chosen: dict, ledger: list[dict]) -> Path:
+                             privacy: dict, chosen: dict, ledger: list[dict], statement: PrivacyStatement) -> Path:
     """The same release notes as one HTML file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_release_doc(schema, synthetic_frame, privacy, chosen, ledger).to_html(title),
+    path.write_text(_release_doc(schema, synthetic_frame, privacy, chosen, ledger, statement).to_html(title),
                     encoding="utf-8")
     return path
 
@@ -857,8 +847,6 @@ def selection_table_records(results: pd.DataFrame) -> list[dict]:
 
 
 __all__ = [
-    "EPSILON_COVERS",
-    "EPSILON_DOES_NOT_COVER",
     "build_internal_report",
     "build_release_notes",
     "build_release_notes_html",

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from models.accountant import MECHANISM
+from models.accountant import mechanism_name
 from models.config import Profile
 from models.encoding import TableEncoder
+from models.privacy_statement import privacy_statement
 from models.schema import DatasetSchema
 from tasks.report import build_internal_report, build_release_notes
 from tasks.stage import read_json, run_stage
@@ -20,11 +21,16 @@ from tasks.stage import read_json, run_stage
 def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | None = None) -> dict:
     """The public description of the privacy setup, keyed as the release notes expect."""
     settings = profile.settings if settings is None else settings
+    per_row = profile.gan.critic_draw == "per_row"
     summary = {
-        "mechanism": MECHANISM,
-        "accountant": "analytical RDP (autodp), composed T x B times",
+        "mechanism": mechanism_name(profile.gan.critic_draw),
+        "accountant": ("analytical RDP (autodp), composed T x B times" if per_row else
+                       "analytical RDP (autodp) at noise multiplier sigma / sqrt(B), composed T times"),
         "conversion": "classic: epsilon = min over orders a of RDP(a) + log(1/delta)/(a - 1)",
-        "sampling": "one of K discriminators per step, each trained on a disjoint subset (probability 1/K)",
+        "sampling": ("each sanitised row queries one of K discriminators, drawn independently (probability 1/K); "
+                     "each discriminator trained on a disjoint subset" if per_row else
+                     "one of K discriminators per step for all B rows (probability 1/K); each trained on a "
+                     "disjoint subset"),
         "adjacency": "replace one row (sensitivity 2C)",
         "unit": "one row of the generator's training table",
         "delta": profile.privacy.delta,
@@ -50,8 +56,9 @@ def thesis_reference(schema_path: Path, name: str) -> dict | None:
 
 
 def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict, chains: list[dict],
-                 results_path: Path, chosen: dict, profile: Profile, title: str):
-    """Write report.html (internal) and, per chosen setting, release notes."""
+                 results_path: Path, chosen: dict, profile: Profile, title: str, release: bool = False):
+    """Write report.html (internal) and, per chosen setting, release notes. `release`: the run is a
+    release (its checkpoint was chosen by the DP decision), not the experiment's internal study."""
     encoder = TableEncoder(schema)
 
     def work(directory: Path):
@@ -67,9 +74,12 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                     Path(chain["samples"]) / f"synthetic_{pick['iteration']:06d}.parquet")
         privacy = privacy_summary(profile, schema=schema)
         imputation = read_json(paths["imputation"])["imputed_values"]
+        private = [s for s in profile.settings if s.private]
+        shown = profile.release_target() if release else (private or list(profile.settings))[0]
         report = build_internal_report(directory / "report.html", title=title, schema=schema,
                                        results=results, chosen=chosen, real_frame=real_frame,
                                        synthetic_frames=synthetic, ledger_level_shares=ledgers, privacy=privacy,
+                                       statement=privacy_statement(profile, shown, release=release),
                                        imputation_counts=imputation,
                                        thesis_reference=thesis_reference(schema_path, schema.name),
                                        max_rows=profile.evaluation.quality_rows, seed=profile.seed)
@@ -79,10 +89,11 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
             notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
                                         schema=schema, synthetic_frame=frame,
                                         privacy=privacy_summary(profile, [setting], schema),
-                                        chosen={name: chosen[name]}, ledger=ledgers[name])
+                                        chosen={name: chosen[name]}, ledger=ledgers[name],
+                                        statement=privacy_statement(profile, setting, release=release))
             outputs[f"notes_{name}"] = notes
         return outputs, {"settings": sorted(synthetic)}
 
     inputs = {"results": results_path, **{f"ledger_{c['setting']}": Path(c["ledger"]) for c in chains}}
-    config = {"chosen": chosen, "profile": dataclasses.asdict(profile), "title": title}
+    config = {"chosen": chosen, "profile": dataclasses.asdict(profile), "title": title, "release": release}
     return run_stage(run_dir, "report", inputs, config, work)

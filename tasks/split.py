@@ -1,4 +1,10 @@
-"""Stage 2: the stratified train/validation/test split, fixed by the seed."""
+"""Stage 2: the train/validation/test split, row-local and secret.
+
+Each row's split (and, for small profiles, whether it is kept at all) depends on its index and the
+run's privacy secret only (models/preprocessing.py `row_local_split`): changing one row moves no other
+row, which the privacy argument needs, and nobody who knows the profile can tell which rows trained the
+generator. The secret is read from the run folder, never passed through Prefect.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +14,25 @@ import numpy as np
 import pandas as pd
 
 from models.config import Profile
-from models.encoding import level_codes
-from models.preprocessing import stratified_split, stratified_subsample
-from models.schema import DatasetSchema
+from models.preprocessing import row_local_split, row_local_subsample
+from models.secret import load as load_secret
 from tasks.stage import run_stage
 
 
-def target_codes(schema: DatasetSchema, table: pd.DataFrame) -> np.ndarray:
-    return level_codes(schema.column(schema.target), table[schema.target].to_numpy())
-
-
-def split_stage(run_dir, schema: DatasetSchema, table_path: Path, profile: Profile):
+def split_stage(run_dir, schema, table_path: Path, profile: Profile):
     def work(directory: Path):
-        table = pd.read_parquet(table_path)
-        y = target_codes(schema, table)
-        rows = np.arange(len(table))
-        if profile.max_rows is not None and profile.max_rows < len(table):
-            # Small profiles work on a stratified subsample, drawn with the seed.
-            rows = stratified_subsample(y, profile.max_rows, profile.seed)
-        parts = stratified_split(y[rows], profile.split, profile.seed)
+        secret = load_secret(run_dir)
+        n_rows = len(pd.read_parquet(table_path, columns=[schema.target]))
+        rows = np.arange(n_rows)
+        if profile.max_rows is not None and profile.max_rows < n_rows:
+            # Small profiles work on a subsample, drawn row-locally from the secret too.
+            rows = row_local_subsample(n_rows, profile.max_rows, secret)
+        parts = row_local_split(n_rows, profile.split, secret, rows)
         out = directory / "split.npz"
-        np.savez(out, rows=rows, train=rows[parts["train"]], val=rows[parts["val"]], test=rows[parts["test"]])
+        np.savez(out, rows=rows, train=parts["train"], val=parts["val"], test=parts["test"])
+        # Split sizes depend on the secret only; still internal (they are not needed outside the run).
         info = {k: len(v) for k, v in parts.items()}
         return {"split": out}, info
 
-    config = {"seed": profile.seed, "split": profile.split, "max_rows": profile.max_rows}
+    config = {"split": profile.split, "max_rows": profile.max_rows, "method": "row-local, secret"}
     return run_stage(run_dir, "split", {"table": table_path}, config, work)

@@ -1,17 +1,25 @@
 """A smoke release end to end on generated data: every stage runs, MLflow records it, the generator is
-registered as champion, the bundle holds no real row, a rerun skips, and an over-budget release is
-refused with the champion left in place."""
+registered as champion, the bundle holds no real row and publishes the whole release's epsilon, a second
+release draws new noise, a killed release resumes to the same result, and an over-budget, unapproved or
+uncovered release is refused with the champion left in place."""
 
 import json
+import shutil
 
 import mlflow
+import numpy as np
 import pandas as pd
+import pytest
+import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from models.config import load_profile
-from models.gswgan import kernels_in_use
+from models.gswgan import GeneratorTrainer, kernels_in_use
+from models.privacy_statement import privacy_statement
+from models.secret import load as load_secret
+from models.secret import store
 from tasks.bundle import bundle_contains_no_real_rows
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
@@ -20,26 +28,40 @@ def _last_json(capfd):
     return json.loads(capfd.readouterr().out.strip().splitlines()[-1])
 
 
-def _release_with(workdir, data, name: str, section: str, key: str, value) -> int:
-    """A smoke release whose profile changes one key; returns the exit status. Runs in `<name>-run`."""
+def _release_with(workdir, data, name: str, section: str, key: str, value, **more) -> int:
+    """A smoke release whose profile changes keys; returns the exit status. Runs in `<name>-run`."""
     profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
-    profile[section][key] = value
+    profile.setdefault(section, {})[key] = value
+    for path, extra in more.items():
+        section_, key_ = path.split("__")
+        profile.setdefault(section_, {})[key_] = extra
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(profile))
     return main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", str(path),
                  "--out", str(workdir / f"{name}-run")])
 
 
+def _generator_weights(bundle) -> dict:
+    return torch.load(bundle / "generator.pt", weights_only=True)["state_dict"]
+
+
 def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd):
-    out = isolated_workdir / "run"
-    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke",
-            "--out", str(out), "--json"]
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke", "--json"]
     assert main(argv) == 0
     summary = _last_json(capfd)
     for key in ("release_id", "epsilon", "delta", "auc", "bundle_dir", "model_uri", "mlflow_run_id"):
         assert key in summary
+    out = isolated_workdir / summary["run_dir"]
+    assert out.parent == isolated_workdir / "runs" / "release" and out.name == summary["release_id"]
+    # The release pays for training to its last checkpoint and for the DP choice (max: disjoint rows),
+    # whichever checkpoint was chosen; never the chosen checkpoint's training epsilon alone, never 0.
     ledger = json.loads((out / "train-k10" / "checkpoints" / "ledger.json").read_text())["checkpoints"]
-    assert summary["epsilon"] == {e["iteration"]: e["epsilon"] for e in ledger}[summary["iteration"]]
+    profile = load_profile("smoke", CARDIO_SCHEMA)
+    last = ledger[-1]["epsilon"]
+    assert ledger[-1]["iteration"] == profile.gan.iterations and last > 0
+    assert summary["epsilon"] == max(last, profile.privacy.choice_epsilon) >= last + 0.0
+    assert summary["epsilon_training"] == last and summary["epsilon_choice"] == profile.privacy.choice_epsilon
+    assert summary["iteration"] in [e["iteration"] for e in ledger if e["iteration"] > 0]
     assert 0.0 <= summary["auc"] <= 1.0
     for stage in ("validate", "split", "preprocess", "pretrain-k10", "train-k10", "sample-k10",
                   "evaluate-k10/000", "evaluate-real/000", "report"):
@@ -63,26 +85,109 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     assert len(rows) == 50 and list(rows.columns) == [c.name for c in __import__("models.schema").schema
                                                       .DatasetSchema.from_yaml(CARDIO_SCHEMA).columns]
 
+    assert float(champion.tags["epsilon"]) == summary["epsilon"] and champion.tags["T"] == str(ledger[-1]["iteration"])
+    statement = privacy_statement(profile, profile.release_target(), release=True)
+    assert statement.covers in champion.description
+
     bundle = out / "bundle"
     release = json.loads((bundle / "release.json").read_text())
     assert release["epsilon"] == summary["epsilon"] and release["model_uri"] == summary["model_uri"]
+    assert release["epsilon_parts"]["training_to_last_checkpoint"] == last
+    assert release["epsilon_covers"] == statement.covers
+    assert release["epsilon_does_not_cover"] == list(statement.does_not_cover)
+    assert torch.load(bundle / "generator.pt", weights_only=True)["epsilon"] == summary["epsilon"]
     assert bundle_contains_no_real_rows(bundle, demo_frame) == []
     published = " ".join(p.read_text(errors="ignore") for p in bundle.glob("*.md"))
+    assert statement.covers in published
     for value in (summary["auc"], summary["real_auc"]):  # AUCs are measured on real rows: never published
         assert f"{value:.3f}" not in published and f"{value:.4f}" not in published
+    # The secret sits in the run folder, owner-only, and nowhere in what was published or logged.
+    secret_file = out / "privacy_secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    secret_hex = secret_file.read_text().strip()
+    for path in list(bundle.rglob("*")) + list((isolated_workdir / "mlartifacts").rglob("*")):
+        if path.is_file():
+            assert secret_hex.encode() not in path.read_bytes(), path
+    assert secret_hex not in json.dumps(run.data.params) + json.dumps(run.data.tags)
 
-    # A rerun finds every stage done and gives the same answer.
+    # The same command again is a new release: a new id, a new secret, new noise, another split.
     assert main(argv) == 0
     again = _last_json(capfd)
-    assert again["epsilon"] == summary["epsilon"] and again["auc"] == summary["auc"]
+    other = isolated_workdir / again["run_dir"]
+    assert again["release_id"] != summary["release_id"] and other != out
+    assert load_secret(other) != load_secret(out)
+    first, second = _generator_weights(bundle), _generator_weights(other / "bundle")
+    assert any(not torch.equal(first[k], second[k]) for k in first)
+    assert not np.array_equal(np.load(out / "split" / "split.npz")["val"], np.load(other / "split" / "split.npz")["val"])
 
     # Over budget: refused before anything runs; the champion stays.
     assert _release_with(isolated_workdir, demo_csv, "tight", "privacy", "epsilon_budget", 1.0) == 5
     assert "budget" in capfd.readouterr().err
-    assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == champion.version
+    assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]
 
-    # Not approved (AUC under the profile's floor): refused after evaluation, nothing published.
-    assert _release_with(isolated_workdir, demo_csv, "strict", "evaluation", "min_release_auc", 0.999) == 6
+    # Not approved (the DP approval test finds the AUC under the profile's floor): refused after evaluation,
+    # nothing published, the run final ("refused": a rerun would not draw the decision again).
+    assert _release_with(isolated_workdir, demo_csv, "strict", "evaluation", "min_release_auc", 0.999,
+                         privacy__approval_epsilon=5.0) == 6
     assert "approval floor" in capfd.readouterr().err
     assert not (isolated_workdir / "strict-run" / "bundle").exists()
-    assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == champion.version
+    assert json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["status"] == "refused"
+    assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]
+
+
+@pytest.mark.parametrize("section, key, value, fragment", [
+    ("gan", "critic_draw", "per_step", "critic_draw"),
+    ("protocol", None, "thesis", "protocol"),
+])
+def test_release_refuses_what_epsilon_cannot_cover(isolated_workdir, demo_csv, capfd, section, key, value, fragment):
+    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
+    if key is None:
+        profile[section] = value
+    else:
+        profile[section][key] = value
+    path = isolated_workdir / "uncovered.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    code = main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
+                 "--out", str(isolated_workdir / "run")])
+    err = capfd.readouterr().err
+    assert code == 2 and fragment in err and "Traceback" not in err
+    assert not (isolated_workdir / "run").exists()
+
+
+def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_workdir, demo_csv, capfd,
+                                                                      monkeypatch):
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke", "--json"]
+    save = GeneratorTrainer._save_checkpoint
+    killed = []
+
+    def dies_after_the_first_checkpoint(self):
+        save(self)
+        if self.iteration == 20 and not killed:
+            killed.append(self.iteration)
+            raise KeyboardInterrupt   # stands in for a kill: the checkpoint is on disk, nothing after it
+
+    monkeypatch.setattr(GeneratorTrainer, "_save_checkpoint", dies_after_the_first_checkpoint)
+    assert main(argv) == 130 and killed == [20]
+    capfd.readouterr()
+    (interrupted,) = (isolated_workdir / "runs" / "release").iterdir()
+    assert not (interrupted / "train-k10" / "manifest.json").exists()
+    assert (interrupted / "train-k10" / "checkpoints" / "generator_000020.pt").exists()
+
+    # An uninterrupted release with the same secret, in its own folder.
+    reference = isolated_workdir / "reference"
+    store(reference, load_secret(interrupted))
+    assert main(argv[:-1] + ["--out", str(reference), "--json"]) == 0
+    whole = _last_json(capfd)
+
+    # The same command resumes the interrupted run (same id, same secret) and ends where it would have.
+    assert main(argv) == 0
+    resumed = _last_json(capfd)
+    assert resumed["run_dir"] == str(interrupted.relative_to(isolated_workdir))
+    assert json.loads((interrupted / "run.json").read_text())["status"] == "published"
+    for key in ("iteration", "epsilon", "auc"):
+        assert resumed[key] == whole[key], key
+    a, b = _generator_weights(interrupted / "bundle"), _generator_weights(reference / "bundle")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    pd.testing.assert_frame_equal(pd.read_parquet(interrupted / "bundle" / "synthetic.parquet"),
+                                  pd.read_parquet(reference / "bundle" / "synthetic.parquet"))
+    shutil.rmtree(reference)

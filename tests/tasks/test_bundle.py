@@ -10,8 +10,9 @@ import pytest
 
 from models.encoding import TableEncoder
 from models.pyfunc import load_generator_file, sample_table
+from models.config import load_profile
+from models.privacy_statement import privacy_statement
 from tasks.bundle import (
-    EPSILON_DOES_NOT_COVER,
     build_release_json,
     bundle_contains_no_real_rows,
     real_row_matches,
@@ -20,6 +21,8 @@ from tasks.bundle import (
 from tests.conftest import CARDIO_SCHEMA
 from tests.tasks.test_registry import make_generator_file
 
+PROFILE = load_profile("default", CARDIO_SCHEMA)
+STATEMENT = privacy_statement(PROFILE, PROFILE.release_target(), release=True)
 LEDGER = [{"iteration": 0, "epsilon": 0.0, "generator": "generator_000000.pt"},
           {"iteration": 20, "epsilon": 3.5, "generator": "generator_000020.pt", "level_shares": {"gender": {}}},
           {"iteration": 40, "epsilon": 5.25, "generator": "generator_000040.pt"}]
@@ -33,9 +36,11 @@ def release(tmp_path, cardio_schema):
     notes = tmp_path / "notes.md"
     notes.write_text("# Release notes\n\nepsilon 3.5 at delta 1e-5.\n")
     ledger = build_release_json(release_id="cardio-test", dataset="cardio", schema_version=1, ledger=LEDGER,
-                                chosen_iteration=20, delta=1e-5, accountant="subsampled Gaussian",
-                                parameters={"K": 10, "T": 20, "batch_size": 32, "sigma": 1.07, "C": 1.0},
-                                epsilon_budget=10.0, rows=len(synthetic), model_uri="models:/cardio-gswgan/1")
+                                chosen_iteration=20, epsilon=5.25, epsilon_training=5.25, epsilon_choice=1.0,
+                                composition="parallel", delta=1e-5, accountant="subsampled Gaussian",
+                                parameters={"K": 10, "T": 40, "batch_size": 32, "sigma": 1.07, "C": 1.0},
+                                epsilon_budget=10.0, rows=len(synthetic), statement=STATEMENT.as_dict(),
+                                model_uri="models:/cardio-gswgan/1")
     return {"generator": gen_file, "synthetic": synthetic, "notes": notes, "release_json": ledger}
 
 
@@ -57,11 +62,15 @@ def test_bundle_holds_table_generator_ledger_and_notes(tmp_path, release, cardio
     assert blob_keys == {"spec", "iteration", "epsilon", "delta"}  # no critic, no optimiser state
 
     ledger = json.loads(paths["release_json"].read_text())
-    assert ledger["chosen_checkpoint"] == {"iteration": 20, "epsilon": 3.5} and ledger["epsilon"] == 3.5
+    # The release costs training to the LAST checkpoint (40) with the choice, not the chosen one's 3.5.
+    assert ledger["chosen_checkpoint"] == {"iteration": 20, "epsilon": 3.5} and ledger["epsilon"] == 5.25
+    assert ledger["epsilon_parts"] == {"training_to_last_checkpoint": 5.25, "last_checkpoint": 40,
+                                       "checkpoint_choice_and_approval": 1.0, "composition": "parallel"}
     assert [c["iteration"] for c in ledger["checkpoints"]] == [0, 20, 40]
     assert all(set(c) == {"iteration", "epsilon"} for c in ledger["checkpoints"])
     assert ledger["delta"] == 1e-5 and ledger["accountant"]["parameters"]["K"] == 10
-    assert ledger["epsilon_does_not_cover"] == EPSILON_DOES_NOT_COVER and "imputation" in EPSILON_DOES_NOT_COVER
+    assert ledger["epsilon_covers"] == STATEMENT.covers
+    assert ledger["epsilon_does_not_cover"] == list(STATEMENT.does_not_cover)
     assert paths["release_notes"].read_text().startswith("# Release notes")
 
     # `demo_frame` stands in for the real table: the generator's rows are not copies of it.
@@ -113,10 +122,12 @@ def test_rewriting_replaces_the_bundle_and_keeps_out_real_data_facts(tmp_path, r
 
 def test_non_private_epsilon_is_null_in_json():
     ledger = [{"iteration": 0, "epsilon": math.inf}, {"iteration": 10, "epsilon": math.inf}]
-    out = build_release_json(release_id="r", dataset="cardio", schema_version=1, ledger=ledger, chosen_iteration=10,
-                             delta=1e-5, accountant="none", parameters={}, epsilon_budget=None, rows=5)
+    common = {"release_id": "r", "dataset": "cardio", "schema_version": 1, "ledger": ledger, "epsilon": math.inf,
+              "epsilon_training": math.inf, "epsilon_choice": 1.0, "composition": "non-private training",
+              "delta": 1e-5, "accountant": "none", "parameters": {}, "epsilon_budget": None, "rows": 5,
+              "statement": STATEMENT.as_dict()}
+    out = build_release_json(chosen_iteration=10, **common)
     assert out["epsilon"] is None and out["private"] is False
     json.dumps(out, allow_nan=False)
     with pytest.raises(ValueError):
-        build_release_json(release_id="r", dataset="cardio", schema_version=1, ledger=ledger, chosen_iteration=7,
-                           delta=1e-5, accountant="none", parameters={}, epsilon_budget=None, rows=5)
+        build_release_json(chosen_iteration=7, **common)

@@ -17,9 +17,9 @@ from models.demo import make_demo_table
 from models.quality import feature_stats, level_frequencies
 from models.schema import DatasetSchema
 from tasks.evaluate import RESULT_COLUMNS
+from models.config import load_profile
+from models.privacy_statement import privacy_statement
 from tasks.report import (
-    EPSILON_COVERS,
-    EPSILON_DOES_NOT_COVER,
     build_internal_report,
     build_release_notes,
     build_release_notes_html,
@@ -32,6 +32,8 @@ from tasks.report import (
 )
 
 CARDIO_YAML = Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml"
+_DEFAULT = load_profile("default", CARDIO_YAML)
+STATEMENT = privacy_statement(_DEFAULT, _DEFAULT.release_target(), release=True)
 INF = float("inf")
 NAN = float("nan")
 
@@ -77,6 +79,8 @@ def _results() -> pd.DataFrame:
     frame["test_auprc"] = frame["test_auc"] - 0.0202
     frame["real_val_auc"] = frame["test_auc"] + 0.0033
     frame["real_val_share_gap"] = 0.0654321
+    frame["real_val_pairs"] = frame["real_val_auc"] * 300 * 310
+    frame["real_val_gap_rows"] = 40.0
     return frame[RESULT_COLUMNS]
 
 
@@ -116,7 +120,7 @@ def internal(tmp_path_factory, schema, real, synth) -> tuple[Path, str]:
     path = build_internal_report(
         directory / "report.html", title="Cardio experiment", schema=schema, results=_results(), chosen=CHOSEN,
         real_frame=real, synthetic_frames={"k10": synth, "baseline": collapsed},
-        ledger_level_shares=_ledger_shares(vanish=True), privacy=PRIVACY,
+        ledger_level_shares=_ledger_shares(vanish=True), privacy=PRIVACY, statement=STATEMENT,
         imputation_counts={"height": 12, "ap_hi": 34},
         thesis_reference={"K=1500 best trade-off": {"auc": 0.717, "epsilon": 6.45}}, seed=0)
     return path, path.read_text(encoding="utf-8")
@@ -125,7 +129,7 @@ def internal(tmp_path_factory, schema, real, synth) -> tuple[Path, str]:
 @pytest.fixture(scope="module")
 def notes(tmp_path_factory, schema, synth) -> str:
     path = build_release_notes(tmp_path_factory.mktemp("notes") / "RELEASE_NOTES.md", title="Cardio release",
-                               schema=schema, synthetic_frame=synth, privacy=PRIVACY, chosen={"k10": CHOSEN["k10"]},
+                               schema=schema, synthetic_frame=synth, privacy=PRIVACY, statement=STATEMENT, chosen={"k10": CHOSEN["k10"]},
                                ledger=LEDGER)
     return path.read_text(encoding="utf-8")
 
@@ -169,7 +173,7 @@ def test_internal_report_warns_about_vanished_levels(internal):
 def test_no_warning_without_a_vanished_level(tmp_path, schema, real, synth):
     path = build_internal_report(tmp_path / "r.html", title="t", schema=schema, results=_results(), chosen=CHOSEN,
                                  real_frame=real, synthetic_frames={"k10": synth},
-                                 ledger_level_shares=_ledger_shares(vanish=False), privacy=PRIVACY,
+                                 ledger_level_shares=_ledger_shares(vanish=False), privacy=PRIVACY, statement=STATEMENT,
                                  imputation_counts=None, thesis_reference=None)
     text = path.read_text()
     assert "WARNING" not in text and 'class="vanished"' not in text
@@ -179,7 +183,8 @@ def test_no_warning_without_a_vanished_level(tmp_path, schema, real, synth):
 def test_internal_report_without_real_table_or_results(tmp_path, schema, synth):
     path = build_internal_report(tmp_path / "r.html", title="t", schema=schema,
                                  results=pd.DataFrame(columns=RESULT_COLUMNS), chosen={}, real_frame=None,
-                                 synthetic_frames={"k10": synth}, ledger_level_shares={}, privacy={})
+                                 synthetic_frames={"k10": synth}, ledger_level_shares={}, privacy={},
+                                 statement=STATEMENT)
     text = path.read_text()
     assert "No AUC recorded." in text and "No real table given." in text
     assert "data:image/png;base64," in text
@@ -243,11 +248,11 @@ def test_release_notes_hold_the_synthetic_statistics_and_privacy_facts(notes, sc
 def test_epsilon_statement_in_both_documents(notes, internal, tmp_path, schema, synth):
     internal_text = html.unescape(internal[1])
     html_notes = build_release_notes_html(tmp_path / "notes.html", title="Cardio release", schema=schema,
-                                          synthetic_frame=synth, privacy=PRIVACY, chosen={"k10": CHOSEN["k10"]},
+                                          synthetic_frame=synth, privacy=PRIVACY, statement=STATEMENT, chosen={"k10": CHOSEN["k10"]},
                                           ledger=LEDGER).read_text()
     for text in (notes, internal_text, html.unescape(html_notes)):
-        assert EPSILON_COVERS in text
-        for item in EPSILON_DOES_NOT_COVER:
+        assert STATEMENT.covers in text and STATEMENT.internal_only in text
+        for item in STATEMENT.does_not_cover:
             assert item in text
         assert "post-processing of the differentially private generator" in text
         assert "KNN imputation" in text and "choice of the released checkpoint" in text
@@ -255,7 +260,7 @@ def test_epsilon_statement_in_both_documents(notes, internal, tmp_path, schema, 
 
 
 def test_release_notes_of_a_non_private_release_say_so(tmp_path, schema, synth):
-    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=PRIVACY,
+    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=PRIVACY, statement=STATEMENT,
                                chosen={"baseline": CHOSEN["baseline"]}, ledger=[{"iteration": 1000, "epsilon": INF}])
     text = path.read_text()
     assert "NOT differentially private" in text and format_number(BASELINE_AUCS[0], 4) not in text
@@ -267,7 +272,7 @@ def test_release_notes_of_a_conditional_generator_say_the_target_share_is_set_by
 
     profile = load_profile("thesis-k1500", CARDIO_YAML)
     privacy = privacy_summary(profile, profile.settings, schema)
-    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=privacy,
+    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=privacy, statement=STATEMENT,
                                chosen={"k1500": {"iteration": 2000, "epsilon": 3.0}},
                                ledger=[{"iteration": 2000, "epsilon": 3.0}])
     text = path.read_text()

@@ -1,0 +1,80 @@
+"""The one statement of what epsilon covers, generated from the mechanism that actually ran.
+
+README, the internal report, the release notes, `release.json` and the registry description all take
+their text from `privacy_statement`, so they cannot disagree with each other or with the code: the
+items listed as not covered are exactly the configuration's uncovered steps (none, for a release under
+the shipped release profiles, beyond those any synthetic-data release shares).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from models.config import Profile, Setting
+
+HEADING = "What epsilon covers, and what it does not"
+
+
+@dataclass(frozen=True)
+class PrivacyStatement:
+    covers: str
+    does_not_cover: tuple[str, ...]
+    internal_only: str
+
+    def as_dict(self) -> dict:
+        return {"epsilon_covers": self.covers, "epsilon_does_not_cover": list(self.does_not_cover),
+                "internal_only": self.internal_only}
+
+    def markdown(self) -> str:
+        lines = [self.covers, "", "Epsilon does NOT cover:", ""]
+        lines += [f"- {item}" for item in self.does_not_cover] or ["- nothing else."]
+        return "\n".join(lines + ["", self.internal_only])
+
+
+def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> PrivacyStatement:
+    """The statement for `setting` trained under `profile`; `release`: a release (DP choice of the
+    checkpoint and of publishing) rather than the experiment's internal study."""
+    gan, protocol = profile.gan, profile.protocol
+    missing: list[str] = []
+    if not setting.private:
+        covers = ("Nothing: this generator was trained without clipping or noise (a non-private baseline, "
+                  "epsilon = infinity).")
+    else:
+        draw = ("each generated row queries its own discriminator, drawn uniformly and independently among "
+                "the K, accounted as T x B subsampled Gaussian queries" if gan.critic_draw == "per_row" else
+                "all B generated rows of a step query one discriminator (the thesis' Algorithm 2), accounted "
+                "as T subsampled Gaussian queries at noise multiplier sigma / sqrt(B), whose epsilon is far "
+                "larger")
+        covers = ("Epsilon (with delta) bounds, with respect to replacing any one row of the input table, "
+                  "everything published: the generator's parameters at every checkpoint, every row sampled "
+                  "from them and every statistic of those rows (post-processing of the differentially private "
+                  f"generator; its training steps are sanitised: {draw}; the split of the rows, each "
+                  "discriminator's subset, the draws and the noise come from a secret drawn for the run")
+        if protocol == "honest":
+            covers += ("; the KNN imputation of a training row uses donors of its own discriminator's subset "
+                       "only")
+        if release:
+            covers += ("), the choice of the released checkpoint among all those trained and the decision to "
+                       "publish (differentially private mechanisms on real validation rows, disjoint from the "
+                       "training rows)." if protocol == "honest" else
+                       "), the choice of the released checkpoint and the decision to publish (differentially "
+                       "private mechanisms on real validation rows, composed with training).")
+        else:
+            covers += ")."
+        if protocol == "thesis":
+            missing.append("the KNN imputation over all rows (thesis protocol): one row can change the imputed "
+                           "values of rows in other discriminators' subsets, so the guarantee holds for the "
+                           "imputed table, not the raw one")
+        if not release:
+            missing.append("this experiment's choice of a checkpoint per setting, made with classifiers' AUCs "
+                           "on real validation and test rows (an internal analysis: nothing is published)")
+    missing.append("whether the input table passed validation: a table that fails it is not released at all")
+    missing.append("configuration chosen by people after seeing results on the same table, if any (dpsynth's shipped "
+                   "profiles were tuned on runs of the Cardio table)")
+    if profile.release_rows is None:
+        missing.append("the number of rows: replace-one adjacency does not protect the table's size, and the "
+                       "synthetic table has as many rows as the training and validation splits together")
+    internal = ("Internal only, never published (and not covered by epsilon): the run folder and the internal "
+                "MLflow run, with the real data, its validation results, real-data AUCs and statistics, the "
+                "discriminators, and the run's privacy secret.")
+    return PrivacyStatement(covers, tuple(missing), internal)
