@@ -17,6 +17,7 @@ from torch import nn
 from models.config import GanConfig
 from models.gswgan import resolve_device, target_condition
 from models.networks import Generator
+from models.secret import PrivacySecret
 
 ROWS = 56_000   # Cardio's training split (0.8 of 70,000)
 WIDTH = 16      # Cardio's encoded width
@@ -55,8 +56,13 @@ def bench_condition(gan: GanConfig):
 
 
 def refresh_steps(gan: GanConfig) -> int:
-    """Critic updates per visit in Algorithm 2."""
+    """Critic updates each drawn critic gets per generator step in Algorithm 2."""
     return gan.critic_refresh_steps or gan.critic_steps
+
+
+def bench_secret(seed: int) -> PrivacySecret:
+    """A fixed privacy secret: benchmarks time arithmetic, and must repeat (a release draws its own)."""
+    return PrivacySecret.from_hex(f"{seed:064x}")
 
 
 def device_of(name: str) -> torch.device:

@@ -1,14 +1,17 @@
 """Benchmark of private generator training (GS-WGAN Algorithm 2): naive loop vs `GeneratorTrainer`.
 
 What is measured, with K = 1,500 critics (freshly initialised: pretraining is bench/pretrain.py), the
-private setting (sigma = 1.07, C = 1), the thesis networks and B = 32, r = 5, on 56,000 rows of width 16:
+private setting (sigma = 1.07, C = 1), the thesis networks and B = 32, r = 5, on 56,000 rows of width 16,
+with the profile's critic draw (default: a critic per sanitised row, every drawn critic refreshed r
+times before the query; `--profile` takes another profile's generator settings):
 
 * fast: `models.gswgan.GeneratorTrainer.run` for `--iterations` iterations (default 1,000) after the
   untimed iteration-0 checkpoint: resuming from it and writing the checkpoint at the end (generator,
   critics and their Adam state, epsilon) are included, as in a real run's every 1,000 iterations.
 * naive: the same algorithm written plainly: one `nn.Module` per critic and a `torch.optim.Adam` per
-  critic, autograd for the gradient penalty and for the sanitised upstream gradient, the generator's
-  `torch.optim.Adam.step()`; `--naive-iterations` iterations (default 200), scaled per iteration.
+  critic, each drawn critic refreshed in turn, autograd for the gradient penalty and for each row's
+  upstream gradient through its own critic, the generator's `torch.optim.Adam.step()`;
+  `--naive-iterations` iterations (default 200), scaled per iteration.
 
 Both run with one intra-op thread (the trainer's default on CPU; the naive code's tiny operations are
 also fastest so). Printed: {"naive_s", "fast_s", "ratio", "projected_40k_min", ...}: naive_s and fast_s
@@ -28,6 +31,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here] 
 sys.path.insert(0, os.path.dirname(_here))
 
 import copy
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -36,6 +40,7 @@ import torch
 
 from bench._common import (
     BENCH_GROUPS,
+    bench_secret,
     Timer,
     bench_condition,
     bench_gan,
@@ -67,23 +72,29 @@ def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, priva
     opt_g = torch.optim.Adam(gen.parameters(), lr=gan.lr_generator, betas=tuple(gan.betas))
     data = data.to(device)
     for _ in range(iterations):
-        j = int(torch.randint(k, (1,)))
-        critic = critics[j]
-        opt_d = optimisers.setdefault(j, torch.optim.Adam(critic.parameters(), lr=gan.lr_critic,
-                                                          betas=tuple(gan.betas)))
-        rows = torch.as_tensor(partition[j], device=device)
-        for p in critic.parameters():
-            p.requires_grad_(True)
-        for _ in range(r):
-            real = data[rows[torch.randperm(rows.shape[0], device=device)[:b]]]
-            with torch.no_grad():
-                fake = gen(gen.latent(b, torch.default_generator).to(device))
-            naive_critic_step(critic, opt_d, real, fake, gan.gp_lambda)
-        for p in critic.parameters():
-            p.requires_grad_(False)
+        if gan.critic_draw == "per_row":
+            drawn = [int(j) for j in torch.randint(k, (b,))]
+        else:
+            drawn = [int(torch.randint(k, (1,)))] * b
+        for j in dict.fromkeys(drawn):
+            critic = critics[j]
+            opt_d = optimisers.setdefault(j, torch.optim.Adam(critic.parameters(), lr=gan.lr_critic,
+                                                              betas=tuple(gan.betas)))
+            rows = torch.as_tensor(partition[j][partition[j] >= 0], device=device)
+            for p in critic.parameters():
+                p.requires_grad_(True)
+            for _ in range(r):
+                real = data[rows[torch.randperm(rows.shape[0], device=device)[:b]]]
+                with torch.no_grad():
+                    fake = gen(gen.latent(b, torch.default_generator).to(device))
+                naive_critic_step(critic, opt_d, real, fake, gan.gp_lambda)
+            for p in critic.parameters():
+                p.requires_grad_(False)
         fake = gen(gen.latent(b, torch.default_generator).to(device))
         rows_out = fake.detach().requires_grad_(True)
-        (grad,) = torch.autograd.grad(-critic(rows_out).sum(), rows_out)
+        # Each row's gradient through its own critic.
+        grad = torch.cat([torch.autograd.grad(-critics[j](rows_out[i:i + 1]).sum(), rows_out)[0][i:i + 1]
+                          for i, j in enumerate(drawn)])
         if gen.condition is not None:
             grad[:, gen.condition[0]] = 0.0
         norms = grad.norm(dim=1, keepdim=True)
@@ -105,12 +116,17 @@ def main(argv=None) -> dict:
     ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--naive-iterations", type=int, default=200)
+    ap.add_argument("--refresh-steps", type=int, default=None,
+                    help="critic updates per drawn critic (default: the profile's critic_refresh_steps)")
     args = ap.parse_args(argv)
     device = device_of(args.device)
     data = make_data(args.seed)
     k = args.discriminators
-    partition = make_partition(data.shape[0], k, args.seed)
+    secret = bench_secret(args.seed)
+    partition = make_partition(data.shape[0], k, secret)
     gan = bench_gan(args.profile, iterations=args.iterations, checkpoint_every=args.iterations)
+    if args.refresh_steps is not None:
+        gan = dataclasses.replace(gan, critic_refresh_steps=args.refresh_steps)
     privacy = PrivacyConfig()
     setting = Setting(f"k{k}", k)
 
@@ -118,7 +134,7 @@ def main(argv=None) -> dict:
         critics = CriticStack(k, data.shape[1], gan.critic_hidden, gan.critic_batchnorm, gan.init,
                               torch.Generator().manual_seed(seed), device)
         return GeneratorTrainer(data, partition, critics, gan, privacy, setting, BENCH_GROUPS, seed, directory, device,
-                                condition=bench_condition(gan))
+                                secret, condition=bench_condition(gan))
 
     before = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,7 +171,8 @@ def main(argv=None) -> dict:
         "device": str(device),
         "profile": args.profile or "plain thesis hyperparameters",
         "kernels": kernels_in_use(gan, device),
-        "critic_updates_per_iteration": refresh_steps(gan),
+        "critic_draw": gan.critic_draw,
+        "critic_updates_per_drawn_critic": refresh_steps(gan),
     }
     emit(summary, args.json)
     return summary

@@ -1,4 +1,7 @@
-"""Choosing the released checkpoint: the thesis' "best model" rule.
+"""The experiment's choice of a checkpoint per setting: the thesis' "best model" rule (Figure 7.1).
+
+This reads AUCs on real rows and is not differentially private: it serves the experiment's internal
+study only. A release chooses its checkpoint with models/release_choice.py, a DP mechanism.
 
 Per setting, the lowest-epsilon checkpoint whose AUC is within `tolerance` of the setting's best AUC,
 optionally only among checkpoints within an epsilon budget. Among equal epsilons (the non-private
@@ -9,7 +12,7 @@ categorical column (all "share:" columns above 0) compete, when there is any: a 
 level is a worse release whatever its AUC. That rule reads synthetic data and the public schema only.
 With `max_share_gap`, only checkpoints whose level shares are all within it of the real validation rows'
 (column "real_val_share_gap") compete, when there is any; like the AUC on real validation rows this
-reads real rows, and the report says the choice is not covered by epsilon.
+reads real rows, and the experiment's report says the choice is not covered by epsilon.
 """
 
 from __future__ import annotations

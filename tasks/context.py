@@ -114,15 +114,20 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
 def open_run(ctx: RunContext) -> bool:
     """Create or resume the run folder: its record (status "running") and its secret. Returns whether an
     earlier attempt of this run was found (a resume)."""
-    from models.secret import load_or_create
+    from models.secret import load, load_or_create
 
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     record = read_run_record(ctx.run_dir)
     resumed = record is not None
+    if resumed:
+        # A run continues with the secret it started with, or not at all: a new secret would pair
+        # stages done with the old one (the split, the partition) with new noise.
+        load(ctx.run_dir)
+    else:
+        load_or_create(ctx.run_dir)
     now = datetime.now(UTC).isoformat()
     record = record or {"run_id": ctx.run_id, "kind": ctx.kind, "identity": ctx.identity, "created": now}
     write_json({**record, "status": "running", "updated": now}, ctx.run_dir / RUN_RECORD)
-    load_or_create(ctx.run_dir)
     return resumed
 
 

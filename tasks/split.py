@@ -14,20 +14,36 @@ import numpy as np
 import pandas as pd
 
 from models.config import Profile
+from models.encoding import level_codes
+from models.errors import InvalidTableError
 from models.preprocessing import row_local_split, row_local_subsample
 from models.secret import load as load_secret
 from tasks.stage import run_stage
 
 
+def check_split(schema, target: np.ndarray, parts: dict[str, np.ndarray]) -> None:
+    """Every split needs every target level: a table too small for that cannot be trained and evaluated."""
+    column = schema.column(schema.target)
+    codes = level_codes(column, target)
+    for name, rows in parts.items():
+        missing = [str(level) for i, level in enumerate(column.levels) if not (codes[rows] == i).any()]
+        if missing:
+            raise InvalidTableError(
+                f"The table is too small: its {name} split ({len(rows)} rows) holds no row with target "
+                f"{schema.target!r} = {', '.join(missing)}. Use a larger table (a few hundred rows at least).")
+
+
 def split_stage(run_dir, schema, table_path: Path, profile: Profile):
     def work(directory: Path):
         secret = load_secret(run_dir)
-        n_rows = len(pd.read_parquet(table_path, columns=[schema.target]))
+        target = pd.read_parquet(table_path, columns=[schema.target])[schema.target].to_numpy()
+        n_rows = len(target)
         rows = np.arange(n_rows)
         if profile.max_rows is not None and profile.max_rows < n_rows:
             # Small profiles work on a subsample, drawn row-locally from the secret too.
             rows = row_local_subsample(n_rows, profile.max_rows, secret)
         parts = row_local_split(n_rows, profile.split, secret, rows)
+        check_split(schema, target, parts)
         out = directory / "split.npz"
         np.savez(out, rows=rows, train=parts["train"], val=parts["val"], test=parts["test"])
         # Split sizes depend on the secret only; still internal (they are not needed outside the run).
