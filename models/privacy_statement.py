@@ -46,8 +46,8 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
                 "as T subsampled Gaussian queries at noise multiplier sigma / sqrt(B), whose epsilon is far "
                 "larger")
         covers = ("Epsilon (with delta) bounds, with respect to replacing any one row of the input table, "
-                  "everything published: the generator's parameters at every checkpoint, every row sampled "
-                  "from them and every statistic of those rows (post-processing of the differentially private "
+                  "everything published: the released generator's parameters, every row sampled from them "
+                  "and every statistic of those rows (post-processing of the differentially private "
                   f"generator; its training steps are sanitised: {draw}; the split of the rows, each "
                   "discriminator's subset, the draws and the noise come from a secret drawn for the run")
         if protocol == "honest":

@@ -8,10 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from models.encoding import TableEncoder
-from models.pyfunc import load_generator_file, sample_table
 from models.config import load_profile
+from models.encoding import TableEncoder
 from models.privacy_statement import privacy_statement
+from models.pyfunc import load_generator_file, sample_table
 from tasks.bundle import (
     build_release_json,
     bundle_contains_no_real_rows,

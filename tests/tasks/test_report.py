@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from models.config import load_profile
 from models.demo import make_demo_table
+from models.privacy_statement import privacy_statement
 from models.quality import feature_stats, level_frequencies
 from models.schema import DatasetSchema
 from tasks.evaluate import RESULT_COLUMNS
-from models.config import load_profile
-from models.privacy_statement import privacy_statement
 from tasks.report import (
     build_internal_report,
     build_release_notes,
