@@ -135,3 +135,46 @@ def test_accountant_bounds_the_exact_per_row_loss_over_several_steps(k):
     loss computed on a coarser grid (pessimistic, so an upper bound on the true epsilon)."""
     exact = epsilon_at(DELTA, 1 / k, 1 / SIGMA, 10 * B, pessimistic=True, grid=5e-4)
     assert epsilon_for(k, 10, B, SIGMA, DELTA) >= exact
+
+
+def test_sanitised_rows_are_the_gaussian_mechanism_claimed(tmp_path):
+    """The trainer's step, observed through planted critics: each row's critic is drawn uniformly and
+    independently of the other rows' (joint frequencies of two rows' draws, chi-square), the clipped
+    gradient is the drawn critic's (norm at most C), and what is added is N(0, (2 sigma C)^2) per entry."""
+    from scipy import stats
+
+    k, steps, sigma = 4, 800, 0.8
+    gan = dataclasses.replace(GanConfig(), lr_critic=0.0, batch_size=B, critic_refresh_steps=1)
+    data = torch.rand(400, WIDTH, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    trainer = GeneratorTrainer(data, make_partition(400, k, SECRET), _planted_critics(k), gan,
+                               PrivacyConfig(noise_multiplier=sigma, clip=1.0), Setting("k4", k), [], 0, tmp_path,
+                               torch.device("cpu"), SECRET)
+    planted = -_planted_critics(k).params[0][:, :, 0]             # upstream of critic j: -v_j (norm 0.5)
+    query, seen = trainer.generator_step, []
+
+    def recording(drawn):
+        upstream = query(drawn)
+        seen.append((drawn.clone(), upstream.clone()))
+        return upstream
+
+    trainer.generator_step = recording
+    for _ in range(steps):
+        trainer.step(wasserstein=False)
+    drawn = torch.stack([d for d, _ in seen])                     # [steps, B]
+    upstream = torch.stack([u for _, u in seen])
+    assert (planted.norm(dim=1) <= 1.0 + 1e-6).all()
+    noise = upstream - planted[drawn]
+    expected = 2 * sigma * 1.0
+    n = noise.numel()
+    assert abs(noise.std().item() - expected) < 5 * expected / math.sqrt(2 * n)
+    assert abs(noise.mean().item()) < 5 * expected / math.sqrt(n)
+    assert abs(stats.kurtosis(noise.flatten().numpy())) < 0.1      # Gaussian, not a mixture
+    # Uniform draws, independent across the rows of a step (and of the previous step's).
+    _, p_uniform = stats.chisquare(np.bincount(drawn.flatten().numpy(), minlength=k))
+    joint = np.bincount((drawn[:, 0] * k + drawn[:, 1]).numpy(), minlength=k * k)
+    _, p_pairs = stats.chisquare(joint)
+    lagged = np.bincount((drawn[1:, 5] * k + drawn[:-1, 5]).numpy(), minlength=k * k)
+    _, p_lagged = stats.chisquare(lagged)
+    assert min(p_uniform, p_pairs, p_lagged) > 1e-4, (p_uniform, p_pairs, p_lagged)
+    # Within a step the rows do not share one draw (the thesis' shared critic would).
+    assert (drawn != drawn[:, :1]).any(dim=1).float().mean() > 0.99
