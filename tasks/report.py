@@ -535,6 +535,7 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
                           ledger_level_shares: dict[str, list[dict]], privacy: dict,
                           statement: PrivacyStatement,
                           imputation_counts: dict | None = None, thesis_reference: dict | None = None,
+                          membership: dict | None = None,
                           max_rows: int | None = 20000, seed: int = 0) -> Path:
     """Write the INTERNAL report: one self-contained HTML file (figures embedded). Returns its path.
 
@@ -687,6 +688,9 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
         doc.heading(1, "KNN imputation (counts: internal)")
         doc.table(_mapping_table(imputation_counts, "column", "values imputed"))
 
+    if membership:
+        _membership_section(doc, membership)
+
     if thesis_reference:
         doc.heading(1, "Thesis reference values")
         doc.table(_mapping_table(thesis_reference, "system"))
@@ -701,6 +705,25 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(doc.to_html(f"{title} (INTERNAL)", INTERNAL_BANNER), encoding="utf-8")
     return path
+
+
+def _membership_section(doc: _Doc, membership: dict) -> None:
+    doc.heading(1, "Membership inference against the chosen checkpoints")
+    doc.paragraph("Members: the generator's training rows; non-members: the real test rows, which nothing "
+                  "published depends on; equally many of each. DCR: the share of synthetic rows whose nearest "
+                  "real row is a member (1/2: no preference for training rows). Attacks: the AUC of telling "
+                  "members from non-members from the synthetic table alone, by the distance to the nearest "
+                  "synthetic row, and by the synthetic over the reference (validation rows) density "
+                  "(DOMIAS-style); 0.5 is chance. Intervals: 95%.")
+    rows = []
+    for setting, m in membership.items():
+        dcr, near, ratio = m["dcr"], m["nearest_synthetic_auc"], m["density_ratio_auc"]
+        rows.append([str(setting), format_number(m["rows_each"]),
+                     f"{dcr['share_closer_to_members']:.3f} [{dcr['low']:.3f}, {dcr['high']:.3f}]",
+                     f"{near['auc']:.3f} [{near['low']:.3f}, {near['high']:.3f}]",
+                     f"{ratio['auc']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}]"])
+    doc.table(_Table(["setting", "rows of each", "DCR member share", "nearest-synthetic attack AUC",
+                      "density-ratio attack AUC"], rows))
 
 
 # ---- the release notes (published) -------------------------------------------------------------------------

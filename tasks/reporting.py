@@ -12,10 +12,11 @@ import yaml
 from models.accountant import mechanism_name
 from models.config import Profile
 from models.encoding import TableEncoder
+from models.membership import membership_report
 from models.privacy_statement import privacy_statement
 from models.schema import DatasetSchema
 from tasks.report import build_internal_report, build_release_notes
-from tasks.stage import read_json, run_stage
+from tasks.stage import read_json, run_stage, write_json
 
 
 def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | None = None) -> dict:
@@ -50,6 +51,22 @@ def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | Non
     return summary
 
 
+def membership_of(encoder: TableEncoder, encoded: np.ndarray, gan_rows: np.ndarray, split: dict,
+                  synthetic: dict, seed: int) -> dict:
+    """Membership inference against each chosen checkpoint's synthetic table (models/membership.py):
+    members are the generator's training rows, non-members the test rows, the reference the validation
+    rows (under the thesis protocol the generator saw every row: no non-member is left to compare)."""
+    members = set(gan_rows.tolist())
+    outside = np.array([r for r in split["test"] if r not in members], dtype=np.int64)
+    if len(outside) < 10:
+        return {}
+    reference = np.array([r for r in split["val"] if r not in members], dtype=np.int64)
+    reference = reference if len(reference) >= 10 else outside
+    return {name: membership_report(encoder.encode(frame), encoded[gan_rows], encoded[outside], encoded[reference],
+                                    seed=seed)
+            for name, frame in synthetic.items()}
+
+
 def thesis_reference(schema_path: Path, name: str) -> dict | None:
     path = Path(schema_path).parent / "reference" / f"{name}.yaml"
     return yaml.safe_load(path.read_text()) if path.exists() else None
@@ -74,6 +91,9 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                     Path(chain["samples"]) / f"synthetic_{pick['iteration']:06d}.parquet")
         privacy = privacy_summary(profile, schema=schema)
         imputation = read_json(paths["imputation"])["imputed_values"]
+        membership = membership_of(encoder, encoded, np.load(paths["gan_rows"]), dict(np.load(paths["split"])),
+                                   synthetic, profile.seed)
+        write_json(membership, directory / "membership.json")
         private = [s for s in profile.settings if s.private]
         shown = profile.release_target() if release else (private or list(profile.settings))[0]
         report = build_internal_report(directory / "report.html", title=title, schema=schema,
@@ -82,8 +102,9 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                                        statement=privacy_statement(profile, shown, release=release),
                                        imputation_counts=imputation,
                                        thesis_reference=thesis_reference(schema_path, schema.name),
+                                       membership=membership,
                                        max_rows=profile.evaluation.quality_rows, seed=profile.seed)
-        outputs = {"report": report}
+        outputs = {"report": report, "membership": directory / "membership.json"}
         for name, frame in synthetic.items():
             setting = next(s for s in profile.settings if s.name == name)
             notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",

@@ -66,6 +66,10 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     for stage in ("validate", "split", "preprocess", "pretrain-k10", "train-k10", "sample-k10",
                   "evaluate-k10/000", "evaluate-real/000", "report"):
         assert (out / stage / "manifest.json").exists(), stage
+    # Membership inference against the released checkpoint, in the internal report only.
+    membership = json.loads((out / "report" / "membership.json").read_text())["k10"]
+    assert 0.0 <= membership["nearest_synthetic_auc"]["auc"] <= 1.0 and membership["rows_each"] > 100
+    assert "Membership inference" in (out / "report" / "report.html").read_text()
     # Which code computed the critics (C kernels or tensor operations) is on record with the stages.
     expected = kernels_in_use(load_profile("smoke", CARDIO_SCHEMA).gan, "cpu")
     assert json.loads((out / "pretrain-k10" / "manifest.json").read_text())["info"]["kernels"] == expected

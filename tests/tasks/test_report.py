@@ -122,7 +122,10 @@ def internal(tmp_path_factory, schema, real, synth) -> tuple[Path, str]:
         real_frame=real, synthetic_frames={"k10": synth, "baseline": collapsed},
         ledger_level_shares=_ledger_shares(vanish=True), privacy=PRIVACY, statement=STATEMENT,
         imputation_counts={"height": 12, "ap_hi": 34},
-        thesis_reference={"K=1500 best trade-off": {"auc": 0.717, "epsilon": 6.45}}, seed=0)
+        thesis_reference={"K=1500 best trade-off": {"auc": 0.717, "epsilon": 6.45}}, seed=0,
+        membership={"k10": {"rows_each": 300, "dcr": {"share_closer_to_members": 0.5123, "low": 0.49, "high": 0.53},
+                            "nearest_synthetic_auc": {"auc": 0.5071, "low": 0.48, "high": 0.53},
+                            "density_ratio_auc": {"auc": 0.5234, "low": 0.5, "high": 0.55}}})
     return path, path.read_text(encoding="utf-8")
 
 
@@ -135,6 +138,12 @@ def notes(tmp_path_factory, schema, synth) -> str:
 
 
 # ---- the internal report -----------------------------------------------------------------------------------
+
+
+def test_internal_report_shows_membership_inference(internal):
+    text = html.unescape(internal[1])
+    assert "Membership inference against the chosen checkpoints" in text
+    assert "0.512 [0.490, 0.530]" in text and "0.507 [0.480, 0.530]" in text and "0.523 [0.500, 0.550]" in text
 
 
 def test_internal_report_is_one_self_contained_html_file(internal):
