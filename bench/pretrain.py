@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from bench._common import (
-    bench_secret,
     BENCH_GROUPS,
     Timer,
     bench_condition,
     bench_gan,
+    bench_secret,
     device_of,
     emit,
     make_data,

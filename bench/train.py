@@ -40,10 +40,10 @@ import torch
 
 from bench._common import (
     BENCH_GROUPS,
-    bench_secret,
     Timer,
     bench_condition,
     bench_gan,
+    bench_secret,
     device_of,
     emit,
     make_data,
