@@ -70,7 +70,10 @@ def dcr_member_share(synthetic: np.ndarray, members: np.ndarray, non_members: np
 
 def nearest_synthetic_attack(synthetic: np.ndarray, members: np.ndarray, non_members: np.ndarray) -> AttackAUC:
     nn = NearestNeighbors(n_neighbors=1).fit(synthetic)
-    score = lambda rows: -nn.kneighbors(rows)[0][:, 0]
+
+    def score(rows):
+        return -nn.kneighbors(rows)[0][:, 0]   # the closer its nearest synthetic row, the likelier a member
+
     return auc_interval(score(members), score(non_members))
 
 
