@@ -205,3 +205,147 @@ def step_audit(setup: StepAuditSetup, trials: int, steps: int, seed: int = 0) ->
             "discriminators": setup.discriminators, "batch_size": setup.batch_size,
             "sigma": setup.noise_multiplier, "delta": setup.delta})
     return audits
+
+
+# ------------------------------------------------------------------- auditing with one training run
+
+
+def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
+    """Probability of v or more correct guesses out of r (m canaries, each included with probability 1/2)
+    under (epsilon, delta)-DP: Steinke, Nasr and Jagielski 2023, "Privacy auditing with one (1) training
+    run", Theorem 5.2 as computed in their Appendix D."""
+    from scipy.stats import binom
+
+    if not 0 <= v <= r <= m:
+        raise ValueError("need 0 <= v <= r <= m")
+    q = 1.0 / (1.0 + math.exp(-epsilon))          # the accuracy of epsilon-DP randomised response
+    tail = float(binom.sf(v - 1, r, q))            # P[Binomial(r, q) >= v]
+    worst, below = 0.0, 0.0
+    for i in range(1, v + 1):                      # below = P[v > Binomial(r, q) >= v - i]
+        below += float(binom.pmf(v - i, r, q))
+        worst = max(worst, below / i)
+    return min(1.0, tail + worst * delta * 2 * m)
+
+
+def one_run_epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
+    """The largest epsilon that v correct guesses of r refute at `confidence` (0 when none is)."""
+    p = 1.0 - confidence
+    if r == 0 or one_run_p_value(m, r, v, 0.0, delta) >= p:
+        return 0.0
+    low, high = 0.0, 1.0
+    while one_run_p_value(m, r, v, high, delta) < p:
+        high += 1.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        if one_run_p_value(m, r, v, middle, delta) < p:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+@dataclass(frozen=True)
+class TrainAuditSetup:
+    """A small end-to-end audit: a generated table of `base_rows`, `canaries` extreme rows each included
+    with probability 1/2, K critics, the shipped generator, `iterations` private steps (or the same with
+    the sanitiser off)."""
+
+    base_rows: int = 100
+    canaries: int = 200
+    discriminators: int = 1
+    iterations: int = 10000
+    pretrain_iterations: int = 100
+    noise_multiplier: float = 1.07
+    delta: float = 1e-5
+    synthetic_rows: int = 100000
+    guesses: int = 40            # guesses made on each side (the k+ highest and k- lowest scores)
+
+
+def canary_rows(schema, n: int, rng: np.random.Generator):
+    """Distinct extreme, schema-valid rows: every continuous column at one of its public bounds, every
+    discrete column at a level drawn uniformly (the base table's levels are skewed towards the first)."""
+    import pandas as pd
+
+    seen, rows = set(), []
+    while len(rows) < n:
+        row = {}
+        for col in schema.columns:
+            if col.kind == "continuous":
+                row[col.name] = col.bounds[int(rng.integers(2))]
+            else:
+                row[col.name] = col.levels[int(rng.integers(len(col.levels)))]
+        key = tuple(row.values())
+        if key not in seen:
+            seen.add(key)
+            rows.append(row)
+    return pd.DataFrame(rows)[schema.column_names]
+
+
+def train_audit(schema, setup: TrainAuditSetup, private: bool, seed: int = 0) -> dict:
+    """One training run with canaries (Steinke, Nasr and Jagielski 2023): train the shipped generator on
+    the table with the included canaries, score every canary by how close the synthetic rows come to it,
+    guess the k highest as included and the k lowest as excluded, and turn the correct guesses into an
+    epsilon lower bound at 95%. `private` False switches the sanitiser off (no clipping, no noise)."""
+    import dataclasses as dc
+
+    import pandas as pd
+    from sklearn.neighbors import NearestNeighbors
+
+    from models.demo import make_demo_table
+    from models.encoding import TableEncoder
+    from models.gswgan import (
+        GeneratorTrainer,
+        make_partition,
+        pretrain_critics,
+        sample_encoded,
+        target_condition,
+    )
+
+    rng = np.random.default_rng(seed)
+    encoder = TableEncoder(schema)
+    base = make_demo_table(schema, setup.base_rows, seed)[schema.column_names]
+    canaries = canary_rows(schema, setup.canaries, rng)
+    included = rng.random(setup.canaries) < 0.5
+    table = pd.concat([base, canaries[included]], ignore_index=True)
+    data = torch.from_numpy(encoder.encode(table).astype(np.float32))
+    gan = dc.replace(GanConfig(), condition_on_target=True, output_head="gumbel", critic_refresh_steps=5,
+                     generator_ema=0.999, pretrain_iterations=setup.pretrain_iterations,
+                     iterations=setup.iterations, checkpoint_every=setup.iterations)
+    condition = target_condition(gan, encoder.target_index, "binary")
+    secret = PrivacySecret.from_hex(f"{seed:032x}{int(private):032x}")
+    partition = make_partition(len(table), setup.discriminators, secret)
+    cpu = torch.device("cpu")
+    critics = pretrain_critics(data, partition, gan, encoder.head_groups(), seed, cpu, condition=condition)
+    privacy = PrivacyConfig(noise_multiplier=setup.noise_multiplier, delta=setup.delta)
+    setting = Setting("audit", setup.discriminators, private=private)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = GeneratorTrainer(data, partition, critics, gan, privacy, setting, encoder.head_groups(), seed,
+                                   Path(tmp), cpu, secret, condition=condition)
+        trainer.run(setup.iterations)
+        synthetic = sample_encoded(trainer.released_generator(), setup.synthetic_rows, seed=seed)
+        claimed = trainer.accountant.get_epsilon(setup.delta) if private else math.inf
+    # Score: the distance from each canary to the nearest synthetic row with the same target (the
+    # synthetic table carries its labels); closest first: guessed included.
+    encoded_canaries = encoder.encode(canaries)
+    t = encoder.target_index
+    distance = np.empty(len(canaries))
+    for label in (-1.0, 1.0):
+        mine = encoded_canaries[:, t] == label
+        pool = synthetic[np.sign(synthetic[:, t]) == label]
+        if mine.any():
+            distance[mine] = NearestNeighbors(n_neighbors=1).fit(pool).kneighbors(encoded_canaries[mine])[0][:, 0]
+    order = np.argsort(distance)
+    k = setup.guesses
+    correct = int(included[order[:k]].sum() + (~included[order[-k:]]).sum())
+    return {"sanitiser": "on" if private else "off", "epsilon_claimed": claimed,
+            "epsilon_lower_bound": one_run_epsilon_lower_bound(setup.canaries, 2 * k, correct, setup.delta),
+            "confidence": 0.95, "canaries": setup.canaries, "included": int(included.sum()), "guesses": 2 * k,
+            "correct": correct, "discriminators": setup.discriminators, "iterations": setup.iterations,
+            "base_rows": setup.base_rows}
+
+
+def pooled_train_audit(runs: list[dict], delta: float) -> float:
+    """One lower bound from several independent runs: their canaries and guesses together (the correct
+    guesses of independent runs add up, each dominated by its binomial)."""
+    m = sum(r["canaries"] for r in runs)
+    return one_run_epsilon_lower_bound(m, sum(r["guesses"] for r in runs), sum(r["correct"] for r in runs), delta)

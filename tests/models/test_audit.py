@@ -40,3 +40,15 @@ def test_reduced_step_audit_refutes_the_old_accounting_and_not_the_current_one()
     assert old["claim_refuted"] and old["epsilon_lower_bound"] > old["epsilon_claimed"] == per_row["epsilon_claimed"]
     assert not thesis["claim_refuted"] and thesis["epsilon_claimed"] > 10 * per_row["epsilon_claimed"]
     assert math.isfinite(old["epsilon_lower_bound"])
+
+
+def test_one_run_bound_grows_with_correct_guesses_and_vanishes_at_chance():
+    from models.audit import one_run_epsilon_lower_bound, one_run_p_value
+
+    assert one_run_epsilon_lower_bound(1000, 100, 50, 1e-5) == 0.0          # chance
+    weak, strong = (one_run_epsilon_lower_bound(1000, 100, v, 1e-5) for v in (70, 95))
+    assert 0 < weak < strong
+    # The bound is where the p-value crosses 5%.
+    assert one_run_p_value(1000, 100, 95, strong - 0.01, 1e-5) < 0.05 <= one_run_p_value(1000, 100, 95, strong + 0.01, 1e-5)
+    # With pure DP the p-value is the binomial tail.
+    assert one_run_p_value(10, 10, 10, 0.0, 0.0) == pytest.approx(0.5 ** 10)
