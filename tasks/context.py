@@ -114,7 +114,7 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
 def open_run(ctx: RunContext) -> bool:
     """Create or resume the run folder: its record (status "running") and its secret. Returns whether an
     earlier attempt of this run was found (a resume)."""
-    from models.secret import load, load_or_create
+    from models.secret import load, load_or_create, secret_path
 
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     record = read_run_record(ctx.run_dir)
@@ -123,6 +123,10 @@ def open_run(ctx: RunContext) -> bool:
         # A run continues with the secret it started with, or not at all: a new secret would pair
         # stages done with the old one (the split, the partition) with new noise.
         load(ctx.run_dir)
+    elif secret_path(ctx.run_dir).exists():
+        # A new run draws its own secret: it never takes one put there beforehand.
+        raise ConfigError(f"The folder {str(ctx.run_dir)!r} holds a privacy secret but no run of dpsynth's; a new "
+                          "run draws its own secret. Choose an empty --out.")
     else:
         load_or_create(ctx.run_dir)
     now = datetime.now(UTC).isoformat()

@@ -177,9 +177,17 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
     assert not (interrupted / "train-k10" / "manifest.json").exists()
     assert (interrupted / "train-k10" / "checkpoints" / "generator_000020.pt").exists()
 
-    # An uninterrupted release with the same secret, in its own folder.
+    # A release never takes a secret put into its folder beforehand.
+    planted = isolated_workdir / "planted"
+    store(planted, load_secret(interrupted))
+    assert main(argv[:-1] + ["--out", str(planted), "--json"]) == 2
+    assert "privacy secret" in capfd.readouterr().err
+
+    # The reference: the same run (its record, its secret, its stages up to pretraining) trained without
+    # interruption, from a copy of the folder without the interrupted training.
     reference = isolated_workdir / "reference"
-    store(reference, load_secret(interrupted))
+    shutil.copytree(interrupted, reference)
+    shutil.rmtree(reference / "train-k10")
     assert main(argv[:-1] + ["--out", str(reference), "--json"]) == 0
     whole = _last_json(capfd)
 
