@@ -1,21 +1,24 @@
 """GS-WGAN for tables: partition, batched critic pretraining (Algorithm 1) and private generator
 training (Algorithm 2) with checkpoints that resume exactly.
 
-Randomness. Pretraining chunk i (a range of `chunk_size` independent critic/throwaway-generator pairs)
-draws everything from its own stream `chunk_generator(seed, i)`, so chunks can run in any order or in
-parallel with the same result. Training draws every random choice (critic index, batches, latents: z,
-labels and head noise; gradient penalty weights, sanitiser noise) from one seeded CPU `torch.Generator`
-whose state is checkpointed, so a resumed run ends exactly as an uninterrupted one.
+Randomness. The partition of the training rows (`make_partition`) comes from the run's privacy secret
+(models/secret.py). Pretraining chunk i (a range of `chunk_size` independent critic/throwaway-generator
+pairs) draws everything else from its own stream `chunk_generator(seed, i)`, so chunks can run in any
+order or in parallel with the same result. Training draws the critics each sanitised row queries and the
+sanitiser's noise from the secret's "training" stream, and everything else (batches, latents: z, labels
+and head noise; gradient penalty weights) from one seeded CPU `torch.Generator`; both states are
+checkpointed, so a resumed run ends exactly as an uninterrupted one.
 
 Speed (bench/pretrain.py, bench/train.py). Pretraining trains a cache-sized chunk of pairs at a time
 with hand-written batched forward/backward passes (models/networks.py), fused Adam, reused output
 buffers (`Workspace`), and one worker thread per core, each on its own chunks with one intra-op thread.
 On a CPU with native bfloat16 the throwaway generators' products run in bfloat16 with float32
 accumulation (`pretrain_matmul_dtype`), about twice as fast as float32 ones.
-Training runs the r critic steps of critic k on views of the stacked critics (no copies), makes the r
-fake batches in one pass, and steps G's fused Adam directly; it uses one intra-op thread (`threads`).
-Where they build, C kernels (models/native_kernels.py, `gan.kernels`) run all r critic updates of a
-visit or of a chunk in one call, and pretraining's bfloat16 BatchNorm in one pass.
+Training refreshes every critic drawn in a step in place in the stack, all against the same r fake
+batches made in one pass, queries each generated row through its own critic (gathered parameters, one
+batched product), and steps G's fused Adam directly; it uses one intra-op thread (`threads`). Where
+they build, C kernels (models/native_kernels.py, `gan.kernels`) run all updates of a step's drawn
+critics, or of a pretraining chunk, in one call, and pretraining's bfloat16 BatchNorm in one pass.
 """
 
 from __future__ import annotations
