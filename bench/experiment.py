@@ -87,7 +87,7 @@ def main(argv=None) -> dict:
     pre = _quiet(pretrain.main, ["--json", "--device", args.device] + profile)
     tr = _quiet(train.main, ["--json", "--device", args.device, "--iterations", "600", "--naive-iterations", "150"]
                 + profile)
-    sel = _quiet(select.main, ["--json", "--runs", "2"])
+    sel = _quiet(select.main, ["--json", "--runs", "2", "--width", "cardio"])["tables"][0]
     sample_s = sampling_seconds(args.device, args.profile)
 
     fast = {

@@ -58,7 +58,9 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.stats import rankdata
 from sklearn.metrics import average_precision_score, roc_auc_score
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
+
+from models import native_kernels
 
 __all__ = [
     "Candidate",
@@ -72,10 +74,13 @@ __all__ = [
 ]
 
 PENALTIES = ("l1", "l2")
+_threadpools: ThreadpoolController | None = None
 # l1: the sub-problem is solved to this fraction of the current outer optimality (keeps proximal Newton fast)
 INNER_RTOL = 1e-3
 # a stale Hessian is recomputed when one step shrank the optimality measure by less than this factor
 REFRESH = 0.03
+# l1: sweeps of the C coordinate descent between two tries of the exact solve on a settled sign pattern
+POLISH_EVERY = 8
 
 # The logarithmic space of the grid: 100 points 10^-4 ... 10^-0.04, i.e. strictly inside (0, 1).
 GRID_LOG10_LOW = -4.0
@@ -152,22 +157,32 @@ class _Problem:
     """Data of one fit, stored as the rows s_i x_i (x_i extended by a constant 1, s_i = 2 y_i - 1).
 
     Margins are then one product (m = Xs w), the log-loss gradient another; s_i^2 = 1 leaves the Hessian
-    unchanged. Fortran order makes both matrix-vector products single BLAS calls.
+    unchanged. native (default: where the C kernels build): the rows are kept in float32 (exact: the
+    features arrive as float32 and s_i = +-1) and the two products run in C with float64 sums, reading half
+    the bytes; the Hessian is then a float32 product. Otherwise float64. Fortran order either way: the C
+    loops stream columns, and numpy's products are single BLAS calls.
     """
 
-    def __init__(self, X: np.ndarray, y: np.ndarray):
+    def __init__(self, X: np.ndarray, y: np.ndarray, native: bool | None = None):
         X = np.asarray(X)
         n, d = X.shape
+        self.native = native_kernels.available() if native is None else native
+        if self.native and X.dtype != np.float32:
+            # float32 rows are exact only for float32 features
+            self.native = bool(np.all(X.astype(np.float32) == X))
         s = np.where(np.asarray(y).ravel() > 0, 1.0, -1.0)
-        Xs = np.empty((n, d + 1), dtype=np.float64, order="F")
+        dtype = np.float32 if self.native else np.float64
+        Xs = np.empty((n, d + 1), dtype=dtype, order="F")
         Xs[:, :d] = X
-        Xs[:, :d] *= s[:, None]
+        Xs[:, :d] *= s[:, None].astype(dtype)
         Xs[:, d] = s
         self.Xs = Xs
         self.n, self.d1 = n, d + 1
         self._g0: float | None = None
 
     def margins(self, w: np.ndarray) -> np.ndarray:
+        if self.native:
+            return native_kernels.logistic_margins(self.Xs, np.ascontiguousarray(w, dtype=np.float64))
         return self.Xs @ w
 
     @staticmethod
@@ -179,16 +194,26 @@ class _Problem:
     def grad_of_margins(self, m: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Gradient of the log-loss sum and r = sigmoid(-m), given e = exp(-|m|)."""
         r = np.where(m >= 0, e, 1.0) / (1.0 + e)
+        if self.native:
+            return native_kernels.logistic_gradient(self.Xs, r), r
         return -(r @ self.Xs), r
 
     def hessian(self, r: np.ndarray) -> np.ndarray:
         """Unscaled Hessian of the log-loss sum: X^T diag(r (1 - r)) X (B^T B: one symmetric BLAS product).
 
-        Kept in float64 although it only steers the steps: with one-hot blocks collinear with the intercept
-        it is singular, and float32 rounding could make it indefinite along that direction.
+        It only steers the steps (optimality is always measured with the float64 gradient). The float64
+        product is the reference; the native path's float32 product halves its cost, and `hessian_ridge`
+        keeps the l1 sub-problem positive definite against its rounding along the null directions of
+        one-hot blocks collinear with the intercept.
         """
-        B = self.Xs * np.sqrt(r * (1.0 - r))[:, None]
-        return B.T @ B
+        B = self.Xs * np.sqrt(r * (1.0 - r)).astype(self.Xs.dtype)[:, None]
+        return (B.T @ B).astype(np.float64)
+
+    @property
+    def hessian_ridge(self) -> float:
+        """Relative ridge the l1 step adds to the Hessian's diagonal (a few float32 roundings, or a tiny
+        one that only keeps an all-zero column's curvature positive)."""
+        return 1e-6 if self.native else 1e-12
 
 
 def _polish(H, a, u, support, tol):
@@ -220,16 +245,54 @@ def _polish(H, a, u, support, tol):
                     np.where(u_new < 0, np.abs(a_new - 1.0), np.abs(a_new) - 1.0))
     if float(np.max(viol)) > tol:
         return None
-    return u_new.tolist(), a_new.tolist()
+    return u_new, a_new
 
 
-def _l1_cd(H: list[list[float]], g: list[float], w: list[float], u: list[float], tol: float,
-           max_sweeps: int, stats: dict) -> list[float]:
-    """Coordinate descent for  min_u g.(u - w) + 0.5 (u - w)' H (u - w) + ||u||_1  on a d x d problem.
+def _l1_cd(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: int, stats: dict,
+           native: bool | None = None) -> np.ndarray:
+    """Coordinate descent for  min_u g.(u - w) + 0.5 (u - w)' H (u - w) + ||u||_1  on a d x d problem, from
+    u = w. Stops when the minimum-norm subgradient of the sub-problem is below `tol` (infinity norm).
 
-    Stops when the minimum-norm subgradient of the sub-problem is below `tol` (infinity norm). Pure Python
-    floats: d is ~17, where numpy's per-call overhead would dominate.
+    native: the C loop (models/native/kernels.c `l1_cd`) or the Python one; None takes the C loop where it
+    builds. Both sweep in the same order; the C loop hands back every `POLISH_EVERY` sweeps for the exact
+    solve on a settled sign pattern, the Python loop after every sweep.
     """
+    if native is None:
+        native = native_kernels.available()
+    if native:
+        return _l1_cd_native(H, g, w, tol, max_sweeps, stats)
+    u = _l1_cd_python(H.tolist(), g.tolist(), w.tolist(), w.tolist(), tol, max_sweeps, stats)
+    return np.array(u)
+
+
+def _l1_cd_native(H, g, w, tol, max_sweeps, stats):
+    H = np.ascontiguousarray(H, dtype=np.float64)
+    u = np.array(w, dtype=np.float64)
+    a = np.array(g, dtype=np.float64)   # u = w: the gradient of the smooth part is g
+    sweeps = 0
+    prev_support = None
+    chunk = POLISH_EVERY
+    while sweeps < max_sweeps:
+        converged, done = native_kernels.l1_cd(H, u, a, tol, min(chunk, max_sweeps - sweeps))
+        sweeps += done
+        if converged:
+            break
+        support = np.flatnonzero(u)
+        if support.size and prev_support is not None and np.array_equal(support, prev_support):
+            polished = _polish(H, a, u, support, tol)
+            if polished is not None:
+                u, a = polished
+                break
+            # a singular H_SS (collinear one-hot blocks) keeps failing: try less often
+            chunk *= 2
+        prev_support = support
+    stats["sweeps"] = stats.get("sweeps", 0) + sweeps
+    return u
+
+
+def _l1_cd_python(H: list[list[float]], g: list[float], w: list[float], u: list[float], tol: float,
+                  max_sweeps: int, stats: dict) -> list[float]:
+    """The reference loop in pure Python floats (fast enough at Cardio's width of 17)."""
     d1 = len(g)
     du = [u[k] - w[k] for k in range(d1)]
     # a = g + H (u - w): gradient of the smooth part at u
@@ -279,7 +342,7 @@ def _l1_cd(H: list[list[float]], g: list[float], w: list[float], u: list[float],
             # the sign pattern looks settled: jump to the exact minimiser on it (one small linear solve)
             polished = _polish(H, a, u, support, tol)
             if polished is not None:
-                u, a = polished
+                u, a = polished[0].tolist(), polished[1].tolist()
                 break
         prev_support = support
         # next sweep: nonzero coordinates and violators only
@@ -297,7 +360,7 @@ def _warn_not_converged(stats: dict, C: float) -> None:
 def _ref_scale(prob: _Problem, C: float) -> float:
     """Reference size of the gradient: the largest |gradient of C L| at w = 0 (the optimality scale)."""
     if prob._g0 is None:
-        prob._g0 = float(np.max(np.abs(0.5 * np.sum(prob.Xs, axis=0))))
+        prob._g0 = float(np.max(np.abs(0.5 * np.sum(prob.Xs, axis=0, dtype=np.float64))))
     return C * prob._g0
 
 
@@ -380,11 +443,10 @@ def _solve_l1(prob: _Problem, C: float, w: np.ndarray, S: np.ndarray | None, tol
         else:
             fresh = False
         H = C * S
-        # a tiny ridge keeps every diagonal positive (an all-zero column)
-        H[np.diag_indices(d1)] += 1e-12 * max(float(np.max(np.diag(H))), 1e-12)
-        wl = w.tolist()
+        # a ridge keeps every diagonal positive (an all-zero column) and H positive definite
+        H[np.diag_indices(d1)] += prob.hessian_ridge * max(float(np.max(np.diag(H))), 1e-12)
         inner_tol = max(INNER_RTOL * opt, 0.1 * target)
-        u = np.array(_l1_cd(H.tolist(), g.tolist(), wl, list(wl), inner_tol, 1000, stats))
+        u = _l1_cd(H, g, w, inner_tol, 1000, stats)
         d = u - w
         l1u = float(np.sum(np.abs(u)))
         delta = float(g @ d) + l1u - l1w
@@ -440,6 +502,15 @@ def _path(prob: _Problem, penalty: str, Cs: Sequence[float], tol: float, max_ite
     return W
 
 
+def _one_blas_thread():
+    """Hold BLAS to one thread. The controller is made once: making it scans every loaded library, about
+    17 ms, which was a tenth of a whole selection run on a small table."""
+    global _threadpools
+    if _threadpools is None:
+        _threadpools = ThreadpoolController()
+    return _threadpools.limit(limits=1, user_api="blas")
+
+
 def fit_logistic_path(X: np.ndarray, y: np.ndarray, penalty: str, Cs: Sequence[float], *, tol: float = 1e-10,
                       max_iter: int = 200, w0: np.ndarray | None = None,
                       stats: dict | None = None) -> np.ndarray:
@@ -452,7 +523,7 @@ def fit_logistic_path(X: np.ndarray, y: np.ndarray, penalty: str, Cs: Sequence[f
         raise ValueError(f"penalty must be one of {PENALTIES}, got {penalty!r}")
     stats = {} if stats is None else stats
     # one BLAS thread: the products are small and a threaded gemv on a busy machine is far slower
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _one_blas_thread():
         return _path(_Problem(X, y), penalty, Cs, tol, max_iter, w0, stats)
 
 
@@ -607,7 +678,7 @@ def select_model(X_train, y_train, X_val, y_val, X_test, y_test, candidates: Seq
         model = _liblinear(chosen.penalty, chosen.C, random_state).fit(X_full, y_full)
         coef, intercept = model.coef_.ravel().copy(), float(model.intercept_[0])
     else:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _one_blas_thread():
             best, val_aucs, coef, intercept = _fast_selection(
                 X_train, y_train, X_val, y_val, X_full, y_full, candidates, n_jobs, tol)
         chosen = candidates[best]

@@ -354,3 +354,89 @@ int batchnorm_relu_bf16(int64_t n_networks, int64_t chunks, int64_t batch, int64
     free(buf);
     return 0;
 }
+
+/* Coordinate descent for the l1 sub-problem of logistic model selection (models/selection.py _l1_cd):
+ *     min_u  a0.(u - w) + 0.5 (u - w)' H (u - w) + ||u||_1
+ * on a dense d x d problem (d = encoded width + 1), float64. `u` holds the start and receives the result;
+ * `a` holds the gradient of the smooth part at `u` (g + H (u - w)) and is kept in step with it. Each sweep
+ * visits the active coordinates in order (first sweep: all; then the nonzero ones and the violators of the
+ * last check), soft-thresholds each and updates `a` with its row of H; after each sweep the minimum-norm
+ * subgradient is checked over all coordinates. Stops when it is at most `tol` (returns 1) or after
+ * `max_sweeps` sweeps (returns 0). The same formulas and order as the Python reference, in C: at a width
+ * of 128 one sweep is 17,000 multiply-adds, which the Python loop spent about a millisecond on.
+ * sweeps_done receives the number of sweeps; active is scratch of d int64. */
+int l1_cd(int64_t d, const double *restrict H, double *restrict u, double *restrict a, double tol,
+          int64_t max_sweeps, int64_t *restrict active, int64_t *restrict sweeps_done) {
+    int64_t n_active = d;
+    for (int64_t j = 0; j < d; j++) active[j] = j;
+    int64_t sweeps = 0;
+    int converged = 0;
+    while (sweeps < max_sweeps) {
+        sweeps++;
+        for (int64_t t = 0; t < n_active; t++) {
+            const int64_t j = active[t];
+            const double h = H[j * d + j];
+            const double uj = u[j];
+            const double z = uj - a[j] / h, thr = 1.0 / h;
+            const double next = z > thr ? z - thr : (z < -thr ? z + thr : 0.0);
+            const double delta = next - uj;
+            if (delta != 0.0) {
+                u[j] = next;
+                const double *restrict Hj = H + j * d;
+                for (int64_t k = 0; k < d; k++) a[k] += delta * Hj[k];
+            }
+        }
+        double worst = 0.0;
+        n_active = 0;
+        for (int64_t j = 0; j < d; j++) {
+            const double uj = u[j], aj = a[j];
+            const double v = uj > 0.0 ? fabs(aj + 1.0) : (uj < 0.0 ? fabs(aj - 1.0) : fabs(aj) - 1.0);
+            if (v > worst) worst = v;
+            if (uj != 0.0 || v > tol) active[n_active++] = j;
+        }
+        if (worst <= tol) { converged = 1; break; }
+    }
+    *sweeps_done = sweeps;
+    return converged;
+}
+
+/* Products of logistic model selection with the rows s_i x_i kept in float32 (the encoded features are
+ * float32, s_i = +-1, so nothing is rounded) and everything else in float64: the two passes over the data
+ * in each Newton step read half the bytes of a float64 copy, and at 10,000 rows or more they are bound by
+ * memory. Xs [d][n]: column-major rows, i.e. one contiguous column after another.
+ *   margins:   m_i = sum_j Xs[j][i] w_j
+ *   gradient:  g_j = -sum_i r_i Xs[j][i]      (the log-loss gradient, r = sigmoid(-m))
+ * Blocks of ROW_BLOCK rows keep the block's margins (or r) in L1 while every column streams past, and the
+ * column loops are plain vector loops at any width. Sums run in a fixed order. */
+#define ROW_BLOCK 512
+
+void logistic_margins(int64_t n, int64_t d, const float *restrict Xs, const double *restrict w,
+                      double *restrict m) {
+    for (int64_t i0 = 0; i0 < n; i0 += ROW_BLOCK) {
+        const int64_t len = n - i0 < ROW_BLOCK ? n - i0 : ROW_BLOCK;
+        double *restrict mb = m + i0;
+        for (int64_t i = 0; i < len; i++) mb[i] = 0.0;
+        for (int64_t j = 0; j < d; j++) {
+            const float *restrict col = Xs + j * n + i0;
+            const double wj = w[j];
+            #pragma omp simd
+            for (int64_t i = 0; i < len; i++) mb[i] += (double)col[i] * wj;
+        }
+    }
+}
+
+void logistic_gradient(int64_t n, int64_t d, const float *restrict Xs, const double *restrict r,
+                       double *restrict g) {
+    for (int64_t j = 0; j < d; j++) g[j] = 0.0;
+    for (int64_t i0 = 0; i0 < n; i0 += ROW_BLOCK) {
+        const int64_t len = n - i0 < ROW_BLOCK ? n - i0 : ROW_BLOCK;
+        const double *restrict rb = r + i0;
+        for (int64_t j = 0; j < d; j++) {
+            const float *restrict col = Xs + j * n + i0;
+            double acc = 0.0;
+            #pragma omp simd reduction(+:acc)
+            for (int64_t i = 0; i < len; i++) acc += rb[i] * (double)col[i];
+            g[j] -= acc;
+        }
+    }
+}
