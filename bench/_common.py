@@ -41,6 +41,34 @@ TARGET_COLUMN = 0
 BENCH_GROUPS = [(0, 1, "binary")] + [(i, i + 1, "continuous") for i in range(1, WIDTH)]
 
 
+def bench_groups(width: int | None) -> list[tuple[int, int, str]]:
+    """Encoded blocks of the benchmark table: None, Cardio's width with every feature continuous (the
+    default); a width, the census-like column mix of bench/_layout.py (one-hot groups up to 42 levels)."""
+    if width is None:
+        return BENCH_GROUPS
+    from bench._layout import head_groups
+    return head_groups(width)
+
+
+def add_width_argument(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--width", type=int, nargs="+", default=None,
+                    help="encoded widths of census-like tables to time in turn (e.g. 16 64 128 256); "
+                         "default: Cardio's 16 columns, all continuous")
+
+
+def emit_widths(summaries: list[dict], quiet: bool) -> dict:
+    """One width: its summary as usual. Several: each printed, then {"widths": [...]} as the last line."""
+    if len(summaries) == 1:
+        emit(summaries[0], quiet)
+        return summaries[0]
+    if not quiet:
+        for summary in summaries:
+            print(json.dumps(summary))
+    combined = {"widths": summaries}
+    print(json.dumps(combined), flush=True)
+    return combined
+
+
 def bench_gan(profile: str | None, **overrides) -> GanConfig:
     """The GAN settings a benchmark times: a profile's (configs/profiles/NAME.yaml), or the defaults."""
     gan = GanConfig()
@@ -102,10 +130,10 @@ def naive_critic(gan: GanConfig, width: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-def naive_generator(gan: GanConfig, width: int) -> nn.Module:
+def naive_generator(gan: GanConfig, groups: list[tuple[int, int, str]]) -> nn.Module:
     """The released generator's module (its head and conditioning as configured); draw its inputs with
     `.latent(n, torch.default_generator)`."""
-    return Generator(gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, BENCH_GROUPS,
+    return Generator(gan.z_dim, tuple(gan.generator_hidden), groups[-1][1], gan.output_head, groups,
                      bench_condition(gan))
 
 

@@ -36,13 +36,14 @@ import numpy as np
 import torch
 
 from bench._common import (
-    BENCH_GROUPS,
     Timer,
+    add_width_argument,
     bench_condition,
     bench_gan,
+    bench_groups,
     bench_secret,
     device_of,
-    emit,
+    emit_widths,
     make_data,
     naive_critic,
     naive_critic_step,
@@ -57,7 +58,7 @@ SHORT_ITERATIONS = 2
 
 
 def naive_pretrain(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, critics: int, iterations: int,
-                   device: torch.device, seed: int) -> None:
+                   device: torch.device, seed: int, groups: list) -> None:
     """One (critic, throwaway generator) pair after the other, plain PyTorch."""
     torch.manual_seed(seed)
     width = data.shape[1]
@@ -65,7 +66,7 @@ def naive_pretrain(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, cr
     for j in range(critics):
         subset = data[torch.as_tensor(partition[j][partition[j] >= 0])].to(device)
         critic = naive_critic(gan, width).to(device)
-        gen = naive_generator(gan, width).to(device)
+        gen = naive_generator(gan, groups).to(device)
         opt_d = torch.optim.Adam(critic.parameters(), lr=gan.lr_critic, betas=tuple(gan.betas))
         opt_g = torch.optim.Adam(gen.parameters(), lr=gan.lr_generator, betas=tuple(gan.betas))
         for _ in range(iterations):
@@ -91,22 +92,30 @@ def main(argv=None) -> dict:
     ap.add_argument("--naive-iterations", type=int, default=10)
     ap.add_argument("--chunk-size", type=int, default=None)
     ap.add_argument("--workers", type=int, default=None)
+    add_width_argument(ap)
     args = ap.parse_args(argv)
+    summaries = [measure(args, width) for width in (args.width or [None])]
+    return emit_widths(summaries, args.json)
+
+
+def measure(args, width: int | None) -> dict:
+    """Time the fast and the naive code on the table of this width (None: the default table)."""
     device = device_of(args.device)
     gan = bench_gan(args.profile)
     condition = bench_condition(gan)
-    data = make_data(args.seed)
+    groups = bench_groups(width)
+    data = make_data(args.seed, width=groups[-1][1])
     k = args.discriminators
     partition = make_partition(data.shape[0], k, bench_secret(args.seed))
 
     # Warm-up outside the timed regions (libraries, thread pools, allocator).
-    pretrain_critics(data, partition[:8], gan, BENCH_GROUPS, args.seed, device, iterations=2, chunk_size=4,
+    pretrain_critics(data, partition[:8], gan, groups, args.seed, device, iterations=2, chunk_size=4,
                      condition=condition)
-    naive_pretrain(data, partition, gan, 1, 2, device, args.seed)
+    naive_pretrain(data, partition, gan, 1, 2, device, args.seed, groups)
 
     def fast_run(iterations: int) -> float:
         with Timer(device) as timer:
-            pretrain_critics(data, partition, gan, BENCH_GROUPS, args.seed, device, iterations=iterations,
+            pretrain_critics(data, partition, gan, groups, args.seed, device, iterations=iterations,
                              chunk_size=args.chunk_size, workers=args.workers, condition=condition)
         return timer.seconds
 
@@ -123,7 +132,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)   # its operations on 32-row batches run fastest on one thread
     try:
         with Timer(device) as naive:
-            naive_pretrain(data, partition, gan, sample, args.naive_iterations, device, args.seed)
+            naive_pretrain(data, partition, gan, sample, args.naive_iterations, device, args.seed, groups)
     finally:
         torch.set_num_threads(before)
     naive_per = naive.seconds / (sample * args.naive_iterations)
@@ -137,6 +146,8 @@ def main(argv=None) -> dict:
         "naive_ms_per_critic_iteration": round(naive_per * 1e3, 3),
         "fast_ms_per_critic_iteration": round(fast_per * 1e3, 4),
         "fast_setup_s": round(setup_s, 2),
+        "width": data.shape[1],
+        "columns": "census-like mix" if width is not None else "all continuous",
         "discriminators": k,
         "iterations": args.iterations,
         "device": str(device),
@@ -144,7 +155,6 @@ def main(argv=None) -> dict:
         "profile": args.profile or "plain thesis hyperparameters",
         "kernels": kernels_in_use(gan, device),
     }
-    emit(summary, args.json)
     return summary
 
 

@@ -39,13 +39,14 @@ import numpy as np
 import torch
 
 from bench._common import (
-    BENCH_GROUPS,
     Timer,
+    add_width_argument,
     bench_condition,
     bench_gan,
+    bench_groups,
     bench_secret,
     device_of,
-    emit,
+    emit_widths,
     make_data,
     naive_critic,
     naive_critic_step,
@@ -61,13 +62,13 @@ FULL_ITERATIONS = 40_000
 
 
 def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, privacy: PrivacyConfig, iterations: int,
-                device: torch.device, seed: int) -> None:
+                device: torch.device, seed: int, groups: list) -> None:
     torch.manual_seed(seed)
     k, width = partition.shape[0], data.shape[1]
     b, r = gan.batch_size, refresh_steps(gan)
     critics = [naive_critic(gan, width).to(device) for _ in range(k)]
     optimisers: dict[int, torch.optim.Optimizer] = {}
-    gen = naive_generator(gan, width).to(device)
+    gen = naive_generator(gan, groups).to(device)
     ema = copy.deepcopy(gen) if gan.generator_ema is not None else None
     opt_g = torch.optim.Adam(gen.parameters(), lr=gan.lr_generator, betas=tuple(gan.betas))
     data = data.to(device)
@@ -118,9 +119,17 @@ def main(argv=None) -> dict:
     ap.add_argument("--naive-iterations", type=int, default=200)
     ap.add_argument("--refresh-steps", type=int, default=None,
                     help="critic updates per drawn critic (default: the profile's critic_refresh_steps)")
+    add_width_argument(ap)
     args = ap.parse_args(argv)
+    summaries = [measure(args, width) for width in (args.width or [None])]
+    return emit_widths(summaries, args.json)
+
+
+def measure(args, width: int | None) -> dict:
+    """Time the fast and the naive code on the table of this width (None: the default table)."""
     device = device_of(args.device)
-    data = make_data(args.seed)
+    groups = bench_groups(width)
+    data = make_data(args.seed, width=groups[-1][1])
     k = args.discriminators
     secret = bench_secret(args.seed)
     partition = make_partition(data.shape[0], k, secret)
@@ -133,7 +142,7 @@ def main(argv=None) -> dict:
     def trainer(directory: Path, seed: int) -> GeneratorTrainer:
         critics = CriticStack(k, data.shape[1], gan.critic_hidden, gan.critic_batchnorm, gan.init,
                               torch.Generator().manual_seed(seed), device)
-        return GeneratorTrainer(data, partition, critics, gan, privacy, setting, BENCH_GROUPS, seed, directory, device,
+        return GeneratorTrainer(data, partition, critics, gan, privacy, setting, groups, seed, directory, device,
                                 secret, condition=bench_condition(gan))
 
     before = torch.get_num_threads()
@@ -141,7 +150,7 @@ def main(argv=None) -> dict:
         # Warm-up outside the timed regions: libraries, the accountant's curve, allocator.
         trainer(Path(tmp) / "warm", args.seed).run(20)
         torch.set_num_threads(1)
-        naive_train(data, partition, gan, privacy, 5, device, args.seed)
+        naive_train(data, partition, gan, privacy, 5, device, args.seed, groups)
         torch.set_num_threads(before)
 
         fast_trainer = trainer(Path(tmp) / "fast", args.seed)
@@ -152,7 +161,7 @@ def main(argv=None) -> dict:
         torch.set_num_threads(1)
         try:
             with Timer(device) as naive:
-                naive_train(data, partition, gan, privacy, args.naive_iterations, device, args.seed)
+                naive_train(data, partition, gan, privacy, args.naive_iterations, device, args.seed, groups)
         finally:
             torch.set_num_threads(before)
 
@@ -166,6 +175,8 @@ def main(argv=None) -> dict:
         "projected_40k_min": round(fast_per * FULL_ITERATIONS / 60.0, 2),
         "fast_ms_per_iteration": round(fast_per * 1e3, 3),
         "naive_ms_per_iteration": round(naive_per * 1e3, 3),
+        "width": data.shape[1],
+        "columns": "census-like mix" if width is not None else "all continuous",
         "discriminators": k,
         "iterations": args.iterations,
         "device": str(device),
@@ -174,7 +185,6 @@ def main(argv=None) -> dict:
         "critic_draw": gan.critic_draw,
         "critic_updates_per_drawn_critic": refresh_steps(gan),
     }
-    emit(summary, args.json)
     return summary
 
 

@@ -16,7 +16,8 @@ On a CPU with native bfloat16 the throwaway generators' products run in bfloat16
 accumulation (`pretrain_matmul_dtype`), about twice as fast as float32 ones.
 Training refreshes every critic drawn in a step in place in the stack, all against the same r fake
 batches made in one pass, queries each generated row through its own critic (gathered parameters, one
-batched product), and steps G's fused Adam directly; it uses one intra-op thread (`threads`). Where
+batched product), and steps G's fused Adam directly; it uses one intra-op thread (`threads`), and the
+C refresh splits a step's drawn critics over `refresh_workers` threads (each core it may use). Where
 they build, C kernels (models/native_kernels.py, `gan.kernels`) run all updates of a step's drawn
 critics, or of a pretraining chunk, in one call, and pretraining's bfloat16 BatchNorm in one pass.
 """
@@ -407,11 +408,16 @@ class GeneratorTrainer:
                  privacy: PrivacyConfig, setting: Setting, groups, seed: int, checkpoint_dir: Path,
                  device: torch.device, secret: PrivacySecret,
                  level_share_fn: Callable[[np.ndarray], dict] | None = None,
-                 threads: int | None = 1, condition: tuple[int, float] | None = None):
+                 threads: int | None = 1, condition: tuple[int, float] | None = None,
+                 refresh_workers: int | None = None):
         self.gan, self.privacy, self.setting = gan, privacy, setting
         # Intra-op threads while `run` trains on CPU: one iteration is many small operations on batches
         # of B rows, which a single thread runs fastest (and other processes cannot stall it).
         self.threads = threads
+        # Threads for the C critic refresh (drawn critics are independent): every core this process may
+        # use (torch's count before `run` narrows it; 1 in the experiment's one-thread workers).
+        self.refresh_workers = max(1, refresh_workers if refresh_workers is not None else torch.get_num_threads())
+        self._pool: ThreadPoolExecutor | None = None
         self.device = device
         self.data = data.to(device)
         self.partition = torch.as_tensor(partition, device=device)
@@ -483,13 +489,32 @@ class GeneratorTrainer:
             # All updates of every drawn critic in one C call, in place in the stack (models/native_kernels.py).
             x_rf = torch.cat([real, fakes.unsqueeze(0).expand(u, r, b, fakes.shape[-1])], 2)
             index = drawn.cpu().numpy()
-            estimate = critic_updates(critics.params, self.opt_d.exp_avg, self.opt_d.exp_avg_sq,
-                                      self.opt_d.steps[index], x_rf, alpha, self.opt_d.lr, self.opt_d.betas,
-                                      self.opt_d.eps, gan.gp_lambda, wasserstein, index=index)
+            estimate = self._native_updates(x_rf, alpha, index, wasserstein)
             self.opt_d.steps[index] += r
             return float(estimate.mean()) if estimate is not None else None
         estimates = [self._refresh_one(int(k), real[i], fakes, alpha[i], wasserstein) for i, k in enumerate(drawn)]
         return float(torch.stack(estimates).mean()) if wasserstein else None
+
+    def _native_updates(self, x_rf: torch.Tensor, alpha: torch.Tensor, index: np.ndarray,
+                        wasserstein: bool) -> torch.Tensor | None:
+        """The C updates of the critics at `index` (distinct), split over `refresh_workers` threads: each
+        critic's updates are independent of the others', so the split changes no number (the C call
+        releases the GIL)."""
+        def updates(part: slice) -> torch.Tensor | None:
+            return critic_updates(self.critics.params, self.opt_d.exp_avg, self.opt_d.exp_avg_sq,
+                                  self.opt_d.steps[index[part]], x_rf[part], alpha[part], self.opt_d.lr,
+                                  self.opt_d.betas, self.opt_d.eps, self.gan.gp_lambda, wasserstein,
+                                  index=index[part])
+
+        workers = min(self.refresh_workers, index.size)
+        if workers <= 1:
+            return updates(slice(None))
+        bounds = np.linspace(0, index.size, workers + 1).round().astype(int)
+        parts = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.refresh_workers, thread_name_prefix="critics")
+        estimates = list(self._pool.map(updates, parts))
+        return torch.cat(estimates) if wasserstein else None
 
     def _refresh_one(self, k: int, real: torch.Tensor, fakes: torch.Tensor, alpha: torch.Tensor,
                      wasserstein: bool) -> torch.Tensor | None:

@@ -1,0 +1,49 @@
+"""A release of a wide table end to end: the census-like demo schema (108 encoded columns, a 42-level
+column, heavy-tailed continuous columns) with the smoke profile. It keeps every stage honest at a width
+far from Cardio's 16, and its duration (pytest --durations) shows a width regression in CI: about 50 s
+on the 2-core development machine."""
+
+import json
+import time
+
+import mlflow
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from flows.cli import main
+from models.demo import make_demo_table
+from models.encoding import TableEncoder
+from models.schema import DatasetSchema
+from tests.conftest import ROOT
+
+CENSUS_SCHEMA = ROOT / "configs" / "census-demo.yaml"
+
+
+def test_wide_table_releases_end_to_end(isolated_workdir, capfd):
+    schema = DatasetSchema.from_yaml(CENSUS_SCHEMA)
+    assert TableEncoder(schema).width >= 100
+    data = isolated_workdir / "census.csv"
+    make_demo_table(schema, 3000, seed=2).to_csv(data, sep=schema.separator, index=False)
+
+    started = time.perf_counter()
+    code = main(["release", "--config", str(CENSUS_SCHEMA), "--data", str(data), "--profile", "smoke", "--json"])
+    seconds = time.perf_counter() - started
+    assert code == 0
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    print(f"wide release: {seconds:.1f} s")
+    out = isolated_workdir / summary["run_dir"]
+    assert summary["epsilon"] > 0 and 0.0 <= summary["auc"] <= 1.0
+    for stage in ("pretrain-k10", "train-k10", "sample-k10", "evaluate-k10/000", "report"):
+        assert (out / stage / "manifest.json").exists(), stage
+
+    champion = MlflowClient().get_model_version_by_alias("census_demo-gswgan", "champion")
+    assert float(champion.tags["epsilon"]) == summary["epsilon"]
+    rows = mlflow.pyfunc.load_model("models:/census_demo-gswgan@champion").predict(
+        pd.DataFrame({"n_rows": [200], "seed": [1]}))
+    assert list(rows.columns) == [c.name for c in schema.columns]
+    for column in schema.columns:
+        if column.is_continuous:
+            low, high = column.bounds
+            assert rows[column.name].between(low, high).all(), column.name
+        else:
+            assert set(rows[column.name].astype(str)) <= {str(level) for level in column.levels}, column.name
