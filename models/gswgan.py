@@ -24,6 +24,7 @@ critics, or of a pretraining chunk, in one call, and pretraining's bfloat16 Batc
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -472,7 +473,7 @@ class GeneratorTrainer:
         its own subset, all against the same fake batches of the current generator (not sanitised:
         critics are never released). Returns the mean over them of the estimate mean D(real) -
         mean D(fake) at their last update, when asked."""
-        gan, r, b = self.gan, self.refresh_steps, self.gan.batch_size
+        r, b = self.refresh_steps, self.gan.batch_size
         drawn = torch.as_tensor(drawn, dtype=torch.int64).reshape(-1)
         u = drawn.numel()
         z = self.generator.latent(r * b, self.rng).to(self.device)
@@ -484,9 +485,8 @@ class GeneratorTrainer:
         drawn = drawn.to(self.device)
         rows = torch.gather(self.partition[drawn], 1, local.reshape(u, r * b))
         real = self.data[rows].view(u, r, b, -1)
-        critics = self.critics
         if self.native_critics:
-            # All updates of every drawn critic in one C call, in place in the stack (models/native_kernels.py).
+            # All updates of every drawn critic in C, in place in the stack (models/native_kernels.py).
             x_rf = torch.cat([real, fakes.unsqueeze(0).expand(u, r, b, fakes.shape[-1])], 2)
             index = drawn.cpu().numpy()
             estimate = self._native_updates(x_rf, alpha, index, wasserstein)
@@ -510,7 +510,7 @@ class GeneratorTrainer:
         if workers <= 1:
             return updates(slice(None))
         bounds = np.linspace(0, index.size, workers + 1).round().astype(int)
-        parts = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        parts = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.refresh_workers, thread_name_prefix="critics")
         estimates = list(self._pool.map(updates, parts))

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+from models import native_kernels
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
 from models.gswgan import (
@@ -590,3 +591,22 @@ def test_tiny_multi_critic_run_produces_both_target_classes_and_learns_the_label
     gap_before = before[before[:, 0] > 0, 1].mean() - before[before[:, 0] <= 0, 1].mean()
     print(f"label gap before {gap_before:.3f}, after {gap:.3f}")
     assert gap > 0.6 and abs(gap_before) < 0.3
+
+
+@pytest.mark.skipif(not native_kernels.available(), reason="no C compiler here")
+def test_refresh_split_over_threads_changes_no_number(tmp_path):
+    """The C refresh of a step's drawn critics split over two threads gives exactly the single thread's
+    critics and generator: every drawn critic is updated independently."""
+    gan = GanConfig(iterations=6, checkpoint_every=6, kernels="native")
+    base = _critics(16, gan)
+    trainers = []
+    for workers in (1, 2):
+        trainer = _trainer(tmp_path, k=16, gan=gan, critics=copy.deepcopy(base), name=f"w{workers}")
+        trainer.refresh_workers = workers
+        trainer.run(6)
+        trainers.append(trainer)
+    one, two = trainers
+    for a, b in zip(one.generator.state_dict().values(), two.generator.state_dict().values()):
+        assert torch.equal(a, b)
+    for a, b in zip(one.critics.params, two.critics.params):
+        assert torch.equal(a, b)
