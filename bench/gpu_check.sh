@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A short (< 5 minutes) check for a machine with a CUDA GPU, run from the project root without edits:
-# installs the project, runs the smoke experiment and the pretraining and training benchmarks on CUDA,
+# A short (< 8 minutes) check for a machine with a CUDA GPU, run from the project root without edits:
+# installs the project, runs the smoke experiment and the pretraining and training benchmarks on CUDA
+# (Cardio's width and a 128-column census-like table),
 # and prints their figures. Usage: bash bench/gpu_check.sh
 #
 # Install. With a project .venv already there it is used as is. Otherwise a fresh .venv-gpu is made
@@ -39,6 +40,10 @@ print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__)
 PY
 timeout 150 python bench/pretrain.py --json --device cuda | tail -n 1 | sed 's/^/pretrain: /'
 timeout 90 python bench/train.py --json --device cuda | tail -n 1 | sed 's/^/train: /'
+# The census-like table 128 encoded columns wide (bench/_layout.py), K = 1000 like the default release.
+timeout 150 python bench/pretrain.py --json --device cuda -k 1000 --width 128 | tail -n 1 | sed 's/^/pretrain, 128 columns: /'
+timeout 90 python bench/train.py --json --device cuda -k 1000 --width 128 --iterations 500 --naive-iterations 50 \
+    | tail -n 1 | sed 's/^/train, 128 columns: /'
 work=$(mktemp -d)
 dpsynth demo-data --rows 3000 --out "$work/demo.csv"
 start=$(date +%s)
