@@ -10,7 +10,8 @@ tensor code (the Python loop for selection) is the reference and the fallback.
 * `l1_cd`: coordinate descent on the d x d l1 sub-problem of logistic model selection (models/selection.py),
   float64, the Python loop's formulas and order; at an encoded width of 128 it was 97% of a selection run.
   `logistic_margins` and `logistic_gradient`: selection's two passes over the data per Newton step, on
-  float32 rows with float64 sums (half the bytes of numpy's float64 products, which are bound by memory).
+  float32 rows with float64 sums (half the bytes of numpy's float64 products, which are bound by memory),
+  and `logistic_hessian`, its Hessian for narrow tables.
 * `batchnorm_relu_bf16`: BatchNorm (training mode) + ReLU of pretraining's bfloat16 generator products,
   one pass over cache-resident rows instead of six mixed-precision tensor passes. Reference: the
   bfloat16 branch of `GeneratorStack.forward_train`.
@@ -47,6 +48,7 @@ from models.errors import ConfigError
 SOURCE = Path(__file__).with_name("native") / "kernels.c"
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC"]
 LANES = 16   # the C code's vector width along the hidden units
+HESSIAN_MAX_D = 64   # logistic_hessian's widest table (models/native/kernels.c)
 CHOICES = ("auto", "native", "torch")
 
 _lock = threading.Lock()
@@ -140,8 +142,10 @@ def _load() -> ctypes.CDLL:
         lib.l1_cd.restype = ctypes.c_int
         lib.logistic_margins.argtypes = [i64, i64, ptr, ptr, ptr]
         lib.logistic_margins.restype = None
-        lib.logistic_gradient.argtypes = [i64, i64, ptr, ptr, ptr]
+        lib.logistic_gradient.argtypes = [i64, i64, ptr, ptr, ptr, ptr, ptr]
         lib.logistic_gradient.restype = None
+        lib.logistic_hessian.argtypes = [i64, i64, ptr, ptr, ptr]
+        lib.logistic_hessian.restype = ctypes.c_int
         _library = lib
         return lib
 
@@ -224,13 +228,30 @@ def logistic_margins(Xs: np.ndarray, w: np.ndarray) -> np.ndarray:
     return m
 
 
-def logistic_gradient(Xs: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """-(r @ Xs) in float64 for float32 rows Xs [n, d] (Fortran order) and a float64 r [n] (models/selection.py)."""
+def logistic_gradient(Xs: np.ndarray, m: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(-(r @ Xs), r) in float64 for float32 rows Xs [n, d] (Fortran order), with r = sigmoid(-m) made
+    from m and e = exp(-|m|) (float64 [n]) in the same call (models/selection.py)."""
+    lib = _load()
+    _rows_and_vector(Xs, m, Xs.shape[0])
+    _rows_and_vector(Xs, e, Xs.shape[0])
+    r = np.empty(Xs.shape[0])
+    g = np.empty(Xs.shape[1])
+    lib.logistic_gradient(Xs.shape[0], Xs.shape[1], Xs.ctypes.data, m.ctypes.data, e.ctypes.data, r.ctypes.data,
+                          g.ctypes.data)
+    return g, r
+
+
+def logistic_hessian(Xs: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """X^T diag(r (1 - r)) X in float64 for float32 rows Xs [n, d] (Fortran order) and r [n], both
+    triangles filled (models/selection.py, narrow tables)."""
     lib = _load()
     _rows_and_vector(Xs, r, Xs.shape[0])
-    g = np.empty(Xs.shape[1])
-    lib.logistic_gradient(Xs.shape[0], Xs.shape[1], Xs.ctypes.data, r.ctypes.data, g.ctypes.data)
-    return g
+    d = Xs.shape[1]
+    H = np.empty((d, d))
+    if lib.logistic_hessian(Xs.shape[0], d, Xs.ctypes.data, r.ctypes.data, H.ctypes.data) != 0:
+        raise ValueError(f"logistic_hessian takes at most {HESSIAN_MAX_D} columns, not {d}")
+    upper = np.triu(H)
+    return upper + np.triu(upper, 1).T
 
 
 def _address(t: torch.Tensor) -> ctypes.c_void_p:

@@ -80,6 +80,8 @@ INNER_RTOL = 1e-3
 # a stale Hessian is kept while one step shrinks the optimality measure by this factor or more (and, below
 # that, while it stays cheaper than a new one: `_hessian_is_stale`)
 REFRESH = 0.03
+# up to this many columns (intercept included) the native Hessian is a C loop, beyond it a BLAS product
+NARROW = 32
 # l1: sweeps of the C coordinate descent between two tries of the exact solve on a settled sign pattern
 POLISH_EVERY = 8
 
@@ -194,19 +196,22 @@ class _Problem:
 
     def grad_of_margins(self, m: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Gradient of the log-loss sum and r = sigmoid(-m), given e = exp(-|m|)."""
-        r = np.where(m >= 0, e, 1.0) / (1.0 + e)
         if self.native:
-            return native_kernels.logistic_gradient(self.Xs, r), r
+            return native_kernels.logistic_gradient(self.Xs, m, e)
+        r = np.where(m >= 0, e, 1.0) / (1.0 + e)
         return -(r @ self.Xs), r
 
     def hessian(self, r: np.ndarray) -> np.ndarray:
         """Unscaled Hessian of the log-loss sum: X^T diag(r (1 - r)) X (B^T B: one symmetric BLAS product).
 
         It only steers the steps (optimality is always measured with the float64 gradient). The float64
-        product is the reference; the native path's float32 product halves its cost, and `hessian_ridge`
+        product is the reference; the native path's float32 product halves its cost (up to `NARROW`
+        columns a C loop with float64 sums is cheaper still), and `hessian_ridge`
         keeps the l1 sub-problem positive definite against its rounding along the null directions of
         one-hot blocks collinear with the intercept.
         """
+        if self.native and self.d1 <= NARROW:
+            return native_kernels.logistic_hessian(self.Xs, r)
         B = self.Xs * np.sqrt(r * (1.0 - r)).astype(self.Xs.dtype)[:, None]
         return (B.T @ B).astype(np.float64)
 
@@ -269,8 +274,9 @@ def _l1_cd(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: 
 def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray):
     """Move toward the minimiser of the l1 sub-problem on the face of u's sign pattern (there it is a
     smooth quadratic: H_SS du = -(a_S + s_S)), stopping where the first coordinate reaches zero (it is set
-    to exactly zero and leaves the support). The objective decreases along the way. Returns (u, a,
-    reached), reached: the face's minimiser itself; None if H_SS cannot be solved.
+    to exactly zero and leaves the support). Returns (u, a, reached), reached: the face's minimiser
+    itself; None if H_SS cannot be solved or the step would not decrease the sub-problem (rounding in an
+    ill-conditioned solve), in which case coordinate descent goes on alone.
 
     Along the near-flat directions of one-hot blocks collinear with the intercept, coordinate descent
     creeps (tens of thousands of sweeps at 256 columns); these steps cross them at once.
@@ -290,11 +296,17 @@ def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray)
         hit = int(np.argmin(ratios))
         t = float(ratios[hit])
     step = t * du
+    if hit >= 0:
+        step[hit] = -u_s[hit]
+    # on the face the l1 term is linear (sg), so the sub-problem changes by exactly this; an
+    # ill-conditioned H_SS can make the solve inaccurate enough that it does not decrease: refuse
+    change = float((a[support] + sg) @ step + 0.5 * step @ (H[np.ix_(support, support)] @ step))
+    if not change < 0.0:
+        return None
     u_new = u.copy()
     u_new[support] = u_s + step
     if hit >= 0:
         u_new[support[hit]] = 0.0
-        step[hit] = -u_s[hit]
     a_new = a + H[:, support] @ step
     return u_new, a_new, hit < 0
 
@@ -312,6 +324,7 @@ def _l1_cd_native(H, g, w, tol, max_sweeps, stats):
     a = np.array(g, dtype=np.float64)   # u = w: the gradient of the smooth part is g
     sweeps = 0
     prev_support = None
+    face_steps = True
     while sweeps < max_sweeps:
         converged, done = native_kernels.l1_cd(H, u, a, tol, min(POLISH_EVERY, max_sweeps - sweeps))
         sweeps += done
@@ -319,8 +332,10 @@ def _l1_cd_native(H, g, w, tol, max_sweeps, stats):
             break
         support = np.flatnonzero(u)
         if support.size and prev_support is not None and np.array_equal(support, prev_support):
-            stepped = _face_step(H, a, u, support)
-            if stepped is not None:
+            stepped = _face_step(H, a, u, support) if face_steps else None
+            if stepped is None:
+                face_steps = False
+            else:
                 u, a, reached = stepped
                 stats["face_steps"] = stats.get("face_steps", 0) + 1
                 if reached and _sub_optimality(u, a) <= tol:
@@ -564,19 +579,25 @@ def _l1_predictor(w: np.ndarray, S: np.ndarray, C: float, step: float) -> np.nda
 
     On the support the optimum satisfies sign(w_S) + C grad L_S = 0, so d w_S / d log C =
     S_SS^-1 sign(w_S) / C (S the Hessian of L). A coordinate the step would carry through zero stops at
-    zero (it leaves the support); a singular S_SS (collinear one-hot blocks) skips the predictor.
+    zero (it leaves the support). S_SS gets a small ridge, and a step larger than the weights themselves
+    (a near-singular S_SS: collinear one-hot blocks) is not taken.
     """
     support = np.flatnonzero(w)
     if support.size == 0:
         return w
+    S_SS = S[np.ix_(support, support)].copy()
+    S_SS[np.diag_indices(support.size)] += 1e-6 * max(float(np.max(np.diag(S_SS))), 1e-12)
     try:
-        dw = np.linalg.solve(S[np.ix_(support, support)], np.sign(w[support]) / C)
+        dw = np.linalg.solve(S_SS, np.sign(w[support]) / C)
     except np.linalg.LinAlgError:
         return w
-    if not np.all(np.isfinite(dw)):
+    move = step * dw
+    # along the (near-)null directions of collinear one-hot blocks the solve is meaningless: a predictor
+    # that moves further than the weights' own size is no guess at all
+    if not np.all(np.isfinite(move)) or float(np.max(np.abs(move))) > 1.0 + float(np.max(np.abs(w))):
         return w
     out = w.copy()
-    moved = w[support] + step * dw
+    moved = w[support] + move
     moved[np.sign(moved) != np.sign(w[support])] = 0.0
     out[support] = moved
     return out
@@ -793,7 +814,7 @@ def select_model(X_train, y_train, X_val, y_val, X_test, y_test, candidates: Seq
     test_scores = X_test.astype(np.float64) @ coef + intercept
     return SelectionResult(
         penalty=chosen.penalty, C=chosen.C, val_auc=float(val_aucs[best]),
-        test_auc=float(roc_auc_score(y_test, test_scores)),
+        test_auc=float(auc_columns(y_test, test_scores)[0]),   # roc_auc_score's value, without its checks
         test_auprc=float(average_precision_score(y_test, test_scores)),
         seconds=time.perf_counter() - t0, val_aucs=[float(a) for a in val_aucs], degenerate=False,
         method=method, index=best, coef=coef, intercept=intercept,

@@ -416,7 +416,16 @@ void logistic_margins(int64_t n, int64_t d, const float *restrict Xs, const doub
         const int64_t len = n - i0 < ROW_BLOCK ? n - i0 : ROW_BLOCK;
         double *restrict mb = m + i0;
         for (int64_t i = 0; i < len; i++) mb[i] = 0.0;
-        for (int64_t j = 0; j < d; j++) {
+        int64_t j = 0;
+        for (; j + 4 <= d; j += 4) {   /* four columns per pass over the block's margins */
+            const float *restrict c0 = Xs + j * n + i0, *restrict c1 = c0 + n, *restrict c2 = c1 + n,
+                        *restrict c3 = c2 + n;
+            const double w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+            #pragma omp simd
+            for (int64_t i = 0; i < len; i++)
+                mb[i] += ((double)c0[i] * w0 + (double)c1[i] * w1) + ((double)c2[i] * w2 + (double)c3[i] * w3);
+        }
+        for (; j < d; j++) {
             const float *restrict col = Xs + j * n + i0;
             const double wj = w[j];
             #pragma omp simd
@@ -425,13 +434,30 @@ void logistic_margins(int64_t n, int64_t d, const float *restrict Xs, const doub
     }
 }
 
-void logistic_gradient(int64_t n, int64_t d, const float *restrict Xs, const double *restrict r,
-                       double *restrict g) {
+/* r_i = sigmoid(-m_i) from e_i = exp(-|m_i|) (numpy's vector exp made e), written to r, and with it the
+ * gradient g_j = -sum_i r_i Xs[j][i]; four columns per pass, each its own chain of sums. */
+void logistic_gradient(int64_t n, int64_t d, const float *restrict Xs, const double *restrict m,
+                       const double *restrict e, double *restrict r, double *restrict g) {
+    for (int64_t i = 0; i < n; i++) r[i] = (m[i] >= 0.0 ? e[i] : 1.0) / (1.0 + e[i]);
     for (int64_t j = 0; j < d; j++) g[j] = 0.0;
     for (int64_t i0 = 0; i0 < n; i0 += ROW_BLOCK) {
         const int64_t len = n - i0 < ROW_BLOCK ? n - i0 : ROW_BLOCK;
         const double *restrict rb = r + i0;
-        for (int64_t j = 0; j < d; j++) {
+        int64_t j = 0;
+        for (; j + 4 <= d; j += 4) {
+            const float *restrict c0 = Xs + j * n + i0, *restrict c1 = c0 + n, *restrict c2 = c1 + n,
+                        *restrict c3 = c2 + n;
+            double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+            #pragma omp simd reduction(+:a0, a1, a2, a3)
+            for (int64_t i = 0; i < len; i++) {
+                a0 += rb[i] * (double)c0[i];
+                a1 += rb[i] * (double)c1[i];
+                a2 += rb[i] * (double)c2[i];
+                a3 += rb[i] * (double)c3[i];
+            }
+            g[j] -= a0; g[j + 1] -= a1; g[j + 2] -= a2; g[j + 3] -= a3;
+        }
+        for (; j < d; j++) {
             const float *restrict col = Xs + j * n + i0;
             double acc = 0.0;
             #pragma omp simd reduction(+:acc)
@@ -439,4 +465,57 @@ void logistic_gradient(int64_t n, int64_t d, const float *restrict Xs, const dou
             g[j] -= acc;
         }
     }
+}
+
+/* The unscaled Hessian of the log-loss, H = sum_i r_i (1 - r_i) x_i x_i^T (upper triangle, float64), for
+ * narrow tables (d <= HESSIAN_MAX_D): numpy's route (weights, a weighted float32 copy, a BLAS product)
+ * costs several passes more there. Per block of HESSIAN_BLOCK rows the columns are widened to float64
+ * once, and the weighted ones once; then two weighted columns meet four plain ones at a time.
+ * H [d][d] row-major, only j <= k written. Returns 2 when d is too large. */
+#define HESSIAN_BLOCK 128
+#define HESSIAN_MAX_D 64
+
+int logistic_hessian(int64_t n, int64_t d, const float *restrict Xs, const double *restrict r,
+                     double *restrict H) {
+    if (d > HESSIAN_MAX_D) return 2;
+    double x[HESSIAN_MAX_D][HESSIAN_BLOCK], v[HESSIAN_MAX_D][HESSIAN_BLOCK];
+    for (int64_t j = 0; j < d * d; j++) H[j] = 0.0;
+    for (int64_t i0 = 0; i0 < n; i0 += HESSIAN_BLOCK) {
+        const int64_t len = n - i0 < HESSIAN_BLOCK ? n - i0 : HESSIAN_BLOCK;
+        double wt[HESSIAN_BLOCK];
+        for (int64_t i = 0; i < len; i++) wt[i] = r[i0 + i] * (1.0 - r[i0 + i]);
+        for (int64_t j = 0; j < d; j++) {
+            const float *restrict cj = Xs + j * n + i0;
+            #pragma omp simd
+            for (int64_t i = 0; i < len; i++) {
+                x[j][i] = (double)cj[i];
+                v[j][i] = wt[i] * x[j][i];
+            }
+        }
+        for (int64_t j = 0; j < d; j++) {
+            const double *restrict vj = v[j];
+            int64_t k = j;
+            for (; k + 4 <= d; k += 4) {
+                const double *restrict x0 = x[k], *restrict x1 = x[k + 1], *restrict x2 = x[k + 2],
+                             *restrict x3 = x[k + 3];
+                double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+                #pragma omp simd reduction(+:a0, a1, a2, a3)
+                for (int64_t i = 0; i < len; i++) {
+                    a0 += vj[i] * x0[i];
+                    a1 += vj[i] * x1[i];
+                    a2 += vj[i] * x2[i];
+                    a3 += vj[i] * x3[i];
+                }
+                H[j * d + k] += a0; H[j * d + k + 1] += a1; H[j * d + k + 2] += a2; H[j * d + k + 3] += a3;
+            }
+            for (; k < d; k++) {
+                const double *restrict xk = x[k];
+                double acc = 0.0;
+                #pragma omp simd reduction(+:acc)
+                for (int64_t i = 0; i < len; i++) acc += vj[i] * xk[i];
+                H[j * d + k] += acc;
+            }
+        }
+    }
+    return 0;
 }
