@@ -20,20 +20,32 @@ Two implementations of step 2-3 are offered by `select_model`:
       l2:  0.5 * ||w||_2^2 + C * sum_i log(1 + exp(-s_i w.x_i))          s_i = 2 y_i - 1
       l1:        ||w||_1   + C * sum_i log(1 + exp(-s_i w.x_i))
 
-  With only 17 columns, the d x d Hessian is cheap (one pass over the data) and every inner step works on
-  d x d matrices only. l2: damped Newton, warm-started along increasing C with a first-order predictor
-  (dw/dlogC = H^-1 w), reusing a stale Hessian while it still contracts the gradient quickly. l1: proximal
+  The d x d Hessian takes one pass over the data and every inner step then works on d x d matrices only.
+  l2: damped Newton, warm-started along increasing C with a first-order predictor (dw/dlogC = H^-1 w),
+  reusing a stale Hessian (and its Cholesky factor) while that is cheaper than a new one. l1: proximal
   Newton (liblinear's own newGLMNET scheme) whose quadratic sub-problem is solved by coordinate descent on
-  the explicit d x d Hessian instead of on the data (finished by an exact solve once the sign pattern has
-  settled), again warm-started along C. Both are solved to a relative optimality of `tol` (default 1e-10,
-  far below liblinear's 1e-4), so they reach the exact optimum that liblinear approximates. Validation AUCs
-  of all candidates are computed at once from ranks (Mann-Whitney statistic with average ranks, equal to
+  the explicit d x d Hessian instead of on the data, with steps on the face of a settled sign pattern (an
+  exact solve on the support, stopped where a weight reaches zero), again warm-started along C with a
+  predictor on the support. Both are solved to a relative optimality of `tol` (default 1e-10, far below
+  liblinear's 1e-4), so they reach the exact optimum that liblinear approximates. Validation AUCs of all
+  candidates are computed at once from ranks (Mann-Whitney statistic with average ranks, equal to
   ``roc_auc_score`` up to rounding). BLAS is held to one thread: the products are small, and a threaded
   matrix-vector product on a busy 2-core machine was measured 10-50x slower.
 
+  Width. Where the C kernels build (models/native_kernels.py), the rows are kept in float32 (exact: the
+  features are float32) and the passes over the data, the l1 coordinate descent and (up to 32 columns)
+  the Hessian run in C with float64 sums; wider Hessians are float32 BLAS products. At 128 encoded columns
+  the pure-Python coordinate descent was 97% of a run and made the fast path slower than liblinear; one-hot
+  blocks collinear with the intercept leave near-flat directions that coordinate descent crosses only in
+  tens of thousands of sweeps, which the face steps cross at once. Without a compiler, numpy and a Python
+  coordinate descent (with an exact solve once the signs settle) do the same work more slowly: the
+  reference the C loops are tested against.
+
   What "the same models" can mean: the l1 and l2 optima are unique in their predictions (the log-loss is
   strictly convex in the margins), so validation AUCs match liblinear's up to liblinear's own optimisation
-  error (about 1e-6 of AUC at the realistic size). When two candidates' validation AUCs differ by less
+  error (about 1e-6 of AUC on Cardio; on a 128-column table of 10,000 rows its tolerance once left a
+  refitted model 0.006 of test AUC away from the optimum, which liblinear at tolerance 1e-8 reaches too:
+  bench/select.py reports such cases). When two candidates' validation AUCs differ by less
   than that, the two methods may pick different (equally good) candidates; the test AUCs then differ by
   about 1e-5. With one-hot blocks collinear with the intercept, the l1 coefficients themselves need not be
   unique (their predictions are).
@@ -42,7 +54,7 @@ Degenerate inputs (a collapsed generator that emits a single class in the traini
 not raise: the result has ``degenerate=True``, ``val_auc=nan``, ``test_auc=0.5`` (a constant score) and
 ``test_auprc`` equal to the positive rate of the test set (the average precision of a constant score).
 
-Pure numpy / scipy / scikit-learn: no Prefect, no MLflow.
+numpy / scipy / scikit-learn and the project's C kernels: no Prefect, no MLflow.
 """
 
 from __future__ import annotations
