@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from models import native_kernels
+from models import gswgan, native_kernels
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
 from models.gswgan import (
@@ -594,9 +594,10 @@ def test_tiny_multi_critic_run_produces_both_target_classes_and_learns_the_label
 
 
 @pytest.mark.skipif(not native_kernels.available(), reason="no C compiler here")
-def test_refresh_split_over_threads_changes_no_number(tmp_path):
+def test_refresh_split_over_threads_changes_no_number(tmp_path, monkeypatch):
     """The C refresh of a step's drawn critics split over two threads gives exactly the single thread's
     critics and generator: every drawn critic is updated independently."""
+    monkeypatch.setattr(gswgan, "SPLIT_REFRESH_MIN", 0)   # split even these narrow critics
     gan = GanConfig(iterations=6, checkpoint_every=6, kernels="native")
     base = _critics(16, gan)
     trainers = []
