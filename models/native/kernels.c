@@ -69,6 +69,55 @@ typedef struct {
     float *h, *sv, *hx, *u, *w1t, *q, *xe, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
 } Scratch;
 
+/* One row's first-layer output: h = acc + b1, S w2, and the running sums over real / fake rows. */
+static inline void first_layer_out(vf acc, int64_t i, int64_t jb, int64_t B, int64_t H, const float *W2,
+                                   const float *B1, Scratch *s) {
+    const vf w2 = load(W2 + jb), w2s = w2 * splat(SLOPE), b1 = load(B1 + jb);
+    vf hv = acc + b1;
+    vf svv = pick(hv, w2, w2s);
+    store(s->h + i * H + jb, hv);
+    store(s->sv + i * H + jb, svv);
+    float *ss = i < B ? s->s_real : s->s_fake, *as = i < B ? s->a_real : s->a_fake;
+    store(ss + jb, load(ss + jb) + svv);
+    store(as + jb, load(as + jb) + pick(hv, hv, hv * splat(SLOPE)));
+}
+
+/* dw1 for up to 4 input columns from c0 and the 16 hidden units from jb (q^T u + (e x)^T (S w2)). */
+static inline void dw1_tile(int64_t c0, int64_t cols, int64_t jb, int64_t B, int64_t R, int64_t D, int64_t DP,
+                            int64_t H, const float *q, const float *u, const float *xe, const float *sv,
+                            float *dw1) {
+    vf acc[4] = {0}, acc2[4] = {0};   /* the two sums apart, as the tensor code adds them */
+    if (cols == 4) {   /* constant trip counts keep the accumulators in registers */
+        for (int64_t i = 0; i < B; i++) {
+            vf uv = load(u + i * H + jb);
+            for (int r = 0; r < 4; r++) acc[r] += splat(q[i * DP + c0 + r]) * uv;
+        }
+        for (int64_t i = 0; i < R; i++) {
+            vf svv = load(sv + i * H + jb);
+            for (int r = 0; r < 4; r++) acc2[r] += splat(xe[i * D + c0 + r]) * svv;
+        }
+    } else {
+        for (int64_t r = 0; r < cols; r++) {
+            for (int64_t i = 0; i < B; i++) acc[r] += splat(q[i * DP + c0 + r]) * load(u + i * H + jb);
+            for (int64_t i = 0; i < R; i++) acc2[r] += splat(xe[i * D + c0 + r]) * load(sv + i * H + jb);
+        }
+    }
+    for (int64_t r = 0; r < cols; r++) store(dw1 + (c0 + r) * H + jb, acc[r] + acc2[r]);
+}
+
+/* db1 and dw2 of the 16 hidden units from jb, given the rows' sum for dw2; adds this block's part of the
+ * Wasserstein estimate (a_diff . w2) to *w, lane by lane (callers go in block order). db1 and the Wasserstein
+ * part of dw2 come from separate sums over fake and real rows, as autograd takes them, so that a
+ * gradient that is exactly zero (same active units in both batches) stays zero. */
+static inline void dw2_out(vf acc, int64_t jb, float inv_b, const float *W2, Scratch *s, float *w) {
+    const vf ib = splat(inv_b);
+    store(s->db1 + jb, (load(s->s_fake + jb) - load(s->s_real + jb)) * ib);
+    const vf a_diff = (load(s->a_fake + jb) - load(s->a_real + jb)) * ib;
+    store(s->dw2 + jb, acc + a_diff);
+    const vf prod = a_diff * load(W2 + jb);
+    for (int l = 0; l < LANES; l++) *w += prod[l];
+}
+
 /* One step's gradients for one critic into s->dw1, s->db1, s->dw2; returns the Wasserstein estimate. */
 static float critic_grads(const float *W1, const float *B1, const float *W2, const float *X, const float *A,
                           int64_t B, int64_t D, int64_t H, float c, Scratch *s) {
@@ -76,32 +125,44 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
     const float inv_b = 1.0f / (float)B;
     float *h = s->h, *sv = s->sv, *hx = s->hx, *u = s->u, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
 
-    /* first layer on the real and fake rows, four rows at a time; with it S w2 (d D / d h) per row and,
-       separately over the real and the fake rows, the sums of S w2 and of LeakyReLU(h) */
+    /* first layer on the real and fake rows; with it S w2 (d D / d h) per row and, separately over the
+       real and the fake rows, the sums of S w2 and of LeakyReLU(h). Register tiles of 8 rows x 32 hidden
+       units (16 accumulators: two W1 loads and eight broadcasts feed 16 multiply-adds); the rest in tiles
+       of 4 rows x 16. Every sum runs over the input columns in order, and the per-row sums over the rows
+       in order, whatever the tile. */
     memset(s->s_real, 0, sizeof(float) * 4 * (size_t)H);   /* s_real, s_fake, a_real, a_fake: adjacent */
-    for (int64_t i0 = 0; i0 < R; i0 += 4) {
-        const int64_t rows = R - i0 < 4 ? R - i0 : 4;
-        for (int64_t jb = 0; jb < H; jb += LANES) {
-            vf acc[4] = {0};
-            if (rows == 4) {   /* constant trip counts keep the accumulators in registers */
+    for (int64_t i0 = 0; i0 < R; i0 += 8) {
+        const int64_t rows8 = R - i0 < 8 ? R - i0 : 8;
+        int64_t jb = 0;
+        if (rows8 == 8) {
+            for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
+                vf a0[8] = {0}, a1[8] = {0};
                 for (int64_t cc = 0; cc < D; cc++) {
-                    vf w = load(W1 + cc * H + jb);
-                    for (int r = 0; r < 4; r++) acc[r] += splat(X[(i0 + r) * D + cc]) * w;
+                    const vf w0 = load(W1 + cc * H + jb), w1 = load(W1 + cc * H + jb + LANES);
+                    for (int r = 0; r < 8; r++) {
+                        const vf x = splat(X[(i0 + r) * D + cc]);
+                        a0[r] += x * w0;
+                        a1[r] += x * w1;
+                    }
                 }
-            } else {
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t cc = 0; cc < D; cc++) acc[r] += splat(X[(i0 + r) * D + cc]) * load(W1 + cc * H + jb);
+                for (int r = 0; r < 8; r++) first_layer_out(a0[r], i0 + r, jb, B, H, W2, B1, s);
+                for (int r = 0; r < 8; r++) first_layer_out(a1[r], i0 + r, jb + LANES, B, H, W2, B1, s);
             }
-            const vf w2 = load(W2 + jb), w2s = w2 * splat(SLOPE), b1 = load(B1 + jb);
-            for (int64_t r = 0; r < rows; r++) {
-                const int64_t i = i0 + r;
-                vf hv = acc[r] + b1;
-                vf svv = pick(hv, w2, w2s);
-                store(h + i * H + jb, hv);
-                store(sv + i * H + jb, svv);
-                float *ss = i < B ? s->s_real : s->s_fake, *as = i < B ? s->a_real : s->a_fake;
-                store(ss + jb, load(ss + jb) + svv);
-                store(as + jb, load(as + jb) + pick(hv, hv, hv * splat(SLOPE)));
+        }
+        for (; jb < H; jb += LANES) {
+            for (int64_t g0 = i0; g0 < i0 + rows8; g0 += 4) {
+                const int64_t rows = i0 + rows8 - g0 < 4 ? i0 + rows8 - g0 : 4;
+                vf acc[4] = {0};
+                if (rows == 4) {   /* constant trip counts keep the accumulators in registers */
+                    for (int64_t cc = 0; cc < D; cc++) {
+                        vf w = load(W1 + cc * H + jb);
+                        for (int r = 0; r < 4; r++) acc[r] += splat(X[(g0 + r) * D + cc]) * w;
+                    }
+                } else {
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t cc = 0; cc < D; cc++) acc[r] += splat(X[(g0 + r) * D + cc]) * load(W1 + cc * H + jb);
+                }
+                for (int64_t r = 0; r < rows; r++) first_layer_out(acc[r], g0 + r, jb, B, H, W2, B1, s);
             }
         }
     }
@@ -121,7 +182,30 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
     }
     for (int64_t i0 = 0; i0 < B; i0 += 4) {
         const int64_t rows = B - i0 < 4 ? B - i0 : 4;
-        for (int64_t db = 0; db < DP; db += LANES) {
+        int64_t db = 0;
+        if (rows == 4) {
+            /* tiles of 4 rows x 32 columns: four W1^T loads and eight broadcasts feed 16 multiply-adds; the
+               same two chains (even and odd j) per row and column as the 4 x 16 tiles below */
+            for (; db + 2 * LANES <= DP; db += 2 * LANES) {
+                vf a[4][2] = {{0}}, b[4][2] = {{0}};
+                for (int64_t j = 0; j < H; j += 2) {
+                    const float *wj = s->w1t + j * DP + db, *wk = s->w1t + (j + 1) * DP + db;
+                    const vf wa0 = load(wj), wb0 = load(wk), wa1 = load(wj + LANES), wb1 = load(wk + LANES);
+                    for (int r = 0; r < 4; r++) {
+                        const vf xa = splat(u[(i0 + r) * H + j]), xb = splat(u[(i0 + r) * H + j + 1]);
+                        a[r][0] += xa * wa0;
+                        a[r][1] += xb * wb0;
+                        b[r][0] += xa * wa1;
+                        b[r][1] += xb * wb1;
+                    }
+                }
+                for (int r = 0; r < 4; r++) {
+                    store(q + (i0 + r) * DP + db, a[r][0] + a[r][1]);
+                    store(q + (i0 + r) * DP + db + LANES, b[r][0] + b[r][1]);
+                }
+            }
+        }
+        for (; db < DP; db += LANES) {
             /* independent accumulators (4 rows x 2 halves of j) so that the sums do not wait on each other */
             vf acc[4][2] = {{0}};
             if (rows == 4) {
@@ -152,44 +236,83 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
         const float e = i < B ? -inv_b : inv_b;
         for (int64_t cc = 0; cc < D; cc++) xe[i * D + cc] = X[i * D + cc] * e;
     }
-    /* dw1 = q^T u + (e x)^T (S w2), four input columns at a time */
-    for (int64_t c0 = 0; c0 < D; c0 += 4) {
-        const int64_t cols = D - c0 < 4 ? D - c0 : 4;
-        for (int64_t jb = 0; jb < H; jb += LANES) {
-            vf acc[4] = {0}, acc2[4] = {0};   /* the two sums apart, as the tensor code adds them */
-            if (cols == 4) {   /* constant trip counts keep the accumulators in registers */
-                for (int64_t i = 0; i < B; i++) {
-                    vf uv = load(u + i * H + jb);
-                    for (int r = 0; r < 4; r++) acc[r] += splat(q[i * DP + c0 + r]) * uv;
-                }
-                for (int64_t i = 0; i < R; i++) {
-                    vf svv = load(sv + i * H + jb);
-                    for (int r = 0; r < 4; r++) acc2[r] += splat(xe[i * D + c0 + r]) * svv;
-                }
-            } else {
-                for (int64_t r = 0; r < cols; r++) {
-                    for (int64_t i = 0; i < B; i++) acc[r] += splat(q[i * DP + c0 + r]) * load(u + i * H + jb);
-                    for (int64_t i = 0; i < R; i++) acc2[r] += splat(xe[i * D + c0 + r]) * load(sv + i * H + jb);
+    /* dw1 = q^T u + (e x)^T (S w2): register tiles of 8 input columns x 32 hidden units, the first sum
+       parked in dw1 while the second is formed, then added (the same two sums and the same final
+       addition as the 4 x 16 tiles that take the rest) */
+    int64_t c0 = 0;
+    for (; c0 + 8 <= D; c0 += 8) {
+        int64_t jb = 0;
+        for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
+            vf p0[8] = {0}, p1[8] = {0};
+            for (int64_t i = 0; i < B; i++) {
+                const vf u0 = load(u + i * H + jb), u1 = load(u + i * H + jb + LANES);
+                for (int r = 0; r < 8; r++) {
+                    const vf x = splat(q[i * DP + c0 + r]);
+                    p0[r] += x * u0;
+                    p1[r] += x * u1;
                 }
             }
-            for (int64_t r = 0; r < cols; r++) store(dw1 + (c0 + r) * H + jb, acc[r] + acc2[r]);
+            for (int r = 0; r < 8; r++) {
+                store(dw1 + (c0 + r) * H + jb, p0[r]);
+                store(dw1 + (c0 + r) * H + jb + LANES, p1[r]);
+            }
+            vf e0[8] = {0}, e1[8] = {0};
+            for (int64_t i = 0; i < R; i++) {
+                const vf v0 = load(sv + i * H + jb), v1 = load(sv + i * H + jb + LANES);
+                for (int r = 0; r < 8; r++) {
+                    const vf x = splat(xe[i * D + c0 + r]);
+                    e0[r] += x * v0;
+                    e1[r] += x * v1;
+                }
+            }
+            for (int r = 0; r < 8; r++) {
+                store(dw1 + (c0 + r) * H + jb, load(dw1 + (c0 + r) * H + jb) + e0[r]);
+                store(dw1 + (c0 + r) * H + jb + LANES, load(dw1 + (c0 + r) * H + jb + LANES) + e1[r]);
+            }
         }
+        for (; jb < H; jb += LANES) {
+            dw1_tile(c0, 4, jb, B, R, D, DP, H, q, u, xe, sv, dw1);
+            dw1_tile(c0 + 4, 4, jb, B, R, D, DP, H, q, u, xe, sv, dw1);
+        }
+    }
+    for (; c0 < D; c0 += 4) {
+        const int64_t cols = D - c0 < 4 ? D - c0 : 4;
+        for (int64_t jb = 0; jb < H; jb += LANES) dw1_tile(c0, cols, jb, B, R, D, DP, H, q, u, xe, sv, dw1);
     }
     /* db1 and the Wasserstein part of dw2 from separate sums over fake and real rows, as autograd takes
        them, so that a gradient that is exactly zero (same active units in both batches) stays zero */
     float w = 0.0f;
-    for (int64_t jb = 0; jb < H; jb += LANES) {
-        const vf ib = splat(inv_b);
-        store(s->db1 + jb, (load(s->s_fake + jb) - load(s->s_real + jb)) * ib);
-        const vf a_diff = (load(s->a_fake + jb) - load(s->a_real + jb)) * ib;
-        /* dw2 = sum_i LeakyReLU'(hx_i) (q W1)_i + a_diff, four rows' (q W1)_i at a time */
+    int64_t jb = 0;
+    /* dw2 = sum_i LeakyReLU'(hx_i) (q W1)_i + a_diff: tiles of 4 rows x 32 hidden units, the rest 4 x 16;
+       per unit the rows' terms are added in row order either way */
+    for (; jb + 2 * LANES <= H && B % 4 == 0; jb += 2 * LANES) {
+        vf acc0 = splat(0.0f), acc1 = splat(0.0f);
+        for (int64_t i = 0; i < B; i += 4) {
+            vf q0[4] = {0}, q1[4] = {0};
+            for (int64_t cc = 0; cc < D; cc++) {
+                const vf w0 = load(W1 + cc * H + jb), w1 = load(W1 + cc * H + jb + LANES);
+                for (int r = 0; r < 4; r++) {
+                    const vf x = splat(q[(i + r) * DP + cc]);
+                    q0[r] += x * w0;
+                    q1[r] += x * w1;
+                }
+            }
+            for (int r = 0; r < 4; r++) {
+                acc0 += pick(load(hx + (i + r) * H + jb), q0[r], q0[r] * splat(SLOPE));
+                acc1 += pick(load(hx + (i + r) * H + jb + LANES), q1[r], q1[r] * splat(SLOPE));
+            }
+        }
+        dw2_out(acc0, jb, inv_b, W2, s, &w);
+        dw2_out(acc1, jb + LANES, inv_b, W2, s, &w);
+    }
+    for (; jb < H; jb += LANES) {
         vf acc = splat(0.0f);
         int64_t i = 0;
         for (; i + 4 <= B; i += 4) {
             vf qv[4] = {0};
             for (int64_t cc = 0; cc < D; cc++) {
-                vf w = load(W1 + cc * H + jb);
-                for (int r = 0; r < 4; r++) qv[r] += splat(q[(i + r) * DP + cc]) * w;
+                vf wv = load(W1 + cc * H + jb);
+                for (int r = 0; r < 4; r++) qv[r] += splat(q[(i + r) * DP + cc]) * wv;
             }
             for (int r = 0; r < 4; r++) acc += pick(load(hx + (i + r) * H + jb), qv[r], qv[r] * splat(SLOPE));
         }
@@ -198,9 +321,7 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
             for (int64_t cc = 0; cc < D; cc++) qv += splat(q[i * DP + cc]) * load(W1 + cc * H + jb);
             acc += pick(load(hx + i * H + jb), qv, qv * splat(SLOPE));
         }
-        store(s->dw2 + jb, acc + a_diff);
-        const vf prod = a_diff * load(W2 + jb);
-        for (int l = 0; l < LANES; l++) w += prod[l];
+        dw2_out(acc, jb, inv_b, W2, s, &w);
     }
     return -w;
 }
