@@ -94,8 +94,8 @@ INNER_RTOL = 1e-3
 REFRESH = 0.03
 # up to this many columns (intercept included) the native Hessian is a C loop, beyond it a BLAS product
 NARROW = 32
-# l1: sweeps of the C coordinate descent between two tries of the exact solve on a settled sign pattern
-POLISH_EVERY = 8
+# l1: sweeps of the C coordinate descent between two face steps on a settled sign pattern
+FACE_STEP_EVERY = 8
 
 # The logarithmic space of the grid: 100 points 10^-4 ... 10^-0.04, i.e. strictly inside (0, 1).
 GRID_LOG10_LOW = -4.0
@@ -259,9 +259,7 @@ def _polish(H, a, u, support, tol):
     if np.any(np.sign(u_new[S]) != sg):
         return None
     a_new = an + Hn[:, S] @ du
-    viol = np.where(u_new > 0, np.abs(a_new + 1.0),
-                    np.where(u_new < 0, np.abs(a_new - 1.0), np.abs(a_new) - 1.0))
-    if float(np.max(viol)) > tol:
+    if _l1_optimality(a_new, u_new) > tol:
         return None
     return u_new, a_new
 
@@ -272,8 +270,9 @@ def _l1_cd(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: 
     u = w. Stops when the minimum-norm subgradient of the sub-problem is below `tol` (infinity norm).
 
     native: the C loop (models/native/kernels.c `l1_cd`) or the Python one; None takes the C loop where it
-    builds. Both sweep in the same order; the C loop hands back every `POLISH_EVERY` sweeps for the exact
-    solve on a settled sign pattern, the Python loop after every sweep.
+    builds. Both sweep in the same order; once the sign pattern settles, the C loop takes face steps
+    (`_face_step`) every `FACE_STEP_EVERY` sweeps, the Python loop tries the exact solve (`_polish`) after
+    every sweep.
     """
     if native is None:
         native = native_kernels.available()
@@ -294,8 +293,9 @@ def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray)
     creeps (tens of thousands of sweeps at 256 columns); these steps cross them at once.
     """
     sg = np.sign(u[support])
+    H_SS = H[np.ix_(support, support)]
     try:
-        du = np.linalg.solve(H[np.ix_(support, support)], -(a[support] + sg))
+        du = np.linalg.solve(H_SS, -(a[support] + sg))
     except np.linalg.LinAlgError:
         return None
     if not np.all(np.isfinite(du)):
@@ -312,7 +312,7 @@ def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray)
         step[hit] = -u_s[hit]
     # on the face the l1 term is linear (sg), so the sub-problem changes by exactly this; an
     # ill-conditioned H_SS can make the solve inaccurate enough that it does not decrease: refuse
-    change = float((a[support] + sg) @ step + 0.5 * step @ (H[np.ix_(support, support)] @ step))
+    change = float((a[support] + sg) @ step + 0.5 * step @ (H_SS @ step))
     if not change < 0.0:
         return None
     u_new = u.copy()
@@ -323,13 +323,8 @@ def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray)
     return u_new, a_new, hit < 0
 
 
-def _sub_optimality(u: np.ndarray, a: np.ndarray) -> float:
-    v = np.where(u > 0, np.abs(a + 1.0), np.where(u < 0, np.abs(a - 1.0), np.abs(a) - 1.0))
-    return float(np.max(v))
-
-
 def _l1_cd_native(H, g, w, tol, max_sweeps, stats):
-    """C coordinate descent in chunks of `POLISH_EVERY` sweeps; between chunks, once the support has
+    """C coordinate descent in chunks of `FACE_STEP_EVERY` sweeps; between chunks, once the support has
     settled, a step on the face of the current sign pattern (`_face_step`)."""
     H = np.ascontiguousarray(H, dtype=np.float64)
     u = np.array(w, dtype=np.float64)
@@ -338,7 +333,7 @@ def _l1_cd_native(H, g, w, tol, max_sweeps, stats):
     prev_support = None
     face_steps = True
     while sweeps < max_sweeps:
-        converged, done = native_kernels.l1_cd(H, u, a, tol, min(POLISH_EVERY, max_sweeps - sweeps))
+        converged, done = native_kernels.l1_cd(H, u, a, tol, min(FACE_STEP_EVERY, max_sweeps - sweeps))
         sweeps += done
         if converged:
             break
@@ -350,7 +345,7 @@ def _l1_cd_native(H, g, w, tol, max_sweeps, stats):
             else:
                 u, a, reached = stepped
                 stats["face_steps"] = stats.get("face_steps", 0) + 1
-                if reached and _sub_optimality(u, a) <= tol:
+                if reached and _l1_optimality(a, u) <= tol:
                     break
                 support = np.flatnonzero(u)
         prev_support = support
