@@ -69,6 +69,22 @@ typedef struct {
     float *h, *sv, *hx, *u, *w1t, *q, *xe, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
 } Scratch;
 
+/* The register tile of the largest products: for 8 rows r and 32 hidden units from V,
+ *     a0[r] (units 0-15), a1[r] (units 16-31) = sum over k < n, in order, of S[k s_red + r s_row] V[k H + .]
+ * Two vector loads and eight broadcasts feed 16 multiply-adds; the 16 accumulators stay in registers. */
+static inline void tile_8x32(const float *S, int64_t s_red, int64_t s_row, const float *V, int64_t n, int64_t H,
+                             vf a0[8], vf a1[8]) {
+    for (int r = 0; r < 8; r++) a0[r] = a1[r] = splat(0.0f);
+    for (int64_t k = 0; k < n; k++) {
+        const vf v0 = load(V + k * H), v1 = load(V + k * H + LANES);
+        for (int r = 0; r < 8; r++) {
+            const vf x = splat(S[k * s_red + r * s_row]);
+            a0[r] += x * v0;
+            a1[r] += x * v1;
+        }
+    }
+}
+
 /* One row's first-layer output: h = acc + b1, S w2, and the running sums over real / fake rows. */
 static inline void first_layer_out(vf acc, int64_t i, int64_t jb, int64_t B, int64_t H, const float *W2,
                                    const float *B1, Scratch *s) {
@@ -136,15 +152,8 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
         int64_t jb = 0;
         if (rows8 == 8) {
             for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
-                vf a0[8] = {0}, a1[8] = {0};
-                for (int64_t cc = 0; cc < D; cc++) {
-                    const vf w0 = load(W1 + cc * H + jb), w1 = load(W1 + cc * H + jb + LANES);
-                    for (int r = 0; r < 8; r++) {
-                        const vf x = splat(X[(i0 + r) * D + cc]);
-                        a0[r] += x * w0;
-                        a1[r] += x * w1;
-                    }
-                }
+                vf a0[8], a1[8];
+                tile_8x32(X + i0 * D, 1, D, W1 + jb, D, H, a0, a1);
                 for (int r = 0; r < 8; r++) first_layer_out(a0[r], i0 + r, jb, B, H, W2, B1, s);
                 for (int r = 0; r < 8; r++) first_layer_out(a1[r], i0 + r, jb + LANES, B, H, W2, B1, s);
             }
@@ -243,31 +252,16 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
     for (; c0 + 8 <= D; c0 += 8) {
         int64_t jb = 0;
         for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
-            vf p0[8] = {0}, p1[8] = {0};
-            for (int64_t i = 0; i < B; i++) {
-                const vf u0 = load(u + i * H + jb), u1 = load(u + i * H + jb + LANES);
-                for (int r = 0; r < 8; r++) {
-                    const vf x = splat(q[i * DP + c0 + r]);
-                    p0[r] += x * u0;
-                    p1[r] += x * u1;
-                }
-            }
+            vf a0[8], a1[8];
+            tile_8x32(q + c0, DP, 1, u + jb, B, H, a0, a1);
             for (int r = 0; r < 8; r++) {
-                store(dw1 + (c0 + r) * H + jb, p0[r]);
-                store(dw1 + (c0 + r) * H + jb + LANES, p1[r]);
+                store(dw1 + (c0 + r) * H + jb, a0[r]);
+                store(dw1 + (c0 + r) * H + jb + LANES, a1[r]);
             }
-            vf e0[8] = {0}, e1[8] = {0};
-            for (int64_t i = 0; i < R; i++) {
-                const vf v0 = load(sv + i * H + jb), v1 = load(sv + i * H + jb + LANES);
-                for (int r = 0; r < 8; r++) {
-                    const vf x = splat(xe[i * D + c0 + r]);
-                    e0[r] += x * v0;
-                    e1[r] += x * v1;
-                }
-            }
+            tile_8x32(xe + c0, D, 1, sv + jb, R, H, a0, a1);
             for (int r = 0; r < 8; r++) {
-                store(dw1 + (c0 + r) * H + jb, load(dw1 + (c0 + r) * H + jb) + e0[r]);
-                store(dw1 + (c0 + r) * H + jb + LANES, load(dw1 + (c0 + r) * H + jb + LANES) + e1[r]);
+                store(dw1 + (c0 + r) * H + jb, load(dw1 + (c0 + r) * H + jb) + a0[r]);
+                store(dw1 + (c0 + r) * H + jb + LANES, load(dw1 + (c0 + r) * H + jb + LANES) + a1[r]);
             }
         }
         for (; jb < H; jb += LANES) {
