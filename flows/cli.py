@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "all B rows of a step (the thesis' Algorithm 2)")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("ledger", help="a table's releases and the privacy budget they spent together")
+    p.add_argument("--config", required=True, help="dataset schema YAML: the table is its schema name")
+    p.add_argument("--profile", default=None,
+                   help="take privacy.lifetime_budget from this profile (default: the latest release's)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("sample", help="sample rows from a registered generator")
     p.add_argument("--model-uri", required=True, help="e.g. models:/cardio-gswgan@champion")
     p.add_argument("--rows", type=int, required=True)
@@ -62,9 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    from tasks.private_files import owner_only
+
+    owner_only()
     args = build_parser().parse_args(argv)
     handler = {"validate": cmd_validate, "release": cmd_release, "experiment": cmd_experiment,
-               "epsilon": cmd_epsilon, "sample": cmd_sample, "demo-data": cmd_demo_data}[args.command]
+               "epsilon": cmd_epsilon, "ledger": cmd_ledger, "sample": cmd_sample,
+               "demo-data": cmd_demo_data}[args.command]
     try:
         handler(args)
     except DpsynthError as exc:
@@ -126,6 +136,12 @@ def preflight(args, kind: str):
         spent = choice_epsilon(prof.privacy.choice_epsilon, prof.privacy.approval_epsilon,
                                prof.evaluation.min_release_auc)
         check_release_budget(eps[-1], spent, prof.protocol == "honest", budget)
+    if kind == "release":
+        from models.lifetime import planned_release_cost
+        from tasks.ledger import check_lifetime
+
+        check_lifetime(ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget,
+                       ctx.run_id)
     # Every check passed: the run folder (its record and its secret) exists from here on.
     open_run(ctx)
     return ctx
@@ -168,6 +184,33 @@ def cmd_epsilon(args) -> None:
           "only: a release adds its DP choice of the checkpoint)")
     if args.json:
         emit_json({"epsilon": _json_safe(eps), "delta": args.delta, "critic_draw": draw})
+
+
+def cmd_ledger(args) -> None:
+    from models.config import load_profile
+    from models.schema import DatasetSchema
+    from tasks.ledger import summary
+
+    schema = DatasetSchema.from_yaml(args.config)
+    budget = load_profile(args.profile, args.config).privacy.lifetime_budget if args.profile else None
+    report = summary(schema.name, budget)
+
+    def text(value, digits=4):
+        return "inf" if value is None else f"{value:.{digits}g}"
+
+    print(f"privacy ledger of {schema.name!r} ({report['ledger']}): {len(report['releases'])} release(s)")
+    for entry in report["releases"]:
+        print(f"  {entry['created'][:19]}  {entry['release_id']}  {entry['status']:<10}  epsilon "
+              f"{text(entry['epsilon'])}  delta {entry['delta']:g}  {entry['model_version'] or ''}".rstrip())
+    print(f"spent: epsilon {text(report['spent_epsilon'])} at delta {report['spent_delta']:g} over "
+          f"{report['counted']} release(s) (sequential composition; the plain sum is "
+          f"{text(report['basic_composition_epsilon'])})")
+    if report["lifetime_budget"] is None:
+        print("lifetime budget: none set (privacy.lifetime_budget in the release profile)")
+    else:
+        print(f"lifetime budget: {report['lifetime_budget']:g}, remaining epsilon {text(report['remaining_epsilon'])}")
+    if args.json:
+        emit_json(report)
 
 
 def cmd_sample(args) -> None:

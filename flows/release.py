@@ -18,15 +18,18 @@ from prefect import flow, get_run_logger
 from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, setting_chain
 from models.errors import ReleaseNotApprovedError
+from models.lifetime import planned_release_cost, release_cost
 from models.privacy_statement import privacy_statement
 from models.release_choice import decide_release
 from models.secret import load as load_secret
+from tasks import ledger as ledger_mod
 from tasks import tracking
-from tasks.bundle import build_release_json
+from tasks.bundle import build_release_json, record_model_uri
 from tasks.context import close_run, load_context, open_run
 from tasks.evaluate import validation_facts
 from tasks.gan import sample_generator_file
-from tasks.registry import release_tags
+from tasks.ledger import check_lifetime
+from tasks.registry import release_registered, release_tags
 from tasks.reporting import privacy_summary
 from tasks.stage import read_json, write_json
 
@@ -54,7 +57,10 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     prof = ctx.profile
     setting = prof.release_target()
     refuse_uncovered(prof, setting)
+    # Again here, not only in the command line's preflight: a deployment enters at this flow.
+    check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget, ctx.run_id)
     open_run(ctx)
+    entered = False
     run_id = tracking.start_run(f"{ctx.schema.name}-release", ctx.run_id,
                                 {"dpsynth.kind": "release", "dpsynth.run_id": ctx.run_id,
                                  "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name})
@@ -83,6 +89,12 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             min_release_auc=prof.evaluation.min_release_auc, share_gap_weight=prof.evaluation.share_gap_weight,
             disjoint=prof.protocol == "honest", secret=load_secret(ctx.run_dir))
         write_json(decision.__dict__, ctx.run_dir / "decision.json")
+        # Entered before anything about the decision shows: a refusal costs what a release does, and a
+        # release past the table's lifetime budget is refused whatever the decision was.
+        ledger_mod.enter(ctx.schema.name, ctx.run_id,
+                         release_cost(prof, setting, ledger[-1]["iteration"], decision.epsilon),
+                         prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused")
+        entered = decision.approved
         tracking.log_metrics(run_id, {"release.epsilon": decision.epsilon, "release.iteration": decision.iteration,
                                       "release.epsilon_training": decision.epsilon_training,
                                       "release.epsilon_choice": decision.epsilon_choice})
@@ -101,7 +113,9 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
                                      "test_auc": float(chosen["test_auc"])}}
         report = publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, [chain], results_path,
                                 chosen_map, prof, f"{ctx.schema.name} release {prof.name}", release=True)
-        published = publish(ctx, prof, setting, run_id, chain, ledger, decision, float(chosen["test_auc"]), report)
+        # Internal facts (the data hash is a tag since the run started) stay on the internal run only.
+        tracking.set_tags(run_id, {"dpsynth.report": str(report["report"])})
+        published = publish(ctx, prof, setting, run_id, chain, ledger, decision, report)
         summary = {
             "release_id": ctx.run_id,
             "run_dir": str(ctx.run_dir),
@@ -118,6 +132,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             "mlflow_run_id": run_id,
         }
         tracking.log_metrics(run_id, {"release.auc": summary["auc"], "real.auc": real_auc})
+        ledger_mod.mark_published(ctx.run_id, f"{ctx.model_name}/{published['model_version']}")
         close_run(ctx, "published")
         tracking.end_run(run_id)
         return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in summary.items()}
@@ -127,6 +142,8 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         tracking.end_run(run_id, "FAILED")
         raise
     except BaseException:
+        if entered and not release_registered(ctx.model_name, ctx.run_id):
+            ledger_mod.withdraw(ctx.run_id)   # nothing was published: it costs nothing
         close_run(ctx, "failed")
         tracking.end_run(run_id, "FAILED")
         raise
@@ -145,20 +162,16 @@ def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> P
     return target
 
 
-def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], decision, release_auc: float,
-            report) -> dict:
+def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], decision, report) -> dict:
     """Register the chosen generator (refused over budget) and write the published bundle."""
     iteration = decision.iteration
     generator_file = released_generator_file(ctx, chain, ledger, decision)
     statement = privacy_statement(prof, setting, release=True)
     tags = release_tags(release_id=ctx.run_id, profile=prof, setting=setting,
-                        trained_iterations=ledger[-1]["iteration"],
-                        data_sha256=ctx.data_hash, schema_version=ctx.schema.version,
-                        release_auc=release_auc, report=str(report["report"]))
-    if prof.release_rows is None:
-        synthetic = pd.read_parquet(Path(chain["samples"]) / f"synthetic_{iteration:06d}.parquet")
-    else:
-        synthetic = sample_generator_file(generator_file, ctx.schema, prof.release_rows, seed=prof.seed)
+                        trained_iterations=ledger[-1]["iteration"], schema_version=ctx.schema.version)
+    # A public number of rows, sampled afresh: the checkpoint's own sample has as many rows as the training
+    # split, a count epsilon does not cover.
+    synthetic = sample_generator_file(generator_file, ctx.schema, prof.release_rows, seed=prof.seed)
     summary = privacy_summary(prof, [setting], ctx.schema)
     release_json = build_release_json(
         release_id=ctx.run_id, dataset=ctx.schema.name, schema_version=ctx.schema.version, ledger=ledger,
@@ -184,7 +197,7 @@ def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], de
         description=(f"{ctx.run_id}: setting {setting.name} (K = {setting.discriminators}), iteration {iteration} "
                      f"of {ledger[-1]['iteration']}, epsilon {decision.epsilon:.4g} at delta "
                      f"{prof.privacy.delta:g} for the whole release.\n\n{statement.markdown()}"))
-    write_json({**read_json(bundle["release_json"]), "model_uri": registered["model_uri"]}, bundle["release_json"])
+    record_model_uri(bundle_dir, registered["model_uri"])
     tracking.log_artifact(run_id, bundle_dir, "bundle")
     return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"],
             "model_version": registered["version"]}

@@ -3,14 +3,23 @@ Prefect's input-hash caching is off (it hashes DataFrames and tensors non-determ
 
 from __future__ import annotations
 
+import functools
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks import bundle, evaluate, gan, preprocess, registry, reporting, split, validate
+from tasks.private_files import owner_only
 
 
 def _task(fn, name: str):
-    return task(fn, name=name, cache_policy=NO_CACHE, persist_result=False, log_prints=True)
+    @functools.wraps(fn)
+    def owner_only_stage(*args, **kwargs):
+        # A task may run in a worker process (process pool, Dask) that never passed through the CLI.
+        owner_only()
+        return fn(*args, **kwargs)
+
+    return task(owner_only_stage, name=name, cache_policy=NO_CACHE, persist_result=False, log_prints=True)
 
 
 validate_table = _task(validate.validate_stage, "validate")

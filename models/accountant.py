@@ -240,6 +240,21 @@ def epsilons_at(
     return out
 
 
+def training_rdp(discriminators: int, iterations: int, batch_size: int, noise_multiplier: float,
+                 critic_draw: str = "per_row") -> tuple[np.ndarray, np.ndarray]:
+    """(orders, RDP at each order) of training for `iterations` generator iterations: the curve this module
+    converts to epsilon, at the integer orders 2 .. 100, for composing with other mechanisms' RDP
+    (models/lifetime.py composes a table's releases)."""
+    k = _check_discriminators(discriminators)
+    b = _check_batch_size(batch_size)
+    sigma = _check_noise(noise_multiplier)
+    draw = _check_critic_draw(critic_draw)
+    t = _check_iterations(iterations)
+    query_sigma, per_step = _query(b, sigma, draw)
+    curve = _curve(k, query_sigma)
+    return curve.orders.astype(float), curve.rdp * float(t * per_step)
+
+
 class GSWGANAccountant:
     """Opacus-like accountant: `step()` once per generator iteration, `get_epsilon(delta)` at any time."""
 

@@ -96,6 +96,11 @@ class PrivacyConfig:
     # training's epsilon and their sum: a choice epsilon under training's is free.
     choice_epsilon: float = 1.0
     approval_epsilon: float = 0.1
+    # Every release of the same table (schema name) adds to its rows' privacy loss: a release whose
+    # planned cost would take the table's lifetime spending, composed over its releases in the privacy
+    # ledger (tasks/ledger.py), past this is refused before any work. null: no lifetime limit (the
+    # ledger still records every release).
+    lifetime_budget: float | None = None
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,9 @@ class Profile:
     device: str = "auto"
     # Registered model name; null gives "<dataset>-gswgan".
     model_name: str | None = None
-    # Rows released in the bundle; null releases as many rows as the training split has.
-    release_rows: int | None = None
+    # Rows released in the bundle: a public number fixed in advance. Never the table's own row count,
+    # which epsilon does not cover (the bundle would publish it exactly).
+    release_rows: int = 50000
     # Upper bound on rows used to train (smoke profiles subsample the table to stay fast).
     max_rows: int | None = None
     # Worker processes for the experiment's fan-out on one machine.
@@ -182,6 +188,10 @@ class Profile:
         for key in ("choice_epsilon", "approval_epsilon"):
             if not getattr(self.privacy, key) > 0:
                 raise ConfigError(f"profile {self.name!r}: privacy.{key} must be a number above 0.")
+        if self.privacy.lifetime_budget is not None and not self.privacy.lifetime_budget > 0:
+            raise ConfigError(f"profile {self.name!r}: privacy.lifetime_budget must be a number above 0, or null.")
+        if self.release_rows is None or self.release_rows < 1:
+            raise ConfigError(f"profile {self.name!r}: release_rows must be a whole number of rows, at least 1.")
         if self.evaluation.share_gap_weight < 0:
             raise ConfigError(f"profile {self.name!r}: evaluation.share_gap_weight must be at least 0.")
 

@@ -71,9 +71,6 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
     missing.append("whether the input table passed validation: a table that fails it is not released at all")
     missing.append("configuration chosen by people after seeing results on the same table, if any (dpsynth's shipped "
                    "profiles were tuned on runs of the Cardio table)")
-    if profile.release_rows is None:
-        missing.append("the number of rows: replace-one adjacency does not protect the table's size, and the "
-                       "synthetic table has as many rows as the training and validation splits together")
     internal = ("Internal only, never published (and not covered by epsilon): the run folder and the internal "
                 "MLflow run, with the real data, its validation results, real-data AUCs and statistics, the "
                 "discriminators, and the run's privacy secret.")

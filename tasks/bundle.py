@@ -18,6 +18,7 @@ rows.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tasks.private_files import SHARED_FILE_MODE, make_shareable
 from tasks.stage import write_json
 from tasks.table_io import PARQUET_SUFFIXES, write_table
 
@@ -131,6 +133,7 @@ def write_bundle(bundle_dir: Path, *, synthetic_frame: pd.DataFrame, generator_f
     shutil.copyfile(release_notes_path, staging / RELEASE_NOTES)
     files = {"synthetic.csv": {"separator": separator}}
     write_json({**release_json, "files": files}, staging / RELEASE_JSON)
+    make_shareable(staging)   # the one folder meant to be shared (its run folder stays owner-only)
     if bundle_dir.exists():
         old = bundle_dir.with_name(bundle_dir.name + ".old")
         if old.exists():
@@ -145,6 +148,14 @@ def write_bundle(bundle_dir: Path, *, synthetic_frame: pd.DataFrame, generator_f
     out = {keys[name]: bundle_dir / name for name in names}
     out["bundle"] = bundle_dir
     return out
+
+
+def record_model_uri(bundle_dir: Path, model_uri: str) -> Path:
+    """Add the registered model's URI to a written bundle's release.json, keeping it shareable."""
+    path = Path(bundle_dir) / RELEASE_JSON
+    write_json({**json.loads(path.read_text()), "model_uri": model_uri}, path)
+    os.chmod(path, SHARED_FILE_MODE)
+    return path
 
 
 # ------------------------------------------------------------------------------------ real-row check

@@ -116,7 +116,11 @@ def open_run(ctx: RunContext) -> bool:
     earlier attempt of this run was found (a resume)."""
     from models.secret import load, load_or_create, secret_path
 
-    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    from tasks.private_files import owner_only, private_dir
+
+    owner_only()
+    private_dir(ctx.run_dir.parent)   # runs/<kind>/ lists the run ids: owner-only too
+    private_dir(ctx.run_dir)
     record = read_run_record(ctx.run_dir)
     resumed = record is not None
     if resumed:

@@ -30,6 +30,7 @@ import mlflow
 import mlflow.pyfunc
 import pandas as pd
 import torch
+import yaml
 from mlflow.exceptions import MlflowException
 from mlflow.models import Model, infer_signature
 from mlflow.tracking import MlflowClient
@@ -45,14 +46,17 @@ from models.pyfunc import (
     sample_table,
 )
 from models.schema import DatasetSchema
+from tasks.private_files import restrict_tree
 from tasks.table_io import PARQUET_SUFFIXES, write_table
 from tasks.tracking import tracking_uri
 
 CHAMPION = "champion"
 MODEL_ARTIFACT = "synthetic-table-model"
 # Version tags a release carries (`release_tags` builds them; `register_release` adds what it knows).
-RELEASE_TAG_KEYS = ("release_id", "epsilon", "delta", "accountant", "discriminator_draw", "sigma", "C", "K", "T", "batch_size",
-                    "data_sha256", "schema_version", "code_version", "release_auc", "report")
+# Published: each is public (the profile, the code) or covered by epsilon; never a hash of the private
+# file, a real-data metric, a row count or an internal path (those stay in the internal MLflow run).
+RELEASE_TAG_KEYS = ("release_id", "epsilon", "delta", "accountant", "discriminator_draw", "sigma", "C", "K", "T",
+                    "batch_size", "schema_version", "code_version")
 SAMPLE_SUFFIXES = PARQUET_SUFFIXES + (".csv",)
 
 
@@ -92,13 +96,11 @@ def code_version() -> str:
         return "unknown"
 
 
-def release_tags(*, release_id: str, profile, setting, trained_iterations: int, data_sha256: str, schema_version: int,
-                 release_auc: float | None = None, report: str | None = None) -> dict[str, str]:
+def release_tags(*, release_id: str, profile, setting, trained_iterations: int, schema_version: int) -> dict[str, str]:
     """The standard version tags of a release, from the typed profile and the chosen checkpoint.
 
-    `profile` is a `models.config.Profile`, `setting` one of its `Setting`s. `release_auc` and the data
-    hash are internal facts for the data steward (the registry is internal); none of them enters the
-    published bundle.
+    `profile` is a `models.config.Profile`, `setting` one of its `Setting`s. Registered versions are
+    published: their tags hold the accountant's public inputs, never a fact about the rows.
     """
     from models.accountant import mechanism_name
 
@@ -113,10 +115,7 @@ def release_tags(*, release_id: str, profile, setting, trained_iterations: int, 
         "K": str(setting.discriminators),
         "T": str(int(trained_iterations)),   # what the accountant composed, not the chosen iteration
         "batch_size": str(gan.batch_size),
-        "data_sha256": data_sha256,
         "schema_version": str(schema_version),
-        "release_auc": "" if release_auc is None else f"{float(release_auc):.6f}",
-        "report": report or "",
         "setting": setting.name,
         "profile": profile.name,
     }
@@ -142,6 +141,15 @@ def find_release_version(client: MlflowClient, model_name: str, release_id: str)
     return min(matches, key=lambda v: int(v.version)) if matches else None
 
 
+def release_registered(model_name: str, release_id: str) -> bool:
+    """Whether a version of `model_name` carries `release_id`; True when the registry cannot be asked (a
+    caller deciding whether anything was published must then assume it was)."""
+    try:
+        return find_release_version(_client(), model_name, release_id) is not None
+    except Exception:   # noqa: BLE001 - any failure to ask is "perhaps", never "no"
+        return True
+
+
 def _staged_code(directory: Path) -> Path:
     """A copy of the `models` package without caches: what `code_paths` ships with the model."""
     source = Path(models.__file__).resolve().parent
@@ -160,8 +168,26 @@ def _pip_requirements() -> list[str]:
     return [f"torch=={torch.__version__.split('+')[0]}", pin("mlflow"), pin("pandas"), pin("numpy"), pin("pyyaml")]
 
 
+def _scrub_artifact_uris(model_dir: Path) -> None:
+    """MLflow records where each artifact was copied from (its absolute path in the run folder) beside
+    the copy it loads; the copy is all a loader needs, and that path is internal: drop it."""
+    mlmodel = model_dir / "MLmodel"
+    spec = yaml.safe_load(mlmodel.read_text())
+    for artifact in spec.get("flavors", {}).get("python_function", {}).get("artifacts", {}).values():
+        artifact.pop("uri", None)
+    mlmodel.write_text(yaml.safe_dump(spec, default_flow_style=False, sort_keys=False))
+
+
 def log_release_model(run_id: str, generator_file: Path, schema_path: Path, metadata: dict | None = None):
-    """Log the pyfunc model (generator + schema + `models/` code, nothing else) to the run."""
+    """Log the pyfunc model (generator + schema + `models/` code, nothing else) as a logged model of the
+    run's experiment and return its `models:/<model id>` URI.
+
+    Saved locally and uploaded by hand rather than through `Model.log(run_id=...)`, which would copy the
+    internal run's metrics at step 0 (real-data AUCs) onto the published model and keep the artifacts'
+    internal paths in its MLmodel file.
+    """
+    from mlflow.entities import LoggedModelStatus
+
     gen, _ = load_generator_file(generator_file)
     encoder = TableEncoder(DatasetSchema.from_yaml(schema_path))
     example = pd.DataFrame({"n_rows": [5], "seed": [0]})
@@ -169,25 +195,33 @@ def log_release_model(run_id: str, generator_file: Path, schema_path: Path, meta
     # Created here, in the run's experiment (MLflow would otherwise put it in the active or default one).
     logged = client.create_logged_model(experiment_id=client.get_run(run_id).info.experiment_id,
                                         name=MODEL_ARTIFACT, source_run_id=run_id, model_type="dpsynth-generator")
-    with tempfile.TemporaryDirectory(prefix="dpsynth-code-") as tmp, warnings.catch_warnings():
+    with tempfile.TemporaryDirectory(prefix="dpsynth-model-") as tmp, warnings.catch_warnings():
         # MLflow's hints about type hints and integer columns do not apply: the input is (n_rows, seed).
         warnings.simplefilter("ignore", UserWarning)
         signature = infer_signature(example, sample_table(gen, encoder, 5, 0))
-        code = _staged_code(Path(tmp))
-        return Model.log(
-            artifact_path=None,
-            name=MODEL_ARTIFACT,
-            flavor=mlflow.pyfunc,
-            run_id=run_id,
-            model_id=logged.model_id,
+        staged = Path(tmp) / "inputs"
+        staged.mkdir()
+        code = _staged_code(staged)
+        model_dir = Path(tmp) / "model"
+        mlflow.pyfunc.save_model(
+            path=str(model_dir),
+            # artifact_path is a name here: MLflow would write the store's internal location.
+            mlflow_model=Model(artifact_path=MODEL_ARTIFACT, model_uuid=logged.model_id,
+                               model_id=logged.model_id, metadata=metadata or {}),
             python_model=SyntheticTableModel(),
             artifacts={GENERATOR_ARTIFACT: str(generator_file), SCHEMA_ARTIFACT: str(schema_path)},
             code_paths=[str(code)],
             signature=signature,
             input_example=example,
             pip_requirements=_pip_requirements(),
-            metadata=metadata or {},
         )
+        for pycache in model_dir.rglob("__pycache__"):
+            shutil.rmtree(pycache, ignore_errors=True)
+        _scrub_artifact_uris(model_dir)
+        restrict_tree(model_dir)   # copied into a local store with these modes
+        client.log_model_artifacts(logged.model_id, str(model_dir))
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    return f"models:/{logged.model_id}"
 
 
 def register_release(*, run_id: str, model_name: str, generator_file: Path, schema_path: Path, tags: dict,
@@ -226,9 +260,9 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
         })
         version_tags.setdefault("delta", repr(recorded.get("delta")))
         version_tags.setdefault("code_version", code_version())
-        info = log_release_model(run_id, generator_file, schema_path,
-                                 metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]})
-        version = mlflow.register_model(info.model_uri, model_name, tags=version_tags)
+        model_uri = log_release_model(run_id, generator_file, schema_path,
+                                      metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]})
+        version = mlflow.register_model(model_uri, model_name, tags=version_tags)
         if description:
             client.update_model_version(model_name, version.version, description=description)
         registered = client.get_registered_model(model_name)

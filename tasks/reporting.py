@@ -15,6 +15,7 @@ from models.encoding import TableEncoder
 from models.membership import membership_report
 from models.privacy_statement import privacy_statement
 from models.schema import DatasetSchema
+from tasks.gan import sample_generator_file
 from tasks.report import build_internal_report, build_release_notes
 from tasks.stage import read_json, run_stage, write_json
 
@@ -107,6 +108,14 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
         outputs = {"report": report, "membership": directory / "membership.json"}
         for name, frame in synthetic.items():
             setting = next(s for s in profile.settings if s.name == name)
+            if release:
+                # The published notes describe the published table: `release_rows` rows (a public number)
+                # from the chosen generator, as the bundle samples them, never the checkpoint's sample,
+                # which has as many rows as the training split.
+                chain = next(c for c in chains if c["setting"] == name)
+                entry = next(e for e in ledgers[name] if e["iteration"] == chosen[name]["iteration"])
+                frame = sample_generator_file(Path(chain["checkpoints"]) / entry["generator"], schema,
+                                              profile.release_rows, seed=profile.seed)
             notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
                                         schema=schema, synthetic_frame=frame,
                                         privacy=privacy_summary(profile, [setting], schema),

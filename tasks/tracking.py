@@ -25,11 +25,27 @@ def _client() -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri())
 
 
+def local_store_paths() -> list[Path]:
+    """The files and folders of a local (SQLite) store: the database, its journals, the artifacts."""
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        return []
+    db = Path(uri[len("sqlite:///"):])
+    return [db, *(db.with_name(db.name + suffix) for suffix in ("-journal", "-wal", "-shm")),
+            Path.cwd() / DEFAULT_ARTIFACTS]
+
+
 def use_experiment(name: str) -> str:
-    """Point MLflow at the store and return the id of experiment `name` (created if needed)."""
+    """Point MLflow at the store and return the id of experiment `name` (created if needed). A local
+    store holds real-data metrics and internal artifacts: it is made owner-only."""
+    from tasks.private_files import owner_only, restrict
+
+    owner_only()
     mlflow.set_tracking_uri(tracking_uri())
     client = _client()
     existing = client.get_experiment_by_name(name)
+    for path in local_store_paths():
+        restrict(path)
     if existing is not None:
         return existing.experiment_id
     location = None
@@ -90,11 +106,19 @@ def log_metric_series(run_id: str, name: str, points: list[tuple[int, float]]) -
 
 
 def log_artifact(run_id: str, path: Path, artifact_path: str | None = None) -> None:
+    from tasks.private_files import restrict_tree
+
     path = Path(path)
+    client = _client()
     if path.is_dir():
-        _client().log_artifacts(run_id, str(path), artifact_path)
+        client.log_artifacts(run_id, str(path), artifact_path)
     else:
-        _client().log_artifact(run_id, str(path), artifact_path)
+        client.log_artifact(run_id, str(path), artifact_path)
+    # A local store copies files with their modes (a public schema or the bundle is 0644): keep the
+    # internal store owner-only throughout.
+    uri = client.get_run(run_id).info.artifact_uri
+    if uri.startswith("file://"):
+        restrict_tree(Path(uri.removeprefix("file://")))
 
 
 def set_tags(run_id: str, tags: dict[str, str]) -> None:

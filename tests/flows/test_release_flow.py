@@ -4,7 +4,10 @@ release draws new noise, a killed release resumes to the same result, and an ove
 uncovered release is refused with the champion left in place."""
 
 import json
+import os
+import re
 import shutil
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -21,6 +24,7 @@ from models.privacy_statement import privacy_statement
 from models.secret import load as load_secret
 from models.secret import store
 from tasks.bundle import bundle_contains_no_real_rows
+from tasks.ledger import entries as ledger_entries
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 
@@ -45,9 +49,59 @@ def _generator_weights(bundle) -> dict:
     return torch.load(bundle / "generator.pt", weights_only=True)["state_dict"]
 
 
-def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd):
+def _published_texts(client, model_name: str, version: str, bundle, download_to) -> dict[str, str]:
+    """Everything a release publishes, as text: the bundle's files (the generator file as its non-weight
+    fields), the registered version's tags and description, the registered model's, the logged model's
+    params, tags and metrics, and every artifact of the registered model."""
+    texts = {}
+    for path in sorted(p for p in bundle.rglob("*") if p.is_file()):
+        if path.suffix == ".pt":
+            blob = torch.load(path, weights_only=True)
+            texts[f"bundle/{path.name}"] = repr({k: v for k, v in blob.items() if k != "state_dict"})
+        else:
+            texts[f"bundle/{path.name}"] = path.read_text(errors="ignore")
+    mv = client.get_model_version(model_name, version)
+    registered = client.get_registered_model(model_name)
+    texts["version"] = json.dumps({"tags": mv.tags, "description": mv.description, "source": mv.source})
+    texts["registered"] = json.dumps({"tags": registered.tags, "description": registered.description})
+    logged = client.get_logged_model(mv.model_id or mv.source.removeprefix("models:/"))
+    texts["logged_model"] = json.dumps({"params": logged.params, "tags": logged.tags,
+                                        "metrics": [(m.key, m.value) for m in logged.metrics or []]})
+    local = Path(mlflow.artifacts.download_artifacts(mv.source, dst_path=str(download_to)))
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        if path.suffix == ".pt":
+            blob = torch.load(path, weights_only=True)
+            texts[f"artifact/{path.name}"] = repr({k: v for k, v in blob.items() if k != "state_dict"})
+        elif path.suffix not in (".pkl",):
+            texts[f"artifact/{path.relative_to(local)}"] = path.read_text(errors="ignore")
+    return texts
+
+
+def _assert_published_is_dp_covered(texts: dict[str, str], *, data_hash: str, internal_paths: list[str],
+                                    real_aucs: list[float], row_counts: list[int]) -> None:
+    """No hash of the private file, internal path, real-data AUC or exact row count in anything published
+    (row counts are looked for outside the shipped code and the synthetic tables, where any number may
+    appear; the tables' own sizes are checked against `release_rows`)."""
+    for where, text in texts.items():
+        for fragment in (data_hash, data_hash[:8], data_hash[:12]):
+            assert fragment not in text, f"the private file's hash in {where}"
+        for path in internal_paths:
+            assert path not in text, f"internal path {path} in {where}"
+        for auc in real_aucs:
+            for shown in (repr(auc), f"{auc:.6f}", f"{auc:.5f}"):
+                assert shown not in text, f"a real-data AUC ({shown}) in {where}"
+        if not where.startswith("artifact/code/") and not where.endswith((".csv", ".parquet")):
+            for count in row_counts:
+                assert not re.search(rf"(?<![\d.]){count}(?![\d.])", text), f"the row count {count} in {where}"
+
+
+def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path):
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke", "--json"]
-    assert main(argv) == 0
+    loose = os.umask(0o022)   # the usual umask: internals must be owner-only anyway
+    try:
+        assert main(argv) == 0
+    finally:
+        os.umask(loose)
     summary = _last_json(capfd)
     for key in ("release_id", "epsilon", "delta", "auc", "bundle_dir", "model_uri", "mlflow_run_id"):
         assert key in summary
@@ -81,9 +135,27 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     assert run.info.status == "FINISHED" and run.data.tags["dpsynth.data_sha256"]
     assert "profile.gan.batch_size" in run.data.params
     champion = client.get_model_version_by_alias("cardio-gswgan", "champion")
-    for tag in ("epsilon", "delta", "accountant", "sigma", "C", "K", "T", "batch_size", "data_sha256",
-                "schema_version", "code_version", "release_auc", "report"):
+    for tag in ("epsilon", "delta", "accountant", "sigma", "C", "K", "T", "batch_size", "schema_version",
+                "code_version"):
         assert tag in champion.tags, tag
+    # Internal facts stay on the internal run; nothing published carries them (nor a real row).
+    assert run.data.tags["dpsynth.report"].endswith("report.html") and "real.auc" in run.data.metrics
+    split = np.load(out / "split" / "split.npz")
+    texts = _published_texts(client, "cardio-gswgan", champion.version, out / "bundle", tmp_path / "download")
+    _assert_published_is_dp_covered(
+        texts, data_hash=run.data.tags["dpsynth.data_sha256"],
+        internal_paths=[str(isolated_workdir), str(out), str(tmp_path)],
+        real_aucs=[summary["auc"], summary["real_auc"]],
+        row_counts=[len(split["train"]), len(split["train"]) + len(split["val"]), len(demo_frame)])
+    assert json.loads(texts["bundle/release.json"])["synthetic_rows"] == profile.release_rows
+    assert bundle_contains_no_real_rows(tmp_path / "download", demo_frame) == []
+    # Everything but the bundle is owner-only; the bundle has shareable modes inside its private folder.
+    internal = [isolated_workdir / "runs", isolated_workdir / "mlartifacts", isolated_workdir / "mlflow.db"]
+    for top in internal:
+        for path in [top, *top.rglob("*")]:
+            if (out / "bundle") not in (path, *path.parents):
+                assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    assert all(p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644) for p in (out / "bundle").rglob("*"))
     rows = mlflow.pyfunc.load_model("models:/cardio-gswgan@champion").predict(
         pd.DataFrame({"n_rows": [50], "seed": [3]}))
     assert len(rows) == 50 and list(rows.columns) == [c.name for c in __import__("models.schema").schema
@@ -104,7 +176,8 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     published = " ".join(p.read_text(errors="ignore") for p in bundle.glob("*.md"))
     assert statement.covers in published
     for value in (summary["auc"], summary["real_auc"]):  # AUCs are measured on real rows: never published
-        assert f"{value:.3f}" not in published and f"{value:.4f}" not in published
+        for shown in (f"{value:.3f}", f"{value:.4f}"):   # as a number of its own (150.851 is not 0.851)
+            assert not re.search(rf"(?<![\d.]){re.escape(shown)}(?!\d)", published), shown
     # The secret sits in the run folder, owner-only, and nowhere in what was published or logged.
     secret_file = out / "privacy_secret"
     assert secret_file.stat().st_mode & 0o777 == 0o600
@@ -137,6 +210,27 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd)
     assert not (isolated_workdir / "strict-run" / "bundle").exists()
     assert json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["status"] == "refused"
     assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]
+
+    # The table's ledger: both releases and the refused one (its decision was drawn), not the release
+    # refused before any work; retiring a version gives nothing back.
+    assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--json"]) == 0
+    book = _last_json(capfd)
+    assert {e["release_id"]: e["status"] for e in book["releases"]} == {
+        summary["release_id"]: "published", again["release_id"]: "published",
+        json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["run_id"]: "refused"}
+    assert max(summary["epsilon"], again["epsilon"]) < book["spent_epsilon"] <= book["basic_composition_epsilon"]
+    assert (isolated_workdir / "privacy-ledger.sqlite").stat().st_mode & 0o077 == 0
+    client.delete_model_version("cardio-gswgan", summary["model_version"])
+    assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--json"]) == 0
+    assert _last_json(capfd)["spent_epsilon"] == book["spent_epsilon"]
+    # A release whose planned cost would take the table past its lifetime budget: refused before any work.
+    code = _release_with(isolated_workdir, demo_csv, "lifetime", "privacy", "lifetime_budget",
+                         book["spent_epsilon"] + 0.5 * summary["epsilon"])
+    err = capfd.readouterr().err
+    assert code == 5 and "lifetime_budget" in err and "Traceback" not in err
+    assert not (isolated_workdir / "lifetime-run" / "validate").exists()
+    assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--profile", "smoke"]) == 0
+    assert f"{len(book['releases'])} release(s)" in capfd.readouterr().out
 
 
 @pytest.mark.parametrize("section, key, value, fragment", [
@@ -173,6 +267,7 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
     monkeypatch.setattr(GeneratorTrainer, "_save_checkpoint", dies_after_the_first_checkpoint)
     assert main(argv) == 130 and killed == [20]
     capfd.readouterr()
+    assert ledger_entries("cardio") == []   # killed before its decision: it costs nothing
     (interrupted,) = (isolated_workdir / "runs" / "release").iterdir()
     assert not (interrupted / "train-k10" / "manifest.json").exists()
     assert (interrupted / "train-k10" / "checkpoints" / "generator_000020.pt").exists()
@@ -196,6 +291,8 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
     resumed = _last_json(capfd)
     assert resumed["run_dir"] == str(interrupted.relative_to(isolated_workdir))
     assert json.loads((interrupted / "run.json").read_text())["status"] == "published"
+    # The reference is a copy of the same run (same id): one entry, entered once, published.
+    assert [(e.release_id, e.status) for e in ledger_entries("cardio")] == [(resumed["release_id"], "published")]
     for key in ("iteration", "epsilon", "auc"):
         assert resumed[key] == whole[key], key
     a, b = _generator_weights(interrupted / "bundle"), _generator_weights(reference / "bundle")

@@ -62,8 +62,7 @@ def tags_for(release_id: str, cardio_schema, epsilon_iteration: int = 20) -> dic
 
     profile = Profile(name="test", settings=(Setting("k10", 10),))
     return release_tags(release_id=release_id, profile=profile, setting=profile.settings[0],
-                        trained_iterations=epsilon_iteration, data_sha256="ab" * 32, schema_version=cardio_schema.version,
-                        release_auc=0.71, report="runs/release/x/report.html")
+                        trained_iterations=epsilon_iteration, schema_version=cardio_schema.version)
 
 
 def register(release_run, cardio_schema, store, name, release_id, *, epsilon=3.5, budget=10.0, seed=0,

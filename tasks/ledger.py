@@ -1,0 +1,191 @@
+"""The lifetime privacy ledger: every release of a table (its schema name) and what they cost together.
+
+One SQLite file kept with the tracking store (`privacy-ledger.sqlite` beside a local `mlflow.db`, or in
+the working folder for a remote store; `DPSYNTH_LEDGER` names another file), owner-only. A release is
+entered just before it publishes anything, under an exclusive lock that first checks the table's
+lifetime budget against every release already there, so two releases of the same table running at once
+are both counted and the second is refused if both would not fit. What counts:
+
+* "publishing": entered, registration under way (a release killed in that window still counts: it may
+  have published, and counting it is the safe side);
+* "published": registered and bundled;
+* "refused": the DP approval refused it; its decision was drawn on the checkpoints and the validation
+  rows, so it costs what a published release would.
+
+A release that fails or is killed before it is entered (any stage up to the DP decision) adds nothing;
+one that fails while publishing and registered nothing is taken out again. Retiring a version from the
+registry gives nothing back: the ledger never looks at the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from models.errors import BudgetExceededError
+from models.lifetime import LifetimeCost, ReleaseCost, lifetime_cost
+from tasks.private_files import owner_only, restrict
+
+LEDGER_FILE = "privacy-ledger.sqlite"
+COUNTED = ("publishing", "published", "refused")
+_SCHEMA = """CREATE TABLE IF NOT EXISTS releases (
+    release_id TEXT PRIMARY KEY,
+    dataset TEXT NOT NULL,
+    status TEXT NOT NULL,
+    epsilon REAL NOT NULL,
+    delta REAL NOT NULL,
+    cost TEXT NOT NULL,
+    lifetime_budget REAL,
+    model_version TEXT,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL)"""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    release_id: str
+    dataset: str
+    status: str
+    epsilon: float
+    delta: float
+    cost: ReleaseCost
+    lifetime_budget: float | None
+    model_version: str | None
+    created: str
+    updated: str
+
+    def as_dict(self) -> dict:
+        return {"release_id": self.release_id, "status": self.status,
+                "epsilon": None if math.isinf(self.epsilon) else self.epsilon, "delta": self.delta,
+                "lifetime_budget": self.lifetime_budget, "model_version": self.model_version,
+                "created": self.created, "updated": self.updated}
+
+
+def ledger_path() -> Path:
+    explicit = os.environ.get("DPSYNTH_LEDGER")
+    if explicit:
+        return Path(explicit)
+    from tasks.tracking import tracking_uri
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):]).parent / LEDGER_FILE
+    return Path.cwd() / LEDGER_FILE
+
+
+@contextmanager
+def _connect(write: bool = False):
+    owner_only()
+    path = ledger_path()
+    if not write and not path.exists():
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # timeout: a second release waits for the first one's short check-and-enter, it does not fail.
+    with closing(sqlite3.connect(path, timeout=60, isolation_level=None)) as db:
+        restrict(path)
+        db.execute(_SCHEMA)
+        if write:
+            db.execute("BEGIN IMMEDIATE")   # one writer at a time: check and enter are one step
+        try:
+            yield db
+            if write:
+                db.execute("COMMIT")
+        except BaseException:
+            if write:
+                db.execute("ROLLBACK")
+            raise
+
+
+def _entries(db, dataset: str) -> list[LedgerEntry]:
+    if db is None:
+        return []
+    rows = db.execute("SELECT release_id, dataset, status, epsilon, delta, cost, lifetime_budget, model_version, "
+                      "created, updated FROM releases WHERE dataset = ? ORDER BY created", (dataset,)).fetchall()
+    return [LedgerEntry(r[0], r[1], r[2], float(r[3]), float(r[4]), ReleaseCost.from_dict(json.loads(r[5])),
+                        r[6], r[7], r[8], r[9]) for r in rows]
+
+
+def entries(dataset: str) -> list[LedgerEntry]:
+    """Every release of `dataset` in the ledger, oldest first."""
+    with _connect() as db:
+        return _entries(db, dataset)
+
+
+def spent(dataset: str, extra: ReleaseCost | None = None, excluding: str | None = None) -> LifetimeCost:
+    """What the counted releases of `dataset` cost together (with `extra` added, if given)."""
+    with _connect() as db:
+        costs = [e.cost for e in _entries(db, dataset) if e.status in COUNTED and e.release_id != excluding]
+    return lifetime_cost(costs + ([extra] if extra is not None else []))
+
+
+def _refusal(dataset: str, planned: ReleaseCost, before: LifetimeCost, after: LifetimeCost, budget: float,
+             when: str) -> BudgetExceededError:
+    return BudgetExceededError(
+        f"Refusing this release of {dataset!r} {when}: its epsilon {planned.epsilon:.4g} would take the table's "
+        f"lifetime spending from {before.epsilon:.4g} ({before.releases} release(s)) to {after.epsilon:.4g}, above "
+        f"privacy.lifetime_budget {budget:g}. Nothing was published. Every release of the same rows adds to "
+        "their privacy loss; `dpsynth ledger --config SCHEMA` lists what was spent.")
+
+
+def check_lifetime(dataset: str, planned: ReleaseCost, budget: float | None, release_id: str | None = None) -> None:
+    """Refuse (BudgetExceededError, exit 5) a release whose planned cost would take `dataset` past `budget`."""
+    if budget is None:
+        return
+    before = spent(dataset, excluding=release_id)
+    after = spent(dataset, planned, excluding=release_id)
+    if after.epsilon > budget:
+        raise _refusal(dataset, planned, before, after, budget, "before any work")
+
+
+def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None, status: str = "publishing") -> None:
+    """Enter a release (idempotent on `release_id`: a resumed release replaces its own entry), after
+    checking the budget against every other release, in one exclusive transaction."""
+    if status not in COUNTED:
+        raise ValueError(f"unknown ledger status {status!r}")
+    now = datetime.now(UTC).isoformat()
+    with _connect(write=True) as db:
+        others = [e.cost for e in _entries(db, dataset) if e.status in COUNTED and e.release_id != release_id]
+        before, after = lifetime_cost(others), lifetime_cost(others + [cost])
+        if budget is not None and after.epsilon > budget:
+            raise _refusal(dataset, cost, before, after, budget, "at publication (another release of the same "
+                           "table was entered since this one started)")
+        created = db.execute("SELECT created FROM releases WHERE release_id = ?", (release_id,)).fetchone()
+        db.execute("INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                   (release_id, dataset, status, cost.epsilon, cost.delta, json.dumps(cost.to_dict()), budget,
+                    created[0] if created else now, now))
+
+
+def mark_published(release_id: str, model_version: str) -> None:
+    with _connect(write=True) as db:
+        db.execute("UPDATE releases SET status = 'published', model_version = ?, updated = ? WHERE release_id = ?",
+                   (model_version, datetime.now(UTC).isoformat(), release_id))
+
+
+def withdraw(release_id: str) -> None:
+    """Take out a release entered for publication that failed before registering anything."""
+    with _connect(write=True) as db:
+        db.execute("DELETE FROM releases WHERE release_id = ? AND status = 'publishing'", (release_id,))
+
+
+def summary(dataset: str, budget: float | None = None) -> dict:
+    """The ledger of `dataset` for people: its releases, what they cost together, the budget left.
+    `budget` defaults to the lifetime budget of the latest release that named one."""
+    rows = entries(dataset)
+    total = lifetime_cost([e.cost for e in rows if e.status in COUNTED])
+    if budget is None:
+        budget = next((e.lifetime_budget for e in reversed(rows) if e.lifetime_budget is not None), None)
+
+    def finite(value):
+        return None if value is None or math.isinf(value) else value
+
+    return {"dataset": dataset, "ledger": str(ledger_path()), "releases": [e.as_dict() for e in rows],
+            "counted": total.releases, "spent_epsilon": finite(total.epsilon), "spent_delta": total.delta,
+            "basic_composition_epsilon": finite(total.basic_epsilon), "lifetime_budget": budget,
+            "remaining_epsilon": None if budget is None else finite(max(0.0, budget - total.epsilon))}
