@@ -115,7 +115,6 @@ def open_run(ctx: RunContext) -> bool:
     """Create or resume the run folder: its record (status "running") and its secret. Returns whether an
     earlier attempt of this run was found (a resume)."""
     from models.secret import load, load_or_create, secret_path
-
     from tasks.private_files import owner_only, private_dir
 
     owner_only()
