@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from models.errors import DpsynthError
+from models.errors import DpsynthError, StorageError
 
 DEFAULT_CONFIG = "configs/cardio.yaml"
 
@@ -80,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     except DpsynthError as exc:
         print(f"dpsynth {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        # A file dpsynth had to write or read (the run folder, a checkpoint, the stores): say which and
+        # why, in one paragraph; completed stages are on disk and a rerun resumes after them.
+        where = f" {exc.filename!r}" if exc.filename else ""
+        print(f"dpsynth {args.command}: cannot use{where}: {exc.strerror or exc}. Completed stages are kept; "
+              "fix the cause (permissions, free disk space) and rerun the same command to resume.", file=sys.stderr)
+        return StorageError.exit_code
     except KeyboardInterrupt:
         print(f"dpsynth {args.command}: interrupted; completed stages are kept and a rerun resumes.",
               file=sys.stderr)
@@ -142,6 +149,9 @@ def preflight(args, kind: str):
 
         check_lifetime(ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget,
                        ctx.run_id)
+    from tasks.tracking import check_store
+
+    check_store()
     # Every check passed: the run folder (its record and its secret) exists from here on.
     open_run(ctx)
     return ctx

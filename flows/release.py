@@ -17,6 +17,7 @@ from prefect import flow, get_run_logger
 
 from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, setting_chain
+from models.checkpoint_files import load_verified
 from models.errors import ReleaseNotApprovedError
 from models.lifetime import planned_release_cost, release_cost
 from models.privacy_statement import privacy_statement
@@ -152,8 +153,9 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
 def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> Path:
     """The chosen checkpoint's generator, stamped with the whole release's epsilon (the checkpoint file
     records training's epsilon at that iteration only), in the run folder's release/ folder."""
-    source = Path(chain["checkpoints"]) / next(e for e in ledger if e["iteration"] == decision.iteration)["generator"]
-    blob = torch.load(source, map_location="cpu", weights_only=False)
+    entry = next(e for e in ledger if e["iteration"] == decision.iteration)
+    source = Path(chain["checkpoints"]) / entry["generator"]
+    blob = load_verified(source, entry.get("sha256"), map_location="cpu", weights_only=False)
     blob.update({"epsilon": decision.epsilon, "epsilon_training_at_checkpoint": blob.get("epsilon"),
                  "epsilon_training": decision.epsilon_training, "epsilon_choice": decision.epsilon_choice})
     target = ctx.run_dir / "release" / "generator.pt"

@@ -45,3 +45,10 @@ class ReleaseNotApprovedError(DpsynthError):
     """The chosen generator does not meet the profile's approval rule (e.g. its minimum AUC)."""
 
     exit_code = 6
+
+
+class StorageError(DpsynthError):
+    """An internal file could not be written or read back intact (permissions, a full disk, a damaged
+    checkpoint) or the tracking store cannot be reached. Completed work is kept; a rerun resumes."""
+
+    exit_code = 7

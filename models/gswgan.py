@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from models.accountant import GSWGANAccountant, epsilons_at
+from models.checkpoint_files import load_latest_intact, load_verified, save_verified
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
 from models.native_kernels import critic_updates, use_native_batchnorm, use_native_critics
@@ -458,6 +459,7 @@ class GeneratorTrainer:
                                            gan.critic_draw)
         self.iteration = 0
         self.ledger: list[dict] = []
+        self.resume_notes: list[str] = []
         self.metrics: list[dict] = []
         self.level_share_fn = level_share_fn
 
@@ -636,9 +638,9 @@ class GeneratorTrainer:
         it = self.iteration
         gen_file = self.dir / f"generator_{it:06d}.pt"
         epsilon = self._epsilon()
-        _atomic_save({"spec": self.spec.to_dict(), "state_dict": self.released_generator().state_dict(),
-                      "iteration": it, "epsilon": epsilon, "delta": self.privacy.delta}, gen_file)
-        entry = {"iteration": it, "epsilon": epsilon, "generator": gen_file.name}
+        digest = save_verified({"spec": self.spec.to_dict(), "state_dict": self.released_generator().state_dict(),
+                                "iteration": it, "epsilon": epsilon, "delta": self.privacy.delta}, gen_file)
+        entry = {"iteration": it, "epsilon": epsilon, "generator": gen_file.name, "sha256": digest}
         if self.level_share_fn is not None:
             entry["level_shares"] = self.level_share_fn(sample_encoded(self.released_generator(), 2000, seed=it))
         self.ledger = [e for e in self.ledger if e["iteration"] < it] + [entry]
@@ -655,16 +657,23 @@ class GeneratorTrainer:
             "ledger": self.ledger,
             "metrics": self.metrics,
         }
-        _atomic_save(state, self.dir / STATE_FILE)
+        save_verified(state, self.dir / STATE_FILE, keep_previous=True)
         _atomic_write_text(json.dumps({"mechanism": self.accountant.mechanism if self.setting.private else None,
                                        "critic_draw": self.gan.critic_draw,
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 
     def _load_state(self) -> bool:
-        path = self.dir / STATE_FILE
-        if not path.exists():
+        """Resume from the newest intact training state (the latest, else the one before it); records in
+        `resume_notes` what was damaged and where training resumed."""
+        # The RNG state must stay on CPU.
+        state, used, problems = load_latest_intact(self.dir / STATE_FILE, map_location="cpu", weights_only=False)
+        self.resume_notes = list(problems)
+        if state is None:
+            if problems:
+                self.resume_notes.append("no intact training state: training restarts from iteration 0")
             return False
-        state = torch.load(path, map_location="cpu", weights_only=False)   # the RNG state must stay on CPU
+        if problems:
+            self.resume_notes.append(f"resumed from {used.name} (iteration {state['iteration']})")
         self.iteration = state["iteration"]
         self.generator.load_state_dict(state["generator"])
         if self.ema is not None and state["ema"] is not None:
@@ -713,8 +722,13 @@ class GeneratorTrainer:
 # Sampling
 # ---------------------------------------------------------------------------------------------------
 
-def load_generator(path: str | Path, device: str | torch.device = "cpu") -> tuple[Generator, dict]:
-    blob = torch.load(path, map_location=device, weights_only=False)
+def load_generator(path: str | Path, device: str | torch.device = "cpu",
+                   sha256: str | None = None) -> tuple[Generator, dict]:
+    """A generator checkpoint; with `sha256` (the training ledger's), only if the file still matches it."""
+    if sha256 is not None:
+        blob = load_verified(path, sha256, map_location=device, weights_only=False)
+    else:
+        blob = torch.load(path, map_location=device, weights_only=False)
     gen = GeneratorSpec.from_dict(blob["spec"]).build()
     gen.load_state_dict(blob["state_dict"])
     gen.eval()
@@ -736,12 +750,6 @@ def sample_encoded(gen: Generator, n_rows: int, seed: int, batch: int = 8192) ->
     if not parts:
         return np.zeros((0, gen.body[-1].out_features), dtype=np.float32)
     return np.concatenate(parts)
-
-
-def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def _atomic_write_text(text: str, path: Path) -> None:

@@ -65,7 +65,7 @@ def read_run_record(run_dir: Path) -> dict | None:
         return read_json(path)
     except FileNotFoundError:
         return None
-    except (json.JSONDecodeError, OSError):
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise ConfigError(f"The run record {str(path)!r} is damaged; start a new run with another --out.") from None
 
 

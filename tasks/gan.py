@@ -8,6 +8,7 @@ through Prefect, a manifest or a log.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -122,7 +123,10 @@ def train_stage(run_dir, schema: DatasetSchema, pretrain_dir: Path, profile: Pro
                                    condition=generator_condition(encoder, profile))
         result = trainer.run(last, progress=lambda it, eps: print(
             f"training {setting.name}: iteration {it}/{last}, epsilon {eps:.3f}"))
+        for note in trainer.resume_notes:
+            print(f"training {setting.name}: {note}", file=sys.stderr)
         info = {"last_iteration": last, "stopped_by_budget": result.stopped_by_budget,
+                "resume_notes": trainer.resume_notes,
                 "final_epsilon": result.checkpoints[-1]["epsilon"], "seconds": round(result.seconds, 2),
                 "critic_updates": "native" if trainer.native_critics else "torch"}
         # Critic estimates come from real rows: an internal file, never part of the ledger or the bundle.
@@ -145,7 +149,7 @@ def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, n_rows: 
         ledger = read_json(checkpoints_dir / LEDGER_FILE)["checkpoints"]
         files = {}
         for entry in ledger:
-            gen, _ = load_generator(checkpoints_dir / entry["generator"])
+            gen, _ = load_generator(checkpoints_dir / entry["generator"], sha256=entry.get("sha256"))
             rows = sample_encoded(gen, n_rows, seed=profile.seed * 1_000_003 + entry["iteration"])
             path = directory / f"synthetic_{entry['iteration']:06d}.parquet"
             encoder.decode(rows).to_parquet(path, index=False)
@@ -156,6 +160,6 @@ def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, n_rows: 
                      {"seed": profile.seed, "rows": n_rows}, work)
 
 
-def sample_generator_file(path: Path, schema: DatasetSchema, n_rows: int, seed: int):
-    gen, _ = load_generator(path)
+def sample_generator_file(path: Path, schema: DatasetSchema, n_rows: int, seed: int, sha256: str | None = None):
+    gen, _ = load_generator(path, sha256=sha256)
     return TableEncoder(schema).decode(sample_encoded(gen, n_rows, seed))

@@ -115,7 +115,7 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                 chain = next(c for c in chains if c["setting"] == name)
                 entry = next(e for e in ledgers[name] if e["iteration"] == chosen[name]["iteration"])
                 frame = sample_generator_file(Path(chain["checkpoints"]) / entry["generator"], schema,
-                                              profile.release_rows, seed=profile.seed)
+                                              profile.release_rows, seed=profile.seed, sha256=entry.get("sha256"))
             notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
                                         schema=schema, synthetic_frame=frame,
                                         privacy=privacy_summary(profile, [setting], schema),

@@ -6,6 +6,8 @@ Tracking defaults to `sqlite:///mlflow.db` in the working folder with artifacts 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
 from pathlib import Path
@@ -35,6 +37,52 @@ def local_store_paths() -> list[Path]:
             Path.cwd() / DEFAULT_ARTIFACTS]
 
 
+@contextlib.contextmanager
+def _store_creation_lock():
+    """Hold an exclusive lock beside a local SQLite store while a client first opens it or creates an
+    experiment: MLflow creates and migrates the schema on first use, and two releases starting at once
+    on a new store would otherwise both migrate it (one fails: "Online migration expected to match one
+    row") or both create the experiment."""
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def check_store(timeout_seconds: int = 10) -> None:
+    """Raise StorageError unless the tracking store answers now: asked before any work, so that a release
+    never trains for an hour and then cannot register. One quick try (MLflow would otherwise retry an
+    HTTP store for minutes)."""
+    from models.errors import StorageError
+
+    uri = tracking_uri()
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds)}
+    saved = {key: os.environ.get(key) for key in quick}
+    os.environ.update(quick)
+    try:
+        with _store_creation_lock():
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as exc:   # noqa: BLE001 - any failure means the store cannot be used
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise StorageError(
+            f"The MLflow tracking store at {uri} cannot be used ({reason}). Nothing was started. Start the "
+            "tracking server or fix MLFLOW_TRACKING_URI, then rerun.") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def use_experiment(name: str) -> str:
     """Point MLflow at the store and return the id of experiment `name` (created if needed). A local
     store holds real-data metrics and internal artifacts: it is made owner-only."""
@@ -43,15 +91,17 @@ def use_experiment(name: str) -> str:
     owner_only()
     mlflow.set_tracking_uri(tracking_uri())
     client = _client()
-    existing = client.get_experiment_by_name(name)
     for path in local_store_paths():
         restrict(path)
-    if existing is not None:
-        return existing.experiment_id
     location = None
     if tracking_uri().startswith("sqlite:"):
         location = (Path.cwd() / DEFAULT_ARTIFACTS).as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    # Under the lock: two releases starting at once must not both create the experiment.
+    with _store_creation_lock():
+        existing = client.get_experiment_by_name(name)
+        if existing is not None:
+            return existing.experiment_id
+        return client.create_experiment(name, artifact_location=location)
 
 
 def flat_params(prefix: str, obj) -> dict[str, str]:

@@ -357,6 +357,52 @@ def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, stop_after
         assert np.array_equal(sample_encoded(ga, 100, seed=1), sample_encoded(gb, 100, seed=1))
 
 
+@pytest.mark.parametrize("damage", ["truncate", "unhashed", "both"])
+def test_damaged_training_state_resumes_from_the_previous_one(tmp_path, damage):
+    from models.checkpoint_files import previous, sidecar
+
+    gan = GanConfig(iterations=12, checkpoint_every=4)
+    base = _critics(4, gan)
+    full = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="full")
+    full.run(12)
+    first = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="resumed")
+    first.run(12, stop_after=8)
+    state = tmp_path / "resumed" / "training_state.pt"
+    if damage in ("truncate", "both"):
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])   # a copy cut short
+    if damage in ("unhashed", "both"):
+        sidecar(state).unlink()                                               # killed before its hash
+    if damage == "both":
+        blob = previous(state).read_bytes()
+        previous(state).write_bytes(blob[:-10] + bytes(10))
+    second = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="resumed")
+    second.run(12)
+    assert any("training_state.pt" in note for note in second.resume_notes)
+    expected = "iteration 0" if damage == "both" else "resumed from training_state.prev.pt (iteration 4)"
+    assert expected in second.resume_notes[-1]
+    # Resumed from an older state (or from scratch) with the same secret: the same run, checkpoint for checkpoint.
+    for a, b in zip(full.generator.state_dict().values(), second.generator.state_dict().values()):
+        assert torch.equal(a, b)
+    for it in (4, 8, 12):
+        entry = next(e for e in second.ledger if e["iteration"] == it)
+        ga, _ = load_generator(tmp_path / "full" / f"generator_{it:06d}.pt")
+        gb, _ = load_generator(tmp_path / "resumed" / entry["generator"], sha256=entry["sha256"])
+        assert np.array_equal(sample_encoded(ga, 100, seed=1), sample_encoded(gb, 100, seed=1))
+
+
+def test_a_damaged_generator_checkpoint_is_named_not_loaded(tmp_path):
+    from models.errors import StorageError
+
+    trainer = _trainer(tmp_path)
+    trainer.run(0)
+    entry = trainer.ledger[0]
+    path = tmp_path / "run" / entry["generator"]
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(StorageError, match=r"generator_000000\.pt.*SHA-256") as caught:
+        load_generator(path, sha256=entry["sha256"])
+    assert caught.value.exit_code == 7
+
+
 def test_finished_run_is_not_trained_again(tmp_path):
     trainer = _trainer(tmp_path)
     trainer.run(8)

@@ -1,0 +1,93 @@
+"""Checkpoint files that prove they are intact: each is written atomically (temporary file, then rename)
+with a sidecar holding its SHA-256, and read back only when the hash matches. Atomic renames already
+keep a crash from leaving half a file under the real name; the hash catches what they cannot (a copy
+cut short, a disk that lost blocks, a file edited by hand). The training state keeps its previous
+version too, so a damaged latest one costs one checkpoint interval, not the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+
+from models.errors import StorageError
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def previous(path: Path) -> Path:
+    return path.with_name(path.stem + ".prev" + path.suffix)
+
+
+def _write_text_atomic(text: str, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_verified(obj, path: Path, keep_previous: bool = False) -> str:
+    """torch.save `obj` to `path` with its hash beside it; returns the hash. `keep_previous` first moves
+    the current file (and its hash) to `<stem>.prev<suffix>`."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    digest = sha256_of(tmp)
+    if keep_previous and path.exists() and sidecar(path).exists():
+        os.replace(path, previous(path))
+        os.replace(sidecar(path), sidecar(previous(path)))
+    os.replace(tmp, path)
+    _write_text_atomic(digest, sidecar(path))
+    return digest
+
+
+def damaged_reason(path: Path, expected: str | None = None) -> str | None:
+    """Why `path` cannot be trusted (missing, no recorded hash, hash mismatch), or None when intact.
+    `expected`: the hash recorded elsewhere (e.g. in the training ledger); else the sidecar's."""
+    path = Path(path)
+    if not path.exists():
+        return "it is missing"
+    if expected is None:
+        try:
+            expected = sidecar(path).read_text().strip()
+        except FileNotFoundError:
+            return "its recorded hash is missing"
+    if sha256_of(path) != expected:
+        return "its content does not match its recorded SHA-256 (truncated or damaged)"
+    return None
+
+
+def load_verified(path: Path, expected: str | None = None, **torch_load_args):
+    """torch.load `path` after checking it against its recorded hash; StorageError naming it otherwise."""
+    reason = damaged_reason(path, expected)
+    if reason is not None:
+        raise StorageError(f"The checkpoint file {str(path)!r} cannot be used: {reason}. Remove the stage folder "
+                           f"that holds it ({str(Path(path).parent)!r}) and rerun: that stage is redone from its "
+                           "inputs, with the run's secret.")
+    return torch.load(path, **torch_load_args)
+
+
+def load_latest_intact(path: Path, **torch_load_args) -> tuple[object | None, Path | None, list[str]]:
+    """The newest intact version of a `keep_previous` file: (object, file used, problems met on the way);
+    (None, None, problems) when neither the file nor its previous version is intact."""
+    problems = []
+    for candidate in (Path(path), previous(Path(path))):
+        if not candidate.exists() and not sidecar(candidate).exists():
+            continue
+        reason = damaged_reason(candidate)
+        if reason is None:
+            return torch.load(candidate, **torch_load_args), candidate, problems
+        problems.append(f"{candidate.name}: {reason}")
+    return None, None, problems

@@ -1,0 +1,60 @@
+"""`python -m tests.flows.kill_inside STAGE dpsynth-arguments...`: the dpsynth command line, SIGKILLed from
+inside STAGE (pretrain, train, sample or select) once that stage has done part of its work, as `kill -9`
+or the out-of-memory killer would end it: no exception, no cleanup, no Python `finally`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _arm(stage: str) -> None:
+    import models.gswgan
+    import tasks.evaluate
+    import tasks.gan
+
+    if stage == "pretrain":
+        real = tasks.gan.pretrain_critics
+
+        def pretrain(*args, progress=None, **kwargs):
+            total = args[2].pretrain_iterations
+
+            def halfway(done: int) -> None:
+                if done >= total // 2:
+                    _die()
+
+            return real(*args, progress=halfway, **kwargs)
+
+        tasks.gan.pretrain_critics = pretrain
+    elif stage == "train":
+        save = models.gswgan.GeneratorTrainer._save_checkpoint
+
+        def save_then_die(self):
+            save(self)
+            if self.iteration == self.gan.checkpoint_every:
+                _die()
+
+        models.gswgan.GeneratorTrainer._save_checkpoint = save_then_die
+    else:
+        module, name = (tasks.gan, "sample_encoded") if stage == "sample" else (tasks.evaluate, "evaluate_synthetic")
+        real, calls = getattr(module, name), []
+
+        def second_call_dies(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                _die()
+            return real(*args, **kwargs)
+
+        setattr(module, name, second_call_dies)
+
+
+if __name__ == "__main__":
+    from flows.cli import main
+
+    _arm(sys.argv[1])
+    sys.exit(main(sys.argv[2:]))

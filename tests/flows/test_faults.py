@@ -1,0 +1,149 @@
+"""Faults a release must survive with a clear message and nothing lost: an output folder it cannot write,
+an unreachable tracking store, a disk that fills while a checkpoint is written, a SIGKILL inside each long
+stage, and two releases of the same table at once. Every case ends with nothing published from the failed
+attempt, and the ledger counts exactly what was published."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+from mlflow.tracking import MlflowClient
+
+from flows.cli import main
+from tasks.ledger import entries as ledger_entries
+from tests.conftest import CARDIO_SCHEMA, ROOT
+
+MODEL = "cardio-gswgan"
+
+
+def _argv(data, *more):
+    return ["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", "smoke", *more]
+
+
+def _versions(name=MODEL) -> list:
+    # This test's store (MLflow's process-wide URI may still name an earlier test's).
+    return MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).search_model_versions(f"name = '{name}'")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_output_folder_that_cannot_be_written_is_a_readable_error(isolated_workdir, demo_csv, capfd):
+    blocker = isolated_workdir / "not-a-folder"
+    blocker.write_text("a file where the run folder's parent should be")
+    assert main(_argv(demo_csv, "--out", str(blocker / "run"))) == 7
+    err = capfd.readouterr().err
+    assert "cannot use" in err and "not-a-folder" in err and "Traceback" not in err
+    assert ledger_entries("cardio") == []
+
+
+def test_an_unreachable_tracking_store_stops_the_release_before_any_work(isolated_workdir, demo_csv, capfd,
+                                                                        monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
+    assert main(_argv(demo_csv, "--out", str(isolated_workdir / "run"))) == 7
+    err = capfd.readouterr().err
+    assert "tracking store" in err and "Nothing was started" in err and "Traceback" not in err
+    assert not (isolated_workdir / "run").exists()
+
+
+def test_a_full_disk_while_a_checkpoint_is_written_loses_nothing(isolated_workdir, demo_csv, capfd, monkeypatch):
+    real_save = torch.save
+
+    def disk_fills_at_checkpoint_40(obj, f, *args, **kwargs):
+        if Path(str(f)).name.startswith("generator_000040"):
+            Path(str(f)).write_bytes(b"the first blocks of a checkpoint")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_fills_at_checkpoint_40)
+    assert main(_argv(demo_csv)) == 7
+    err = capfd.readouterr().err
+    assert "No space left on device" in err and "generator_000040" in err and "Traceback" not in err
+    (run,) = (isolated_workdir / "runs" / "release").iterdir()
+    checkpoints = run / "train-k10" / "checkpoints"
+    assert (checkpoints / "generator_000020.pt").exists() and not (checkpoints / "generator_000040.pt").exists()
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    assert not (run / "bundle").exists() and ledger_entries("cardio") == []
+
+    monkeypatch.setattr(torch, "save", real_save)   # space again: the same command resumes and publishes
+    assert main(_argv(demo_csv, "--json")) == 0
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert summary["run_dir"] == str(run.relative_to(isolated_workdir)) and len(_versions()) == 1
+    assert [e.status for e in ledger_entries("cardio")] == ["published"]
+
+
+def _subprocess_env(workdir: Path, **more) -> dict:
+    from prefect.settings import PREFECT_API_URL
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
+                "PREFECT_API_URL": PREFECT_API_URL.value() or "", **more})   # the session's test server
+    return env
+
+
+def _dpsynth(workdir: Path, argv: list[str], kill_inside: str | None = None, **env) -> subprocess.CompletedProcess:
+    command = ([sys.executable, "-m", "tests.flows.kill_inside", kill_inside] if kill_inside
+               else [sys.executable, "-m", "flows.cli"])
+    return subprocess.run(command + argv, cwd=workdir, env=_subprocess_env(workdir, **env), capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_release(isolated_workdir, demo_csv):
+    argv = _argv(demo_csv, "--json")
+    reference = isolated_workdir.parent / "reference"
+    for stage, unfinished in (("pretrain", "pretrain-k10"), ("train", "train-k10"), ("sample", "sample-k10"),
+                              ("select", "evaluate-k10/001")):
+        killed = _dpsynth(isolated_workdir, argv, kill_inside=stage)
+        assert killed.returncode == -9, (stage, killed.stderr[-2000:])
+        (run,) = (isolated_workdir / "runs" / "release").iterdir()   # the same run, resumed each time
+        assert not (run / unfinished / "manifest.json").exists(), stage
+        assert json.loads((run / "run.json").read_text())["status"] == "running"
+        if stage == "pretrain":
+            # The reference: the same run (its record and secret) from here on, never interrupted.
+            shutil.copytree(run, reference)
+            shutil.rmtree(reference / "pretrain-k10")
+        assert not _versions() and ledger_entries("cardio") == [], stage   # nothing published, nothing spent
+    done = _dpsynth(isolated_workdir, argv)
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed = json.loads(done.stdout.strip().splitlines()[-1])
+
+    elsewhere = isolated_workdir.parent / "reference-store"
+    elsewhere.mkdir()
+    whole = _dpsynth(elsewhere, argv[:-1] + ["--out", str(reference), "--json"])
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    uninterrupted = json.loads(whole.stdout.strip().splitlines()[-1])
+    for key in ("iteration", "epsilon", "auc", "release_id"):
+        assert resumed[key] == uninterrupted[key], key
+    a = torch.load(run / "bundle" / "generator.pt", weights_only=True)["state_dict"]
+    b = torch.load(reference / "bundle" / "generator.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "bundle" / "synthetic.parquet"),
+                                  pd.read_parquet(reference / "bundle" / "synthetic.parquet"))
+    assert len(_versions()) == 1
+    assert [(e.release_id, e.status) for e in ledger_entries("cardio")] == [(resumed["release_id"], "published")]
+
+
+def test_two_releases_of_the_same_table_at_once_both_publish_and_both_count(isolated_workdir, demo_csv):
+    argv = _argv(demo_csv, "--json")
+    env = _subprocess_env(isolated_workdir)
+    command = [sys.executable, "-m", "flows.cli"] + argv
+    started = [subprocess.Popen(command, cwd=isolated_workdir, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [process.communicate(timeout=600) for process in started]
+    for process, (out, err) in zip(started, outputs):
+        assert process.returncode == 0, err[-3000:]
+    ids = sorted(json.loads(out.strip().splitlines()[-1])["release_id"] for out, _ in outputs)
+    assert ids[0] != ids[1] and len(_versions()) == 2
+    assert sorted((e.release_id, e.status) for e in ledger_entries("cardio")) == [(i, "published") for i in ids]
