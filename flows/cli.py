@@ -121,11 +121,13 @@ def preflight(args, kind: str):
     from models.errors import BudgetExceededError
     from models.gswgan import planned_iterations
     from models.release_choice import check_release_budget, choice_epsilon
-    from tasks.context import load_context, open_run
+    from tasks.context import finished_summary, load_context, open_run
     from tasks.table_io import read_table
     from tasks.validate import check_table
 
     ctx = load_context(args.config, args.data, args.profile, args.out, kind)
+    if finished_summary(ctx) is not None:
+        return ctx   # already published or completed: the flow reuses everything and starts nothing
     prof = ctx.profile
     settings = [prof.release_target()] if kind == "release" else prof.settings
     if kind == "release":
@@ -162,6 +164,9 @@ def cmd_release(args) -> None:
     from flows.release import release
 
     summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir))
+    if summary.get("reused"):
+        print(f"release {summary['release_id']} was already published as {summary['model_uri']}: every stage "
+              "reused, nothing new trained, tracked or registered", file=sys.stderr)
     print(f"release {summary['release_id']}: epsilon {summary['epsilon']}, AUC {summary['auc']:.3f}")
     if args.json:
         emit_json({k: _json_safe(v) for k, v in summary.items()})

@@ -26,7 +26,7 @@ from models.secret import load as load_secret
 from tasks import ledger as ledger_mod
 from tasks import tracking
 from tasks.bundle import build_release_json, record_model_uri
-from tasks.context import close_run, load_context, open_run
+from tasks.context import close_run, finished_summary, load_context, open_run, read_run_record, remember
 from tasks.evaluate import validation_facts
 from tasks.gan import sample_generator_file
 from tasks.ledger import check_lifetime
@@ -55,6 +55,11 @@ def refuse_uncovered(profile, setting) -> None:
 def release(config: str, data: str, profile: str = "default", out: str | None = None) -> dict:
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="release")
+    done = finished_summary(ctx)
+    if done is not None:
+        log.info("release %s was already published (%s): every stage reused, nothing new tracked or registered",
+                 ctx.run_id, done.get("model_uri"))
+        return done
     prof = ctx.profile
     setting = prof.release_target()
     refuse_uncovered(prof, setting)
@@ -64,7 +69,9 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     entered = False
     run_id = tracking.start_run(f"{ctx.schema.name}-release", ctx.run_id,
                                 {"dpsynth.kind": "release", "dpsynth.run_id": ctx.run_id,
-                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name})
+                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name},
+                                resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"))
+    remember(ctx, mlflow_run_id=run_id)
     try:
         tracking.log_params(run_id, {"profile": prof.to_dict(), "schema_version": ctx.schema.version})
         tracking.log_artifact(run_id, ctx.schema_path, "config")
@@ -134,9 +141,11 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         }
         tracking.log_metrics(run_id, {"release.auc": summary["auc"], "real.auc": real_auc})
         ledger_mod.mark_published(ctx.run_id, f"{ctx.model_name}/{published['model_version']}")
+        summary = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in summary.items()}
+        remember(ctx, summary=summary)
         close_run(ctx, "published")
         tracking.end_run(run_id)
-        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in summary.items()}
+        return summary
     except ReleaseNotApprovedError:
         # The DP decision's answer is final for this run (rerunning it would draw no new noise).
         close_run(ctx, "refused")

@@ -138,6 +138,22 @@ def open_run(ctx: RunContext) -> bool:
     return resumed
 
 
+def remember(ctx: RunContext, **fields) -> None:
+    """Add facts to the run record (e.g. its MLflow run id, its final summary)."""
+    record = read_run_record(ctx.run_dir)
+    if record is not None:
+        write_json({**record, **fields}, ctx.run_dir / RUN_RECORD)
+
+
+def finished_summary(ctx: RunContext) -> dict | None:
+    """The summary of a run that already ended for good (published, or completed), else None: running
+    its command again on the same folder reuses everything and does nothing new."""
+    record = read_run_record(ctx.run_dir) or {}
+    if record.get("status") in ("published", "completed") and isinstance(record.get("summary"), dict):
+        return {**record["summary"], "reused": True}
+    return None
+
+
 def close_run(ctx: RunContext, status: str) -> None:
     """Record how the run ended: "published", "refused" or "completed" (final), or "failed" (resumable)."""
     if status not in FINAL + ("failed",):

@@ -123,9 +123,18 @@ def finite(value: float) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def start_run(experiment: str, run_name: str, tags: dict[str, str]) -> str:
+def start_run(experiment: str, run_name: str, tags: dict[str, str], resume: str | None = None) -> str:
+    """A new MLflow run, or the run `resume` (an interrupted attempt's) marked running again, so that
+    a resumed dpsynth run stays one MLflow run with one copy of its artifacts."""
     client = _client()
-    run = client.create_run(use_experiment(experiment), run_name=run_name, tags=tags)
+    experiment_id = use_experiment(experiment)
+    if resume:
+        try:
+            client.update_run(resume, status="RUNNING")
+            return resume
+        except mlflow.exceptions.MlflowException:
+            pass   # gone from the store (or another store): start a new one
+    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     return run.info.run_id
 
 

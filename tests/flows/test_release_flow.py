@@ -187,6 +187,14 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
             assert secret_hex.encode() not in path.read_bytes(), path
     assert secret_hex not in json.dumps(run.data.params) + json.dumps(run.data.tags)
 
+    # The same run folder again: every stage reused, nothing new tracked, registered or counted.
+    runs_before = len(client.search_runs([run.info.experiment_id]))
+    assert main(argv + ["--out", str(out)]) == 0
+    reused = _last_json(capfd)
+    assert reused["reused"] is True and reused["model_uri"] == summary["model_uri"]
+    assert len(client.search_runs([run.info.experiment_id])) == runs_before
+    assert len(client.search_model_versions("name = 'cardio-gswgan'")) == 1
+
     # The same command again is a new release: a new id, a new secret, new noise, another split.
     assert main(argv) == 0
     again = _last_json(capfd)
@@ -268,6 +276,7 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
     assert main(argv) == 130 and killed == [20]
     capfd.readouterr()
     assert ledger_entries("cardio") == []   # killed before its decision: it costs nothing
+    first_attempt = json.loads(next((isolated_workdir / "runs" / "release").glob("*/run.json")).read_text())
     (interrupted,) = (isolated_workdir / "runs" / "release").iterdir()
     assert not (interrupted / "train-k10" / "manifest.json").exists()
     assert (interrupted / "train-k10" / "checkpoints" / "generator_000020.pt").exists()
@@ -289,6 +298,7 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
     # The same command resumes the interrupted run (same id, same secret) and ends where it would have.
     assert main(argv) == 0
     resumed = _last_json(capfd)
+    assert resumed["mlflow_run_id"] == first_attempt["mlflow_run_id"]   # one MLflow run, resumed
     assert resumed["run_dir"] == str(interrupted.relative_to(isolated_workdir))
     assert json.loads((interrupted / "run.json").read_text())["status"] == "published"
     # The reference is a copy of the same run (same id): one entry, entered once, published.
