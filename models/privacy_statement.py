@@ -68,6 +68,9 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
         if not release:
             missing.append("this experiment's choice of a checkpoint per setting, made with classifiers' AUCs "
                            "on real validation and test rows (an internal analysis: nothing is published)")
+    if release:
+        missing.append("other releases of the same table: each adds its own epsilon to its rows' privacy loss; "
+                       "the table's privacy ledger composes them (dpsynth ledger)")
     missing.append("whether the input table passed validation: a table that fails it is not released at all")
     missing.append("configuration chosen by people after seeing results on the same table, if any (dpsynth's shipped "
                    "profiles were tuned on runs of the Cardio table)")
