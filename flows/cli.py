@@ -87,11 +87,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpsynth {args.command}: cannot use{where}: {exc.strerror or exc}. Completed stages are kept; "
               "fix the cause (permissions, free disk space) and rerun the same command to resume.", file=sys.stderr)
         return StorageError.exit_code
+    except _tracking_errors() as exc:
+        # The tracking store or registry failed mid-run (a server gone, a locked database).
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        print(f"dpsynth {args.command}: the MLflow tracking store failed ({reason}). Nothing was published from "
+              "this attempt; completed stages are kept: once the store answers, rerun the same command to "
+              "resume.", file=sys.stderr)
+        return StorageError.exit_code
     except KeyboardInterrupt:
         print(f"dpsynth {args.command}: interrupted; completed stages are kept and a rerun resumes.",
               file=sys.stderr)
         return 130
     return 0
+
+
+def _tracking_errors() -> tuple[type[BaseException], ...]:
+    """MLflow's error types, imported only when an exception is being handled (MLflow loads slowly)."""
+    from mlflow.exceptions import MlflowException
+
+    return (MlflowException,)
 
 
 def emit_json(obj: dict) -> None:

@@ -9,6 +9,7 @@ skips the stages already done and resumes training from its last checkpoint, wit
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -153,7 +154,10 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         raise
     except BaseException:
         if entered and not release_registered(ctx.model_name, ctx.run_id):
-            ledger_mod.withdraw(ctx.run_id)   # nothing was published: it costs nothing
+            # Nothing was registered: no bundle may lie around to be copied out uncounted, and the
+            # release costs nothing.
+            shutil.rmtree(ctx.run_dir / "bundle", ignore_errors=True)
+            ledger_mod.withdraw(ctx.run_id)
         close_run(ctx, "failed")
         tracking.end_run(run_id, "FAILED")
         raise

@@ -84,6 +84,26 @@ def test_a_full_disk_while_a_checkpoint_is_written_loses_nothing(isolated_workdi
     assert [e.status for e in ledger_entries("cardio")] == ["published"]
 
 
+def test_a_registry_failure_while_publishing_publishes_nothing_and_a_rerun_does(isolated_workdir, demo_csv, capfd,
+                                                                               monkeypatch):
+    import tasks.registry
+    from mlflow.exceptions import MlflowException
+
+    def store_gone(*args, **kwargs):
+        raise MlflowException("API request to http://tracking:5000 failed: connection refused")
+
+    monkeypatch.setattr(tasks.registry, "log_release_model", store_gone)
+    assert main(_argv(demo_csv)) == 7
+    err = capfd.readouterr().err
+    assert "tracking store failed" in err and "Nothing was published" in err and "Traceback" not in err
+    (run,) = (isolated_workdir / "runs" / "release").iterdir()
+    assert not (run / "bundle").exists() and ledger_entries("cardio") == [] and not _versions()
+    monkeypatch.undo()
+    assert main(_argv(demo_csv)) == 0
+    assert len(_versions()) == 1 and [e.status for e in ledger_entries("cardio")] == ["published"]
+    assert (run / "bundle" / "release.json").exists()
+
+
 def _subprocess_env(workdir: Path, **more) -> dict:
     from prefect.settings import PREFECT_API_URL
 
