@@ -4,6 +4,7 @@ where user-caused errors become a readable paragraph and a non-zero exit status 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -31,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data", required=True)
         p.add_argument("--profile", default=default_profile, help="profile name under configs/profiles/ or a YAML path")
         p.add_argument("--out", default=None, help="run folder (default runs/<kind>/<run id>)")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line; no progress")
+        p.add_argument("--verbose", action="store_true", help="also show Prefect's, MLflow's and other libraries' logs")
         if name == "experiment":
             p.add_argument("--dry-run", action="store_true", help="print the plan without running it")
 
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                "epsilon": cmd_epsilon, "ledger": cmd_ledger, "sample": cmd_sample,
                "demo-data": cmd_demo_data}[args.command]
     try:
-        handler(args)
+        with command_console(args):
+            handler(args)
     except DpsynthError as exc:
         print(f"dpsynth {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -106,6 +109,15 @@ def _tracking_errors() -> tuple[type[BaseException], ...]:
     from mlflow.exceptions import MlflowException
 
     return (MlflowException,)
+
+
+def command_console(args):
+    """The flow commands show progress and keep libraries' output off the console (flows/console.py)."""
+    if args.command not in ("release", "experiment"):
+        return contextlib.nullcontext()
+    from flows.console import flow_console
+
+    return flow_console(args.json, args.verbose)
 
 
 def emit_json(obj: dict) -> None:
@@ -179,8 +191,10 @@ def cmd_release(args) -> None:
 
     summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir))
     if summary.get("reused"):
-        print(f"release {summary['release_id']} was already published as {summary['model_uri']}: every stage "
-              "reused, nothing new trained, tracked or registered", file=sys.stderr)
+        from tasks.progress import note
+
+        note(f"release {summary['release_id']} was already published as {summary['model_uri']}: every stage "
+             "reused, nothing new trained, tracked or registered")
     print(f"release {summary['release_id']}: epsilon {summary['epsilon']}, AUC {summary['auc']:.3f}")
     if args.json:
         emit_json({k: _json_safe(v) for k, v in summary.items()})
@@ -199,6 +213,8 @@ def cmd_experiment(args) -> None:
         ctx = preflight(args, "experiment")
         summary = experiment_for_profile(config=str(args.config), data=str(args.data), profile=args.profile,
                                          out=str(ctx.run_dir))
+        print(f"experiment {summary['experiment_id']}: {summary['selection_runs']} selection runs, "
+              f"report in {summary['run_dir']}")
     if args.json:
         emit_json({k: _json_safe(v) for k, v in summary.items()})
 

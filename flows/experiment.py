@@ -18,7 +18,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from flows import stages
-from flows.pipeline import log_training, prepare, publish_report, train_chain
+from flows.pipeline import log_training, prepare, publish_report, train_chain, wait_showing_progress
 from models.choice import choose_checkpoint, selection_metric
 from models.config import Profile, load_profile
 from tasks import tracking
@@ -95,6 +95,7 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
                                            for run in checkpoint_runs(chain["ledger"], chain["samples"])]
         chains = [finished[s.name] for s in prof.settings]
         selections = [submitted[s.name] for s in prof.settings]
+        wait_showing_progress([f for fs in selections for f in fs] + real_futures, "model selection")
         for chain in chains:
             log_training(run_id, chain)
         frames = []

@@ -42,6 +42,19 @@ def setting_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Pr
     return {**chain, "results": selected["results"]}
 
 
+def wait_showing_progress(futures: list, stage: str, unit: str = "run") -> None:
+    """Wait for task futures, counting them on the progress display as they complete. Futures that
+    completed earlier count at once, so the first rate and time left are optimistic."""
+    from prefect.futures import as_completed
+
+    from tasks.progress import Progress
+
+    with Progress(stage, len(futures), unit) as shown:
+        shown.update(0)
+        for done, _ in enumerate(as_completed(futures), 1):
+            shown.update(done)
+
+
 def log_training(run_id: str, chain: dict) -> None:
     """Epsilon per checkpoint and the critic's estimates (internal) to the MLflow run."""
     from tasks import tracking

@@ -690,20 +690,25 @@ class GeneratorTrainer:
         return True
 
     def run(self, last_iteration: int, stop_after: int | None = None,
-            progress: Callable[[int, float], None] | None = None) -> TrainingResult:
+            progress: Callable[[int, float], None] | None = None,
+            on_step: Callable[[int], None] | None = None) -> TrainingResult:
         """Train to `last_iteration`, checkpointing every `checkpoint_every`. `stop_after` ends the call
-        early after that many iterations (used to simulate an interruption)."""
+        early after that many iterations (used to simulate an interruption). `progress(iteration,
+        epsilon)` is called at every checkpoint; `on_step(iteration)` once with the iteration training
+        starts (or resumes) from, then after every iteration."""
         start = time.perf_counter()
         if not self._load_state():
             self._save_checkpoint()  # iteration 0: the untrained generator costs no privacy
         with _intra_op_threads(self.threads if self.device.type == "cpu" else None):
-            self._train_to(last_iteration, stop_after, progress)
+            self._train_to(last_iteration, stop_after, progress, on_step)
         return TrainingResult(list(self.ledger), last_iteration < self.gan.iterations,
                               time.perf_counter() - start, list(self.metrics))
 
-    def _train_to(self, last_iteration: int, stop_after: int | None, progress) -> None:
+    def _train_to(self, last_iteration: int, stop_after: int | None, progress, on_step) -> None:
         done = 0
         self.generator.train()
+        if on_step is not None:
+            on_step(self.iteration)
         while self.iteration < last_iteration:
             if stop_after is not None and done >= stop_after:
                 break
@@ -716,6 +721,8 @@ class GeneratorTrainer:
                 self._save_checkpoint()
                 if progress is not None:
                     progress(self.iteration, self._epsilon())
+            if on_step is not None:
+                on_step(self.iteration)
 
 
 # ---------------------------------------------------------------------------------------------------

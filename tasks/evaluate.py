@@ -28,6 +28,7 @@ from models.preprocessing import stratified_split
 from models.release_choice import ValidationFacts
 from models.schema import DatasetSchema
 from models.selection import regularisation_grid, select_model
+from tasks.progress import Progress
 from tasks.stage import read_json, run_stage, write_json
 
 RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
@@ -222,9 +223,22 @@ def checkpoint_runs(ledger_path: Path, sample_dir: Path) -> list[dict]:
 def evaluate_setting_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, ledger_path: Path,
                            sample_dir: Path, profile: Profile, setting_name: str) -> dict:
     """Every checkpoint of a setting, one after another (the experiment flow fans these out instead)."""
-    runs = [selection_run_stage(run_dir, schema, encoded_path, split_path, profile, setting_name, **run)["run"]
-            for run in checkpoint_runs(ledger_path, sample_dir)]
+    runs = selection_runs(run_dir, schema, encoded_path, split_path, profile, setting_name,
+                          checkpoint_runs(ledger_path, sample_dir))
     return {"results": collect_runs(runs, Path(run_dir) / f"evaluate-{setting_name}" / "selection.parquet")}
+
+
+def selection_runs(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
+                   setting_name: str, runs: list[dict]) -> list[Path]:
+    """Selection runs one after another, on the progress display; their run.json files."""
+    files = []
+    with Progress(f"model selection {setting_name}", len(runs), "run") as shown:
+        shown.update(0)
+        for run in runs:
+            stage = selection_run_stage(run_dir, schema, encoded_path, split_path, profile, setting_name, **run)
+            files.append(stage["run"])
+            shown.update(len(files))
+    return files
 
 
 def real_runs(profile: Profile, runs: int) -> list[dict]:
@@ -234,6 +248,5 @@ def real_runs(profile: Profile, runs: int) -> list[dict]:
 def evaluate_real_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
                         runs: int) -> dict:
     """The real-vs-real baseline: one selection run per checkpoint index, each with that index's split."""
-    files = [selection_run_stage(run_dir, schema, encoded_path, split_path, profile, "real", **run)["run"]
-             for run in real_runs(profile, runs)]
+    files = selection_runs(run_dir, schema, encoded_path, split_path, profile, "real", real_runs(profile, runs))
     return {"results": collect_runs(files, Path(run_dir) / "evaluate-real" / "selection.parquet")}

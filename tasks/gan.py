@@ -8,7 +8,6 @@ through Prefect, a manifest or a log.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from models.networks import CriticStack
 from models.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from models.schema import DatasetSchema
 from models.secret import load as load_secret
+from tasks.progress import Progress, note
 from tasks.stage import read_json, run_stage, write_json
 
 
@@ -81,18 +81,12 @@ def pretrain_stage(run_dir, schema: DatasetSchema, table_path: Path, encoded_pat
         np.save(directory / "partition.npy", partition)
         np.save(directory / "train_rows.npy", matrix)
         data = torch.from_numpy(matrix)
-        total = profile.gan.pretrain_iterations
-        reported = [0]
-
-        def progress(done: int) -> None:
-            # Called with the iterations completed by all K pairs, possibly in jumps: report each tenth.
-            if done * 10 // max(total, 1) > reported[0]:
-                reported[0] = done * 10 // max(total, 1)
-                print(f"pretraining {setting.name}: {done}/{total} iterations of {setting.discriminators} critics")
-
-        critics = pretrain_critics(data, partition, profile.gan, encoder_groups(encoder), profile.seed,
-                                   resolve_device(profile.device), progress=progress,
-                                   condition=generator_condition(encoder, profile))
+        # Counts iterations of all K critics together (the callback's unit), possibly in jumps.
+        with Progress(f"pretraining {setting.name}", profile.gan.pretrain_iterations) as shown:
+            shown.update(0)
+            critics = pretrain_critics(data, partition, profile.gan, encoder_groups(encoder), profile.seed,
+                                       resolve_device(profile.device), progress=shown.update,
+                                       condition=generator_condition(encoder, profile))
         torch.save(critics.state_dict(), directory / "critics.pt")
         sizes = subset_sizes(partition)
         info = {"discriminators": setting.discriminators, "subset_rows": [int(sizes.min()), int(sizes.max())],
@@ -121,10 +115,15 @@ def train_stage(run_dir, schema: DatasetSchema, pretrain_dir: Path, profile: Pro
                                    encoder_groups(encoder), profile.seed, directory / "checkpoints", device,
                                    load_secret(run_dir), level_share_fn=encoder.level_shares,
                                    condition=generator_condition(encoder, profile))
-        result = trainer.run(last, progress=lambda it, eps: print(
-            f"training {setting.name}: iteration {it}/{last}, epsilon {eps:.3f}"))
-        for note in trainer.resume_notes:
-            print(f"training {setting.name}: {note}", file=sys.stderr)
+        epsilon = [""]  # the training epsilon reached, known at each checkpoint
+
+        def checkpoint(_: int, eps: float) -> None:
+            epsilon[0] = f"epsilon {eps:.3f}"
+
+        with Progress(f"training {setting.name}", last) as shown:
+            result = trainer.run(last, progress=checkpoint, on_step=lambda it: shown.update(it, epsilon[0]))
+        for line in trainer.resume_notes:
+            note(f"training {setting.name}: {line}")
         info = {"last_iteration": last, "stopped_by_budget": result.stopped_by_budget,
                 "resume_notes": trainer.resume_notes,
                 "final_epsilon": result.checkpoints[-1]["epsilon"], "seconds": round(result.seconds, 2),
@@ -148,12 +147,15 @@ def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, n_rows: 
     def work(directory: Path):
         ledger = read_json(checkpoints_dir / LEDGER_FILE)["checkpoints"]
         files = {}
-        for entry in ledger:
-            gen, _ = load_generator(checkpoints_dir / entry["generator"], sha256=entry.get("sha256"))
-            rows = sample_encoded(gen, n_rows, seed=profile.seed * 1_000_003 + entry["iteration"])
-            path = directory / f"synthetic_{entry['iteration']:06d}.parquet"
-            encoder.decode(rows).to_parquet(path, index=False)
-            files[f"iter_{entry['iteration']:06d}"] = path
+        with Progress(f"sampling {setting.name}", len(ledger), "checkpoint") as shown:
+            shown.update(0)
+            for entry in ledger:
+                gen, _ = load_generator(checkpoints_dir / entry["generator"], sha256=entry.get("sha256"))
+                rows = sample_encoded(gen, n_rows, seed=profile.seed * 1_000_003 + entry["iteration"])
+                path = directory / f"synthetic_{entry['iteration']:06d}.parquet"
+                encoder.decode(rows).to_parquet(path, index=False)
+                files[f"iter_{entry['iteration']:06d}"] = path
+                shown.update(len(files))
         return files, {"checkpoints": len(files), "rows": n_rows}
 
     return run_stage(run_dir, f"sample-{setting.name}", {"checkpoints": checkpoints_dir},

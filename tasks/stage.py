@@ -93,6 +93,9 @@ def run_stage(run_dir: Path, name: str, inputs: dict[str, Path], config: dict,
         outputs = {k: directory / v for k, v in manifest["outputs"].items()}
         if (manifest.get("inputs") == input_hashes and manifest.get("config_hash") == config_hash
                 and all(p.exists() for p in outputs.values())):
+            from tasks.progress import note
+
+            note(f"{name}: reused (completed {manifest.get('started', '')[:19]}, same inputs and settings)")
             return StageResult(name, directory, outputs, True, manifest["seconds"], manifest.get("info", {}))
         manifest_path.unlink()
     # An interrupted attempt with the same inputs leaves its partial work (e.g. training checkpoints)

@@ -32,7 +32,10 @@ def test_smoke_experiment_on_process_pool_and_rerun_skips(isolated_workdir, demo
     argv = ["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke",
             "--out", str(out), "--json"]
     assert main(argv) == 0
-    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    captured = capfd.readouterr()
+    # --json: nothing on stderr, from the flow's process or from its workers (which inherit the setting).
+    assert captured.err == "", captured.err
+    summary = json.loads(captured.out.strip().splitlines()[-1])
     _check_experiment(out, summary)
     done = [out / "train-k10" / "manifest.json", out / "evaluate-k10" / "001" / "manifest.json",
             out / "evaluate-real" / "002" / "manifest.json"]

@@ -86,8 +86,9 @@ def test_a_full_disk_while_a_checkpoint_is_written_loses_nothing(isolated_workdi
 
 def test_a_registry_failure_while_publishing_publishes_nothing_and_a_rerun_does(isolated_workdir, demo_csv, capfd,
                                                                                monkeypatch):
-    import tasks.registry
     from mlflow.exceptions import MlflowException
+
+    import tasks.registry
 
     def store_gone(*args, **kwargs):
         raise MlflowException("API request to http://tracking:5000 failed: connection refused")

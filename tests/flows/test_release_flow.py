@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -95,14 +97,17 @@ def _assert_published_is_dp_covered(texts: dict[str, str], *, data_hash: str, in
                 assert not re.search(rf"(?<![\d.]){count}(?![\d.])", text), f"the row count {count} in {where}"
 
 
-def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path):
+def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPSYNTH_PROGRESS_SECONDS", "0")  # every progress update, for the refused run below
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke", "--json"]
     loose = os.umask(0o022)   # the usual umask: internals must be owner-only anyway
     try:
         assert main(argv) == 0
     finally:
         os.umask(loose)
-    summary = _last_json(capfd)
+    captured = capfd.readouterr()
+    assert captured.err == ""  # --json: no progress, no libraries' output; errors only
+    summary = json.loads(captured.out.strip().splitlines()[-1])
     for key in ("release_id", "epsilon", "delta", "auc", "bundle_dir", "model_uri", "mlflow_run_id"):
         assert key in summary
     out = isolated_workdir / summary["run_dir"]
@@ -195,9 +200,15 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert len(client.search_runs([run.info.experiment_id])) == runs_before
     assert len(client.search_model_versions("name = 'cardio-gswgan'")) == 1
 
-    # The same command again is a new release: a new id, a new secret, new noise, another split.
-    assert main(argv) == 0
-    again = _last_json(capfd)
+    # The same command again is a new release: a new id, a new secret, new noise, another split. In a
+    # real process, where Prefect's console handler prints what it is given (under pytest it does not).
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
+    done = subprocess.run([sys.executable, "-m", "flows.cli", *argv], cwd=isolated_workdir, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    again = json.loads(done.stdout.strip().splitlines()[-1])
     other = isolated_workdir / again["run_dir"]
     assert again["release_id"] != summary["release_id"] and other != out
     assert load_secret(other) != load_secret(out)
@@ -214,7 +225,12 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     # nothing published, the run final ("refused": a rerun would not draw the decision again).
     assert _release_with(isolated_workdir, demo_csv, "strict", "evaluation", "min_release_auc", 0.999,
                          privacy__approval_epsilon=5.0) == 6
-    assert "approval floor" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "approval floor" in err and "Traceback" not in err
+    # Without --json, every long stage shows its progress on stderr, with a percentage and the time left.
+    for stage, unit in (("pretraining k10", "iterations"), ("training k10", "iterations"),
+                        ("sampling k10", "checkpoints"), ("model selection k10", "runs")):
+        assert re.search(rf"^{stage}: \d+% \(\d+/\d+ {unit}\), .*, \d+:\d\d left", err, re.MULTILINE), stage
     assert not (isolated_workdir / "strict-run" / "bundle").exists()
     assert json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["status"] == "refused"
     assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]

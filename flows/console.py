@@ -1,0 +1,116 @@
+"""What a flow command shows on standard error: our progress display and our error messages, not the
+libraries' chatter, unless `--verbose`.
+
+Left to themselves, a release's libraries write to the console: Prefect logs every task run
+("Finished in state Completed()"), its temporary server's address and a hint about running a server,
+and the traceback of an error the command line then explains in one paragraph; MLflow logs its
+database migrations and a pickle caution, prints "Successfully registered model" and draws artifact
+download bars; Great Expectations logs its temporary folders; libraries raise FutureWarnings.
+`quiet_console` turns these off for one command and restores everything afterwards (flows also run
+in-process, from tests and notebooks). The settings go through the environment too, so the worker
+processes the experiment flow starts follow them. Prefect still sends its logs to its API.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tasks.progress import MODE_ENV
+
+# Prefect's console handler (its logging.yml `handlers.console`), overridable from the environment.
+PREFECT_CONSOLE_LEVEL_ENV = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
+MLFLOW_BARS_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+# Warnings raised from our own packages still show; everyone else's only under --verbose.
+OUR_MODULES = r"(models|tasks|flows)(\.|$)"
+
+
+@contextmanager
+def flow_console(json_output: bool, verbose: bool) -> Iterator[None]:
+    """For one `release` or `experiment` command: progress off under --json (standard error then
+    carries errors only), one plain line per update under --verbose (in-place rewriting would fight
+    the libraries' log lines), and third-party output off unless --verbose."""
+    mode = "off" if json_output else ("lines" if verbose else None)
+    with _environment({MODE_ENV: mode}):
+        if verbose:
+            yield
+        else:
+            with quiet_console():
+                yield
+
+
+@contextmanager
+def quiet_console() -> Iterator[None]:
+    # Prefect's ERROR logs of a failed run repeat, as a traceback, what the command line says in one
+    # paragraph (and a bug's traceback reaches the console anyway): only CRITICAL passes.
+    with _environment({PREFECT_CONSOLE_LEVEL_ENV: "CRITICAL", MLFLOW_BARS_ENV: "false"}, keep_users=True), \
+            _prefect_console_level(logging.CRITICAL), _mlflow_event_logs_off(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore")
+        warnings.filterwarnings("default", module=OUR_MODULES)
+        yield
+
+
+@contextmanager
+def _environment(values: dict[str, str | None], keep_users: bool = False) -> Iterator[None]:
+    """Set (a value) or unset (None) environment variables for the block. With `keep_users`, a
+    variable the user already set is left as it is."""
+    before = {key: os.environ.get(key) for key in values}
+    for key, value in values.items():
+        if keep_users and before[key] is not None:
+            continue
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _prefect_console_handlers() -> list[logging.Handler]:
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger()] + [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)]
+    handlers = {id(h): h for lg in loggers for h in getattr(lg, "handlers", [])
+                if isinstance(h, PrefectConsoleHandler)}
+    return list(handlers.values())
+
+
+@contextmanager
+def _prefect_console_level(level: int) -> Iterator[None]:
+    """Prefect configured its logging when first imported (maybe before this command, in-process):
+    the environment variable covers a later import and worker processes, this the handlers in place."""
+    if os.environ.get(PREFECT_CONSOLE_LEVEL_ENV) != logging.getLevelName(level):
+        yield  # the user chose Prefect's console level: theirs stands
+        return
+    configured = "prefect" in sys.modules
+    import prefect  # noqa: F401  (configures Prefect's logging, reading the variable above)
+
+    # Handlers Prefect made just now took the level from the variable: theirs was NOTSET (logging.yml).
+    before = {handler: handler.level if configured else logging.NOTSET for handler in _prefect_console_handlers()}
+    for handler in before:
+        handler.setLevel(level)
+    try:
+        yield
+    finally:
+        for handler, old in before.items():
+            handler.setLevel(old)
+
+
+def _mlflow_event_logs_off():
+    # MLflow's loggers and its eprint() ("Successfully registered model") share one switch, which
+    # MLflow itself flips off and on around some imports: its counting context keeps it off until we
+    # leave. MLflow's errors still reach us as exceptions.
+    from mlflow.utils.autologging_utils import MlflowEventsAndWarningsBehaviorGlobally
+
+    return MlflowEventsAndWarningsBehaviorGlobally(disable_event_logs=True, disable_warnings=False,
+                                                   reroute_warnings=False)

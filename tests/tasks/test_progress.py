@@ -1,0 +1,106 @@
+"""The progress display: its line (percentage, rate, time left), its throttling on an injected clock,
+in-place rewriting on a terminal only, and silence when switched off."""
+
+import io
+
+import pytest
+
+from tasks.progress import Progress, format_duration, format_line, format_rate
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def shown(stream) -> list[str]:
+    return stream.getvalue().splitlines()
+
+
+def test_line_has_percentage_rate_and_time_left():
+    assert (format_line("pretraining k1000", 900, 2000, "iteration", per_second=2.5)
+            == "pretraining k1000: 45% (900/2000 iterations), 2.5 iterations/s, 7:20 left")
+    assert (format_line("training k10", 40, 40, "iteration", per_second=104.2, elapsed=0.4, note="epsilon 9.990")
+            == "training k10: 100% (40/40 iterations) in 0:00, 104 iterations/s, epsilon 9.990")
+    # No rate yet (the first update): no time left either.
+    assert format_line("sampling k10", 0, 41, "checkpoint") == "sampling k10: 0% (0/41 checkpoints)"
+
+
+def test_rate_and_duration_read_well_at_every_scale():
+    assert format_rate(0.2, "run") == "5.0 s per run"
+    assert format_rate(3.14, "run") == "3.1 runs/s"
+    assert format_rate(1234.0, "iteration") == "1,234 iterations/s"
+    assert [format_duration(s) for s in (7, 754, 3723, -1)] == ["0:07", "12:34", "1:02:03", "0:00"]
+
+
+def test_throttled_to_the_interval_plus_first_and_last_update():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress("pretraining k10", 100, clock=clock, stream=out, seconds=5, mode="")
+    progress.update(0)                      # first: shown
+    clock.now += 1
+    progress.update(10)                     # 1 s later: not due
+    clock.now += 4
+    progress.update(50)                     # 5 s after the first: due, 10 iterations/s, 5 s left
+    clock.now += 1
+    progress.update(60)                     # not due
+    clock.now += 1
+    progress.update(100)                    # the last: always shown, with the time taken
+    assert shown(out) == [
+        "pretraining k10: 0% (0/100 iterations)",
+        "pretraining k10: 50% (50/100 iterations), 10.0 iterations/s, 0:05 left",
+        "pretraining k10: 100% (100/100 iterations) in 0:07, 14.3 iterations/s",
+    ]
+    clock.now += 10
+    progress.update(100)                    # nothing after the last
+    assert len(shown(out)) == 3
+
+
+def test_a_resumed_stage_measures_its_rate_from_where_it_resumed():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress("training k10", 40, clock=clock, stream=out, seconds=0, mode="")
+    progress.update(20)                     # resumed from the checkpoint at iteration 20
+    clock.now += 10
+    progress.update(30, "epsilon 41.459")
+    assert shown(out)[-1] == "training k10: 75% (30/40 iterations), 1.0 iterations/s, 0:10 left, epsilon 41.459"
+
+
+def test_rewritten_in_place_on_a_terminal_and_ended_by_an_interruption():
+    clock, term = Clock(), Terminal()
+    with pytest.raises(KeyboardInterrupt), Progress("sampling k10", 3, "checkpoint", clock=clock, stream=term,
+                                                    seconds=0, mode="") as progress:
+        progress.update(0)
+        clock.now += 1
+        progress.update(1)
+        raise KeyboardInterrupt
+    assert term.getvalue() == ("\rsampling k10: 0% (0/3 checkpoints)\x1b[K"
+                               "\rsampling k10: 33% (1/3 checkpoints), 1.0 checkpoints/s, 0:02 left\x1b[K\n")
+
+
+@pytest.mark.parametrize("mode, expected", [("lines", 2), ("off", 0)])
+def test_lines_mode_never_rewrites_and_off_mode_is_silent(mode, expected):
+    clock, term = Clock(), Terminal()
+    with Progress("model selection k10", 2, "run", clock=clock, stream=term, seconds=0, mode=mode) as progress:
+        progress.update(0)
+        clock.now += 1
+        progress.update(2)
+    assert "\r" not in term.getvalue() and len(shown(term)) == expected
+
+
+def test_mode_and_interval_come_from_the_environment(monkeypatch):
+    """The experiment's worker processes inherit them: the command line sets them there."""
+    out = io.StringIO()
+    monkeypatch.setenv("DPSYNTH_PROGRESS", "off")
+    Progress("pretraining k10", 2, stream=out).update(0)
+    assert out.getvalue() == ""
+    monkeypatch.setenv("DPSYNTH_PROGRESS", "lines")
+    monkeypatch.setenv("DPSYNTH_PROGRESS_SECONDS", "3")
+    progress = Progress("pretraining k10", 2, stream=Terminal())
+    assert not progress.in_place and progress.seconds == 3.0
