@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
 )
 
-from models.config_validation import MAX_INT, STRICT, Name, validate
+from models.config_validation import MAX_INT, STRICT, Name, one_line, validate
 from models.errors import ConfigError
 
 
@@ -228,7 +228,7 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"Profile file {str(path)!r} is not valid YAML: {exc}") from None
+        raise ConfigError(f"Profile file {str(path)!r} is not valid YAML: {one_line(exc)}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"Profile file {str(path)!r} is not UTF-8 text.") from None
     if not isinstance(raw, dict):

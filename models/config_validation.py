@@ -59,6 +59,11 @@ def validate(model: type[M], raw: object, where: str) -> M:
         raise ConfigError(describe(exc, model, where)) from None
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's text on one line (YAML parse errors span several), for a one-paragraph message."""
+    return " ".join(str(exc).split())
+
+
 def describe(exc: ValidationError, model: type[BaseModel], where: str) -> str:
     """One paragraph: `where: path: problem; path: problem.`"""
     errors = _without_echoes(exc.errors(include_url=False))
@@ -134,7 +139,7 @@ def _problem(error: dict, model: type[BaseModel], loc: tuple) -> str:
               "less_than_equal": ("le", "at most"), "less_than": ("lt", "below")}
     if kind in bounds:
         key, words = bounds[kind]
-        return f"must be {words} {ctx[key]} (got {_shown(got)})"
+        return f"must be {words} {_number(ctx[key])} (got {_shown(got)})"
     if kind == "literal_error":
         return f"{_shown(got)} is not one of {ctx['expected']}"
     if kind in ("too_short", "too_long"):
@@ -223,6 +228,13 @@ def _unwrap(annotation: object) -> object:
 def _model_in(annotation: object) -> type[BaseModel] | None:
     inner = _unwrap(annotation)
     return inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
+
+
+def _number(value: object) -> str:
+    """A range's limit as a person writes it: 1, not 1.0."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _shown(value: object) -> str:

@@ -30,7 +30,7 @@ from pydantic import (
     field_validator,
 )
 
-from models.config_validation import MAX_INT, STRICT, Name, validate
+from models.config_validation import MAX_INT, STRICT, Name, one_line, validate
 from models.errors import ConfigError
 
 Kind = Literal["continuous", "binary", "categorical"]
@@ -97,7 +97,7 @@ class DatasetSchema:
             text = path.read_text()
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"Schema file {str(path)!r} is not valid YAML: {exc}") from None
+            raise ConfigError(f"Schema file {str(path)!r} is not valid YAML: {one_line(exc)}") from None
         except UnicodeDecodeError:
             raise ConfigError(f"Schema file {str(path)!r} is not UTF-8 text.") from None
         schema = cls.from_dict(raw, origin=f"schema {str(path)!r}")
