@@ -107,13 +107,17 @@ def _with_path(loc: tuple, text: str) -> str:
 
 
 def dotted(loc: tuple) -> str:
-    """('gan', 'betas', 0) -> 'gan.betas[0]'."""
+    """('gan', 'betas', 0) -> 'gan.betas[0]'; a key that is empty or holds spaces, dots or control
+    characters is quoted, so that the path stays on one line and readable."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
+            continue
+        text = str(part)
+        if not text or not text.isprintable() or any(c in text for c in " .[]'\""):
+            text = repr(text)
+        out += f".{text}" if out else text
     return out
 
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.config import GanConfig, Profile, ProfileSpec, Setting, load_profile
-from models.config_validation import known_keys
+from models.config_validation import dotted, known_keys
 from models.errors import ConfigError
 from models.schema import DatasetSchema, SchemaSpec
 from tests.conftest import CARDIO_SCHEMA
@@ -210,3 +210,13 @@ def test_any_yaml_document_is_a_schema_or_a_config_error(document):
         DatasetSchema.from_dict(document, origin="schema 'fuzz'")
     except ConfigError as exc:
         _assert_readable(exc)
+
+
+@pytest.mark.parametrize("loc, path", [
+    (("gan", "betas", 0), "gan.betas[0]"),
+    (("columns", "blood pressure", "bounds"), "columns.'blood pressure'.bounds"),
+    (("\n",), "'\\n'"),
+    (("",), "''"),
+])
+def test_key_paths_stay_on_one_readable_line(loc, path):
+    assert dotted(loc) == path
