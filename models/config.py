@@ -1,8 +1,12 @@
 """Run profiles: every tunable of a run, loaded from YAML once and validated at the edge.
 
 A profile lives in `configs/profiles/NAME.yaml`; `extends: OTHER` starts from another profile and
-overrides only the keys it names (nested mappings merge). Unknown keys are errors, so a typo never
-silently falls back to a default.
+overrides only the keys it names (nested mappings merge). The frozen dataclasses below are what the
+code uses (and hold the defaults); the pydantic models at the end (`ProfileSpec` and its parts) say
+what each key may hold: its type, range or choices, plus the rules that tie keys together. A profile
+file is validated against them before any dataclass is built, and a profile built in code is checked
+against them too. Unknown keys are errors, so a typo never silently falls back to a default; every
+problem becomes one `ConfigError` paragraph with the key's path (models/config_validation.py).
 """
 
 from __future__ import annotations
@@ -10,12 +14,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import typing
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    Strict,
+    StrictBool,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
 
+from models.config_validation import MAX_INT, STRICT, Name, one_line, validate
 from models.errors import ConfigError
 
 
@@ -156,44 +172,8 @@ class Profile:
     dask_address: str | None = None
 
     def __post_init__(self) -> None:
-        if self.protocol not in ("honest", "thesis"):
-            raise ConfigError(f"profile {self.name!r}: protocol must be 'honest' or 'thesis'.")
-        if len(self.split) != 3 or abs(sum(self.split) - 1.0) > 1e-9 or min(self.split) <= 0:
-            raise ConfigError(f"profile {self.name!r}: split must be three positive fractions summing to 1.")
-        if not self.settings:
-            raise ConfigError(f"profile {self.name!r}: at least one setting is needed.")
-        for s in self.settings:
-            if s.discriminators < 1:
-                raise ConfigError(f"profile {self.name!r}: setting {s.name!r} needs at least one discriminator.")
-        names = [s.name for s in self.settings]
-        if len(set(names)) != len(names) or "real" in names:
-            raise ConfigError(f"profile {self.name!r}: setting names must be unique and not 'real'.")
-        if self.gan.output_head not in ("tanh", "typed", "gumbel"):
-            raise ConfigError(f"profile {self.name!r}: output_head must be 'tanh', 'typed' or 'gumbel'.")
-        if not 0.0 < self.gan.target_prior < 1.0:
-            raise ConfigError(f"profile {self.name!r}: gan.target_prior must lie strictly between 0 and 1.")
-        if self.gan.pretrain_matmul not in ("auto", "float32", "bfloat16"):
-            raise ConfigError(f"profile {self.name!r}: gan.pretrain_matmul must be 'auto', 'float32' or 'bfloat16'.")
-        if self.gan.kernels not in ("auto", "native", "torch"):
-            raise ConfigError(f"profile {self.name!r}: gan.kernels must be 'auto', 'native' or 'torch'.")
-        if self.gan.init not in ("default", "thesis"):
-            raise ConfigError(f"profile {self.name!r}: init must be 'default' or 'thesis'.")
-        if self.gan.critic_draw not in ("per_row", "per_step"):
-            raise ConfigError(f"profile {self.name!r}: gan.critic_draw must be 'per_row' or 'per_step'.")
-        if self.gan.checkpoint_every < 1 or self.gan.iterations < self.gan.checkpoint_every:
-            raise ConfigError(f"profile {self.name!r}: gan.checkpoint_every must be at least 1 and at most "
-                              "gan.iterations.")
-        if self.gan.iterations % self.gan.checkpoint_every:
-            raise ConfigError(f"profile {self.name!r}: iterations must be a multiple of checkpoint_every.")
-        for key in ("choice_epsilon", "approval_epsilon"):
-            if not getattr(self.privacy, key) > 0:
-                raise ConfigError(f"profile {self.name!r}: privacy.{key} must be a number above 0.")
-        if self.privacy.lifetime_budget is not None and not self.privacy.lifetime_budget > 0:
-            raise ConfigError(f"profile {self.name!r}: privacy.lifetime_budget must be a number above 0, or null.")
-        if self.release_rows is None or self.release_rows < 1:
-            raise ConfigError(f"profile {self.name!r}: release_rows must be a whole number of rows, at least 1.")
-        if self.evaluation.share_gap_weight < 0:
-            raise ConfigError(f"profile {self.name!r}: evaluation.share_gap_weight must be at least 0.")
+        # Profiles built in code obey the same rules as profiles read from YAML (ProfileSpec below).
+        validate(ProfileSpec, self.to_dict(), where=f"profile {self.name!r}")
 
     def release_target(self) -> Setting:
         if self.release_setting is not None:
@@ -227,9 +207,23 @@ def profile_path(profile: str, config_path: str | Path | None = None) -> Path:
 
 
 def load_profile(profile: str, config_path: str | Path | None = None) -> Profile:
-    raw = _load_raw(profile_path(profile, config_path), seen=())
+    path = profile_path(profile, config_path)
+    raw = _load_raw(path, seen=())
     raw.setdefault("name", Path(profile).stem)
-    return build_dataclass(Profile, raw, where=f"profile {profile!r}")
+    where = f"profile {Path(profile).stem!r} ({path})"
+    # Defaults come from the dataclasses (one place): the file's keys are merged over them, so unknown
+    # keys still reach validation and are refused there.
+    spec = validate(ProfileSpec, _merge(Profile(name="defaults").to_dict(), raw), where)
+    return _build(spec)
+
+
+def _build(spec: ProfileSpec) -> Profile:
+    values = spec.model_dump()
+    return Profile(**{**values,
+                      "gan": GanConfig(**values["gan"]),
+                      "privacy": PrivacyConfig(**values["privacy"]),
+                      "evaluation": EvaluationConfig(**values["evaluation"]),
+                      "settings": tuple(Setting(**s) for s in values["settings"])})
 
 
 def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
@@ -240,15 +234,25 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"Profile file {str(path)!r} is not valid YAML: {exc}") from None
+        raise ConfigError(f"Profile file {str(path)!r} is not valid YAML: {one_line(exc)}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"Profile file {str(path)!r} is not UTF-8 text.") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"Profile file {str(path)!r} must hold a mapping.")
+        raise ConfigError(f"Profile file {str(path)!r} must hold a mapping of keys to values, "
+                          f"not {_yaml_kind(raw)}.")
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
+    if not isinstance(parent, str) or not parent or "/" in parent or "\\" in parent:
+        raise ConfigError(f"Profile file {str(path)!r}: extends: expected the name of a profile beside it "
+                          f"(got {parent!r}).")
     base = _load_raw(path.parent / f"{parent}.yaml", seen + (path,))
     base.pop("name", None)
     return _merge(base, raw)
+
+
+def _yaml_kind(value) -> str:
+    return {list: "a list", str: "a text value"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -261,56 +265,138 @@ def _merge(base: dict, override: dict) -> dict:
     return merged
 
 
-def build_dataclass(cls, raw, where: str):
-    """Build a (nested) frozen dataclass from plain YAML data, rejecting unknown keys."""
-    if dataclasses.is_dataclass(raw):
-        return raw
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping for {cls.__name__}.")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} for {cls.__name__}.")
-    kwargs = {key: _coerce(hints[key], value, f"{where}.{key}") for key, value in raw.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+# ------------------------------------------------------------------------------------ validation
+# What a profile may say, key by key. Defaults live in the dataclasses above, so every field here is
+# required; `load_profile` fills in the defaults before validating. Ints and floats are strict (no
+# "5" for 5, no true for 1); NaN and infinity are refused.
+
+# Layer widths must fit in memory.
+MAX_UNITS = 16384
+# Checkpoints go through the accountant and model selection one by one (the thesis has 40).
+MAX_CHECKPOINTS = 10000
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+Count = Annotated[int, Strict(), Field(ge=1, le=MAX_INT)]
+Units = Annotated[int, Strict(), Field(ge=1, le=MAX_UNITS)]
+Positive = Annotated[float, Strict(), Field(gt=0)]
+NonNegative = Annotated[float, Strict(), Field(ge=0)]
+OpenUnit = Annotated[float, Strict(), Field(gt=0, lt=1)]  # a probability strictly inside (0, 1)
+Unit = Annotated[float, Strict(), Field(ge=0, le=1)]
 
 
-def _coerce(hint, value, where: str):
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        return build_dataclass(hint, value, where)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, where)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list.")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(args[0], v, where) for v in value)
-        if len(args) != len(value):
-            raise ConfigError(f"{where}: expected {len(args)} values.")
-        return tuple(_coerce(a, v, where) for a, v in zip(args, value))
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}.")
-        return float(value)
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}.")
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}.")
-        return value
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}.")
-        return value
+def _device(value: str) -> str:
+    if not DEVICE_PATTERN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a device: auto, cpu, cuda, cuda:N or mps")
     return value
+
+
+class GanSpec(BaseModel):
+    model_config = STRICT
+    z_dim: Units
+    generator_hidden: Annotated[tuple[Units, ...], Field(max_length=16)]
+    critic_hidden: Units
+    critic_batchnorm: StrictBool
+    init: Literal["default", "thesis"]
+    lr_generator: Annotated[float, Strict(), Field(gt=0, le=1)]
+    lr_critic: Annotated[float, Strict(), Field(gt=0, le=1)]
+    betas: tuple[Annotated[float, Strict(), Field(ge=0, lt=1)], Annotated[float, Strict(), Field(ge=0, lt=1)]]
+    critic_steps: Count
+    critic_draw: Literal["per_row", "per_step"]
+    critic_refresh_steps: Count | None
+    gp_lambda: NonNegative
+    batch_size: Count
+    pretrain_iterations: Annotated[int, Strict(), Field(ge=0, le=MAX_INT)]
+    pretrain_matmul: Literal["auto", "float32", "bfloat16"]
+    kernels: Literal["auto", "native", "torch"]
+    iterations: Count  # declared before checkpoint_every, which is checked against it
+    checkpoint_every: Count
+    generator_ema: Annotated[float, Strict(), Field(ge=0, lt=1)] | None
+    output_head: Literal["tanh", "typed", "gumbel"]
+    condition_on_target: StrictBool
+    target_prior: OpenUnit
+
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _divides_iterations(cls, every: int, info: ValidationInfo) -> int:
+        iterations = info.data.get("iterations")
+        if iterations is None:  # iterations itself is invalid and reported
+            return every
+        if every > iterations:
+            raise ValueError(f"must be at most iterations ({iterations}) (got {every})")
+        if iterations % every:
+            raise ValueError(f"iterations ({iterations}) must be a multiple of checkpoint_every (got {every})")
+        if iterations // every > MAX_CHECKPOINTS:
+            raise ValueError(f"gives {iterations // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
+                             f"(got {every} for {iterations} iterations)")
+        return every
+
+
+class SettingSpec(BaseModel):
+    model_config = STRICT
+    name: Name
+    discriminators: Count
+    private: StrictBool = True  # Setting's default: settings are listed, not merged over defaults
+
+
+class PrivacySpec(BaseModel):
+    model_config = STRICT
+    noise_multiplier: Positive
+    clip: Positive
+    delta: OpenUnit
+    epsilon_budget: Positive | None
+    choice_epsilon: Positive
+    approval_epsilon: Positive
+    lifetime_budget: Positive | None
+
+
+class EvaluationSpec(BaseModel):
+    model_config = STRICT
+    synthetic_fraction: OpenUnit
+    n_regularisation_values: Count
+    penalties: Annotated[tuple[Literal["l1", "l2"], ...], Field(min_length=1)]
+    auc_tolerance: Unit
+    real_baseline: StrictBool
+    quality_rows: Count
+    min_release_auc: Unit | None
+    complete_levels: StrictBool
+    max_level_share_gap: Unit | None
+    share_gap_weight: NonNegative
+
+
+class ProfileSpec(BaseModel):
+    model_config = STRICT
+    name: Name
+    seed: Annotated[int, Strict(), Field(ge=0, le=MAX_INT)]
+    protocol: Literal["honest", "thesis"]
+    split: tuple[OpenUnit, OpenUnit, OpenUnit]
+    knn_neighbors: Count
+    gan: GanSpec
+    privacy: PrivacySpec
+    settings: Annotated[tuple[SettingSpec, ...], Field(min_length=1)]
+    release_setting: Name | None
+    evaluation: EvaluationSpec
+    device: Annotated[StrictStr, AfterValidator(_device)]
+    model_name: Annotated[StrictStr, Field(min_length=1)] | None
+    release_rows: Count  # a public number: never the table's own size (models/privacy_statement.py)
+    max_rows: Count | None
+    workers: Annotated[int, Strict(), Field(ge=1, le=1024)]
+    dask_address: Annotated[StrictStr, Field(min_length=1)] | None
+
+    @field_validator("split")
+    @classmethod
+    def _split_sums_to_one(cls, split: tuple[float, float, float]) -> tuple[float, float, float]:
+        if abs(sum(split) - 1.0) > 1e-9:
+            raise ValueError(f"the train, validation and test fractions must sum to 1 (got {list(split)}, "
+                             f"sum {sum(split):g})")
+        return split
+
+    @field_validator("settings")
+    @classmethod
+    def _unique_setting_names(cls, settings: tuple[SettingSpec, ...]) -> tuple[SettingSpec, ...]:
+        names = [s.name for s in settings]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"setting names must be unique (repeated: {', '.join(repeated)})")
+        if "real" in names:
+            raise ValueError("'real' is reserved for the real-data baseline: name the setting otherwise")
+        return settings

@@ -246,9 +246,14 @@ def normalize_column(series: pd.Series, column: Column) -> pd.Series:
         bad = present & parsed.isna()
         if not bad.any():
             parsed = parsed.where(present)
-            if parsed.notna().all() and (parsed == np.floor(parsed)).all() and column.kind != "continuous":
+            if parsed.dtype.kind not in "if":  # e.g. integers beyond int64, parsed as objects
+                parsed = parsed.astype("float64")
+            # Infinity and 1e300 equal their floor but are no int64: such a column stays float (and then
+            # fails the levels check) instead of raising in the cast.
+            whole = np.isfinite(parsed).all() and (parsed.abs() < 2**63).all() and (parsed == np.floor(parsed)).all()
+            if whole and column.kind != "continuous":
                 return parsed.astype("int64")
-            return parsed if parsed.dtype.kind in "if" else parsed.astype("float64")
+            return parsed
         mixed = parsed.astype(object)
         mixed[bad] = text[bad]
         mixed[~present] = np.nan
