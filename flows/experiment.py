@@ -2,8 +2,12 @@
 
 validate -> split -> preprocess once; then, as independent tasks on the task runner: per setting
 pretrain -> train -> sample, and one model-selection task per checkpoint of each setting and per index
-of the real-vs-real baseline. The task runner is a process pool on one machine,
-or a Dask cluster when the profile names a scheduler address.
+of the real-vs-real baseline. The task runner is a process pool of the profile's `workers` on one
+machine, or a Dask cluster when the profile names a scheduler address (`task_runner_for`).
+
+`experiment` is what the command line and the `thesis-experiment` deployment both run: it reads the
+profile, picks the task runner and runs the grid (`experiment-grid`) on it as a subflow. A flow's task
+runner is fixed before its body starts, so the choice cannot live inside the grid flow itself.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
-from prefect.task_runners import ProcessPoolTaskRunner
+from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner
 
 from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, train_chain, wait_showing_progress
@@ -45,13 +49,28 @@ def _one_thread_per_worker() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
 
 
+def _process_pool(workers: int) -> ProcessPoolTaskRunner:
+    return ProcessPoolTaskRunner(max_workers=max(1, workers), initializer=_one_thread_per_worker)
+
+
+def task_runner_for(prof: Profile) -> TaskRunner:
+    """The experiment's task runner for a profile: its Dask cluster when it names a scheduler address,
+    otherwise a process pool of its `workers`. The one place this is decided, for every way of running."""
+    if prof.dask_address:
+        from prefect_dask import DaskTaskRunner
+
+        return DaskTaskRunner(address=prof.dask_address)
+    return _process_pool(prof.workers)
+
+
 @task(name="train-setting", cache_policy=NO_CACHE, persist_result=False)
 def run_training(run_dir, schema, paths, profile, setting) -> dict:
     return train_chain(run_dir, schema, paths, profile, setting)
 
 
-@flow(name="experiment", task_runner=ProcessPoolTaskRunner(max_workers=2, initializer=_one_thread_per_worker))
-def experiment(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
+# The pool here only serves a direct call of the grid; `experiment` always replaces it with the profile's.
+@flow(name="experiment-grid", task_runner=_process_pool(2))
+def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="experiment")
     prof = ctx.profile
@@ -143,15 +162,12 @@ def experiment(config: str, data: str, profile: str = "thesis", out: str | None 
         raise
 
 
-def experiment_for_profile(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
-    """Run the experiment on the task runner the profile asks for (Dask when it names a scheduler)."""
-    prof = load_profile(profile, config)
-    flow_to_run = experiment
-    if prof.dask_address:
-        from prefect_dask import DaskTaskRunner
+@flow(name="experiment")
+def experiment(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
+    """Run the experiment grid on the task runner the profile asks for (Dask when it names a scheduler)."""
+    runner = task_runner_for(load_profile(profile, config))
+    return experiment_grid.with_options(task_runner=runner)(config=config, data=data, profile=profile, out=out)
 
-        flow_to_run = experiment.with_options(task_runner=DaskTaskRunner(address=prof.dask_address))
-    elif prof.workers != 2:
-        flow_to_run = experiment.with_options(
-            task_runner=ProcessPoolTaskRunner(max_workers=prof.workers, initializer=_one_thread_per_worker))
-    return flow_to_run(config=config, data=data, profile=profile, out=out)
+
+# The command line's name for the same flow: `dpsynth experiment` and the deployment run one code path.
+experiment_for_profile = experiment

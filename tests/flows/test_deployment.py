@@ -1,14 +1,18 @@
-"""prefect.yaml end to end: a real Prefect server, the work pool, `prefect deploy --all`, one run of the
-release deployment picked up by a process worker, COMPLETED.
+"""prefect.yaml end to end: a real Prefect server, the work pool, `prefect deploy --all`; one run of the
+release deployment and one of the experiment deployment (on a local Dask cluster its profile names),
+each picked up by a process worker, COMPLETED.
 
 Everything runs in subprocesses against a server on a free local port with its own PREFECT_HOME, so it
 touches neither the session's test harness nor the user's Prefect profile. The worker runs the flow in
 DPSYNTH_HOME, a temporary folder whose code and configs link to this checkout: run folders, mlflow.db
-and mlartifacts/ land there, not in the project.
+and mlartifacts/ land there, not in the project. The server and the deployments are made once for the
+module (starting and deploying is most of a test's time).
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import signal
 import socket
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from flows.cli import main
@@ -97,56 +102,51 @@ def _tail(path: Path, n: int = 4000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def test_prefect_yaml_deploys_and_a_worker_completes_a_release(tmp_path):
-    started = time.monotonic()
-    home = tmp_path / "dpsynth-home"
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """A Prefect server on a free port with prefect.yaml deployed from a DPSYNTH_HOME linked to this
+    checkout, and a demo table."""
+    tmp = tmp_path_factory.mktemp("deployed")
+    home = tmp / "dpsynth-home"
     home.mkdir()
     for name in LINKED:
         if (ROOT / name).exists():
             (home / name).symlink_to(ROOT / name)
-    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
-    deployments = {(d["entrypoint"].split(":")[1], d["name"]): d for d in spec["deployments"]}
-    assert set(deployments) == {RELEASE, EXPERIMENT}
-    assert deployments[RELEASE]["schedules"][0]["cron"] == "0 2 1 * *"
-    assert not deployments[EXPERIMENT].get("schedules")
-
-    data = tmp_path / "demo.csv"
+    data = tmp / "demo.csv"
     assert main(["demo-data", "--rows", "3000", "--out", str(data), "--config", str(CARDIO_SCHEMA)]) == 0
 
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
-    env = _env(tmp_path / "prefect-home", api_url, home)
-    server_log, worker_log = tmp_path / "server.log", tmp_path / "worker.log"
-    server = worker = None
+    env = _env(tmp / "prefect-home", api_url, home)
+    server_log = tmp / "server.log"
+    server = None
     api = httpx.Client(base_url=api_url, timeout=30)
     try:
-        # The API alone: the test creates its run itself, so the scheduler and other services can rest.
+        # The API alone: the tests create their runs themselves, so the scheduler and other services can rest.
         server = _start([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                         "--port", str(port), "--no-ui", "--no-services"], env, tmp_path, server_log)
+                         "--port", str(port), "--no-ui", "--no-services"], env, tmp, server_log)
         _wait_healthy(api, server, server_log)
-
         _prefect("work-pool", "create", POOL, "--type", "process", env=env, cwd=home)
         _prefect("--no-prompt", "deploy", "--all", env=env, cwd=home, timeout=240)
+        by_name = {d["name"]: d for d in api.post("/deployments/filter", json={}).json()}
+        yield {"api": api, "env": env, "home": home, "data": data, "tmp": tmp, "deployments": by_name}
+    finally:
+        api.close()
+        _stop(server)
 
-        found = api.post("/deployments/filter", json={}).json()
-        by_name = {(d["name"]): d for d in found}
-        assert set(by_name) == {RELEASE[1], EXPERIMENT[1]}, by_name.keys()
-        release = by_name[RELEASE[1]]
-        assert release["work_pool_name"] == POOL and release["parameters"]["profile"] == "default"
-        assert [s["schedule"]["cron"] for s in release["schedules"]] == ["0 2 1 * *"]
-        assert by_name[EXPERIMENT[1]]["schedules"] == []
-        # The pull step changes into DPSYNTH_HOME; the placeholder resolves from the environment.
-        assert release["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(home)
 
-        out = tmp_path / "run"
-        created = api.post(f"/deployments/{release['id']}/create_flow_run",
-                           json={"parameters": {"data": str(data), "profile": "smoke", "out": str(out)}})
-        assert created.status_code in (200, 201), created.text
-        run_id = created.json()["id"]
-        assert created.json()["parameters"]["config"] == "configs/cardio.yaml"  # the deployment's default
-
+def _run_deployment(deployed, name: str, parameters: dict, worker_log: Path) -> None:
+    """Create a run of a deployment and let a one-shot process worker pick it up and complete it."""
+    api = deployed["api"]
+    created = api.post(f"/deployments/{deployed['deployments'][name]['id']}/create_flow_run",
+                       json={"parameters": parameters})
+    assert created.status_code in (200, 201), created.text
+    run_id = created.json()["id"]
+    assert created.json()["parameters"]["config"] == "configs/cardio.yaml"  # the deployment's default
+    worker = None
+    try:
         worker = _start([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--run-once",
-                         "--limit", "1"], env, home, worker_log)
+                         "--limit", "1"], deployed["env"], deployed["home"], worker_log)
         state, deadline = None, time.monotonic() + 300
         while time.monotonic() < deadline:
             state = api.get(f"/flow_runs/{run_id}").json()["state"]["type"]
@@ -156,15 +156,83 @@ def test_prefect_yaml_deploys_and_a_worker_completes_a_release(tmp_path):
                 break  # the worker left without picking the run up
             time.sleep(2)
         assert state == "COMPLETED", f"flow run ended {state}:\n{_tail(worker_log)}"
-
-        # It ran in DPSYNTH_HOME (relative config resolved there, default MLflow store created there).
-        assert (out / "train-k10" / "checkpoints" / "ledger.json").is_file()
-        assert (home / "mlflow.db").is_file()
-        assert not (ROOT / "configs" / "mlflow.db").exists()
         worker.wait(timeout=60)
         assert worker.returncode == 0, _tail(worker_log)
     finally:
-        api.close()
         _stop(worker)
-        _stop(server)
-    print(f"deployment test: {time.monotonic() - started:.0f}s")
+
+
+def test_prefect_yaml_deploys_and_a_worker_completes_a_release(deployed):
+    started = time.monotonic()
+    home, tmp = deployed["home"], deployed["tmp"]
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    # Entrypoints are a file and a function (path/file.py:function) or a module path (package.module.function).
+    deployments = {(d["entrypoint"].replace(":", ".").rsplit(".", 1)[1], d["name"]): d for d in spec["deployments"]}
+    assert set(deployments) == {RELEASE, EXPERIMENT}
+    assert deployments[RELEASE]["schedules"][0]["cron"] == "0 2 1 * *"
+    assert not deployments[EXPERIMENT].get("schedules")
+
+    by_name = deployed["deployments"]
+    assert set(by_name) == {RELEASE[1], EXPERIMENT[1]}, by_name.keys()
+    release = by_name[RELEASE[1]]
+    assert release["work_pool_name"] == POOL and release["parameters"]["profile"] == "default"
+    assert [s["schedule"]["cron"] for s in release["schedules"]] == ["0 2 1 * *"]
+    assert by_name[EXPERIMENT[1]]["schedules"] == []
+    # The pull step changes into DPSYNTH_HOME; the placeholder resolves from the environment.
+    assert release["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(home)
+
+    out = tmp / "release-run"
+    _run_deployment(deployed, RELEASE[1], {"data": str(deployed["data"]), "profile": "smoke", "out": str(out)},
+                    tmp / "release-worker.log")
+    # It ran in DPSYNTH_HOME (relative config resolved there, default MLflow store created there).
+    assert (out / "train-k10" / "checkpoints" / "ledger.json").is_file()
+    assert (home / "mlflow.db").is_file()
+    assert not (ROOT / "configs" / "mlflow.db").exists()
+    print(f"release deployment test: {time.monotonic() - started:.0f}s")
+
+
+def _tiny_dask_profile(folder: Path, address: str) -> Path:
+    """Smoke, cut to one private setting of three checkpoints (three selection runs), on `address`."""
+    folder.mkdir()
+    (folder / "smoke.yaml").symlink_to(ROOT / "configs" / "profiles" / "smoke.yaml")
+    path = folder / "smoke-dask.yaml"
+    path.write_text(yaml.safe_dump({
+        "extends": "smoke", "dask_address": address, "release_setting": None,
+        "settings": [{"name": "k2", "discriminators": 2, "private": True}],
+        "gan": {"pretrain_iterations": 10, "iterations": 20, "checkpoint_every": 10},
+        "evaluation": {"real_baseline": False}}))
+    return path
+
+
+def test_the_experiment_deployment_runs_its_selection_runs_on_the_profiles_dask_cluster(deployed):
+    """The deployed experiment reads `dask_address` from its profile, as the command line does. Evidence:
+    the scheduler's own task stream, which only records tasks its workers executed (a process pool that
+    ignored the address leaves it empty)."""
+    from dask.utils import key_split
+    from distributed import Client, LocalCluster
+
+    started = time.monotonic()
+    tmp = deployed["tmp"]
+    out = tmp / "experiment-run"
+    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+          Client(cluster) as client):
+        client.get_task_stream()  # installs the scheduler's task-stream recorder before the run
+        # The Dask worker imports the project (torch, Prefect) while the Prefect worker starts the flow run.
+        warm = client.submit(importlib.import_module, "flows.experiment", pure=False)
+        profile = _tiny_dask_profile(tmp / "profiles", cluster.scheduler_address)
+        _run_deployment(deployed, EXPERIMENT[1], {"data": str(deployed["data"]), "profile": str(profile),
+                                                  "out": str(out)}, tmp / "experiment-worker.log")
+        warm.result()
+        stream = client.get_task_stream()
+        workers = set(client.scheduler_info()["workers"])
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["selection_runs"] == summary["planned_selection_runs"] == 3
+    ran = [r for r in stream if r["status"] == "OK"]
+    assert {r["worker"] for r in ran} <= workers
+    # Dask names a task by its function: the selection runs' tasks/evaluate.selection_run_stage and the
+    # setting's training, flows/experiment.run_training.
+    prefixes = [key_split(r["key"]) for r in ran]
+    assert prefixes.count("selection_run_stage") == summary["selection_runs"], prefixes
+    assert prefixes.count("run_training") == 1, prefixes
+    print(f"experiment deployment test: {time.monotonic() - started:.0f}s")
