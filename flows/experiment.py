@@ -26,7 +26,7 @@ from flows.pipeline import log_training, prepare, publish_report, train_chain, w
 from models.choice import choose_checkpoint, selection_metric
 from models.config import Profile, load_profile
 from tasks import tracking
-from tasks.context import close_run, load_context, open_run
+from tasks.context import close_run, finished_summary, load_context, open_run, read_run_record, remember
 from tasks.evaluate import checkpoint_runs, collect_runs, real_runs
 from tasks.stage import write_json
 
@@ -73,11 +73,17 @@ def run_training(run_dir, schema, paths, profile, setting) -> dict:
 def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="experiment")
+    done = finished_summary(ctx)
+    if done is not None:
+        log.info("experiment %s already completed: every stage reused, nothing new tracked", ctx.run_id)
+        return done
     prof = ctx.profile
     open_run(ctx)
     run_id = tracking.start_run(f"{ctx.schema.name}-experiment", ctx.run_id,
                                 {"dpsynth.kind": "experiment", "dpsynth.run_id": ctx.run_id,
-                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name})
+                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name},
+                                resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"))
+    remember(ctx, mlflow_run_id=run_id)
     try:
         tracking.log_params(run_id, {"profile": prof.to_dict()})
         paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
@@ -152,6 +158,7 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
                                   for kk, vv in v.items()} for k, v in chosen.items()},
                    "results": str(results_path), "mlflow_run_id": run_id}
         write_json(summary, ctx.run_dir / "summary.json")
+        remember(ctx, summary=summary)
         log.info("experiment %s: %d selection runs", ctx.run_id, len(results))
         close_run(ctx, "completed")
         tracking.end_run(run_id)

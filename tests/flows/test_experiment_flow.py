@@ -5,6 +5,7 @@ import json
 
 import pandas as pd
 import yaml
+from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from tests.conftest import CARDIO_SCHEMA, ROOT
@@ -42,6 +43,11 @@ def test_smoke_experiment_on_process_pool_and_rerun_skips(isolated_workdir, demo
     stamps = [p.stat().st_mtime for p in done]
     assert main(argv) == 0
     assert [p.stat().st_mtime for p in done] == stamps  # training and selection runs are not recomputed
+    again = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    # A completed experiment run again: its summary, no second MLflow run.
+    assert again["reused"] is True and again["mlflow_run_id"] == summary["mlflow_run_id"]
+    assert len(MlflowClient().search_runs(
+        [MlflowClient().get_run(summary["mlflow_run_id"]).info.experiment_id])) == 1
 
 
 def test_smoke_experiment_on_local_dask_cluster(isolated_workdir, demo_csv, capfd):
