@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from tasks.environment import environment
 from tasks.progress import MODE_ENV
 
 # Prefect's console handler (its logging.yml `handlers.console`), overridable from the environment.
@@ -35,7 +36,7 @@ def flow_console(json_output: bool, verbose: bool) -> Iterator[None]:
     carries errors only), one plain line per update under --verbose (in-place rewriting would fight
     the libraries' log lines), and third-party output off unless --verbose."""
     mode = "off" if json_output else ("lines" if verbose else None)
-    with _environment({MODE_ENV: mode}):
+    with environment({MODE_ENV: mode}):
         if verbose:
             yield
         else:
@@ -47,33 +48,11 @@ def flow_console(json_output: bool, verbose: bool) -> Iterator[None]:
 def quiet_console() -> Iterator[None]:
     # Prefect's ERROR logs of a failed run repeat, as a traceback, what the command line says in one
     # paragraph (and a bug's traceback reaches the console anyway): only CRITICAL passes.
-    with _environment({PREFECT_CONSOLE_LEVEL_ENV: "CRITICAL", MLFLOW_BARS_ENV: "false"}, keep_users=True), \
+    with environment({PREFECT_CONSOLE_LEVEL_ENV: "CRITICAL", MLFLOW_BARS_ENV: "false"}, keep_users=True), \
             _prefect_console_level(logging.CRITICAL), _mlflow_event_logs_off(), warnings.catch_warnings():
         warnings.filterwarnings("ignore")
         warnings.filterwarnings("default", module=OUR_MODULES)
         yield
-
-
-@contextmanager
-def _environment(values: dict[str, str | None], keep_users: bool = False) -> Iterator[None]:
-    """Set (a value) or unset (None) environment variables for the block. With `keep_users`, a
-    variable the user already set is left as it is."""
-    before = {key: os.environ.get(key) for key in values}
-    for key, value in values.items():
-        if keep_users and before[key] is not None:
-            continue
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _prefect_console_handlers() -> list[logging.Handler]:

@@ -11,8 +11,6 @@ import hashlib
 import os
 from pathlib import Path
 
-import torch
-
 from models.errors import StorageError
 
 
@@ -41,6 +39,8 @@ def _write_text_atomic(text: str, path: Path) -> None:
 def save_verified(obj, path: Path, keep_previous: bool = False) -> str:
     """torch.save `obj` to `path` with its hash beside it; returns the hash. `keep_previous` first moves
     the current file (and its hash) to `<stem>.prev<suffix>`."""
+    import torch   # here, not at import: stages hash files with this module without needing torch
+
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
@@ -76,12 +76,16 @@ def load_verified(path: Path, expected: str | None = None, **torch_load_args):
         raise StorageError(f"The checkpoint file {str(path)!r} cannot be used: {reason}. Remove the stage folder "
                            f"that holds it ({str(Path(path).parent)!r}) and rerun: that stage is redone from its "
                            "inputs, with the run's secret.")
+    import torch
+
     return torch.load(path, **torch_load_args)
 
 
 def load_latest_intact(path: Path, **torch_load_args) -> tuple[object | None, Path | None, list[str]]:
     """The newest intact version of a `keep_previous` file: (object, file used, problems met on the way);
     (None, None, problems) when neither the file nor its previous version is intact."""
+    import torch
+
     problems = []
     for candidate in (Path(path), previous(Path(path))):
         if not candidate.exists() and not sidecar(candidate).exists():

@@ -18,15 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from models.checkpoint_files import sha256_of
+
 MANIFEST = "manifest.json"
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+sha256_file = sha256_of   # one file hash for stages and checkpoints
 
 
 def sha256_path(path: Path) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
+from tasks.environment import environment
+
 DEFAULT_ARTIFACTS = "mlartifacts"
 
 
@@ -65,22 +67,14 @@ def check_store(timeout_seconds: int = 10) -> None:
 
     uri = tracking_uri()
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds)}
-    saved = {key: os.environ.get(key) for key in quick}
-    os.environ.update(quick)
     try:
-        with _store_creation_lock():
+        with environment(quick), _store_creation_lock():
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:   # noqa: BLE001 - any failure means the store cannot be used
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise StorageError(
             f"The MLflow tracking store at {uri} cannot be used ({reason}). Nothing was started. Start the "
             "tracking server or fix MLFLOW_TRACKING_URI, then rerun.") from None
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def use_experiment(name: str) -> str:
