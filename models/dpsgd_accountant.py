@@ -32,15 +32,41 @@ GS-WGAN's curve is for replace-one adjacency, this one for add/remove-one.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import numbers
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
-from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
 from models.errors import ConfigError
+
+
+def _opacus_rdp() -> ModuleType:
+    """Opacus's RDP analysis module, loaded on its own: `import opacus` imports torch (seconds), and the
+    analysis needs only numpy and scipy; budget checks and the lifetime cost should not pay for torch."""
+    name = "opacus.accountants.analysis.rdp"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec("opacus")  # locates the package without running its __init__
+    if spec is None or spec.origin is None:
+        raise ImportError("opacus is not installed; models/dpsgd_accountant.py uses its RDP analysis")
+    path = Path(spec.origin).parent / "accountants" / "analysis" / "rdp.py"
+    module_spec = importlib.util.spec_from_file_location("models._opacus_rdp", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot load Opacus's RDP analysis from {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+_RDP = _opacus_rdp()
+compute_rdp = _RDP.compute_rdp
+get_privacy_spent = _RDP.get_privacy_spent
 
 MECHANISM = ("Poisson-subsampled Gaussian (DP-SGD), RDP of Opacus's sampled Gaussian mechanism analysis, "
              "add/remove-one adjacency, one composition per sanitised update; phases composed order by order")
