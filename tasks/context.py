@@ -118,7 +118,12 @@ def open_run(ctx: RunContext) -> bool:
     from tasks.private_files import owner_only, private_dir
 
     owner_only()
-    private_dir(ctx.run_dir.parent)   # runs/<kind>/ lists the run ids: owner-only too
+    default_base = Path("runs") / ctx.kind
+    if ctx.run_dir.parent.resolve() == default_base.resolve():
+        # runs/ and runs/<kind>/ list the run ids: owner-only too. A folder named with --out keeps its
+        # parent as it is (that may be anyone's folder, /tmp included).
+        private_dir(default_base.parent)
+        private_dir(default_base)
     private_dir(ctx.run_dir)
     record = read_run_record(ctx.run_dir)
     resumed = record is not None
