@@ -183,7 +183,7 @@ def per_sample_gradients(disc: ConditionalDiscriminator, rows: torch.Tensor, lab
 def clipped_sum(per_sample: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
     """Sum over rows of each row's gradient scaled to L2 norm at most `clip` (norm over all parameters
     together, as DP-SGD's sensitivity needs)."""
-    flat = [g.reshape(g.shape[0], -1) for g in per_sample.values()]
+    flat = [g.flatten(1) for g in per_sample.values()]  # also for an empty Poisson batch (0 rows)
     norms = torch.cat(flat, 1).norm(dim=1)
     factors = (clip / (norms + _NORM_EPS)).clamp(max=1.0)
     return {k: torch.einsum("n,n...->...", factors, g) for k, g in per_sample.items()}
