@@ -193,6 +193,24 @@ def test_poisson_batches_from_the_secret_and_one_accounted_query_per_update(tmp_
     assert eps[2] < epsilon(Phase(batch / n, sigma, 120), cfg.delta)  # what a double count would report
 
 
+def test_update_applies_the_sanitised_sum_over_the_expected_batch(tmp_path, test_secret):
+    """The divisor is the public expected batch size, never the drawn one (which would leak it), and the
+    optimiser applies exactly the sanitised gradient (SGD: the step is -lr times it)."""
+    cfg = small_config(expected_batch=16, noise_multiplier=2.0, lr_discriminator=0.1)
+    trainer = DPCGANTrainer(toy_table(80), TARGET, GROUPS, cfg, 0, test_secret, tmp_path)
+    drawn = set()
+    for _ in range(4):
+        before = {k: v.detach().clone() for k, v in trainer.discriminator.named_parameters()}
+        rows, parts = trainer.discriminator_step()
+        drawn.add(rows)
+        summed = flat(parts.real_sum) + flat(parts.noise) + flat(parts.fake_sum)
+        torch.testing.assert_close(flat(parts.total) * cfg.expected_batch, summed, rtol=1e-5, atol=1e-6)
+        step = {k: (before[k] - v.detach()) / cfg.lr_discriminator
+                for k, v in trainer.discriminator.named_parameters()}
+        torch.testing.assert_close(flat(step), flat(parts.total), rtol=1e-4, atol=1e-5)
+    assert len(drawn) > 1 and drawn != {cfg.expected_batch}
+
+
 def test_another_secret_draws_other_batches(tmp_path, test_secret):
     cfg = small_config(iterations=10, checkpoint_every=10)
     other = PrivacySecret.from_hex("a7" * 32)
