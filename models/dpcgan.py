@@ -45,10 +45,11 @@ states are checkpointed, so a run is a function of (seed, secret, data, config).
 Adjacency caveat, for the wiring to come. Opacus's RDP analysis of the sampled Gaussian mechanism
 (models/dpsgd_accountant.py) holds under add/remove-one adjacency. dpsynth's unit of privacy elsewhere
 (GS-WGAN's accountant, the release statement) is replace-one. Replacing a row is a removal then an
-addition, so a replace-one guarantee follows from group privacy over two add/remove steps (or from a
-replace-one analysis of the subsampled Gaussian, with sensitivity 2C); the epsilon this module
-records is the add/remove-one one and must not be reported as replace-one without that conversion.
-Nor may its RDP curve be added to a replace-one curve as is (models/lifetime.py).
+addition, so an add/remove (epsilon, delta) gives replace-one only through group privacy of size two,
+(2 epsilon, (1 + e^epsilon) delta), or through a separate replace-one analysis of the Poisson-subsampled
+Gaussian (sensitivity 2C); neither is done here. The epsilon this module records (ledger, checkpoints:
+"adjacency": "add/remove-one") must not be reported as replace-one as it is, nor its RDP curve added
+to a replace-one curve (models/lifetime.py).
 
 Not done yet (issue 17 step 1 and later): no wiring into flows/ or tasks/, no registration behind the
 generator interface, no profile section (`DPCGANConfig` is built directly), no budget stop (training

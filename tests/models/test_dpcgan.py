@@ -49,10 +49,9 @@ def toy_table(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def small_config(**overrides) -> DPCGANConfig:
-    base = dict(expected_batch=16, clip=1.0, noise_multiplier=1.0, iterations=6, checkpoint_every=2, z_dim=4,
-                generator_hidden=(16,), discriminator_hidden=(16,))
-    base.update(overrides)
-    return DPCGANConfig(**base)
+    base = {"expected_batch": 16, "clip": 1.0, "noise_multiplier": 1.0, "iterations": 6, "checkpoint_every": 2,
+            "z_dim": 4, "generator_hidden": (16,), "discriminator_hidden": (16,)}
+    return DPCGANConfig(**{**base, **overrides})
 
 
 def discriminator(seed: int = 0, hidden=(16,)) -> ConditionalDiscriminator:
