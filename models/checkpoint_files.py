@@ -30,7 +30,8 @@ def previous(path: Path) -> Path:
     return path.with_name(path.stem + ".prev" + path.suffix)
 
 
-def _write_text_atomic(text: str, path: Path) -> None:
+def write_text_atomic(text: str, path: Path) -> None:
+    """Write `text` to a temporary file, then rename it over `path`: readers never see half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -49,7 +50,7 @@ def save_verified(obj, path: Path, keep_previous: bool = False) -> str:
         os.replace(path, previous(path))
         os.replace(sidecar(path), sidecar(previous(path)))
     os.replace(tmp, path)
-    _write_text_atomic(digest, sidecar(path))
+    write_text_atomic(digest, sidecar(path))
     return digest
 
 

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -73,7 +72,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from models.checkpoint_files import load_latest_intact, load_verified, save_verified
+from models.checkpoint_files import load_latest_intact, load_verified, save_verified, write_text_atomic
 from models.dpsgd_accountant import DPSGDAccountant
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, head_noise_width, init_generator_
@@ -439,7 +438,7 @@ class DPCGANTrainer:
             "ledger": self.ledger,
         }
         save_verified(state, self.dir / STATE_FILE, keep_previous=True)
-        _atomic_write_text(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": "add/remove-one",
+        write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": "add/remove-one",
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 
     def _load_state(self) -> bool:
@@ -484,12 +483,6 @@ class DPCGANTrainer:
                 if progress is not None:
                     progress(self.iteration, self.ledger[-1]["epsilon"])
         return TrainingResult(list(self.ledger), time.perf_counter() - start, steps)
-
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------------
