@@ -1,0 +1,581 @@
+"""DP-auto-GAN for tables (seeds/001; Tantipongpipat, Waites, Boob, Siva and Cummings).
+
+What the paper does (Algorithms 2-5, section 3). Two phases, both reading the data through DP-SGD.
+Phase 1 trains an autoencoder En: R^n -> R^d, De: R^d -> R^n on the reconstruction loss (binary cross
+entropy summed over the encoded columns, data scaled to [0, 1]): Poisson batches with probability q1,
+each example's gradient clipped to C1, N(0, C1^2 psi1^2) added to the sum, divided by the expected batch
+q1 m. Phase 2 trains a WGAN whose generator G: z -> R^d writes *latent* vectors; the fixed decoder maps
+them to rows, and the discriminator D: R^n -> R reads rows: real rows and De(G(z)) (Algorithm 4: "B' <-
+{De(G_w(z_i))}", the ADULT critic's input width is the data width, 106). Each critic update is one DP-SGD
+query: a Poisson batch with probability q3; for each real example j (microbatch size 1) one fresh z_j,
+and the gradient of the WGAN loss of the PAIR, g_j = grad_y [D(De(G(z_j))) - D(x_j)], is clipped to C3
+as a whole; the clipped g_j are summed, N(0, C3^2 psi3^2) added, and divided by q3 m. t_D critic updates
+per generator step; the generator's step (-mean D(De(G(z)))) reads no data and is not private. Privacy
+(Lemma 1): the autoencoder's RDP (T1 steps at q1, psi1) and the critic's (T2 t_D steps at q3, psi3) are
+added order by order and converted once. De and G are released; En and D are not.
+
+What this module implements, and where it differs.
+
+* Phase 1 clips and noises the gradient of ALL autoencoder weights, encoder and decoder together (one
+  joint per-example norm). Algorithm 3 (lines 9-10) uses the encoder's gradient without clipping or
+  noise, saying the encoder "can be trained non-privately" because it is not released. That does not
+  hold: the decoder's later updates are computed through the encoder, so a non-private encoder carries
+  the data into the released decoder outside any accounted query (adaptive composition needs every
+  earlier state to be a function of earlier private outputs). The paper's own Fig. 1 and section 3.3
+  ("adding noise to the encoder, decoder, and discriminator") agree with what is done here.
+* Phase 2's critic is the paper's by default (`critic_space="data"`: D reads rows; real rows as they
+  are, fakes as De(G(z))). `critic_space="latent"` is offered because dpsynth's design notes describe a
+  latent critic: D reads latents; the real rows are encoded by the encoder trained in phase 1, FROZEN
+  (not updated in phase 2; a fixed function of phase 1's private outputs, so encoding a row inside the
+  critic query is per-row post-processing and each pair still moves the sum by at most C3), and fakes
+  are G(z). Either way the encoder and decoder do not change in phase 2.
+* The critic query is implemented as the paper has it: the real term and the fake term of a pair are
+  clipped TOGETHER (one norm per real example), with exactly one fake per real example of the Poisson
+  batch (an empty batch has no pairs and still gets its noise); one N(0, sigma^2 C^2) draw on the sum;
+  divided by the expected batch. (DP-CGAN, models/dpcgan.py, instead clips real and fake separately.)
+* The WGAN signs are the consistent ones: the critic minimises D(fake) - D(real), the generator
+  -D(fake). (Algorithm 4's L_D is written with the opposite sign to Algorithm 5's L_G.) No Lipschitz
+  constraint (no gradient penalty or weight clipping), as in the paper: only the DP clipping limits a
+  critic update.
+* Networks: fully connected, LayerNorm and LeakyReLU(0.2) in hidden layers (no BatchNorm anywhere: the
+  paper's generators use BatchNorm, but a row's output should not depend on its batch, and the private
+  modules must pass Opacus's ModuleValidator); the encoder and the generator end in Tanh so that real
+  and generated latents share the range [-1, 1]; the decoder ends in GS-WGAN's `OutputHead`
+  (models/networks.py; "typed": Tanh per single column, softmax per one-hot group mapped to [-1, 1]) so
+  decoded categorical groups are valid distributions. The reconstruction loss is the paper's BCE on
+  (x + 1) / 2. Optimisers as in the paper's ADULT run: Adam for the autoencoder, RMSprop (alpha 0.99)
+  for critic and generator. The ADULT generator's residual blocks are not reproduced.
+* `DPAutoGANTrainer.run` performs `autoencoder_steps` private autoencoder updates, then
+  `generator_steps` GAN steps of `critic_steps` private critic updates and one generator update each.
+  `DPSGDAccountant` (models/dpsgd_accountant.py) starts in phase 1 at (q1, sigma1), gets
+  `begin_phase(q3, sigma3)` before the first critic update, and exactly one `step()` per private update.
+  Checkpoints every `checkpoint_every` steps (a step: one autoencoder update, or one GAN step) and at
+  the end of phase 1: the release file holds the decoder's and the generator's weights with the epsilon
+  so far (SHA-256 sidecar, models/checkpoint_files.py); the training state (kept with its previous
+  version) restores every network, optimiser, random stream and the accountant, so a run interrupted in
+  either phase resumes from its newest intact state and ends bit for bit where an uninterrupted run
+  would (the replayed updates redraw the same secret batches and noise: nothing is queried twice with
+  fresh randomness).
+* `sample_encoded(decoder, generator, n, seed)`: z ~ N(0, I) -> G -> De -> rows in [-1, 1].
+
+Randomness. Poisson batches ("dpautogan-sampling") and noise ("dpautogan-noise") come from the run's
+`PrivacySecret` (models/secret.py); initialisation and the generator's z from the profile seed.
+
+Adjacency caveat, for the wiring to come. Opacus's RDP analysis of the sampled Gaussian mechanism, used
+by the accountant, holds under add/remove-one adjacency. dpsynth's unit of privacy elsewhere (GS-WGAN's
+accountant, the release statement) is replace-one. Replacing a row is a removal then an addition, so an
+add/remove (epsilon, delta) gives replace-one only through group privacy of size two, (2 epsilon,
+(1 + e^epsilon) delta), or through a separate replace-one analysis (sensitivity 2C); neither is done
+here. The epsilons recorded here ("adjacency": "add/remove-one") must not be reported as replace-one,
+nor their RDP added to a replace-one curve (models/lifetime.py).
+
+Not done (issue 17 step 1 and later): no wiring into flows/ or tasks/, no registration behind the
+generator interface, no profile section (`DPAutoGANConfig` is built directly), no budget stop (the
+caller chooses the step counts), no replace-one conversion, no "gumbel" head for the decoder, and no
+private choice of the clipping norms (the paper picked them from a non-private run, which itself leaks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+from torch.nn import functional as F
+
+from models.checkpoint_files import load_latest_intact, load_verified, save_verified, write_text_atomic
+from models.dpcgan import clipped_sum
+from models.dpsgd_accountant import DPSGDAccountant
+from models.errors import ConfigError
+from models.networks import LEAKY_SLOPE, OutputHead, init_generator_
+from models.secret import PrivacySecret
+
+STATE_FILE = "training_state.pt"
+LEDGER_FILE = "ledger.json"
+HEADS = ("tanh", "typed")
+CRITIC_SPACES = ("data", "latent")
+ADJACENCY = "add/remove-one"
+# Keeps BCE's logarithms finite where a Tanh or softmax output saturates at exactly 0 or 1.
+_PROB_EPS = 1e-6
+
+
+# ---------------------------------------------------------------------------------------------------
+# Networks
+# ---------------------------------------------------------------------------------------------------
+
+def _mlp(width: int, hidden: tuple[int, ...], out: int) -> list[nn.Module]:
+    """Linear / LayerNorm / LeakyReLU(0.2) hidden layers, then a Linear to `out`. LayerNorm, not
+    BatchNorm: it works on one row at a time, so a row's per-example gradient (and its clipped
+    contribution) does not depend on the other rows of the batch."""
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.LayerNorm(h), nn.LeakyReLU(LEAKY_SLOPE)]
+        width = h
+    layers.append(nn.Linear(width, out))
+    return layers
+
+
+def _check_groups(groups, width: int) -> tuple[tuple[int, int, str], ...]:
+    checked = tuple((int(g[0]), int(g[1]), str(g[2]) if len(g) > 2 else "") for g in groups)
+    if any(not 0 <= a < b <= width for a, b, _ in checked):
+        raise ConfigError(f"the encoding's blocks must lie within the encoded width {width}, got {checked}")
+    return checked
+
+
+class Autoencoder(nn.Module):
+    """Encoder rows -> latents in [-1, 1] (Tanh); decoder latents -> rows through `OutputHead`."""
+
+    def __init__(self, width: int, latent_dim: int, encoder_hidden: tuple[int, ...],
+                 decoder_hidden: tuple[int, ...], head: str, groups):
+        super().__init__()
+        self.encoder = nn.Sequential(*_mlp(width, encoder_hidden, latent_dim), nn.Tanh())
+        self.decoder = Decoder(latent_dim, decoder_hidden, width, head, groups)
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(rows))
+
+
+class Decoder(nn.Module):
+    """Latents -> encoded rows in [-1, 1]; "typed" keeps each one-hot group a distribution."""
+
+    def __init__(self, latent_dim: int, hidden: tuple[int, ...], width: int, head: str, groups):
+        super().__init__()
+        if head not in HEADS:
+            raise ConfigError(f"the decoder's head must be one of {', '.join(HEADS)}, got {head!r}")
+        self.body = nn.Sequential(*_mlp(latent_dim, hidden, width))
+        self.head = OutputHead(head, _check_groups(groups, width))
+
+    def forward(self, latents: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(latents))
+
+
+class LatentGenerator(nn.Module):
+    """z -> latents in [-1, 1] (the encoder's range). Trained without privacy: it reads no data."""
+
+    def __init__(self, z_dim: int, hidden: tuple[int, ...], latent_dim: int):
+        super().__init__()
+        self.z_dim = z_dim
+        self.body = nn.Sequential(*_mlp(z_dim, hidden, latent_dim), nn.Tanh())
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.body(z)
+
+
+class Critic(nn.Module):
+    """Rows (or latents) -> one WGAN score per row; linear output."""
+
+    def __init__(self, in_width: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.body = nn.Sequential(*_mlp(in_width, hidden, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x).squeeze(-1)
+
+
+def reconstruction_loss(recon: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The paper's binary cross entropy on [0, 1]-scaled values, summed over columns: one value per row."""
+    p = ((recon + 1.0) * 0.5).clamp(_PROB_EPS, 1.0 - _PROB_EPS)
+    t = ((rows + 1.0) * 0.5).clamp(0.0, 1.0)
+    return F.binary_cross_entropy(p, t, reduction="none").sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-example gradients and the sanitised sum
+# ---------------------------------------------------------------------------------------------------
+
+def _per_example(module: nn.Module, loss_one: Callable, *batched: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-example gradients of `loss_one(params, *one_row_each)` for every trainable parameter of
+    `module`: shape [rows, *parameter shape]. An empty batch gives zero rows."""
+    params = {k: v.detach() for k, v in module.named_parameters() if v.requires_grad}
+    if batched[0].shape[0] == 0:
+        return {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
+    return vmap(grad(loss_one), in_dims=(None,) + (0,) * len(batched))(params, *batched)
+
+
+def autoencoder_per_example(ae: Autoencoder, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each row's gradient of its reconstruction loss, for encoder AND decoder weights."""
+
+    def loss_one(p, row):
+        return reconstruction_loss(functional_call(ae, p, (row.unsqueeze(0),)), row.unsqueeze(0)).squeeze(0)
+
+    return _per_example(ae, loss_one, rows)
+
+
+def critic_per_pair(critic: Critic, real: torch.Tensor, fake: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each (real row j, fake row j) pair's gradient of D(fake_j) - D(real_j): the paper's microbatch of
+    one real example with its own fake, clipped as ONE vector (Algorithm 4, lines 8-11)."""
+    if real.shape[0] != fake.shape[0]:
+        raise ValueError(f"one fake per real example: got {real.shape[0]} real and {fake.shape[0]} fake rows")
+
+    def loss_one(p, r, f):
+        scores = functional_call(critic, p, (torch.stack([r, f]),))
+        return scores[1] - scores[0]
+
+    return _per_example(critic, loss_one, real, fake.detach())
+
+
+@dataclass
+class SanitizedGradient:
+    """One private update's gradient, per parameter name: `total` = (clipped_sum + noise) / expected batch."""
+
+    clipped_sum: dict[str, torch.Tensor]
+    noise: dict[str, torch.Tensor]
+    total: dict[str, torch.Tensor]
+
+
+def sanitize(per_example: dict[str, torch.Tensor], clip: float, noise_multiplier: float,
+             expected_batch: float, noise_rng: torch.Generator | None) -> SanitizedGradient:
+    """DP-SGD's sanitised mean: each example clipped to `clip` (joint norm over all parameters), summed,
+    ONE draw of N(0, (noise_multiplier clip)^2 I) from `noise_rng` in parameter order, divided by the
+    public expected batch q m (the drawn batch size is not public)."""
+    summed = clipped_sum(per_example, clip)
+    std = noise_multiplier * clip
+    noise = {k: (torch.randn(g.shape, generator=noise_rng, dtype=g.dtype).mul_(std) if std > 0
+                 else torch.zeros_like(g)) for k, g in summed.items()}
+    total = {k: (summed[k] + noise[k]) / expected_batch for k in summed}
+    return SanitizedGradient(summed, noise, total)
+
+
+def poisson_batch(n_rows: int, sample_rate: float, rng: torch.Generator) -> torch.Tensor:
+    """Indices of a Poisson batch: each row independently with probability `sample_rate`."""
+    return (torch.rand(n_rows, generator=rng) < sample_rate).nonzero().squeeze(1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration and the released model's spec
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DPAutoGANConfig:
+    """One DP-auto-GAN run. Defaults follow the paper's ADULT run at epsilon 0.51 (appendix B.1): the
+    autoencoder 106 -> 60 -> 15, batch 64, C 0.012, psi 2.5, Adam lr 0.005, 10,000 steps; the critic
+    batch 128, C 0.022, psi 7.5, RMSprop lr 0.005, 15 critic updates per generator step, 15,000 critic
+    updates. The clipping norms were tuned to the paper's scaling; re-pick them for another table."""
+
+    autoencoder_batch: int = 64
+    autoencoder_clip: float = 0.012
+    autoencoder_noise: float = 2.5
+    autoencoder_steps: int = 10_000
+    critic_batch: int = 128
+    critic_clip: float = 0.022
+    critic_noise: float = 7.5
+    critic_steps: int = 15
+    generator_steps: int = 1_000
+    generator_batch: int = 128
+    checkpoint_every: int = 500
+    latent_dim: int = 15
+    z_dim: int = 64
+    encoder_hidden: tuple[int, ...] = (60,)
+    decoder_hidden: tuple[int, ...] = (60,)
+    generator_hidden: tuple[int, ...] = (64, 64)
+    critic_hidden: tuple[int, ...] = (70, 35)
+    critic_space: str = "data"
+    head: str = "typed"
+    lr_autoencoder: float = 0.005
+    lr_critic: float = 0.005
+    lr_generator: float = 0.005
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("autoencoder_batch", "autoencoder_steps", "critic_batch", "critic_steps", "generator_batch",
+                     "checkpoint_every", "latent_dim", "z_dim"):
+            _require_int(name, getattr(self, name), 1)
+        _require_int("generator_steps", self.generator_steps, 0)
+        for name in ("autoencoder_clip", "autoencoder_noise", "critic_clip", "critic_noise", "lr_autoencoder",
+                     "lr_critic", "lr_generator"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"dpautogan.{name} must be a finite number > 0, got {value!r}")
+        if not 0 < self.delta < 1:
+            raise ConfigError(f"dpautogan.delta must be in (0, 1), got {self.delta!r}")
+        if self.head not in HEADS:
+            raise ConfigError(f"dpautogan.head must be one of {', '.join(HEADS)}, got {self.head!r}")
+        if self.critic_space not in CRITIC_SPACES:
+            raise ConfigError(f"dpautogan.critic_space must be one of {', '.join(CRITIC_SPACES)}, "
+                              f"got {self.critic_space!r}")
+        for name in ("encoder_hidden", "decoder_hidden", "generator_hidden", "critic_hidden"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def total_steps(self) -> int:
+        return self.autoencoder_steps + self.generator_steps
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def _require_int(name: str, value, least: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ConfigError(f"dpautogan.{name} must be an integer >= {least}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """Everything needed to rebuild the released decoder and generator, stored beside their weights."""
+
+    width: int
+    latent_dim: int
+    z_dim: int
+    decoder_hidden: tuple[int, ...]
+    generator_hidden: tuple[int, ...]
+    head: str
+    groups: tuple[tuple[int, int, str], ...]
+
+    def build(self) -> tuple[Decoder, LatentGenerator]:
+        return (Decoder(self.latent_dim, self.decoder_hidden, self.width, self.head, self.groups),
+                LatentGenerator(self.z_dim, self.generator_hidden, self.latent_dim))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(decoder_hidden=list(self.decoder_hidden), generator_hidden=list(self.generator_hidden),
+                 groups=[list(g) for g in self.groups])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ReleaseSpec:
+        return cls(int(d["width"]), int(d["latent_dim"]), int(d["z_dim"]), tuple(d["decoder_hidden"]),
+                   tuple(d["generator_hidden"]), d["head"], tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class UpdateInfo:
+    """One private update (kept in memory only: the drawn batch size is not for publication)."""
+
+    phase: str  # "autoencoder" or "critic"
+    real_rows: int
+
+
+@dataclass
+class TrainingResult:
+    checkpoints: list[dict]
+    seconds: float
+    updates: list[UpdateInfo] = field(default_factory=list)
+
+
+class DPAutoGANTrainer:
+    """DP-auto-GAN on encoded rows (values in [-1, 1]; `groups` are the encoder's (start, stop, kind)
+    blocks). `run()` trains both phases, resuming from `checkpoint_dir` when a training state is there,
+    and returns the ledger of released (decoder, generator) checkpoints with their epsilons."""
+
+    def __init__(self, data: torch.Tensor, groups, config: DPAutoGANConfig, seed: int, secret: PrivacySecret,
+                 checkpoint_dir: str | Path):
+        self.config = cfg = config
+        self.data = torch.as_tensor(data, dtype=torch.float32)
+        n, width = self.data.shape
+        for name in ("autoencoder_batch", "critic_batch"):
+            if getattr(cfg, name) > n:
+                raise ConfigError(f"dpautogan.{name} ({getattr(cfg, name)}) exceeds the {n} training rows")
+        self.ae_rate, self.critic_rate = cfg.autoencoder_batch / n, cfg.critic_batch / n
+        self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
+                                _check_groups(groups, width))
+        self.dir = Path(checkpoint_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rng = torch.Generator().manual_seed(int(seed))
+        self.autoencoder = Autoencoder(width, cfg.latent_dim, cfg.encoder_hidden, cfg.decoder_hidden, cfg.head, groups)
+        self.generator = LatentGenerator(cfg.z_dim, cfg.generator_hidden, cfg.latent_dim)
+        self.critic = Critic(width if cfg.critic_space == "data" else cfg.latent_dim, cfg.critic_hidden)
+        for net in (self.autoencoder, self.generator, self.critic):
+            init_generator_(net, "default", self.rng)  # PyTorch's default init, drawn from the seed's stream
+        self.sampling_rng = secret.torch("dpautogan-sampling")
+        self.noise_rng = secret.torch("dpautogan-noise")
+        self.opt_ae = torch.optim.Adam(self.autoencoder.parameters(), lr=cfg.lr_autoencoder, betas=(0.9, 0.999))
+        self.opt_critic = torch.optim.RMSprop(self.critic.parameters(), lr=cfg.lr_critic, alpha=0.99)
+        self.opt_g = torch.optim.RMSprop(self.generator.parameters(), lr=cfg.lr_generator, alpha=0.99)
+        self.accountant = DPSGDAccountant(self.ae_rate, cfg.autoencoder_noise)
+        self.step_index = 0  # autoencoder updates, then GAN steps
+        self.ledger: list[dict] = []
+        self.resume_notes: list[str] = []
+
+    @property
+    def phase(self) -> str:
+        return "autoencoder" if self.step_index < self.config.autoencoder_steps else "gan"
+
+    # -- phase 1 ---------------------------------------------------------------------------------
+    def autoencoder_update(self) -> tuple[int, SanitizedGradient]:
+        """One private autoencoder update (encoder and decoder clipped and noised together)."""
+        cfg = self.config
+        index = poisson_batch(self.data.shape[0], self.ae_rate, self.sampling_rng)
+        parts = sanitize(autoencoder_per_example(self.autoencoder, self.data[index]), cfg.autoencoder_clip,
+                         cfg.autoencoder_noise, cfg.autoencoder_batch, self.noise_rng)
+        _apply(self.autoencoder, parts.total, self.opt_ae)
+        return int(index.numel()), parts
+
+    # -- phase 2 ---------------------------------------------------------------------------------
+    def fake_latents(self, n_rows: int) -> torch.Tensor:
+        return self.generator(torch.randn(n_rows, self.config.z_dim, generator=self.rng))
+
+    def critic_inputs(self, real_rows: torch.Tensor, fake_latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the critic reads: rows and De(fake) (the paper), or En(rows) and fake latents. The encoder
+        and decoder are frozen in phase 2 (fixed functions of phase 1's private outputs)."""
+        ae = self.autoencoder
+        if self.config.critic_space == "data":
+            return real_rows, ae.decoder(fake_latents)
+        with torch.no_grad():
+            real = ae.encoder(real_rows)
+        return real, fake_latents
+
+    def critic_update(self) -> tuple[int, SanitizedGradient]:
+        """One private critic update: one fresh fake per real example of a Poisson batch, each pair's
+        gradient clipped as one vector, one noise draw on the sum."""
+        cfg = self.config
+        index = poisson_batch(self.data.shape[0], self.critic_rate, self.sampling_rng)
+        with torch.no_grad():
+            real, fake = self.critic_inputs(self.data[index], self.fake_latents(int(index.numel())))
+        parts = sanitize(critic_per_pair(self.critic, real, fake), cfg.critic_clip, cfg.critic_noise,
+                         cfg.critic_batch, self.noise_rng)
+        _apply(self.critic, parts.total, self.opt_critic)
+        return int(index.numel()), parts
+
+    def generator_update(self) -> float:
+        """One ordinary generator step: reads only the (private) critic and the frozen decoder."""
+        _, fake = self.critic_inputs(self.data[:0], self.fake_latents(self.config.generator_batch))
+        loss = -self.critic(fake).mean()
+        grads = torch.autograd.grad(loss, list(self.generator.parameters()))
+        for p, g in zip(self.generator.parameters(), grads):
+            p.grad = g
+        self.opt_g.step()
+        return float(loss.detach())
+
+    # -- one step of either phase ------------------------------------------------------------------
+    def step(self) -> list[UpdateInfo]:
+        """Phase 1: one private autoencoder update. Phase 2: `critic_steps` private critic updates, then a
+        generator update. Exactly one accountant step per private update."""
+        cfg = self.config
+        done: list[UpdateInfo] = []
+        if self.phase == "autoencoder":
+            rows, _ = self.autoencoder_update()
+            self.accountant.step()
+            done.append(UpdateInfo("autoencoder", rows))
+        else:
+            if self.step_index == cfg.autoencoder_steps:
+                self.accountant.begin_phase(self.critic_rate, cfg.critic_noise)
+            for _ in range(cfg.critic_steps):
+                rows, _ = self.critic_update()
+                self.accountant.step()
+                done.append(UpdateInfo("critic", rows))
+            self.generator_update()
+        self.step_index += 1
+        return done
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def epsilon(self) -> float:
+        """Epsilon (add/remove-one, classic conversion) of all private updates so far, both phases' RDP
+        added order by order and converted once (Lemma 1)."""
+        return self.accountant.epsilon(self.config.delta, "classic")
+
+    def _save_checkpoint(self) -> None:
+        step, eps = self.step_index, self.epsilon()
+        release = self.dir / f"release_{step:06d}.pt"
+        digest = save_verified({"spec": self.spec.to_dict(), "decoder": self.autoencoder.decoder.state_dict(),
+                                "generator": self.generator.state_dict(), "step": step, "epsilon": eps,
+                                "delta": self.config.delta, "adjacency": ADJACENCY}, release)
+        self.ledger = [e for e in self.ledger if e["step"] < step] + [
+            {"step": step, "phase": "autoencoder" if step <= self.config.autoencoder_steps else "gan",
+             "epsilon": eps, "release": release.name, "sha256": digest}]
+        state = {
+            "step": step, "config": self.config.to_dict(), "rows": int(self.data.shape[0]),
+            "autoencoder": self.autoencoder.state_dict(), "generator": self.generator.state_dict(),
+            "critic": self.critic.state_dict(), "opt_ae": self.opt_ae.state_dict(),
+            "opt_critic": self.opt_critic.state_dict(), "opt_g": self.opt_g.state_dict(),
+            "accountant": self.accountant.state_dict(), "rng": self.rng.get_state(),
+            "sampling_rng": self.sampling_rng.get_state(), "noise_rng": self.noise_rng.get_state(),
+            "ledger": self.ledger,
+        }
+        save_verified(state, self.dir / STATE_FILE, keep_previous=True)
+        write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": ADJACENCY,
+                                      "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
+
+    def _load_state(self) -> bool:
+        """Resume from the newest intact training state (the latest, else the one before it)."""
+        state, used, problems = load_latest_intact(self.dir / STATE_FILE, map_location="cpu", weights_only=False)
+        self.resume_notes = list(problems)
+        if state is None:
+            if problems:
+                self.resume_notes.append("no intact training state: training restarts from step 0")
+            return False
+        if state["config"] != self.config.to_dict() or state["rows"] != self.data.shape[0]:
+            raise ConfigError(f"the training state in {str(self.dir)!r} was written by another configuration or "
+                              "table; resume with the same ones, or start a new run folder")
+        if problems:
+            self.resume_notes.append(f"resumed from {used.name} (step {state['step']})")
+        self.step_index = state["step"]
+        for name in ("autoencoder", "generator", "critic", "opt_ae", "opt_critic", "opt_g"):
+            getattr(self, name).load_state_dict(state[name])
+        # The saved history may already be in phase 2: rebuild rather than load into a phase-1 accountant.
+        self.accountant = DPSGDAccountant.from_state_dict(state["accountant"])
+        for name in ("rng", "sampling_rng", "noise_rng"):
+            getattr(self, name).set_state(state[name])
+        self.ledger = state["ledger"]
+        return True
+
+    def _checkpoint_due(self) -> bool:
+        return self.step_index % self.config.checkpoint_every == 0 or self.step_index in (
+            self.config.autoencoder_steps, self.config.total_steps)
+
+    def run(self, stop_after: int | None = None,
+            progress: Callable[[int, float], None] | None = None) -> TrainingResult:
+        """Train both phases to the end, checkpointing as the module notes say. `stop_after` ends the call
+        after that many steps (simulates an interruption). `progress(step, epsilon)` at every checkpoint."""
+        start = time.perf_counter()
+        if not self._load_state():
+            self._save_checkpoint()  # step 0: untrained networks cost no privacy
+        updates: list[UpdateInfo] = []
+        steps = 0
+        while self.step_index < self.config.total_steps and (stop_after is None or steps < stop_after):
+            updates += self.step()
+            steps += 1
+            if self._checkpoint_due():
+                self._save_checkpoint()
+                if progress is not None:
+                    progress(self.step_index, self.ledger[-1]["epsilon"])
+        return TrainingResult(list(self.ledger), time.perf_counter() - start, updates)
+
+
+def _apply(module: nn.Module, total: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
+    """Step `optimizer` with exactly the sanitised gradient (any stale gradient is overwritten)."""
+    for name, p in module.named_parameters():
+        p.grad = total[name]
+    optimizer.step()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sampling
+# ---------------------------------------------------------------------------------------------------
+
+def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, LatentGenerator, dict]:
+    """A released checkpoint's decoder and generator, checked against its SHA-256 (ledger's, else sidecar's)."""
+    blob = load_verified(Path(path), sha256, map_location="cpu", weights_only=False)
+    decoder, generator = ReleaseSpec.from_dict(blob["spec"]).build()
+    decoder.load_state_dict(blob["decoder"])
+    generator.load_state_dict(blob["generator"])
+    return decoder.eval(), generator.eval(), blob
+
+
+def sample_encoded(decoder: Decoder, generator: LatentGenerator, n_rows: int, seed: int,
+                   batch: int = 8192) -> np.ndarray:
+    """n encoded rows in [-1, 1]: z ~ N(0, I) from `seed` -> generator -> decoder."""
+    rng = torch.Generator().manual_seed(int(seed))
+    parts = []
+    with torch.no_grad():
+        for start in range(0, n_rows, batch):
+            z = torch.randn(min(batch, n_rows - start), generator.z_dim, generator=rng)
+            parts.append(decoder(generator(z)).numpy())
+    width = decoder.body[-1].out_features
+    return np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.float32)
+
+
+__all__ = ["Autoencoder", "Critic", "DPAutoGANConfig", "DPAutoGANTrainer", "Decoder", "LatentGenerator",
+           "ReleaseSpec", "SanitizedGradient", "TrainingResult", "UpdateInfo", "autoencoder_per_example",
+           "critic_per_pair", "load_release", "poisson_batch", "reconstruction_loss", "sample_encoded",
+           "sanitize"]
