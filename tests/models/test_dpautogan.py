@@ -1,0 +1,322 @@
+"""DP-auto-GAN (models/dpautogan.py): per-example clipping in both phases, the noise, Poisson batches,
+the two accounted phases, exact resume in either phase, valid samples, and that the autoencoder learns.
+Tiny tables, one thread."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from models.checkpoint_files import sidecar
+from models.dpautogan import (
+    Autoencoder,
+    Critic,
+    DPAutoGANConfig,
+    DPAutoGANTrainer,
+    autoencoder_per_example,
+    critic_per_pair,
+    load_release,
+    reconstruction_loss,
+    sample_encoded,
+    sanitize,
+)
+from models.dpsgd_accountant import Phase, epsilon
+from models.errors import ConfigError
+
+# Encoded layout: a continuous column, a binary column, a 3-level categorical.
+GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
+WIDTH = 5
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def toy_table(n: int, seed: int = 0) -> torch.Tensor:
+    """Rows in [-1, 1] with structure to learn: the binary column's sign drives the continuous value
+    (about +-0.6) and the categorical level (0 or 2)."""
+    g = torch.Generator().manual_seed(seed)
+    y = (torch.rand(n, generator=g) < 0.5).float() * 2 - 1
+    x = (0.6 * y + 0.1 * torch.randn(n, generator=g)).clamp(-1, 1)
+    cat = -torch.ones(n, 3)
+    cat[torch.arange(n), torch.where(y > 0, 0, 2)] = 1.0
+    return torch.cat([x[:, None], y[:, None], cat], 1)
+
+
+def small_config(**overrides) -> DPAutoGANConfig:
+    base = {"autoencoder_batch": 16, "autoencoder_clip": 1.0, "autoencoder_noise": 1.0, "autoencoder_steps": 4,
+            "critic_batch": 12, "critic_clip": 0.5, "critic_noise": 1.5, "critic_steps": 2, "generator_steps": 3,
+            "generator_batch": 8, "checkpoint_every": 2, "latent_dim": 3, "z_dim": 4, "encoder_hidden": (8,),
+            "decoder_hidden": (8,), "generator_hidden": (8,), "critic_hidden": (8,)}
+    return DPAutoGANConfig(**{**base, **overrides})
+
+
+def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([g.reshape(-1) for g in grads.values()])
+
+
+def row_norms(per_example: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([g.flatten(1) for g in per_example.values()], 1).norm(dim=1)
+
+
+def autoencoder(seed: int = 0) -> Autoencoder:
+    torch.manual_seed(seed)
+    return Autoencoder(WIDTH, 3, (8,), (8,), "typed", GROUPS)
+
+
+# ------------------------------------------------------------------------------------------- networks
+
+
+def test_private_modules_pass_opacus_validator_and_batchnorm_would_not():
+    from opacus.validators import ModuleValidator
+
+    for module in (autoencoder(), Critic(WIDTH, (8, 4)), Critic(3, (8,))):
+        assert ModuleValidator.validate(module, strict=False) == []
+        ModuleValidator.validate(module, strict=True)  # raises on any error
+    with_batchnorm = nn.Sequential(nn.Linear(WIDTH, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    assert ModuleValidator.validate(with_batchnorm, strict=False)  # the validator does catch BatchNorm
+
+
+def test_per_example_gradients_match_one_row_at_a_time():
+    ae = autoencoder()
+    critic = Critic(WIDTH, (8,))
+    rows, fakes = toy_table(4), toy_table(4, seed=9) * 0.5
+    batched_ae = autoencoder_per_example(ae, rows)
+    batched_d = critic_per_pair(critic, rows, fakes)
+    assert any(k.startswith("encoder.") for k in batched_ae) and any(k.startswith("decoder.") for k in batched_ae)
+    for i in range(rows.shape[0]):
+        ae.zero_grad()
+        reconstruction_loss(ae(rows[i:i + 1]), rows[i:i + 1]).sum().backward()
+        for name, p in ae.named_parameters():
+            torch.testing.assert_close(batched_ae[name][i], p.grad, rtol=1e-4, atol=1e-6)
+        critic.zero_grad()
+        (critic(fakes[i:i + 1]) - critic(rows[i:i + 1])).sum().backward()
+        for name, p in critic.named_parameters():
+            torch.testing.assert_close(batched_d[name][i], p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_bad_configuration_is_refused(tmp_path, test_secret):
+    with pytest.raises(ConfigError, match="critic_space"):
+        small_config(critic_space="both")
+    with pytest.raises(ConfigError, match="exceeds"):
+        DPAutoGANTrainer(toy_table(10), GROUPS, small_config(), 0, test_secret, tmp_path)
+
+
+# ------------------------------------------------------------------------- clipping and noise
+
+
+def test_autoencoder_clipping_bounds_each_row_over_encoder_and_decoder_together():
+    ae, clip = autoencoder(), 0.05
+    rows = toy_table(12)
+    extreme = rows[:1].clone()
+    extreme[0, 0] = 300.0  # far outside [-1, 1]: its raw gradient dwarfs the others'
+    assert float(row_norms(autoencoder_per_example(ae, extreme))[0]) > 20 * clip
+    assert float(row_norms(autoencoder_per_example(ae, rows)).min()) > clip  # every row is clipped
+
+    def summed(r):
+        return flat(sanitize(autoencoder_per_example(ae, r), clip, 0.0, 16, None).clipped_sum)
+
+    base = summed(rows)
+    assert float(base.norm()) <= clip * 12 + 1e-5
+    assert float((summed(torch.cat([rows, extreme])) - base).norm()) <= clip + 1e-5
+    # The norm is joint over encoder and decoder: clipping each part to C on its own would let a row
+    # move the pair by up to sqrt(2) C. Here the encoder's clipped share alone stays below C, jointly.
+    one = sanitize(autoencoder_per_example(ae, extreme), clip, 0.0, 1, None).clipped_sum
+    assert float(flat(one).norm()) == pytest.approx(clip, rel=1e-4)
+    enc = torch.cat([v.reshape(-1) for k, v in one.items() if k.startswith("encoder.")])
+    dec = torch.cat([v.reshape(-1) for k, v in one.items() if k.startswith("decoder.")])
+    assert float(enc.norm()) > 0 and float(dec.norm()) > 0
+
+
+@pytest.mark.parametrize("in_width", [WIDTH, 3])
+def test_critic_clipping_bounds_each_real_example_with_its_fake(in_width):
+    torch.manual_seed(1)
+    critic, clip = Critic(in_width, (8,)), 0.05
+    real = toy_table(10)[:, :in_width]
+    fake = toy_table(10, seed=4)[:, :in_width] * 0.3
+    extreme = real[:1].clone()
+    extreme[0, 0] = 300.0
+
+    def summed(r, f):
+        return flat(sanitize(critic_per_pair(critic, r, f), clip, 0.0, 12, None).clipped_sum)
+
+    base = summed(real, fake)
+    assert float(row_norms(critic_per_pair(critic, extreme, fake[:1]))[0]) > 20 * clip
+    assert float(base.norm()) <= clip * 10 + 1e-5
+    # Adding one real example (with the fake drawn for it) moves the sum by at most C: the real and the
+    # fake term are clipped together, one vector per real example (the paper's microbatch of one).
+    assert float((summed(torch.cat([real, extreme]), torch.cat([fake, fake[:1] * 50])) - base).norm()) <= clip + 1e-5
+    with pytest.raises(ValueError, match="one fake per real"):
+        critic_per_pair(critic, real, fake[:3])
+
+
+def test_noise_is_one_draw_of_sigma_c_over_the_expected_batch():
+    ae = autoencoder()
+    rows = toy_table(10)
+    clip, sigma, batch = 0.5, 3.0, 16
+    clean = sanitize(autoencoder_per_example(ae, rows), clip, 0.0, batch, None)
+    noisy = sanitize(autoencoder_per_example(ae, rows), clip, sigma, batch, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(flat(noisy.clipped_sum), flat(clean.clipped_sum), rtol=0, atol=0)
+    added = flat(noisy.total) * batch - flat(clean.clipped_sum)
+    replay = torch.Generator().manual_seed(7)
+    expected = torch.cat([torch.randn(p.shape, generator=replay).reshape(-1) * sigma * clip for p in ae.parameters()])
+    torch.testing.assert_close(added, expected, rtol=1e-4, atol=1e-4)
+    assert abs(float(added.std()) / (sigma * clip) - 1.0) < 0.15
+    # An empty Poisson batch still gets its noise: the query ran.
+    empty = sanitize(autoencoder_per_example(ae, rows[:0]), clip, sigma, batch, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(flat(empty.total) * batch, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("phase", ["autoencoder", "critic"])
+def test_update_applies_exactly_the_sanitised_gradient(tmp_path, test_secret, phase):
+    trainer = DPAutoGANTrainer(toy_table(80), GROUPS, small_config(), 0, test_secret, tmp_path)
+    net, update = ((trainer.autoencoder, trainer.autoencoder_update) if phase == "autoencoder"
+                   else (trainer.critic, trainer.critic_update))
+    optimizer = trainer.opt_ae if phase == "autoencoder" else trainer.opt_critic
+    before = {k: v.detach().clone() for k, v in net.named_parameters()}
+    state = {k: v.detach().clone() for k, v in before.items()}
+    _, parts = update()
+    # Replay the step with a fresh optimiser of the same kind on the recorded total: same weights.
+    replay = {k: nn.Parameter(v) for k, v in state.items()}
+    opt = type(optimizer)(list(replay.values()), **{k: v for k, v in optimizer.defaults.items()})
+    for k, p in replay.items():
+        p.grad = parts.total[k]
+    opt.step()
+    for k, v in net.named_parameters():
+        torch.testing.assert_close(v.detach(), replay[k].detach(), rtol=0, atol=0)
+        assert not torch.equal(v.detach(), before[k]) or parts.total[k].abs().max() == 0
+
+
+# --------------------------------------------------------------------- the mechanism accounted
+
+
+def test_poisson_batches_from_the_secret_in_both_phases(tmp_path, test_secret):
+    n, cfg = 200, small_config(autoencoder_batch=20, critic_batch=30, autoencoder_steps=40, critic_steps=4,
+                               generator_steps=10, checkpoint_every=50)
+    result = DPAutoGANTrainer(toy_table(n), GROUPS, cfg, 0, test_secret, tmp_path).run()
+    ae_sizes = [u.real_rows for u in result.updates if u.phase == "autoencoder"]
+    critic_sizes = [u.real_rows for u in result.updates if u.phase == "critic"]
+    assert len(ae_sizes) == 40 and len(critic_sizes) == 40
+    for sizes, batch in ((ae_sizes, 20), (critic_sizes, 30)):
+        assert len(set(sizes)) > 5  # a fixed-size batch would give one size
+        assert abs(np.mean(sizes) - batch) < 0.2 * batch
+    replay = test_secret.torch("dpautogan-sampling")
+    expected = [int((torch.rand(n, generator=replay) < q).sum()) for q in [20 / n] * 40 + [30 / n] * 40]
+    assert ae_sizes + critic_sizes == expected
+
+
+@pytest.mark.parametrize("space", ["data", "latent"])
+def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, test_secret, space):
+    n = 60
+    cfg = small_config(critic_space=space)
+    trainer = DPAutoGANTrainer(toy_table(n), GROUPS, cfg, 0, test_secret, tmp_path)
+    result = trainer.run()
+    ran = [u.phase for u in result.updates]
+    assert ran == ["autoencoder"] * 4 + ["critic"] * 6  # 3 GAN steps of 2 critic updates
+    phase1 = Phase(cfg.autoencoder_batch / n, cfg.autoencoder_noise, 4)
+    phase2 = Phase(cfg.critic_batch / n, cfg.critic_noise, 6)
+    assert trainer.accountant.phases == (phase1, phase2)
+    assert [(e["step"], e["phase"]) for e in result.checkpoints] == \
+        [(0, "autoencoder"), (2, "autoencoder"), (4, "autoencoder"), (6, "gan"), (7, "gan")]
+    eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
+    assert eps[0] == 0.0
+    assert eps[2] == pytest.approx(epsilon(Phase(phase1.sample_rate, phase1.noise_multiplier, 2), cfg.delta))
+    assert eps[4] == pytest.approx(epsilon([phase1], cfg.delta))
+    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], cfg.delta))
+    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], cfg.delta))
+    # What a miscount would report instead: a critic update counted twice, or phase 1 left out.
+    doubled = Phase(phase2.sample_rate, phase2.noise_multiplier, 12)
+    assert eps[7] < epsilon([phase1, doubled], cfg.delta) - 0.05
+    assert eps[7] > epsilon([phase2], cfg.delta) + 0.05
+    blob = torch.load(tmp_path / result.checkpoints[-1]["release"], weights_only=False)
+    assert blob["epsilon"] == eps[7] and blob["adjacency"] == "add/remove-one"
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+
+def _states_equal(a: DPAutoGANTrainer, b: DPAutoGANTrainer) -> None:
+    for net in ("autoencoder", "generator", "critic"):
+        sa, sb = getattr(a, net).state_dict(), getattr(b, net).state_dict()
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(sa[k], sb[k]), f"{net}.{k} differs"
+
+
+@pytest.mark.parametrize("stop_after", [3, 6], ids=["in-phase-1", "in-phase-2"])
+def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_secret, stop_after):
+    cfg = small_config(autoencoder_steps=5, generator_steps=4)  # checkpoints at 0, 2, 4, 5, 6, 8, 9
+    data = toy_table(60)
+    whole = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    whole_result = whole.run()
+    first = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    first.run(stop_after=stop_after)  # 3: between the checkpoints at 2 and 4; 6 then 1 more: past 6
+    if stop_after == 6:
+        first.step()  # a GAN step after the last checkpoint, lost in the interruption
+    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    result = resumed.run()
+    assert resumed.step_index == 9 and resumed.accountant.phases == whole.accountant.phases
+    _states_equal(whole, resumed)
+    assert [(e["step"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == \
+        [(e["step"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints]
+
+
+def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(tmp_path, test_secret):
+    cfg, data = small_config(), toy_table(60)
+    whole = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    whole.run()
+    cut = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    cut.run(stop_after=6)  # checkpoints at 4 (end of phase 1) and 6 (in phase 2)
+    state = tmp_path / "cut" / "training_state.pt"
+    state.write_bytes(state.read_bytes()[:-10])
+    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    resumed.run()
+    assert any("resumed from training_state.prev.pt (step 4)" in note for note in resumed.resume_notes)
+    _states_equal(whole, resumed)
+    other = DPAutoGANTrainer(data, GROUPS, small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
+    with pytest.raises(ConfigError, match="another configuration"):
+        other.run()
+
+
+# ------------------------------------------------------------------------------ sampling and learning
+
+
+@pytest.mark.parametrize("space", ["data", "latent"])
+def test_sampled_rows_are_in_range_with_valid_one_hot_groups(tmp_path, test_secret, space):
+    trainer = DPAutoGANTrainer(toy_table(60), GROUPS, small_config(critic_space=space), 5, test_secret, tmp_path)
+    last = trainer.run().checkpoints[-1]
+    assert sidecar(tmp_path / last["release"]).read_text().strip() == last["sha256"]
+    decoder, generator, blob = load_release(tmp_path / last["release"], last["sha256"])
+    assert blob["step"] == 7
+    for k, v in generator.state_dict().items():
+        assert torch.equal(v, trainer.generator.state_dict()[k])
+    rows = sample_encoded(decoder, generator, 300, seed=1)
+    assert rows.shape == (300, WIDTH) and rows.dtype == np.float32
+    assert np.all(rows >= -1) and np.all(rows <= 1)
+    np.testing.assert_allclose(((rows[:, 2:5] + 1) / 2).sum(1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(rows, sample_encoded(decoder, generator, 300, seed=1))
+    assert sample_encoded(decoder, generator, 0, seed=1).shape == (0, WIDTH)
+
+
+def _reconstruction_error(trainer: DPAutoGANTrainer, rows: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float(((trainer.autoencoder(rows) - rows) ** 2).mean())
+
+
+def test_private_autoencoder_learns_to_reconstruct(tmp_path, test_secret):
+    data = toy_table(256)
+    cfg = small_config(autoencoder_batch=64, autoencoder_clip=1.0, autoencoder_noise=0.3, autoencoder_steps=150,
+                       generator_steps=0, checkpoint_every=150, lr_autoencoder=0.02, encoder_hidden=(16,),
+                       decoder_hidden=(16,))
+    trainer = DPAutoGANTrainer(data, GROUPS, cfg, 0, test_secret, tmp_path)
+    untrained = _reconstruction_error(trainer, data)
+    assert untrained > 0.3
+    trainer.run()
+    assert trainer.accountant.steps == 150
+    assert _reconstruction_error(trainer, data) < 0.1 * untrained
