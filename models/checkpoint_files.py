@@ -40,7 +40,7 @@ def write_text_atomic(text: str, path: Path) -> None:
 def save_verified(obj, path: Path, keep_previous: bool = False) -> str:
     """torch.save `obj` to `path` with its hash beside it; returns the hash. `keep_previous` first moves
     the current file (and its hash) to `<stem>.prev<suffix>`."""
-    import torch   # here, not at import: stages hash files with this module without needing torch
+    import torch  # here, not at import: stages hash files with this module without needing torch
 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -96,3 +96,16 @@ def load_latest_intact(path: Path, **torch_load_args) -> tuple[object | None, Pa
             return torch.load(candidate, **torch_load_args), candidate, problems
         problems.append(f"{candidate.name}: {reason}")
     return None, None, problems
+
+
+def resume_state(path: Path, position: str = "iteration") -> tuple[dict | None, list[str]]:
+    """A trainer's newest intact training state (`load_latest_intact`, on CPU: RNG states must stay there)
+    and notes for a person: what was damaged, and where training resumes (`state[position]`)."""
+    state, used, problems = load_latest_intact(path, map_location="cpu", weights_only=False)
+    notes = list(problems)
+    if state is None:
+        if problems:
+            notes.append(f"no intact training state: training restarts from {position} 0")
+    elif problems:
+        notes.append(f"resumed from {used.name} ({position} {state[position]})")
+    return state, notes

@@ -72,7 +72,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from models.checkpoint_files import load_latest_intact, load_verified, save_verified, write_text_atomic
+from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
 from models.dpsgd_accountant import DPSGDAccountant
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, head_noise_width, init_generator_
@@ -443,17 +443,12 @@ class DPCGANTrainer:
 
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it)."""
-        state, used, problems = load_latest_intact(self.dir / STATE_FILE, map_location="cpu", weights_only=False)
-        self.resume_notes = list(problems)
+        state, self.resume_notes = resume_state(self.dir / STATE_FILE, "iteration")
         if state is None:
-            if problems:
-                self.resume_notes.append("no intact training state: training restarts from iteration 0")
             return False
         if state["config"] != self.config.to_dict() or state["rows"] != self.data.shape[0]:
             raise ConfigError(f"the training state in {str(self.dir)!r} was written by another configuration or "
                               "table; resume with the same ones, or start a new run folder")
-        if problems:
-            self.resume_notes.append(f"resumed from {used.name} (iteration {state['iteration']})")
         self.iteration = state["iteration"]
         self.generator.load_state_dict(state["generator"])
         self.discriminator.load_state_dict(state["discriminator"])

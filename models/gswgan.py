@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ import numpy as np
 import torch
 
 from models.accountant import GSWGANAccountant, epsilons_at
-from models.checkpoint_files import load_latest_intact, load_verified, save_verified
+from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
 from models.native_kernels import critic_updates, use_native_batchnorm, use_native_critics
@@ -658,22 +657,16 @@ class GeneratorTrainer:
             "metrics": self.metrics,
         }
         save_verified(state, self.dir / STATE_FILE, keep_previous=True)
-        _atomic_write_text(json.dumps({"mechanism": self.accountant.mechanism if self.setting.private else None,
+        write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism if self.setting.private else None,
                                        "critic_draw": self.gan.critic_draw,
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it); records in
         `resume_notes` what was damaged and where training resumed."""
-        # The RNG state must stay on CPU.
-        state, used, problems = load_latest_intact(self.dir / STATE_FILE, map_location="cpu", weights_only=False)
-        self.resume_notes = list(problems)
+        state, self.resume_notes = resume_state(self.dir / STATE_FILE, "iteration")
         if state is None:
-            if problems:
-                self.resume_notes.append("no intact training state: training restarts from iteration 0")
             return False
-        if problems:
-            self.resume_notes.append(f"resumed from {used.name} (iteration {state['iteration']})")
         self.iteration = state["iteration"]
         self.generator.load_state_dict(state["generator"])
         if self.ema is not None and state["ema"] is not None:
@@ -758,9 +751,4 @@ def sample_encoded(gen: Generator, n_rows: int, seed: int, batch: int = 8192) ->
         return np.zeros((0, gen.body[-1].out_features), dtype=np.float32)
     return np.concatenate(parts)
 
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 

@@ -54,3 +54,14 @@ def isolated_workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(work)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     return work
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test (tiny models, where thread hand-offs cost more than they save)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -29,12 +29,7 @@ TARGET = 1
 WIDTH = 5
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # small models: threads cost more than they give
 
 
 def toy_table(n: int, seed: int = 0) -> torch.Tensor:
