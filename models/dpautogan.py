@@ -65,9 +65,10 @@ Adjacency caveat, for the wiring to come. Opacus's RDP analysis of the sampled G
 by the accountant, holds under add/remove-one adjacency. dpsynth's unit of privacy elsewhere (GS-WGAN's
 accountant, the release statement) is replace-one. Replacing a row is a removal then an addition, so an
 add/remove (epsilon, delta) gives replace-one only through group privacy of size two, (2 epsilon,
-(1 + e^epsilon) delta), or through a separate replace-one analysis (sensitivity 2C); neither is done
-here. The epsilons recorded here ("adjacency": "add/remove-one") must not be reported as replace-one,
-nor their RDP added to a replace-one curve (models/lifetime.py).
+(1 + e^epsilon) delta), or through a separate replace-one analysis (sensitivity 2C);
+`models.dpsgd_accountant.replace_one_epsilon` gives the first. The epsilons recorded here ("adjacency":
+"add/remove-one") must not be reported as replace-one, nor their RDP added to a replace-one curve
+(models/lifetime.py).
 
 Not done (issue 17 step 1 and later): no wiring into flows/ or tasks/, no registration behind the
 generator interface, no profile section (`DPAutoGANConfig` is built directly), no budget stop (the

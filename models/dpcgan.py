@@ -47,14 +47,13 @@ Adjacency caveat, for the wiring to come. Opacus's RDP analysis of the sampled G
 (GS-WGAN's accountant, the release statement) is replace-one. Replacing a row is a removal then an
 addition, so an add/remove (epsilon, delta) gives replace-one only through group privacy of size two,
 (2 epsilon, (1 + e^epsilon) delta), or through a separate replace-one analysis of the Poisson-subsampled
-Gaussian (sensitivity 2C); neither is done here. The epsilon this module records (ledger, checkpoints:
-"adjacency": "add/remove-one") must not be reported as replace-one as it is, nor its RDP curve added
-to a replace-one curve (models/lifetime.py).
+Gaussian (sensitivity 2C). `models.dpsgd_accountant.replace_one_epsilon` gives the first; this module
+records the add/remove-one epsilon (ledger, checkpoints: "adjacency": "add/remove-one"), which must not be
+reported as replace-one as it is, nor its RDP curve added to a replace-one curve (models/lifetime.py).
 
 Not done yet (issue 17 step 1 and later): no wiring into flows/ or tasks/, no registration behind the
 generator interface, no profile section (`DPCGANConfig` is built directly), no budget stop (training
-runs the iterations it is given; the caller must choose them so that epsilon stays within budget),
-and no replace-one conversion of epsilon.
+runs the iterations it is given; the caller must choose them so that epsilon stays within budget).
 """
 
 from __future__ import annotations

@@ -226,6 +226,38 @@ def epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "cl
     return _convert(grid, rdp, d, conv)
 
 
+def replace_one_epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "classic",
+                        orders: Iterable[float] | None = None) -> float:
+    """Epsilon at `delta` under replace-one adjacency, dpsynth's unit of privacy, from the add/remove-one
+    analysis above: a replacement is a removal followed by an addition, and group privacy over those two
+    steps turns (eps, d)-DP into (2 eps, (1 + e^eps) d)-DP. The add/remove delta d is the largest with
+    (1 + e^eps(d)) d <= delta (bisection on log d), so the result is valid at `delta` itself. Loose (a
+    replace-one analysis of the sampled Gaussian would be tighter) but never below the truth."""
+    d = _check_delta(delta)
+    conv = _check_conversion(conversion)
+    checked = _check_phases(phases)
+    if not any(p.steps for p in checked):
+        return 0.0
+    grid, rdp = rdp_curve(checked, orders)
+
+    def fits(log_d: float) -> tuple[bool, float]:
+        eps = _convert(grid, rdp, math.exp(log_d), conv)
+        return (1.0 + math.exp(min(eps, 700.0))) * math.exp(log_d) <= d, eps
+
+    low, high = math.log(d) - 60.0, math.log(d / 2.0)   # (1 + e^eps) >= 2: d/2 is the most it can be
+    ok, eps_low = fits(low)
+    if not ok:
+        return math.inf
+    for _ in range(60):
+        mid = (low + high) / 2.0
+        ok, eps_mid = fits(mid)
+        if ok:
+            low, eps_low = mid, eps_mid
+        else:
+            high = mid
+    return 2.0 * eps_low
+
+
 # ------------------------------------------------------------------------------- stateful accountant
 
 

@@ -314,3 +314,21 @@ def test_bad_arguments():
     with pytest.raises(ConfigError, match="noise multiplier"):
         DPSGDAccountant(0.01, 0)
     assert acct.steps == 0
+
+
+def test_replace_one_epsilon_is_group_privacy_of_two_at_the_requested_delta():
+    from models.dpsgd_accountant import replace_one_epsilon
+
+    thyroid = Phase(32 / 3772, 1.15, 5894)
+    delta = 1e-5
+    replaced = replace_one_epsilon(thyroid, delta)
+    # Valid at delta itself: at d = delta / (1 + e^(eps/2)) the add/remove mechanism is (eps/2, d)-DP, and
+    # group privacy over a removal and an addition gives (eps, (1 + e^(eps/2)) d) = (eps, delta) ...
+    used = replaced / 2.0
+    assert epsilon(thyroid, delta / (1 + math.exp(used))) <= used + 1e-9
+    # ... and not much looser than it needs to be: a slightly larger half-epsilon is not needed.
+    assert epsilon(thyroid, delta / (1 + math.exp(used * 0.98))) > used * 0.98
+    # ... so it costs more than twice the add/remove epsilon at delta, and not absurdly more.
+    assert 2 * epsilon(thyroid, delta) < replaced < 2 * epsilon(thyroid, delta / 100)
+    assert replace_one_epsilon(Phase(0.01, 1.0, 0), delta) == 0.0
+    assert replace_one_epsilon(thyroid, delta, conversion="opacus") < replaced
