@@ -76,12 +76,17 @@ _MAX_ORDER = 12_800
 # ----------------------------------------------------------------------------------------- validation
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def is_real(value: object) -> bool:
+    """A finite real number that is not a bool (YAML's true would otherwise pass as 1)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
 def _check_discriminators(discriminators: object) -> int:
-    if not _is_int(discriminators) or int(discriminators) < 1:
+    if not is_int(discriminators) or int(discriminators) < 1:
         raise ConfigError(
             f"the number of discriminators K must be an integer >= 1 (sampling probability 1/K), "
             f"got {discriminators!r}"
@@ -90,18 +95,14 @@ def _check_discriminators(discriminators: object) -> int:
 
 
 def _check_batch_size(batch_size: object) -> int:
-    if not _is_int(batch_size) or int(batch_size) < 1:
+    if not is_int(batch_size) or int(batch_size) < 1:
         raise ConfigError(f"the batch size B must be an integer >= 1, got {batch_size!r}")
     return int(batch_size)
 
 
-def _check_noise(noise_multiplier: object) -> float:
-    if (
-        isinstance(noise_multiplier, bool)
-        or not isinstance(noise_multiplier, numbers.Real)
-        or not math.isfinite(float(noise_multiplier))
-        or float(noise_multiplier) <= 0
-    ):
+def check_noise_multiplier(noise_multiplier: object) -> float:
+    """sigma as a float, or ConfigError (shared with models/dpsgd_accountant.py)."""
+    if not is_real(noise_multiplier) or float(noise_multiplier) <= 0:
         raise ConfigError(
             f"the noise multiplier sigma must be a finite number > 0, got {noise_multiplier!r} "
             "(a run without noise is non-private: report epsilon = infinity instead of accounting it)"
@@ -109,8 +110,9 @@ def _check_noise(noise_multiplier: object) -> float:
     return float(noise_multiplier)
 
 
-def _check_delta(delta: object) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < float(delta) < 1:
+def check_delta(delta: object) -> float:
+    """delta as a float in (0, 1), or ConfigError (shared with models/dpsgd_accountant.py)."""
+    if not is_real(delta) or not 0 < float(delta) < 1:
         raise ConfigError(f"delta must be a number strictly between 0 and 1, got {delta!r}")
     return float(delta)
 
@@ -129,7 +131,7 @@ def _query(batch_size: int, noise_multiplier: float, critic_draw: str) -> tuple[
 
 
 def _check_iterations(iterations: object) -> int:
-    if not _is_int(iterations) or int(iterations) < 0:
+    if not is_int(iterations) or int(iterations) < 0:
         raise ConfigError(f"the number of generator iterations must be an integer >= 0, got {iterations!r}")
     return int(iterations)
 
@@ -223,8 +225,8 @@ def epsilons_at(
     """Epsilon for each iteration count in `iterations_list` (same order); the RDP curve is built once."""
     k = _check_discriminators(discriminators)
     b = _check_batch_size(batch_size)
-    sigma = _check_noise(noise_multiplier)
-    d = _check_delta(delta)
+    sigma = check_noise_multiplier(noise_multiplier)
+    d = check_delta(delta)
     draw = _check_critic_draw(critic_draw)
     counts = [_check_iterations(t) for t in iterations_list]
     if not any(counts):
@@ -247,7 +249,7 @@ def training_rdp(discriminators: int, iterations: int, batch_size: int, noise_mu
     (models/lifetime.py composes a table's releases)."""
     k = _check_discriminators(discriminators)
     b = _check_batch_size(batch_size)
-    sigma = _check_noise(noise_multiplier)
+    sigma = check_noise_multiplier(noise_multiplier)
     draw = _check_critic_draw(critic_draw)
     t = _check_iterations(iterations)
     query_sigma, per_step = _query(b, sigma, draw)
@@ -262,7 +264,7 @@ class GSWGANAccountant:
                  critic_draw: str = "per_row"):
         self.discriminators = _check_discriminators(discriminators)
         self.batch_size = _check_batch_size(batch_size)
-        self.noise_multiplier = _check_noise(noise_multiplier)
+        self.noise_multiplier = check_noise_multiplier(noise_multiplier)
         self.critic_draw = _check_critic_draw(critic_draw)
         self._iterations = 0
 

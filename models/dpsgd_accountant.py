@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-import numbers
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from types import ModuleType
 
 import numpy as np
 
+from models.accountant import check_delta, check_noise_multiplier, is_int, is_real
 from models.errors import ConfigError
 
 
@@ -81,16 +81,8 @@ ORDERS: tuple[float, ...] = tuple(
 # ----------------------------------------------------------------------------------------- validation
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
-
-
 def _check_sample_rate(sample_rate: object) -> float:
-    if not _is_real(sample_rate) or not 0 < float(sample_rate) <= 1:
+    if not is_real(sample_rate) or not 0 < float(sample_rate) <= 1:
         raise ConfigError(
             f"the sample rate q (each row's probability of entering a batch: expected batch size / rows) must "
             f"be a number in (0, 1], got {sample_rate!r}"
@@ -98,25 +90,10 @@ def _check_sample_rate(sample_rate: object) -> float:
     return float(sample_rate)
 
 
-def _check_noise(noise_multiplier: object) -> float:
-    if not _is_real(noise_multiplier) or float(noise_multiplier) <= 0:
-        raise ConfigError(
-            f"the noise multiplier sigma must be a finite number > 0, got {noise_multiplier!r} "
-            "(a run without noise is non-private: report epsilon = infinity instead of accounting it)"
-        )
-    return float(noise_multiplier)
-
-
 def _check_steps(steps: object, what: str = "the number of steps") -> int:
-    if not _is_int(steps) or int(steps) < 0:
+    if not is_int(steps) or int(steps) < 0:
         raise ConfigError(f"{what} must be an integer >= 0, got {steps!r}")
     return int(steps)
-
-
-def _check_delta(delta: object) -> float:
-    if not _is_real(delta) or not 0 < float(delta) < 1:
-        raise ConfigError(f"delta must be a number strictly between 0 and 1, got {delta!r}")
-    return float(delta)
 
 
 def _check_conversion(conversion: object) -> str:
@@ -132,7 +109,7 @@ def _check_orders(orders: object) -> tuple[float, ...]:
         values = tuple(orders)  # type: ignore[arg-type]
     except TypeError:
         raise ConfigError(f"RDP orders must be a sequence of numbers > 1, got {orders!r}") from None
-    if not values or not all(_is_real(a) and float(a) > 1 for a in values):
+    if not values or not all(is_real(a) and float(a) > 1 for a in values):
         raise ConfigError(f"RDP orders must be a non-empty sequence of finite numbers > 1, got {orders!r}")
     return tuple(float(a) for a in values)
 
@@ -151,7 +128,7 @@ class Phase:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sample_rate", _check_sample_rate(self.sample_rate))
-        object.__setattr__(self, "noise_multiplier", _check_noise(self.noise_multiplier))
+        object.__setattr__(self, "noise_multiplier", check_noise_multiplier(self.noise_multiplier))
         object.__setattr__(self, "steps", _check_steps(self.steps))
 
     def to_dict(self) -> dict:
@@ -217,7 +194,7 @@ def _convert(orders: np.ndarray, rdp: np.ndarray, delta: float, conversion: str)
 def epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "classic",
             orders: Iterable[float] | None = None) -> float:
     """Epsilon at `delta` of all phases together (their RDP added at each order, then converted once)."""
-    d = _check_delta(delta)
+    d = check_delta(delta)
     conv = _check_conversion(conversion)
     checked = _check_phases(phases)
     grid, rdp = rdp_curve(checked, orders)
@@ -233,7 +210,7 @@ def replace_one_epsilon(phases: Phase | Sequence[Phase], delta: float, conversio
     steps turns (eps, d)-DP into (2 eps, (1 + e^eps) d)-DP. The add/remove delta d is the largest with
     (1 + e^eps(d)) d <= delta (bisection on log d), so the result is valid at `delta` itself. Loose (a
     replace-one analysis of the sampled Gaussian would be tighter) but never below the truth."""
-    d = _check_delta(delta)
+    d = check_delta(delta)
     conv = _check_conversion(conversion)
     checked = _check_phases(phases)
     if not any(p.steps for p in checked):
