@@ -11,7 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from models.errors import StorageError
+from models.errors import ConfigError, StorageError
 
 
 def sha256_of(path: Path) -> str:
@@ -98,10 +98,16 @@ def load_latest_intact(path: Path, **torch_load_args) -> tuple[object | None, Pa
     return None, None, problems
 
 
-def resume_state(path: Path, position: str = "iteration") -> tuple[dict | None, list[str]]:
+def resume_state(path: Path, position: str = "iteration",
+                 written_for: dict | None = None) -> tuple[dict | None, list[str]]:
     """A trainer's newest intact training state (`load_latest_intact`, on CPU: RNG states must stay there)
-    and notes for a person: what was damaged, and where training resumes (`state[position]`)."""
+    and notes for a person: what was damaged, and where training resumes (`state[position]`).
+    `written_for`: entries the state must hold unchanged (its configuration, its row count), else
+    ConfigError: a state written for another run must never be continued."""
     state, used, problems = load_latest_intact(path, map_location="cpu", weights_only=False)
+    if state is not None and written_for and any(state.get(k) != v for k, v in written_for.items()):
+        raise ConfigError(f"the training state in {str(Path(path).parent)!r} was written by another configuration "
+                          "or table; resume with the same ones, or start a new run folder")
     notes = list(problems)
     if state is None:
         if problems:

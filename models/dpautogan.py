@@ -499,12 +499,10 @@ class DPAutoGANTrainer:
 
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it)."""
-        state, self.resume_notes = resume_state(self.dir / STATE_FILE, "step")
+        state, self.resume_notes = resume_state(
+            self.dir / STATE_FILE, "step", written_for={"config": self.config.to_dict(), "rows": self.data.shape[0]})
         if state is None:
             return False
-        if state["config"] != self.config.to_dict() or state["rows"] != self.data.shape[0]:
-            raise ConfigError(f"the training state in {str(self.dir)!r} was written by another configuration or "
-                              "table; resume with the same ones, or start a new run folder")
         self.step_index = state["step"]
         for name in ("autoencoder", "generator", "critic", "opt_ae", "opt_critic", "opt_g"):
             getattr(self, name).load_state_dict(state[name])

@@ -442,12 +442,10 @@ class DPCGANTrainer:
 
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it)."""
-        state, self.resume_notes = resume_state(self.dir / STATE_FILE, "iteration")
+        state, self.resume_notes = resume_state(
+            self.dir / STATE_FILE, "iteration", written_for={"config": self.config.to_dict(), "rows": self.data.shape[0]})
         if state is None:
             return False
-        if state["config"] != self.config.to_dict() or state["rows"] != self.data.shape[0]:
-            raise ConfigError(f"the training state in {str(self.dir)!r} was written by another configuration or "
-                              "table; resume with the same ones, or start a new run folder")
         self.iteration = state["iteration"]
         self.generator.load_state_dict(state["generator"])
         self.discriminator.load_state_dict(state["discriminator"])
