@@ -92,7 +92,8 @@ def run_stage(run_dir: Path, name: str, inputs: dict[str, Path], config: dict,
                 and all(p.exists() for p in outputs.values())):
             from tasks.progress import note
 
-            note(f"{name}: reused (completed {manifest.get('started', '')[:19]}, same inputs and settings)")
+            if "/" not in name:   # one selection run of many ("evaluate-k10/003") shows on the progress display
+                note(f"{name}: reused (completed {manifest.get('started', '')[:19]}, same inputs and settings)")
             return StageResult(name, directory, outputs, True, manifest["seconds"], manifest.get("info", {}))
         manifest_path.unlink()
     # An interrupted attempt with the same inputs leaves its partial work (e.g. training checkpoints)
