@@ -76,3 +76,17 @@ def test_partial_work_from_other_inputs_is_cleared(tmp_path):
 
     run_stage(tmp_path / "run", "s", {"src": src}, {}, check)
     assert seen == [False]
+
+
+def test_a_reused_stage_says_so_unless_progress_is_off(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "in.txt"
+    src.write_text("a")
+    monkeypatch.delenv("DPSYNTH_PROGRESS", raising=False)
+    for name in ("split", "evaluate-k10/003"):
+        run_stage(tmp_path / "run", name, {"src": src}, {}, _writer([]))
+        run_stage(tmp_path / "run", name, {"src": src}, {}, _writer([]))
+    err = capsys.readouterr().err
+    assert "split: reused" in err and "evaluate-k10/003" not in err   # selection runs: the progress display
+    monkeypatch.setenv("DPSYNTH_PROGRESS", "off")                      # --json
+    run_stage(tmp_path / "run", "split", {"src": src}, {}, _writer([]))
+    assert capsys.readouterr().err == ""
