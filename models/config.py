@@ -29,6 +29,7 @@ from pydantic import (
     StrictStr,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from models.config_validation import MAX_INT, STRICT, Name, one_line, validate
@@ -89,13 +90,73 @@ class GanConfig:
     target_prior: float = 0.5
 
 
+GENERATORS = ("gswgan", "dpcgan", "dpautogan")
+
+
+@dataclass(frozen=True)
+class DPCGANSection:
+    """DP-CGAN's own keys (models/generators/dpcgan.py; seeds/002): the paper's clipping norm, the
+    discriminator's per-row Poisson rate q (public: the expected batch is q times the training rows),
+    a noise multiplier and step count that reach epsilon 1 to 3 on a table of tens of thousands of rows.
+    Delta, the budget and the DP choice are the shared privacy keys."""
+
+    sample_rate: float = 0.002
+    clip: float = 1.1
+    noise_multiplier: float = 2.0
+    iterations: int = 8000
+    checkpoint_every: int = 400
+    z_dim: int = 32
+    generator_hidden: tuple[int, ...] = (128, 128)
+    discriminator_hidden: tuple[int, ...] = (128,)
+    head: str = "gumbel"
+    discriminator_optimizer: str = "adam"
+    lr_discriminator: float = 2e-4
+    lr_generator: float = 2e-4
+    betas: tuple[float, float] = (0.5, 0.999)
+    # Public share of target label 1 among generated rows (the paper's prior p_l), never measured.
+    label_prior: float = 0.5
+
+
+@dataclass(frozen=True)
+class DPAutoGANSection:
+    """DP-auto-GAN's own keys (models/generators/dpautogan.py; seeds/001): the autoencoder phase, then
+    the WGAN phase whose critic is DP-SGD. Clipping norms follow the paper's ADULT run's scale."""
+
+    autoencoder_rate: float = 0.002
+    autoencoder_clip: float = 0.1
+    autoencoder_noise: float = 2.0
+    autoencoder_steps: int = 1500
+    critic_rate: float = 0.002
+    critic_clip: float = 0.1
+    critic_noise: float = 2.0
+    critic_steps: int = 5
+    generator_steps: int = 4000
+    generator_batch: int = 128
+    checkpoint_every: int = 250
+    latent_dim: int = 12
+    z_dim: int = 32
+    encoder_hidden: tuple[int, ...] = (64,)
+    decoder_hidden: tuple[int, ...] = (64,)
+    generator_hidden: tuple[int, ...] = (64, 64)
+    critic_hidden: tuple[int, ...] = (64, 32)
+    critic_space: str = "data"
+    head: str = "typed"
+    lr_autoencoder: float = 0.005
+    lr_critic: float = 0.005
+    lr_generator: float = 0.005
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One privacy setting gamma = 1/K. `private: false` is the thesis' non-private baseline."""
+    """One privacy setting. For GS-WGAN, gamma = 1/K discriminators. `private: false` is the thesis'
+    non-private baseline. `generator` and `epsilon_budget`, when given, override the profile's for this
+    setting (a comparison lists several generators and budgets side by side)."""
 
     name: str
-    discriminators: int
+    discriminators: int | None = None
     private: bool = True
+    generator: str | None = None
+    epsilon_budget: float | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +203,10 @@ class EvaluationConfig:
     # The release's DP choice scores a checkpoint by its AUC on real validation rows minus this weight
     # times its largest level-share gap to them (models/release_choice.py).
     share_gap_weight: float = 1.0
+    # How the experiment picks each setting's checkpoint: "internal", by AUC on real rows (the thesis'
+    # study; nothing is published); "dp", with the release's DP choice on validation rows, so each
+    # setting shows what a release would publish at its whole-release epsilon (comparisons).
+    experiment_choice: str = "internal"
 
 
 @dataclass(frozen=True)
@@ -159,8 +224,13 @@ class Profile:
     release_setting: str | None = None
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     device: str = "auto"
-    # Registered model name; null gives "<dataset>-gswgan".
+    # Registered model name; null gives "<dataset>-<generator>".
     model_name: str | None = None
+    # The generator type of every setting that does not name its own (models/generators/): each owns
+    # its section below (`gan` is GS-WGAN's, with privacy.noise_multiplier and privacy.clip).
+    generator: str = "gswgan"
+    dpcgan: DPCGANSection = field(default_factory=DPCGANSection)
+    dpautogan: DPAutoGANSection = field(default_factory=DPAutoGANSection)
     # Rows released in the bundle: a public number fixed in advance. Never the table's own row count,
     # which epsilon does not cover (the bundle would publish it exactly).
     release_rows: int = 50000
@@ -185,6 +255,23 @@ class Profile:
             raise ConfigError(f"profile {self.name!r} lists {len(self.settings)} settings: name the one a "
                               "release trains with `release_setting`.")
         return self.settings[0]
+
+    def generator_of(self, setting: Setting) -> str:
+        return setting.generator or self.generator
+
+    def budget_for(self, setting: Setting) -> float | None:
+        """The setting's whole-release epsilon budget: its own, else the profile's."""
+        return setting.epsilon_budget if setting.epsilon_budget is not None else self.privacy.epsilon_budget
+
+    def with_generator(self, generator: str) -> Profile:
+        """Every private setting on `generator` (the command line's --generator). A non-private setting
+        (the thesis' baseline: GS-WGAN without clipping or noise) stays as it is: the DP-SGD generators
+        train only privately."""
+        if generator not in GENERATORS:
+            raise ConfigError(f"--generator {generator!r} is not a generator: choose one of {', '.join(GENERATORS)}.")
+        settings = tuple(dataclasses.replace(s, generator=None) if s.private else
+                         dataclasses.replace(s, generator=self.generator_of(s)) for s in self.settings)
+        return dataclasses.replace(self, generator=generator, settings=settings)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -223,6 +310,8 @@ def _build(spec: ProfileSpec) -> Profile:
                       "gan": GanConfig(**values["gan"]),
                       "privacy": PrivacyConfig(**values["privacy"]),
                       "evaluation": EvaluationConfig(**values["evaluation"]),
+                      "dpcgan": DPCGANSection(**values["dpcgan"]),
+                      "dpautogan": DPAutoGANSection(**values["dpautogan"]),
                       "settings": tuple(Setting(**s) for s in values["settings"])})
 
 
@@ -333,9 +422,84 @@ class GanSpec(BaseModel):
 
 class SettingSpec(BaseModel):
     model_config = STRICT
+    # Setting's defaults: settings are listed, not merged over defaults.
     name: Name
-    discriminators: Count
-    private: StrictBool = True  # Setting's default: settings are listed, not merged over defaults
+    discriminators: Count | None = None
+    private: StrictBool = True
+    generator: Literal[GENERATORS] | None = None
+    epsilon_budget: Positive | None = None
+
+
+Hidden = Annotated[tuple[Units, ...], Field(min_length=1, max_length=16)]
+Rate = Annotated[float, Strict(), Field(gt=0, le=1)]
+Beta = Annotated[float, Strict(), Field(ge=0, lt=1)]
+
+
+def _steps_fit(every: int, total: int | None, what: str) -> int:
+    if total is None:   # the total itself is invalid and reported
+        return every
+    if total and total // every > MAX_CHECKPOINTS:
+        raise ValueError(f"gives {total // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
+                         f"(got {every} for {total} {what})")
+    return every
+
+
+class DPCGANSpec(BaseModel):
+    model_config = STRICT
+    sample_rate: OpenUnit
+    clip: Positive
+    noise_multiplier: Positive
+    iterations: Count
+    checkpoint_every: Count
+    z_dim: Units
+    generator_hidden: Hidden
+    discriminator_hidden: Hidden
+    head: Literal["tanh", "typed", "gumbel"]
+    discriminator_optimizer: Literal["sgd", "adam"]
+    lr_discriminator: Rate
+    lr_generator: Rate
+    betas: tuple[Beta, Beta]
+    label_prior: OpenUnit
+
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _fits(cls, every: int, info: ValidationInfo) -> int:
+        iterations = info.data.get("iterations")
+        if iterations is not None and every > iterations:
+            raise ValueError(f"must be at most iterations ({iterations}) (got {every})")
+        return _steps_fit(every, iterations, "iterations")
+
+
+class DPAutoGANSpec(BaseModel):
+    model_config = STRICT
+    autoencoder_rate: OpenUnit
+    autoencoder_clip: Positive
+    autoencoder_noise: Positive
+    autoencoder_steps: Count
+    critic_rate: OpenUnit
+    critic_clip: Positive
+    critic_noise: Positive
+    critic_steps: Count
+    generator_steps: Count
+    generator_batch: Count
+    checkpoint_every: Count
+    latent_dim: Units
+    z_dim: Units
+    encoder_hidden: Hidden
+    decoder_hidden: Hidden
+    generator_hidden: Hidden
+    critic_hidden: Hidden
+    critic_space: Literal["data", "latent"]
+    head: Literal["tanh", "typed"]
+    lr_autoencoder: Rate
+    lr_critic: Rate
+    lr_generator: Rate
+
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _fits(cls, every: int, info: ValidationInfo) -> int:
+        total = (info.data.get("autoencoder_steps") or 0) + (info.data.get("generator_steps") or 0)
+        return _steps_fit(every, total or None, "steps")
 
 
 class PrivacySpec(BaseModel):
@@ -361,6 +525,7 @@ class EvaluationSpec(BaseModel):
     complete_levels: StrictBool
     max_level_share_gap: Unit | None
     share_gap_weight: NonNegative
+    experiment_choice: Literal["internal", "dp"]
 
 
 class ProfileSpec(BaseModel):
@@ -381,6 +546,9 @@ class ProfileSpec(BaseModel):
     max_rows: Count | None
     workers: Annotated[int, Strict(), Field(ge=1, le=1024)]
     dask_address: Annotated[StrictStr, Field(min_length=1)] | None
+    generator: Literal[GENERATORS]
+    dpcgan: DPCGANSpec
+    dpautogan: DPAutoGANSpec
 
     @field_validator("split")
     @classmethod
@@ -400,3 +568,11 @@ class ProfileSpec(BaseModel):
         if "real" in names:
             raise ValueError("'real' is reserved for the real-data baseline: name the setting otherwise")
         return settings
+
+    @model_validator(mode="after")
+    def _gswgan_settings_name_k(self) -> ProfileSpec:
+        unnamed = [s.name for s in self.settings
+                   if (s.generator or self.generator) == "gswgan" and s.discriminators is None]
+        if unnamed:
+            raise ValueError(f"settings {', '.join(unnamed)}: a GS-WGAN setting needs discriminators (K)")
+        return self

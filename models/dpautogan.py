@@ -93,7 +93,6 @@ from torch.nn import functional as F
 
 from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
 from models.dpcgan import clipped_sum
-from models.dpsgd_accountant import DPSGDAccountant
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, init_generator_
 from models.secret import PrivacySecret
@@ -283,6 +282,10 @@ class DPAutoGANConfig:
     lr_critic: float = 0.005
     lr_generator: float = 0.005
     delta: float = 1e-5
+    # Fixed, public sampling rates q1 and q3; null derives them from the batches (batch / n, as the
+    # paper). Given, the accountant's inputs are all public and the divisors are q n; the batches unused.
+    autoencoder_rate: float | None = None
+    critic_rate: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("autoencoder_batch", "autoencoder_steps", "critic_batch", "critic_steps", "generator_batch",
@@ -296,6 +299,10 @@ class DPAutoGANConfig:
                 raise ConfigError(f"dpautogan.{name} must be a finite number > 0, got {value!r}")
         if not 0 < self.delta < 1:
             raise ConfigError(f"dpautogan.delta must be in (0, 1), got {self.delta!r}")
+        for name in ("autoencoder_rate", "critic_rate"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:
+                raise ConfigError(f"dpautogan.{name} must be in (0, 1], got {value!r}")
         if self.head not in HEADS:
             raise ConfigError(f"dpautogan.head must be one of {', '.join(HEADS)}, got {self.head!r}")
         if self.critic_space not in CRITIC_SPACES:
@@ -374,10 +381,14 @@ class DPAutoGANTrainer:
         self.config = cfg = config
         self.data = torch.as_tensor(data, dtype=torch.float32)
         n, width = self.data.shape
-        for name in ("autoencoder_batch", "critic_batch"):
-            if getattr(cfg, name) > n:
+        for name, rate in (("autoencoder_batch", cfg.autoencoder_rate), ("critic_batch", cfg.critic_rate)):
+            if rate is None and getattr(cfg, name) > n:
                 raise ConfigError(f"dpautogan.{name} ({getattr(cfg, name)}) exceeds the {n} training rows")
-        self.ae_rate, self.critic_rate = cfg.autoencoder_batch / n, cfg.critic_batch / n
+        self.ae_rate = cfg.autoencoder_batch / n if cfg.autoencoder_rate is None else float(cfg.autoencoder_rate)
+        self.critic_rate = cfg.critic_batch / n if cfg.critic_rate is None else float(cfg.critic_rate)
+        # The sanitised sums' divisors: the expected batches q n (never a drawn batch's size).
+        self.ae_divisor = cfg.autoencoder_batch if cfg.autoencoder_rate is None else self.ae_rate * n
+        self.critic_divisor = cfg.critic_batch if cfg.critic_rate is None else self.critic_rate * n
         self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
                                 _check_groups(groups, width))
         self.dir = Path(checkpoint_dir)
@@ -393,6 +404,8 @@ class DPAutoGANTrainer:
         self.opt_ae = torch.optim.Adam(self.autoencoder.parameters(), lr=cfg.lr_autoencoder, betas=(0.9, 0.999))
         self.opt_critic = torch.optim.RMSprop(self.critic.parameters(), lr=cfg.lr_critic, alpha=0.99)
         self.opt_g = torch.optim.RMSprop(self.generator.parameters(), lr=cfg.lr_generator, alpha=0.99)
+        from models.dpsgd_accountant import DPSGDAccountant   # here: sampling needs no Opacus
+
         self.accountant = DPSGDAccountant(self.ae_rate, cfg.autoencoder_noise)
         self.step_index = 0  # autoencoder updates, then GAN steps
         self.ledger: list[dict] = []
@@ -408,7 +421,7 @@ class DPAutoGANTrainer:
         cfg = self.config
         index = poisson_batch(self.data.shape[0], self.ae_rate, self.sampling_rng)
         parts = sanitize(autoencoder_per_example(self.autoencoder, self.data[index]), cfg.autoencoder_clip,
-                         cfg.autoencoder_noise, cfg.autoencoder_batch, self.noise_rng)
+                         cfg.autoencoder_noise, self.ae_divisor, self.noise_rng)
         _apply(self.autoencoder, parts.total, self.opt_ae)
         return int(index.numel()), parts
 
@@ -434,7 +447,7 @@ class DPAutoGANTrainer:
         with torch.no_grad():
             real, fake = self.critic_inputs(self.data[index], self.fake_latents(int(index.numel())))
         parts = sanitize(critic_per_pair(self.critic, real, fake), cfg.critic_clip, cfg.critic_noise,
-                         cfg.critic_batch, self.noise_rng)
+                         self.critic_divisor, self.noise_rng)
         _apply(self.critic, parts.total, self.opt_critic)
         return int(index.numel()), parts
 
@@ -507,7 +520,7 @@ class DPAutoGANTrainer:
         for name in ("autoencoder", "generator", "critic", "opt_ae", "opt_critic", "opt_g"):
             getattr(self, name).load_state_dict(state[name])
         # The saved history may already be in phase 2: rebuild rather than load into a phase-1 accountant.
-        self.accountant = DPSGDAccountant.from_state_dict(state["accountant"])
+        self.accountant = type(self.accountant).from_state_dict(state["accountant"])
         for name in ("rng", "sampling_rng", "noise_rng"):
             getattr(self, name).set_state(state[name])
         self.ledger = state["ledger"]
@@ -518,15 +531,17 @@ class DPAutoGANTrainer:
             self.config.autoencoder_steps, self.config.total_steps)
 
     def run(self, stop_after: int | None = None,
-            progress: Callable[[int, float], None] | None = None) -> TrainingResult:
-        """Train both phases to the end, checkpointing as the module notes say. `stop_after` ends the call
-        after that many steps (simulates an interruption). `progress(step, epsilon)` at every checkpoint."""
+            progress: Callable[[int, float], None] | None = None, last_step: int | None = None) -> TrainingResult:
+        """Train both phases to `last_step` (default: the end), checkpointing as the module notes say.
+        `stop_after` ends the call after that many steps (simulates an interruption). `progress(step,
+        epsilon)` at every checkpoint."""
         start = time.perf_counter()
+        last = self.config.total_steps if last_step is None else min(int(last_step), self.config.total_steps)
         if not self._load_state():
             self._save_checkpoint()  # step 0: untrained networks cost no privacy
         updates: list[UpdateInfo] = []
         steps = 0
-        while self.step_index < self.config.total_steps and (stop_after is None or steps < stop_after):
+        while self.step_index < last and (stop_after is None or steps < stop_after):
             updates += self.step()
             steps += 1
             if self._checkpoint_due():

@@ -72,7 +72,6 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
-from models.dpsgd_accountant import DPSGDAccountant
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, head_noise_width, init_generator_
 from models.secret import PrivacySecret
@@ -242,6 +241,10 @@ class DPCGANConfig:
     betas: tuple[float, float] = (0.5, 0.999)
     label_prior: float = 0.5  # public share of label 1 among fake rows (the paper's prior p_l)
     delta: float = 1e-5
+    # A fixed, public sampling rate q; null derives it from the batch (q = expected_batch / n, as the
+    # paper). Given, the accountant's inputs are all public (q = B / n would tie epsilon to the row
+    # count), the divisor is q n and each fake batch has round(q n) rows; expected_batch is unused.
+    sample_rate: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("expected_batch", "iterations", "checkpoint_every", "z_dim"):
@@ -256,6 +259,8 @@ class DPCGANConfig:
             raise ConfigError(f"dpcgan.label_prior must be in (0, 1), got {self.label_prior!r}")
         if not 0 < self.delta < 1:
             raise ConfigError(f"dpcgan.delta must be in (0, 1), got {self.delta!r}")
+        if self.sample_rate is not None and not 0 < self.sample_rate <= 1:
+            raise ConfigError(f"dpcgan.sample_rate must be in (0, 1], got {self.sample_rate!r}")
         if self.head not in HEADS:
             raise ConfigError(f"dpcgan.head must be one of {', '.join(HEADS)}, got {self.head!r}")
         if self.discriminator_optimizer not in ("sgd", "adam"):
@@ -334,10 +339,13 @@ class DPCGANTrainer:
         self.config = config
         self.data = torch.as_tensor(data, dtype=torch.float32)
         n, width = self.data.shape
-        if config.expected_batch > n:
+        if config.sample_rate is None and config.expected_batch > n:
             raise ConfigError(f"dpcgan.expected_batch ({config.expected_batch}) exceeds the {n} training rows")
         self.labels = _labels_of(self.data, target_index)
-        self.sample_rate = config.expected_batch / n
+        self.sample_rate = config.expected_batch / n if config.sample_rate is None else float(config.sample_rate)
+        # The sanitised sum's divisor: the expected batch q n (never the drawn batch's size).
+        self.expected_batch = config.expected_batch if config.sample_rate is None else self.sample_rate * n
+        self.fake_rows = max(1, round(self.expected_batch))
         self.spec = CGANGeneratorSpec(config.z_dim, config.generator_hidden, width, config.head,
                                       tuple(_check_groups(groups, width, target_index)), int(target_index),
                                       config.label_prior)
@@ -358,6 +366,8 @@ class DPCGANTrainer:
         else:
             self.opt_d = torch.optim.Adam(self.discriminator.parameters(), lr=config.lr_discriminator,
                                           betas=config.betas)
+        from models.dpsgd_accountant import DPSGDAccountant   # here: sampling needs no Opacus
+
         self.accountant = DPSGDAccountant(self.sample_rate, config.noise_multiplier)
         self.iteration = 0
         self.ledger: list[dict] = []
@@ -380,9 +390,9 @@ class DPCGANTrainer:
         cfg = self.config
         index = self.draw_real_batch()
         with torch.no_grad():
-            fake, fake_labels = self.draw_fake(cfg.expected_batch)
+            fake, fake_labels = self.draw_fake(self.fake_rows)
         parts = sanitized_gradient(self.discriminator, self.data[index], self.labels[index], fake, fake_labels,
-                                   cfg.clip, cfg.noise_multiplier, cfg.expected_batch, self.noise_rng)
+                                   cfg.clip, cfg.noise_multiplier, self.expected_batch, self.noise_rng)
         for name, p in self.discriminator.named_parameters():
             p.grad = parts.total[name]
         self.opt_d.step()
@@ -390,7 +400,7 @@ class DPCGANTrainer:
 
     def generator_step(self) -> float:
         """One ordinary generator step (post-processing: it reads only D's output on generated rows)."""
-        fake, labels = self.draw_fake(self.config.expected_batch)
+        fake, labels = self.draw_fake(self.fake_rows)
         logits = self.discriminator(fake, labels)
         loss = F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits))
         self.opt_g.zero_grad(set_to_none=True)

@@ -6,8 +6,9 @@ release trains the generator of the next). Two bounds on the composition hold; t
 smaller, at delta = the sum of the releases' deltas:
 
 * basic composition: the sum of the releases' epsilons;
-* RDP composition (Mironov 2017), for releases whose cost comes with an RDP curve (GS-WGAN's training
-  curve from models/accountant.py and the pure-DP checkpoint choice): the per-row RDP of a release at
+* RDP composition (Mironov 2017), for releases whose cost comes with a replace-one RDP curve
+  (GS-WGAN's training curve from models/accountant.py and the pure-DP checkpoint choice; the DP-SGD
+  generators' curves are add/remove-one, so their releases add their published epsilon instead): the per-row RDP of a release at
   order alpha is the larger of training's and the choice's when they read disjoint rows (a row plays
   one role in a release), their sum otherwise; the releases' curves add order by order and the sum is
   converted once with the classic formula  eps = min over alpha of RDP(alpha) + log(1/delta)/(alpha-1).
@@ -110,23 +111,26 @@ def release_cost(profile: Profile, setting: Setting, trained_iterations: int, ep
     (training with the DP choice, models/release_choice.py) is `epsilon`."""
     from models.release_choice import choice_epsilon
 
-    privacy, gan = profile.privacy, profile.gan
+    from models.generators import generator_for
+
+    privacy = profile.privacy
     spent = choice_epsilon(privacy.choice_epsilon, privacy.approval_epsilon, profile.evaluation.min_release_auc)
     if not setting.private:
         return ReleaseCost(math.inf, privacy.delta)
-    curve = TrainingCurve(setting.discriminators, int(trained_iterations), gan.batch_size, privacy.noise_multiplier,
-                          gan.critic_draw)
+    # Only a replace-one curve may be added to other releases' (GS-WGAN's); a generator without one
+    # adds its published epsilon.
+    curve = generator_for(profile, setting).training_curve(profile, setting, int(trained_iterations))
     return ReleaseCost(float(epsilon), privacy.delta, curve, spent, profile.protocol == "honest")
 
 
 def planned_release_cost(profile: Profile, setting: Setting) -> ReleaseCost:
     """The most a release of `setting` can cost: training to the last checkpoint its budget allows, and
     the DP choice (what the budget checks before any work)."""
-    from models.gswgan import planned_iterations
+    from models.generators import generator_for
     from models.release_choice import choice_epsilon, release_epsilon
 
-    last, eps = planned_iterations(profile.gan, profile.privacy, setting)
+    plan = generator_for(profile, setting).plan(profile, setting)
     privacy = profile.privacy
     spent = choice_epsilon(privacy.choice_epsilon, privacy.approval_epsilon, profile.evaluation.min_release_auc)
-    total, _ = release_epsilon(eps[-1], spent, profile.protocol == "honest")
-    return release_cost(profile, setting, last, total)
+    total, _ = release_epsilon(plan.epsilon, spent, profile.protocol == "honest")
+    return release_cost(profile, setting, plan.last, total)

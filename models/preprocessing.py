@@ -141,6 +141,13 @@ class UnitScaledImputer:
             unit[rows] = self._imputer.transform(unit[rows])
         return self._from_unit(unit, frame.index)
 
+    def fill_public(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Every gap to the middle of its public range (unit 0.5): each row from itself alone, as
+        `impute_groups` with every row its own group."""
+        unit = self._to_unit(frame)
+        unit[np.isnan(unit)] = 0.5
+        return self._from_unit(unit, frame.index)
+
     def impute_groups(self, frame: pd.DataFrame, groups: list[np.ndarray]) -> pd.DataFrame:
         """Impute each group of rows (positions into `frame`) from donors of the same group only.
 

@@ -34,25 +34,21 @@ class PrivacyStatement:
 def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> PrivacyStatement:
     """The statement for `setting` trained under `profile`; `release`: a release (DP choice of the
     checkpoint and of publishing) rather than the experiment's internal study."""
-    gan, protocol = profile.gan, profile.protocol
+    from models.generators import generator_for
+
+    protocol = profile.protocol
+    facts = generator_for(profile, setting).privacy_facts(profile, setting)
     missing: list[str] = []
     if not setting.private:
         covers = ("Nothing: this generator was trained without clipping or noise (a non-private baseline, "
                   "epsilon = infinity).")
     else:
-        draw = ("each generated row queries its own discriminator, drawn uniformly and independently among "
-                "the K, accounted as T x B subsampled Gaussian queries" if gan.critic_draw == "per_row" else
-                "all B generated rows of a step query one discriminator (the thesis' Algorithm 2), accounted "
-                "as T subsampled Gaussian queries at noise multiplier sigma / sqrt(B), whose epsilon is far "
-                "larger")
         covers = ("Epsilon (with delta) bounds, with respect to replacing any one row of the input table, "
                   "everything published: the released generator's parameters, every row sampled from them "
                   "and every statistic of those rows (post-processing of the differentially private "
-                  f"generator; its training steps are sanitised: {draw}; the split of the rows, each "
-                  "discriminator's subset, the draws and the noise come from a secret drawn for the run")
+                  f"{facts.generator} generator; its training steps are sanitised: {facts.sanitised}")
         if protocol == "honest":
-            covers += ("; the KNN imputation of a training row uses donors of its own discriminator's subset "
-                       "only")
+            covers += f"; {facts.imputation}"
         if release:
             covers += ("), the choice of the released checkpoint among all those trained and the decision to "
                        "publish (differentially private mechanisms on real validation rows, disjoint from the "
@@ -63,8 +59,8 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
             covers += ")."
         if protocol == "thesis":
             missing.append("the KNN imputation over all rows (thesis protocol): one row can change the imputed "
-                           "values of rows in other discriminators' subsets, so the guarantee holds for the "
-                           "imputed table, not the raw one")
+                           "values of other training rows, so the guarantee holds for the imputed table, not "
+                           "the raw one")
         if not release:
             missing.append("this experiment's choice of a checkpoint per setting, made with classifiers' AUCs "
                            "on real validation and test rows (an internal analysis: nothing is published)")
@@ -76,5 +72,5 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
                    "profiles were tuned on runs of the Cardio table)")
     internal = ("Internal only, never published (and not covered by epsilon): the run folder and the internal "
                 "MLflow run, with the real data, its validation results, real-data AUCs and statistics, the "
-                "discriminators, and the run's privacy secret.")
+                "networks that read the rows (discriminators, encoders), and the run's privacy secret.")
     return PrivacyStatement(covers, tuple(missing), internal)

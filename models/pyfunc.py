@@ -8,8 +8,8 @@ with this package as its code (``code_paths``), so that
                                                                                     "seed": [0]}))
 
 works in a fresh process where dpsynth is not installed. Loading and sampling use only this package's
-networks, encoder and schema, torch, numpy, pandas and yaml: no Prefect, no flows, and not
-`models.gswgan` (whose accountant needs autodp). This is the one module of `models` that imports
+networks, encoder and schema, torch, numpy, pandas and yaml (models/generators/samplers.py, for
+every generator type): no Prefect, no flows, no accountant (autodp, Opacus). This is the one module of `models` that imports
 MLflow; nothing else in the package imports this one.
 
 Everything the model emits is sampled from the DP generator, so it is covered by the release's epsilon.
@@ -22,10 +22,9 @@ from pathlib import Path
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
-import torch
 
 from models.encoding import TableEncoder
-from models.networks import Generator
+from models.generators.samplers import read_generator_file, sampler_from_blob
 from models.schema import DatasetSchema
 
 GENERATOR_ARTIFACT = "generator"
@@ -33,39 +32,20 @@ SCHEMA_ARTIFACT = "schema"
 INPUT_COLUMNS = ("n_rows", "seed")
 # Largest request one predict call serves (rows are generated in batches, but all held in memory).
 MAX_ROWS = 10_000_000
-_BATCH = 8192
 
 
-def load_generator_file(path: str | Path, device: str | torch.device = "cpu") -> tuple[Generator, dict]:
-    """Rebuild a released generator from its file ({"spec", "state_dict", "iteration", "epsilon",
-    "delta"}), in eval mode. Same result as `models.gswgan.load_generator`, without its imports."""
-    blob = torch.load(path, map_location=device, weights_only=True)
-    spec = blob["spec"]
-    condition = spec.get("condition")
-    gen = Generator(int(spec["z_dim"]), tuple(spec["hidden"]), int(spec["out_width"]), spec["head"],
-                    [tuple(g) for g in spec["groups"]],
-                    (int(condition[0]), float(condition[1])) if condition is not None else None)
-    gen.load_state_dict(blob["state_dict"])
-    gen.eval()
-    return gen, {k: v for k, v in blob.items() if k != "state_dict"}
+def load_generator_file(path: str | Path):
+    """A `Sampler` (models/generators/samplers.py) for a released generator file of any generator type,
+    and the file's public facts (spec, iteration, epsilon, delta, generator)."""
+    blob = read_generator_file(path)
+    info = {k: v for k, v in blob.items() if k == "spec" or not isinstance(v, dict)}   # no weights
+    return sampler_from_blob(blob), info
 
 
-def sample_table(gen: Generator, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
-    """n rows decoded to the schema, from generator inputs (z ~ N(0, I), and labels) fixed by the seed.
-
-    Draws z exactly as `models.gswgan.sample_encoded` does (one seeded CPU generator, batches of 8192),
-    so the same (file, n_rows, seed) gives the same rows through either path.
-    """
-    rng = torch.Generator().manual_seed(int(seed))
-    device = next(gen.parameters()).device
-    gen.eval()
-    parts = []
-    with torch.no_grad():
-        for start in range(0, n_rows, _BATCH):
-            z = gen.latent(min(_BATCH, n_rows - start), rng).to(device)
-            parts.append(gen(z).cpu().numpy())
-    matrix = np.concatenate(parts) if parts else np.zeros((0, encoder.width), dtype=np.float32)
-    return encoder.decode(matrix)
+def sample_table(sampler, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
+    """n rows decoded to the schema, from generator inputs fixed by the seed: the same rows as the
+    training code's sampling of the same file (both go through the sampler)."""
+    return encoder.decode(sampler.sample(n_rows, seed))
 
 
 def _requests(model_input) -> list[tuple[int, int]]:
@@ -98,8 +78,8 @@ class SyntheticTableModel(mlflow.pyfunc.PythonModel):
         self.generator, self.info = load_generator_file(context.artifacts[GENERATOR_ARTIFACT])
         self.schema = DatasetSchema.from_yaml(context.artifacts[SCHEMA_ARTIFACT])
         self.encoder = TableEncoder(self.schema)
-        if int(self.info["spec"]["out_width"]) != self.encoder.width:
-            raise ValueError(f"The generator emits {self.info['spec']['out_width']} encoded columns but the "
+        if int(self.generator.width) != self.encoder.width:
+            raise ValueError(f"The generator emits {self.generator.width} encoded columns but the "
                              f"schema {self.schema.name!r} encodes to {self.encoder.width}.")
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:

@@ -21,12 +21,15 @@ from tests.conftest import CARDIO_SCHEMA
 # config_hash of every shipped profile as the hand-written loader computed it before pydantic: run
 # folders are identified by it, so a change of loader must not move it. Update an entry only when that
 # profile's content changes on purpose (all four moved once, with the same value from both loaders, when
-# privacy.lifetime_budget was added and release_rows became a public number).
+# privacy.lifetime_budget was added and release_rows became a public number; and again when profiles
+# gained `generator`, the DP-CGAN and DP-auto-GAN sections, per-setting generator and budget, and
+# evaluation.experiment_choice).
 SHIPPED_HASHES = {
-    "default": "4ca9c80e720dc973fcb09c018e65475116473521e13f547ea6eb7386a0195e69",
-    "smoke": "29b68c1f02fbb321725840a4c8f154011f27f762fef3442cf056ee6b6936af73",
-    "thesis-k1500": "be4a7742996775d23989e1921da1074084181baf0a97344ad7d94122d9be7d95",
-    "thesis": "c23ac745bc113bc88dea4dd2bc7e42110524ecd1f56faf840abe0d6e0755feb1",
+    "default": "4bbbff39eb69b7cc81b3ee962c0cb298343dc462e1bce7c21b532332e4e0cb69",
+    "smoke": "95ddd23403a2ef1dae9cc94a032c280dbaab0afda1283b98680755c212374ae2",
+    "thesis-k1500": "2fd20f69bfe382a2c7c4b9e10c2178a1d6c02ee728b3ced1786124e8d3e2ada3",
+    "thesis": "4d88d11d93f16bcdbe1a150c78cda0d2f71ff1973317efb7aa02f383f0e384f3",
+    "compare": "385fc11ec6e00ded1f289e1e630ba27cb82883e8bdf29850176d1ac9a7a4f821",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

@@ -1,0 +1,169 @@
+"""The generator interface: everything the stages, the DP choice, the report, the bundle, the registry
+and the pyfunc model need from a DP generator, so that none of them names one.
+
+A generator type (one module per type beside this one, registered in `models/generators/__init__.py`):
+
+* `plan(profile, setting)`: the checkpoints it will train and the training epsilon at each, under
+  replace-one adjacency at the profile's delta, stopped at the last checkpoint within the setting's
+  budget, before any data is read (the command line's preflight and the lifetime ledger use it);
+* `donor_groups`: which training rows may impute each other's gaps (honest protocol): rows whose
+  influence on each other the mechanism already covers, or none (each row's gaps filled from the
+  public bounds alone);
+* `prepare(job)` (optional, e.g. GS-WGAN's pretraining of its critics) and `fit(job, prepared, last)`:
+  training on the encoded rows to the planned last checkpoint, resumable, with a ledger of generator
+  checkpoints and their replace-one epsilons;
+* `load(path)`: a `Sampler` for a checkpoint file (models/generators/samplers.py, light enough for
+  the pyfunc model);
+* `privacy_facts(profile, setting)`: the public description of the mechanism, from which the one
+  statement of what epsilon covers, the release notes, release.json and the registry tags are built;
+* `training_curve`: the per-row RDP curve the lifetime ledger may compose with other releases' curves,
+  only where it is a replace-one curve (else None: the ledger adds that release's epsilon).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from models.config import Profile, Setting
+from models.errors import BudgetExceededError, ConfigError
+from models.schema import DatasetSchema
+from models.secret import PrivacySecret
+
+# Every epsilon a generator reports, records or publishes is under this adjacency (GS-WGAN's accountant
+# is replace-one; the DP-SGD generators convert Opacus's add/remove-one analysis by group privacy).
+ADJACENCY = "replace one row"
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Checkpoint iterations to train (0 first) and training's epsilon at each, within the budget."""
+
+    iterations: tuple[int, ...]
+    epsilons: tuple[float, ...]
+    stopped_by_budget: bool = False
+
+    @property
+    def last(self) -> int:
+        return self.iterations[-1]
+
+    @property
+    def epsilon(self) -> float:
+        return self.epsilons[-1]
+
+
+@dataclass(frozen=True)
+class PrivacyFacts:
+    """The public description of a generator's mechanism (nothing here depends on the rows)."""
+
+    generator: str        # its name in prose, e.g. "GS-WGAN"
+    mechanism: str        # what the accountant composes
+    accountant: str
+    conversion: str
+    sampling: str
+    adjacency: str
+    sanitised: str        # how training's steps are sanitised (for the privacy statement)
+    imputation: str       # how a training row's gaps are filled under the honest protocol
+    parameters: dict      # public accountant inputs: release.json, registry tags, notes
+
+
+@dataclass
+class TrainingJob:
+    """One setting's training, as the train stage hands it to a generator."""
+
+    profile: Profile
+    setting: Setting
+    schema: DatasetSchema
+    data: np.ndarray          # the encoded training rows (float32)
+    secret: PrivacySecret
+    directory: Path           # the stage's folder: checkpoints/ and anything else the generator keeps
+
+
+@dataclass
+class FitResult:
+    # {"iteration", "epsilon" (replace-one), "generator" (file name in checkpoints/), "sha256", ...}
+    ledger: list[dict]
+    seconds: float
+    info: dict = field(default_factory=dict)
+    # Derived from real rows (a critic's estimates, losses): internal files only, never published.
+    internal_metrics: dict = field(default_factory=dict)
+    resume_notes: list[str] = field(default_factory=list)
+
+
+class GeneratorType(ABC):
+    name: str
+    label: str
+    # The name of the stage before training, where the training rows are imputed (and, for a generator
+    # that pretrains something, pretrained).
+    prepare_name: str = "prepare"
+
+    @abstractmethod
+    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan: ...
+
+    @abstractmethod
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
+        """Train to `plan.last`, resuming from the job directory's checkpoints. `progress(iteration,
+        text)` as training advances."""
+
+    @abstractmethod
+    def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts: ...
+
+    def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
+        """Raise ConfigError for a setting this generator cannot train (before any work)."""
+
+    def uncovered_in_release(self, profile: Profile, setting: Setting) -> str | None:
+        """Why a release must refuse this configuration (its epsilon would not cover it), or None."""
+        return None
+
+    def donor_groups(self, n_rows: int, profile: Profile, setting: Setting,
+                     secret: PrivacySecret) -> list[np.ndarray] | None:
+        """Groups of training rows (positions) that impute each other's gaps; None: no row imputes
+        another (each gap gets the middle of its public range)."""
+        return None
+
+    def prepare(self, job: TrainingJob, progress=None) -> tuple[dict, dict]:
+        """Work before training on the prepared rows (files, info); nothing by default."""
+        return {}, {}
+
+    def prepare_units(self, profile: Profile) -> int:
+        """Units of work `prepare` reports progress in (0: no progress display)."""
+        return 0
+
+    def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int):
+        """A replace-one per-row RDP curve of training (models/lifetime.py TrainingCurve), or None."""
+        return None
+
+    def load(self, path: str | Path, sha256: str | None = None):
+        from models.generators.samplers import load_sampler
+
+        return load_sampler(path, sha256, self.name)
+
+
+def within_budget(setting: Setting, iterations: list[int], epsilons: list[float], budget: float | None,
+                  first_trained: int, hint: str) -> TrainingPlan:
+    """The plan up to the last checkpoint within `budget`; an error when not even `first_trained`
+    (the first checkpoint with a trained generator) fits."""
+    if budget is None:
+        return TrainingPlan(tuple(iterations), tuple(epsilons))
+    allowed = [i for i, e in enumerate(epsilons) if e <= budget]
+    kept = allowed[-1] + 1 if allowed else 0
+    if kept == 0 or iterations[kept - 1] < first_trained:
+        first = next(i for i, t in enumerate(iterations) if t >= first_trained)
+        raise BudgetExceededError(
+            f"Setting {setting.name!r}: even the first trained checkpoint (iteration {iterations[first]}) costs "
+            f"epsilon {epsilons[first]:.2f}, above the budget {budget:g}. Raise the budget, or {hint}.")
+    return TrainingPlan(tuple(iterations[:kept]), tuple(epsilons[:kept]), kept < len(iterations))
+
+
+def require_private(generator: GeneratorType, setting: Setting) -> None:
+    if not setting.private:
+        raise ConfigError(f"Setting {setting.name!r}: {generator.label} trains only privately; the non-private "
+                          "baseline is GS-WGAN's (generator: gswgan, private: false).")
+
+
+def finite(value: float) -> float:
+    return float(value) if math.isfinite(value) else math.inf

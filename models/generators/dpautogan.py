@@ -1,0 +1,123 @@
+"""DP-auto-GAN (seeds/001) behind the generator interface (networks and trainer: models/dpautogan.py).
+
+Phase 1 trains an autoencoder with DP-SGD, phase 2 a WGAN whose critic is DP-SGD; both phases' RDP
+add order by order (the paper's Lemma 1) in one accountant. A checkpoint's "iteration" is the trainer's
+step: an autoencoder update in phase 1, a generator step (with its critic updates) in phase 2. Only
+checkpoints from the end of phase 1 on are offered for selection (before it the generator is
+untrained). Every epsilon is replace-one, from Opacus's add/remove-one analysis by group privacy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from models.config import Profile, Setting
+from models.encoding import TableEncoder
+from models.generators.base import (
+    ADJACENCY,
+    FitResult,
+    GeneratorType,
+    PrivacyFacts,
+    TrainingJob,
+    TrainingPlan,
+    require_private,
+    within_budget,
+)
+
+
+def trainer_config(profile: Profile):
+    from models.dpautogan import DPAutoGANConfig
+
+    c = profile.dpautogan
+    return DPAutoGANConfig(
+        autoencoder_batch=1, autoencoder_rate=c.autoencoder_rate, autoencoder_clip=c.autoencoder_clip,
+        autoencoder_noise=c.autoencoder_noise, autoencoder_steps=c.autoencoder_steps, critic_batch=1,
+        critic_rate=c.critic_rate, critic_clip=c.critic_clip, critic_noise=c.critic_noise,
+        critic_steps=c.critic_steps, generator_steps=c.generator_steps, generator_batch=c.generator_batch,
+        checkpoint_every=c.checkpoint_every, latent_dim=c.latent_dim, z_dim=c.z_dim, encoder_hidden=c.encoder_hidden,
+        decoder_hidden=c.decoder_hidden, generator_hidden=c.generator_hidden, critic_hidden=c.critic_hidden,
+        critic_space=c.critic_space, head=c.head, lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
+        lr_generator=c.lr_generator, delta=profile.privacy.delta)
+
+
+def phases_at(profile: Profile, step: int):
+    """The private updates of both phases after `step` steps, as the accountant composes them."""
+    from models.dpsgd_accountant import Phase
+
+    c = profile.dpautogan
+    phases = [Phase(c.autoencoder_rate, c.autoencoder_noise, min(step, c.autoencoder_steps))]
+    if step > c.autoencoder_steps:
+        phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
+    return phases
+
+
+def replace_one_epsilon_at(profile: Profile, step: int) -> float:
+    from models.dpsgd_accountant import replace_one_epsilon
+
+    return replace_one_epsilon(phases_at(profile, step), profile.privacy.delta)
+
+
+def checkpoint_steps(profile: Profile) -> list[int]:
+    """Steps the trainer checkpoints at (models/dpautogan.py `_checkpoint_due`) that selection sees:
+    0, then the end of phase 1 and every checkpoint after it."""
+    c = profile.dpautogan
+    total = c.autoencoder_steps + c.generator_steps
+    later = [s for s in range(c.autoencoder_steps + 1, total + 1) if s % c.checkpoint_every == 0 or s == total]
+    return [0, c.autoencoder_steps] + later
+
+
+class DPAutoGAN(GeneratorType):
+    name = "dpautogan"
+    label = "DP-auto-GAN"
+
+    def check(self, profile: Profile, setting: Setting, schema=None) -> None:
+        require_private(self, setting)
+
+    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan:
+        self.check(profile, setting)
+        steps = checkpoint_steps(profile)
+        epsilons = [replace_one_epsilon_at(profile, s) for s in steps]
+        return within_budget(setting, steps, epsilons, profile.budget_for(setting),
+                             profile.dpautogan.autoencoder_steps + 1,
+                             "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps")
+
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
+        from models.dpautogan import DPAutoGANTrainer
+
+        groups = TableEncoder(job.schema).head_groups()
+        trainer = DPAutoGANTrainer(torch.from_numpy(job.data), groups, trainer_config(job.profile),
+                                   job.profile.seed, job.secret, job.directory / "checkpoints")
+
+        def checkpoint(step: int, _: float) -> None:
+            if progress is not None:
+                progress(step, f"epsilon {replace_one_epsilon_at(job.profile, step):.3f}")
+
+        result = trainer.run(progress=checkpoint, last_step=plan.last)
+        shown = set(plan.iterations)
+        ledger = [{"iteration": e["step"], "epsilon": replace_one_epsilon_at(job.profile, e["step"]),
+                   "epsilon_add_remove": e["epsilon"], "generator": e["release"], "sha256": e["sha256"],
+                   "phase": e["phase"]}
+                  for e in result.checkpoints if e["step"] in shown]
+        return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
+
+    def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+        c = profile.dpautogan
+        return PrivacyFacts(
+            generator=self.label,
+            mechanism=("Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "
+                       "clipped together), then the WGAN critic (each real row's pair gradient clipped)"),
+            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
+                       "order (Lemma 1), one composition per private update",
+            conversion=("classic at the add/remove-one delta d with (1 + e^eps) d <= delta, then group privacy "
+                        "over a removal and an addition: replace-one epsilon = 2 eps"),
+            sampling=(f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
+                      f"and a critic batch with probability q3 = {c.critic_rate:g}, independently"),
+            adjacency=f"{ADJACENCY} (group privacy of two add/remove-one steps)",
+            sanitised=("each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
+                       "to the sum; the released decoder and generator read the data only through them; the "
+                       "Poisson batches and the noise come from a secret drawn for the run"),
+            imputation="no row imputes another: a training row's gaps take the middle of their public range",
+            parameters={"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
+                        "q3": c.critic_rate, "sigma3": c.critic_noise, "C3": c.critic_clip,
+                        "updates_per_generator_step": c.critic_steps, "autoencoder_steps": c.autoencoder_steps})

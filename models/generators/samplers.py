@@ -1,0 +1,99 @@
+"""Samplers: a generator checkpoint file turned into `sample(n_rows, seed) -> encoded rows`.
+
+One module for every generator type, importing only torch, numpy and the network definitions (no
+accountant, Opacus or autodp), because the pyfunc model (models/pyfunc.py) samples through it in a
+fresh environment. The released file says which generator wrote it (`"generator_type"`; files without it are
+GS-WGAN's, as every release before there was more than one generator), and the same (file, n_rows,
+seed) gives the same rows through the training code's sampling and through this module.
+The type is under "generator_type" (a DP-auto-GAN file's "generator" holds its generator's weights).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.checkpoint_files import load_verified
+
+BATCH = 8192
+
+
+class GSWGANSampler:
+    def __init__(self, blob: dict):
+        from models.networks import Generator
+
+        spec = blob["spec"]
+        condition = spec.get("condition")
+        self.net = Generator(int(spec["z_dim"]), tuple(spec["hidden"]), int(spec["out_width"]), spec["head"],
+                             [tuple(g) for g in spec["groups"]],
+                             (int(condition[0]), float(condition[1])) if condition is not None else None)
+        self.net.load_state_dict(blob["state_dict"])
+        self.net.eval()
+        self.width = int(spec["out_width"])
+
+    def sample(self, n_rows: int, seed: int) -> np.ndarray:
+        rng = torch.Generator().manual_seed(int(seed))
+        parts = []
+        with torch.no_grad():
+            for start in range(0, n_rows, BATCH):
+                parts.append(self.net(self.net.latent(min(BATCH, n_rows - start), rng)).numpy())
+        return np.concatenate(parts) if parts else np.zeros((0, self.width), dtype=np.float32)
+
+
+class DPCGANSampler:
+    def __init__(self, blob: dict):
+        from models.dpcgan import CGANGeneratorSpec
+
+        self.spec = CGANGeneratorSpec.from_dict(blob["spec"])
+        self.net = self.spec.build()
+        self.net.load_state_dict(blob["state_dict"])
+        self.net.eval()
+        self.width = self.spec.out_width
+
+    def sample(self, n_rows: int, seed: int) -> np.ndarray:
+        from models.dpcgan import sample_encoded
+
+        # Labels from the public prior, as in training (the paper's p_l).
+        return sample_encoded(self.net, n_rows, seed, label_prior=self.spec.label_prior, batch=BATCH)
+
+
+class DPAutoGANSampler:
+    def __init__(self, blob: dict):
+        from models.dpautogan import ReleaseSpec
+
+        spec = ReleaseSpec.from_dict(blob["spec"])
+        self.decoder, self.generator = spec.build()
+        self.decoder.load_state_dict(blob["decoder"])
+        self.generator.load_state_dict(blob["generator"])
+        self.decoder.eval()
+        self.generator.eval()
+        self.width = spec.width
+
+    def sample(self, n_rows: int, seed: int) -> np.ndarray:
+        from models.dpautogan import sample_encoded
+
+        return sample_encoded(self.decoder, self.generator, n_rows, seed, batch=BATCH)
+
+
+SAMPLERS = {"gswgan": GSWGANSampler, "dpcgan": DPCGANSampler, "dpautogan": DPAutoGANSampler}
+
+
+def sampler_from_blob(blob: dict, kind: str | None = None):
+    """`kind`: the generator type when the caller knows it (a training checkpoint does not record it)."""
+    kind = kind or blob.get("generator_type", "gswgan")
+    if kind not in SAMPLERS:
+        raise ValueError(f"generator file written by an unknown generator {kind!r}")
+    return SAMPLERS[kind](blob)
+
+
+def read_generator_file(path: str | Path, sha256: str | None = None) -> dict:
+    """The file's contents; with `sha256` (a ledger's), only if the file still matches it."""
+    if sha256 is not None:
+        return load_verified(Path(path), sha256, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_sampler(path: str | Path, sha256: str | None = None, kind: str | None = None):
+    return sampler_from_blob(read_generator_file(path, sha256), kind)

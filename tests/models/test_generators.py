@@ -1,0 +1,130 @@
+"""The generator interface: the registry, each generator's plan against its own accountant, and the
+epsilon its ledger records against the exact count of private updates its trainer ran."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from models.config import GENERATORS, DPAutoGANSection, DPCGANSection, GanConfig, PrivacyConfig, Profile, Setting
+from models.dpsgd_accountant import DPSGDAccountant, Phase, replace_one_epsilon
+from models.errors import BudgetExceededError, ConfigError
+from models.generators import generator_for, get
+from models.generators.base import TrainingJob
+from models.generators.samplers import load_sampler
+from models.secret import PrivacySecret
+from tests.conftest import TEST_SECRET_HEX
+
+SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
+
+
+def _profile(generator: str, budget: float | None = None, **sections) -> Profile:
+    return Profile(name="t", generator=generator, settings=(Setting("s", 4),),
+                   privacy=PrivacyConfig(epsilon_budget=budget),
+                   gan=GanConfig(pretrain_iterations=2, iterations=6, checkpoint_every=3, batch_size=8),
+                   dpcgan=DPCGANSection(**{"sample_rate": 0.05, "iterations": 6, "checkpoint_every": 3,
+                                           **sections.get("dpcgan", {})}),
+                   dpautogan=DPAutoGANSection(**{"autoencoder_rate": 0.05, "critic_rate": 0.05,
+                                                 "autoencoder_steps": 4, "generator_steps": 4, "critic_steps": 2,
+                                                 "checkpoint_every": 2, **sections.get("dpautogan", {})}))
+
+
+def test_every_generator_a_profile_may_name_is_registered():
+    assert {get(name).name for name in GENERATORS} == set(GENERATORS)
+    with pytest.raises(ConfigError, match="Unknown generator"):
+        get("ctgan")
+
+
+def test_a_setting_may_name_its_own_generator_and_budget():
+    prof = dataclasses.replace(_profile("gswgan", budget=10.0),
+                               settings=(Setting("a", 4), Setting("b", generator="dpcgan", epsilon_budget=2.0)))
+    assert [generator_for(prof, s).name for s in prof.settings] == ["gswgan", "dpcgan"]
+    assert [prof.budget_for(s) for s in prof.settings] == [10.0, 2.0]
+    moved = prof.with_generator("dpautogan")
+    assert {generator_for(moved, s).name for s in moved.settings} == {"dpautogan"}
+
+
+def test_dpcgan_plans_with_its_own_accountant_and_stops_within_the_budget():
+    prof = _profile("dpcgan", dpcgan={"iterations": 3000, "checkpoint_every": 500, "noise_multiplier": 1.5})
+    plan = get("dpcgan").plan(prof, prof.settings[0])
+    assert plan.iterations == tuple(range(0, 3001, 500))
+    expected = [replace_one_epsilon(Phase(0.05, 1.5, t), 1e-5) for t in plan.iterations]
+    assert plan.epsilons == pytest.approx(expected, rel=1e-12)
+    budget = (expected[3] + expected[4]) / 2
+    stopped = get("dpcgan").plan(dataclasses.replace(prof, privacy=PrivacyConfig(epsilon_budget=budget)),
+                                 prof.settings[0])
+    assert stopped.last == 1500 and stopped.epsilon <= budget < expected[4] and stopped.stopped_by_budget
+    with pytest.raises(BudgetExceededError, match="first trained checkpoint"):
+        get("dpcgan").plan(dataclasses.replace(prof, privacy=PrivacyConfig(epsilon_budget=expected[1] / 2)),
+                           prof.settings[0])
+
+
+def test_dpautogan_plan_composes_both_phases_before_converting():
+    prof = _profile("dpautogan")
+    plan = get("dpautogan").plan(prof, prof.settings[0])
+    assert plan.iterations == (0, 4, 6, 8)   # phase 1's inner checkpoints are not offered
+    c = prof.dpautogan
+    at_8 = replace_one_epsilon([Phase(0.05, c.autoencoder_noise, 4), Phase(0.05, c.critic_noise, 2 * 4)], 1e-5)
+    assert plan.epsilon == pytest.approx(at_8, rel=1e-12)
+    per_phase = (replace_one_epsilon(Phase(0.05, c.autoencoder_noise, 4), 1e-5)
+                 + replace_one_epsilon(Phase(0.05, c.critic_noise, 8), 1e-5))
+    assert plan.epsilon < per_phase   # one conversion of the summed RDP, never a sum of epsilons
+
+
+def test_dp_sgd_generators_refuse_a_non_private_setting():
+    for name in ("dpcgan", "dpautogan"):
+        prof = dataclasses.replace(_profile(name), settings=(Setting("s", 4, private=False),))
+        with pytest.raises(ConfigError, match="non-private baseline is GS-WGAN"):
+            get(name).plan(prof, prof.settings[0])
+
+
+def _fit(tmp_path, name: str, cardio_schema, demo_frame):
+    from models.encoding import TableEncoder
+
+    prof = _profile(name)
+    data = TableEncoder(cardio_schema).encode(demo_frame.iloc[:200]).astype(np.float32)
+    generator = get(name)
+    plan = generator.plan(prof, prof.settings[0])
+    job = TrainingJob(prof, prof.settings[0], cardio_schema, data, SECRET, tmp_path)
+    return prof, plan, generator.fit(job, tmp_path, plan), generator
+
+
+@pytest.mark.parametrize("name", ["dpcgan", "dpautogan"])
+def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(tmp_path, name, cardio_schema,
+                                                                                demo_frame):
+    prof, plan, result, generator = _fit(tmp_path, name, cardio_schema, demo_frame)
+    assert [e["iteration"] for e in result.ledger] == list(plan.iterations)
+    # The trainer's own accountant, with one step per private update it actually ran:
+    state = torch.load(tmp_path / "checkpoints" / "training_state.pt", weights_only=False)
+    ran = DPSGDAccountant.from_state_dict(state["accountant"])
+    steps = sum(p.steps for p in ran.phases)
+    expected_steps = (6 if name == "dpcgan" else 4 + 2 * 4)
+    assert steps == expected_steps
+    assert result.ledger[-1]["epsilon"] == pytest.approx(replace_one_epsilon(list(ran.phases), 1e-5), rel=1e-12)
+    assert result.ledger[-1]["epsilon"] == pytest.approx(plan.epsilon, rel=1e-12)
+    # The add/remove-one figure is kept beside it, never in its place.
+    assert result.ledger[-1]["epsilon"] > result.ledger[-1]["epsilon_add_remove"]
+
+
+@pytest.mark.parametrize("name", ["dpcgan", "dpautogan"])
+def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, demo_frame):
+    from models import dpautogan, dpcgan
+
+    _, _, result, generator = _fit(tmp_path, name, cardio_schema, demo_frame)
+    path = tmp_path / "checkpoints" / result.ledger[-1]["generator"]
+    rows = generator.load(path, result.ledger[-1]["sha256"]).sample(300, 7)
+    if name == "dpcgan":
+        gen, blob = dpcgan.load_generator(path)
+        expected = dpcgan.sample_encoded(gen, 300, 7, label_prior=blob["spec"]["label_prior"])
+    else:
+        decoder, gen, _ = dpautogan.load_release(path)
+        expected = dpautogan.sample_encoded(decoder, gen, 300, 7)
+    np.testing.assert_array_equal(rows, expected)
+    # A released file names its generator; the light loader (the pyfunc model's) then needs no hint.
+    blob = torch.load(path, weights_only=False)
+    blob["generator_type"] = name
+    torch.save(blob, tmp_path / "released.pt")
+    np.testing.assert_array_equal(load_sampler(tmp_path / "released.pt").sample(300, 7), expected)
