@@ -14,6 +14,7 @@ from pathlib import Path
 from models.errors import DpsynthError, StorageError
 
 DEFAULT_CONFIG = "configs/cardio.yaml"
+GENERATOR_CHOICES = ("gswgan", "dpcgan", "dpautogan")   # models.config.GENERATORS (not imported: startup time)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,12 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="run folder (default runs/<kind>/<run id>)")
         p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line; no progress")
         p.add_argument("--verbose", action="store_true", help="also show Prefect's, MLflow's and other libraries' logs")
+        p.add_argument("--generator", choices=GENERATOR_CHOICES, default=None,
+                       help="train every setting with this generator (default: the profile's `generator`)")
         if name == "experiment":
             p.add_argument("--dry-run", action="store_true", help="print the plan without running it")
 
-    p = sub.add_parser("epsilon", help="epsilon of GS-WGAN training (subsampled Gaussian, analytical RDP)")
-    p.add_argument("--discriminators", type=int, required=True)
-    p.add_argument("--iterations", type=int, required=True)
+    p = sub.add_parser("epsilon", help="epsilon a profile's settings will spend (any generator), or of GS-WGAN "
+                                         "training from its parameters")
+    p.add_argument("--profile", default=None,
+                   help="plan this profile's settings: training epsilon and the whole release's, per setting")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="the schema the profile sits beside")
+    p.add_argument("--generator", choices=GENERATOR_CHOICES, default=None)
+    p.add_argument("--discriminators", type=int, default=None, help="GS-WGAN's K (without --profile)")
+    p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--noise-multiplier", type=float, default=1.07)
     p.add_argument("--delta", type=float, default=1e-5)
@@ -144,33 +152,19 @@ def cmd_validate(args) -> None:
 
 def preflight(args, kind: str):
     """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly."""
-    from models.errors import BudgetExceededError
-    from models.gswgan import planned_iterations
-    from models.release_choice import check_release_budget, choice_epsilon
     from tasks.context import finished_summary, load_context, open_run
+    from tasks.decision import planned_cost
     from tasks.table_io import read_table
     from tasks.validate import check_table
 
-    ctx = load_context(args.config, args.data, args.profile, args.out, kind)
+    ctx = load_context(args.config, args.data, args.profile, args.out, kind, generator=args.generator)
     if finished_summary(ctx) is not None:
         return ctx   # already published or completed: the flow reuses everything and starts nothing
     prof = ctx.profile
     settings = [prof.release_target()] if kind == "release" else prof.settings
-    if kind == "release":
-        from flows.release import refuse_uncovered
-
-        refuse_uncovered(prof, settings[0])
+    for setting in settings:   # the generator's and the budget's refusals, before reading the table
+        planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
-    plans = [planned_iterations(prof.gan, prof.privacy, setting) for setting in settings]
-    budget = prof.privacy.epsilon_budget
-    if kind == "release" and not settings[0].private and budget is not None:
-        raise BudgetExceededError(f"Setting {settings[0].name!r} is not private (epsilon = infinity), above the "
-                                  f"budget {budget}; a release under a budget must train a private setting.")
-    if kind == "release" and settings[0].private:
-        _, eps = plans[0]
-        spent = choice_epsilon(prof.privacy.choice_epsilon, prof.privacy.approval_epsilon,
-                               prof.evaluation.min_release_auc)
-        check_release_budget(eps[-1], spent, prof.protocol == "honest", budget)
     if kind == "release":
         from models.lifetime import planned_release_cost
         from tasks.ledger import check_lifetime
@@ -189,7 +183,8 @@ def cmd_release(args) -> None:
     ctx = preflight(args, "release")
     from flows.release import release
 
-    summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir))
+    summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir),
+                      generator=args.generator)
     if summary.get("reused"):
         from tasks.progress import note
 
@@ -206,13 +201,13 @@ def cmd_experiment(args) -> None:
     if args.dry_run:
         from tasks.context import load_context
 
-        ctx = load_context(args.config, args.data, args.profile, args.out, "experiment")
+        ctx = load_context(args.config, args.data, args.profile, args.out, "experiment", generator=args.generator)
         summary = plan(ctx.profile)
         print(f"experiment {ctx.run_id}: {summary['selection_runs']} selection runs planned")
     else:
         ctx = preflight(args, "experiment")
         summary = experiment_for_profile(config=str(args.config), data=str(args.data), profile=args.profile,
-                                         out=str(ctx.run_dir))
+                                         out=str(ctx.run_dir), generator=args.generator)
         print(f"experiment {summary['experiment_id']}: {summary['selection_runs']} selection runs, "
               f"report in {summary['run_dir']}")
     if args.json:
@@ -220,8 +215,14 @@ def cmd_experiment(args) -> None:
 
 
 def cmd_epsilon(args) -> None:
+    if args.profile is not None:
+        return epsilon_of_profile(args)
     from models.accountant import epsilon_for
+    from models.errors import ConfigError
 
+    if args.discriminators is None or args.iterations is None:
+        raise ConfigError("dpsynth epsilon needs --profile (any generator), or GS-WGAN's --discriminators and "
+                          "--iterations.")
     draw = args.critic_draw.replace("-", "_")
     eps = epsilon_for(args.discriminators, args.iterations, args.batch_size, args.noise_multiplier, args.delta, draw)
     print(f"epsilon = {eps:.4f} at delta = {args.delta:g} (K = {args.discriminators}, T = {args.iterations}, "
@@ -229,6 +230,30 @@ def cmd_epsilon(args) -> None:
           "only: a release adds its DP choice of the checkpoint)")
     if args.json:
         emit_json({"epsilon": _json_safe(eps), "delta": args.delta, "critic_draw": draw})
+
+
+def epsilon_of_profile(args) -> None:
+    """Per setting: the generator, the last checkpoint the budget allows and training's epsilon there,
+    and the whole release's epsilon (with the DP choice), from the one accountant of each generator."""
+    from models.config import load_profile
+    from models.generators import generator_for
+    from tasks.decision import whole_release_epsilon
+
+    prof = load_profile(args.profile, args.config)
+    if args.generator:
+        prof = prof.with_generator(args.generator)
+    rows = []
+    for setting in prof.settings:
+        plan = generator_for(prof, setting).plan(prof, setting)
+        whole = whole_release_epsilon(prof, plan.epsilon)
+        rows.append({"setting": setting.name, "generator": prof.generator_of(setting), "last_iteration": plan.last,
+                     "epsilon_training": _json_safe(plan.epsilon), "epsilon_release": _json_safe(whole),
+                     "delta": prof.privacy.delta})
+        print(f"{setting.name}: {prof.generator_of(setting)}, trains to iteration {plan.last}, epsilon "
+              f"{plan.epsilon:.4f} (training) and {whole:.4f} (whole release, with the DP choice) at delta "
+              f"{prof.privacy.delta:g}")
+    if args.json:
+        emit_json({"profile": prof.name, "settings": rows})
 
 
 def cmd_ledger(args) -> None:

@@ -23,21 +23,28 @@ from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner
 
 from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, train_chain, wait_showing_progress
-from models.choice import choose_checkpoint, selection_metric
-from models.config import Profile, load_profile
+from models.config import Profile, Setting, load_profile
+from models.generators import generator_for
+from models.secret import load as load_secret
 from tasks import tracking
 from tasks.context import close_run, finished_summary, load_context, open_run, read_run_record, remember
+from tasks.decision import decide
 from tasks.evaluate import checkpoint_runs, collect_runs, real_runs
-from tasks.stage import write_json
+from tasks.stage import read_json, write_json
 
 
 def plan(profile: Profile) -> dict:
-    checkpoints = profile.gan.iterations // profile.gan.checkpoint_every + 1
-    settings = [s.name for s in profile.settings]
-    real_runs = checkpoints if profile.evaluation.real_baseline else 0
-    return {"profile": profile.name, "settings": settings, "checkpoints_per_setting": checkpoints,
-            "selection_runs": len(settings) * checkpoints + real_runs,
-            "iterations": profile.gan.iterations, "discriminators": [s.discriminators for s in profile.settings],
+    """What the grid will run: every setting's checkpoints (its generator's plan, within its budget), a
+    selection run per checkpoint, and the real baseline's runs (as many as the largest setting's)."""
+    plans = {s.name: generator_for(profile, s).plan(profile, s) for s in profile.settings}
+    checkpoints = {name: len(p.iterations) for name, p in plans.items()}
+    most = max(checkpoints.values())
+    real_runs = most if profile.evaluation.real_baseline else 0
+    return {"profile": profile.name, "settings": list(plans), "checkpoints_per_setting": most,
+            "checkpoints": checkpoints, "selection_runs": sum(checkpoints.values()) + real_runs,
+            "generators": {s.name: profile.generator_of(s) for s in profile.settings},
+            "last_iterations": {name: p.last for name, p in plans.items()},
+            "discriminators": [s.discriminators for s in profile.settings],
             "pretrain_iterations": profile.gan.pretrain_iterations}
 
 
@@ -63,6 +70,11 @@ def task_runner_for(prof: Profile) -> TaskRunner:
     return _process_pool(prof.workers)
 
 
+def expected_cost(setting: Setting) -> int:
+    """Start order: GS-WGAN's pretraining grows with K; the other generators have none."""
+    return setting.discriminators or 0
+
+
 @task(name="train-setting", cache_policy=NO_CACHE, persist_result=False)
 def run_training(run_dir, schema, paths, profile, setting) -> dict:
     return train_chain(run_dir, schema, paths, profile, setting)
@@ -70,9 +82,10 @@ def run_training(run_dir, schema, paths, profile, setting) -> dict:
 
 # The pool here only serves a direct call of the grid; `experiment` always replaces it with the profile's.
 @flow(name="experiment-grid", task_runner=_process_pool(2))
-def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
+def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | None = None,
+                    generator: str | None = None) -> dict:
     log = get_run_logger()
-    ctx = load_context(config, data, profile, out, kind="experiment")
+    ctx = load_context(config, data, profile, out, kind="experiment", generator=generator)
     done = finished_summary(ctx)
     if done is not None:
         log.info("experiment %s already completed: every stage reused, nothing new tracked", ctx.run_id)
@@ -95,7 +108,7 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
         # On one machine only `workers` settings are in flight and the next largest is submitted as one
         # ends: tasks submitted at once reach the process pool in no fixed order (a thesis run started
         # K = 250 before K = 500 and ended with one worker alone on K = 500 for 10 minutes).
-        waiting = sorted(prof.settings, key=lambda s: s.discriminators, reverse=True)
+        waiting = sorted(prof.settings, key=expected_cost, reverse=True)
         in_flight = len(waiting) if prof.dask_address else max(1, prof.workers)
 
         def submit_next_setting():
@@ -138,25 +151,24 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
         results.to_parquet(results_path, index=False)
         tracking.log_artifact(run_id, results_path, "internal")
 
-        metric = selection_metric(prof.protocol)
         chosen = {}
-        for s in prof.settings:
-            rows = results[results["setting"] == s.name]
-            pick = choose_checkpoint(rows, metric, prof.evaluation.auc_tolerance, prof.privacy.epsilon_budget,
-                                     prof.evaluation.complete_levels,
-                                     prof.evaluation.max_level_share_gap)
+        secret = load_secret(ctx.run_dir)
+        for s, chain in zip(prof.settings, chains):
+            pick = decide(results, read_json(chain["ledger"])["checkpoints"], prof, s, release=False,
+                          schema=ctx.schema, encoded_path=paths["encoded"], split_path=paths["split"], secret=secret)
             if pick is not None:
-                chosen[s.name] = {"iteration": int(pick["iteration"]), "epsilon": float(pick["epsilon"]),
-                                  "test_auc": float(pick["test_auc"])}
-                tracking.log_metrics(run_id, {f"{s.name}.auc": pick["test_auc"], f"{s.name}.epsilon": pick["epsilon"]})
-        publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, chains, results_path, chosen, prof,
-                       f"{ctx.schema.name} experiment {prof.name}")
+                chosen[s.name] = pick.as_dict()
+                tracking.log_metrics(run_id, {f"{s.name}.auc": pick.test_auc, f"{s.name}.epsilon": pick.epsilon})
+        report = publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, chains, results_path, chosen,
+                                prof, f"{ctx.schema.name} experiment {prof.name}")
         real_auc = float(results.loc[results["setting"] == "real", "test_auc"].mean()) if real_futures else None
         summary = {"experiment_id": ctx.run_id, "run_dir": str(ctx.run_dir), "selection_runs": len(results),
                    "planned_selection_runs": the_plan["selection_runs"], "real_auc": real_auc,
                    "chosen": {k: {kk: (None if isinstance(vv, float) and math.isinf(vv) else vv)
                                   for kk, vv in v.items()} for k, v in chosen.items()},
-                   "results": str(results_path), "mlflow_run_id": run_id}
+                   "results": str(results_path), "report": str(report["report"]), "mlflow_run_id": run_id}
+        if "comparison" in report.outputs:   # settings on more than one generator (profile `compare`)
+            summary["comparison"] = read_json(report["comparison"])
         write_json(summary, ctx.run_dir / "summary.json")
         remember(ctx, summary=summary)
         log.info("experiment %s: %d selection runs", ctx.run_id, len(results))
@@ -170,10 +182,12 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
 
 
 @flow(name="experiment")
-def experiment(config: str, data: str, profile: str = "thesis", out: str | None = None) -> dict:
+def experiment(config: str, data: str, profile: str = "thesis", out: str | None = None,
+               generator: str | None = None) -> dict:
     """Run the experiment grid on the task runner the profile asks for (Dask when it names a scheduler)."""
     runner = task_runner_for(load_profile(profile, config))
-    return experiment_grid.with_options(task_runner=runner)(config=config, data=data, profile=profile, out=out)
+    return experiment_grid.with_options(task_runner=runner)(config=config, data=data, profile=profile, out=out,
+                                                            generator=generator)
 
 
 # The command line's name for the same flow: `dpsynth experiment` and the deployment run one code path.

@@ -23,13 +23,15 @@ def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: 
 
 
 def train_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
-    """pretrain -> train -> sample every checkpoint, for one privacy setting."""
-    pre = stages.pretrain_critics(run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile,
+    """prepare (impute; GS-WGAN: pretrain) -> train -> sample every checkpoint, for one setting."""
+    pre = stages.prepare_training(run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile,
                                   setting)
     trained = stages.train_generator(run_dir, schema, pre.directory, profile, setting)
     n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
-    samples = stages.sample_checkpoints(run_dir, schema, trained["checkpoints"], n_rows, profile, setting)
-    return {"setting": setting.name, "checkpoints": trained["checkpoints"], "ledger": trained["ledger"],
+    samples = stages.sample_checkpoints(run_dir, schema, trained["checkpoints"], trained["ledger"], n_rows, profile,
+                                        setting)
+    return {"setting": setting.name, "generator": profile.generator_of(setting),
+            "checkpoints": trained["checkpoints"], "ledger": trained["ledger"],
             "samples": samples.directory, "train_info": trained.info,
             "internal_metrics": trained["internal_metrics"]}
 
@@ -63,9 +65,10 @@ def log_training(run_id: str, chain: dict) -> None:
     name = chain["setting"]
     ledger = read_json(chain["ledger"])["checkpoints"]
     tracking.log_metric_series(run_id, f"{name}.epsilon", [(e["iteration"], e["epsilon"]) for e in ledger])
-    curve = read_json(chain["internal_metrics"])["critic_wasserstein"]
-    tracking.log_metric_series(run_id, f"{name}.internal.critic_wasserstein",
-                               [(m["iteration"], m["critic_wasserstein"]) for m in curve])
+    curve = read_json(chain["internal_metrics"]).get("critic_wasserstein", [])
+    if curve:
+        tracking.log_metric_series(run_id, f"{name}.internal.critic_wasserstein",
+                                   [(m["iteration"], m["critic_wasserstein"]) for m in curve])
 
 
 def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict,

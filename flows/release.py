@@ -20,42 +20,27 @@ from flows import stages
 from flows.pipeline import log_training, prepare, publish_report, setting_chain
 from models.checkpoint_files import load_verified
 from models.errors import ReleaseNotApprovedError
+from models.generators import generator_for
 from models.lifetime import planned_release_cost, release_cost
 from models.privacy_statement import privacy_statement
-from models.release_choice import decide_release
 from models.secret import load as load_secret
 from tasks import ledger as ledger_mod
 from tasks import tracking
 from tasks.bundle import build_release_json, record_model_uri
 from tasks.context import close_run, finished_summary, load_context, open_run, read_run_record, remember
-from tasks.evaluate import validation_facts
-from tasks.gan import sample_generator_file
+from tasks.decision import decide, planned_cost
 from tasks.ledger import check_lifetime
 from tasks.registry import release_registered, release_tags
 from tasks.reporting import privacy_summary
 from tasks.stage import read_json, write_json
-
-
-def refuse_uncovered(profile, setting) -> None:
-    """A release publishes only what its epsilon covers: not the thesis' shared-critic mechanism, whose
-    epsilon is in the hundreds, nor the thesis protocol's KNN over all rows, which epsilon cannot cover."""
-    from models.errors import ConfigError
-
-    if setting.private and profile.gan.critic_draw != "per_row":
-        raise ConfigError(
-            f"Profile {profile.name!r} trains with gan.critic_draw {profile.gan.critic_draw!r} (one critic for all "
-            "rows of a step, the thesis' Algorithm 2): its true epsilon is far above any useful budget, so a "
-            "release refuses it. Use critic_draw: per_row, or run it as an experiment to reproduce the thesis.")
-    if profile.protocol != "honest":
-        raise ConfigError(
-            f"Profile {profile.name!r} uses protocol {profile.protocol!r}: its KNN imputation over all rows is not "
-            "covered by epsilon, so a release refuses it. Use protocol: honest, or run it as an experiment.")
+from tasks.training import sample_generator_file
 
 
 @flow(name="release")
-def release(config: str, data: str, profile: str = "default", out: str | None = None) -> dict:
+def release(config: str, data: str, profile: str = "default", out: str | None = None,
+            generator: str | None = None) -> dict:
     log = get_run_logger()
-    ctx = load_context(config, data, profile, out, kind="release")
+    ctx = load_context(config, data, profile, out, kind="release", generator=generator)
     done = finished_summary(ctx)
     if done is not None:
         log.info("release %s was already published (%s): every stage reused, nothing new tracked or registered",
@@ -63,8 +48,8 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         return done
     prof = ctx.profile
     setting = prof.release_target()
-    refuse_uncovered(prof, setting)
     # Again here, not only in the command line's preflight: a deployment enters at this flow.
+    planned_cost(prof, setting, release=True, schema=ctx.schema)
     check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget, ctx.run_id)
     open_run(ctx)
     entered = False
@@ -92,11 +77,9 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         tracking.log_metric_series(run_id, "selection.test_auc", list(zip(results["iteration"], results["test_auc"])))
         tracking.log_artifact(run_id, chain["results"], "internal")
 
-        decision = decide_release(
-            results, float(ledger[-1]["epsilon"]), validation_facts(ctx.schema, paths["encoded"], paths["split"]),
-            choice_epsilon_=prof.privacy.choice_epsilon, approval_epsilon=prof.privacy.approval_epsilon,
-            min_release_auc=prof.evaluation.min_release_auc, share_gap_weight=prof.evaluation.share_gap_weight,
-            disjoint=prof.protocol == "honest", secret=load_secret(ctx.run_dir))
+        decision = decide(results, ledger, prof, setting, release=True, schema=ctx.schema,
+                          encoded_path=paths["encoded"], split_path=paths["split"],
+                          secret=load_secret(ctx.run_dir)).release
         write_json(decision.__dict__, ctx.run_dir / "decision.json")
         # Entered before anything about the decision shows: a refusal costs what a release does, and a
         # release past the table's lifetime budget is refused whatever the decision was.
@@ -169,7 +152,11 @@ def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> P
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
     source = Path(chain["checkpoints"]) / entry["generator"]
     blob = load_verified(source, entry.get("sha256"), map_location="cpu", weights_only=False)
-    blob.update({"epsilon": decision.epsilon, "epsilon_training_at_checkpoint": blob.get("epsilon"),
+    # The ledger's epsilon is replace-one for every generator (a DP-SGD checkpoint file records Opacus's
+    # add/remove-one figure, never published); the file says which generator wrote it, for sampling.
+    blob = {k: v for k, v in blob.items() if k not in ("epsilon", "adjacency")}
+    blob.update({"generator_type": chain["generator"], "epsilon": decision.epsilon,
+                 "epsilon_training_at_checkpoint": entry["epsilon"],
                  "epsilon_training": decision.epsilon_training, "epsilon_choice": decision.epsilon_choice})
     target = ctx.run_dir / "release" / "generator.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -188,18 +175,18 @@ def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], de
     # split, a count epsilon does not cover.
     synthetic = sample_generator_file(generator_file, ctx.schema, prof.release_rows, seed=prof.seed)
     summary = privacy_summary(prof, [setting], ctx.schema)
+    facts = generator_for(prof, setting).privacy_facts(prof, setting)
     release_json = build_release_json(
         release_id=ctx.run_id, dataset=ctx.schema.name, schema_version=ctx.schema.version, ledger=ledger,
         chosen_iteration=iteration, epsilon=decision.epsilon, epsilon_training=decision.epsilon_training,
         epsilon_choice=decision.epsilon_choice, composition=decision.composition, delta=prof.privacy.delta,
         accountant=summary["mechanism"] if setting.private else "none (non-private)",
-        parameters={"K": setting.discriminators, "T": ledger[-1]["iteration"], "batch_size": prof.gan.batch_size,
-                    "sigma": prof.privacy.noise_multiplier, "C": prof.privacy.clip,
-                    "discriminator_draw": prof.gan.critic_draw, "sampling": summary["sampling"],
+        parameters={"generator": facts.generator, **facts.parameters, "T": ledger[-1]["iteration"],
+                    "sampling": summary["sampling"],
                     "choice_epsilon": prof.privacy.choice_epsilon,
                     "approval_epsilon": (prof.privacy.approval_epsilon
                                          if prof.evaluation.min_release_auc is not None else None)},
-        epsilon_budget=prof.privacy.epsilon_budget, rows=len(synthetic), statement=statement.as_dict())
+        epsilon_budget=prof.budget_for(setting), rows=len(synthetic), statement=statement.as_dict())
     bundle = stages.write_release_bundle(ctx.run_dir / "bundle", synthetic_frame=synthetic,
                                          generator_file=generator_file, release_json=release_json,
                                          release_notes_path=report[f"notes_{setting.name}"],
@@ -208,8 +195,8 @@ def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], de
     # Registered last: a failure before this point leaves the champion alias where it was.
     registered = stages.register_model(
         run_id=run_id, model_name=ctx.model_name, generator_file=generator_file, schema_path=ctx.schema_path,
-        tags=tags, epsilon=decision.epsilon, epsilon_budget=prof.privacy.epsilon_budget,
-        description=(f"{ctx.run_id}: setting {setting.name} (K = {setting.discriminators}), iteration {iteration} "
+        tags=tags, epsilon=decision.epsilon, epsilon_budget=prof.budget_for(setting),
+        description=(f"{ctx.run_id}: {facts.generator}, setting {setting.name}, iteration {iteration} "
                      f"of {ledger[-1]['iteration']}, epsilon {decision.epsilon:.4g} at delta "
                      f"{prof.privacy.delta:g} for the whole release.\n\n{statement.markdown()}"))
     record_model_uri(bundle_dir, registered["model_uri"])

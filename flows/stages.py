@@ -8,7 +8,7 @@ import functools
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import bundle, evaluate, gan, preprocess, registry, reporting, split, validate
+from tasks import bundle, evaluate, preprocess, registry, reporting, split, training, validate
 from tasks.private_files import owner_only
 
 
@@ -25,9 +25,9 @@ def _task(fn, name: str):
 validate_table = _task(validate.validate_stage, "validate")
 split_table = _task(split.split_stage, "split")
 preprocess_table = _task(preprocess.preprocess_stage, "preprocess")
-pretrain_critics = _task(gan.pretrain_stage, "pretrain-critics")
-train_generator = _task(gan.train_stage, "train-generator")
-sample_checkpoints = _task(gan.sample_stage, "sample-checkpoints")
+prepare_training = _task(training.prepare_stage, "prepare-training")
+train_generator = _task(training.train_stage, "train-generator")
+sample_checkpoints = _task(training.sample_stage, "sample-checkpoints")
 select_models = _task(evaluate.evaluate_setting_stage, "select-models")
 select_models_real = _task(evaluate.evaluate_real_stage, "select-models-real")
 select_model = _task(evaluate.selection_run_stage, "select-model")

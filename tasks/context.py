@@ -46,7 +46,10 @@ class RunContext:
 
     @property
     def model_name(self) -> str:
-        return self.profile.model_name or f"{self.schema.name}-gswgan"
+        """The registered model: the profile's name for it, else "<dataset>-<generator>" of the release."""
+        if self.profile.model_name:
+            return self.profile.model_name
+        return f"{self.schema.name}-{self.profile.generator_of(self.profile.release_target())}"
 
     @property
     def identity(self) -> dict:
@@ -84,9 +87,14 @@ def _resumable_run(base: Path, identity: dict) -> Path | None:
     return max(found)[1] if found else None
 
 
-def load_context(config: str, data: str, profile: str, out: str | None, kind: str) -> RunContext:
+def load_context(config: str, data: str, profile: str, out: str | None, kind: str,
+                 generator: str | None = None) -> RunContext:
+    """`generator` (the command line's --generator) puts every setting of the profile on that generator;
+    it is part of the profile, so of the run's identity."""
     schema = DatasetSchema.from_yaml(config)
     prof = load_profile(profile, config)
+    if generator is not None:
+        prof = prof.with_generator(generator)
     data_path = Path(data)
     if not data_path.is_file():
         raise MissingInputError(f"The data file {data!r} does not exist (or is not a file).")

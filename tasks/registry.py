@@ -55,8 +55,9 @@ MODEL_ARTIFACT = "synthetic-table-model"
 # Version tags a release carries (`release_tags` builds them; `register_release` adds what it knows).
 # Published: each is public (the profile, the code) or covered by epsilon; never a hash of the private
 # file, a real-data metric, a row count or an internal path (those stay in the internal MLflow run).
-RELEASE_TAG_KEYS = ("release_id", "epsilon", "delta", "accountant", "discriminator_draw", "sigma", "C", "K", "T",
-                    "batch_size", "schema_version", "code_version")
+# Every release's version carries these; each generator adds its own public accountant inputs
+# (GS-WGAN: K, sigma, C, batch_size, discriminator_draw; DP-CGAN: q, sigma, C; DP-auto-GAN: q1, ...).
+RELEASE_TAG_KEYS = ("release_id", "generator", "epsilon", "delta", "accountant", "T", "schema_version", "code_version")
 SAMPLE_SUFFIXES = PARQUET_SUFFIXES + (".csv",)
 
 
@@ -102,19 +103,19 @@ def release_tags(*, release_id: str, profile, setting, trained_iterations: int, 
     `profile` is a `models.config.Profile`, `setting` one of its `Setting`s. Registered versions are
     published: their tags hold the accountant's public inputs, never a fact about the rows.
     """
-    from models.accountant import mechanism_name
+    from models.generators import generator_for
 
-    privacy, gan = profile.privacy, profile.gan
+    facts = generator_for(profile, setting).privacy_facts(profile, setting)
+    parameters = {k: (repr(v) if isinstance(v, float) else str(v)) for k, v in facts.parameters.items()}
+    if not setting.private:
+        parameters.update({k: "none" for k in ("sigma", "C") if k in parameters})
     return {
         "release_id": release_id,
-        "delta": repr(privacy.delta),
-        "accountant": mechanism_name(gan.critic_draw) if setting.private else "none (non-private training)",
-        "discriminator_draw": gan.critic_draw,
-        "sigma": repr(privacy.noise_multiplier) if setting.private else "none",
-        "C": repr(privacy.clip) if setting.private else "none",
-        "K": str(setting.discriminators),
+        "generator": profile.generator_of(setting),
+        "delta": repr(profile.privacy.delta),
+        "accountant": facts.mechanism if setting.private else "none (non-private training)",
+        **parameters,
         "T": str(int(trained_iterations)),   # what the accountant composed, not the chosen iteration
-        "batch_size": str(gan.batch_size),
         "schema_version": str(schema_version),
         "setting": setting.name,
         "profile": profile.name,
@@ -268,7 +269,7 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
         registered = client.get_registered_model(model_name)
         if not registered.description:
             client.update_registered_model(
-                model_name, description="Differentially private synthetic-table generators (GS-WGAN). Sample "
+                model_name, description="Differentially private synthetic-table generators. Sample "
                 "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).")
     client.set_registered_model_alias(model_name, CHAMPION, version.version)
     client.set_tag(run_id, "dpsynth.model_version", f"{model_name}/{version.version}")

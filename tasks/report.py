@@ -54,6 +54,7 @@ SHARE_PREFIX = "share:"
 # Privacy keys the release notes may show (public configuration and accountant output). Anything else
 # in the `privacy` dict appears in the internal report only.
 PUBLIC_PRIVACY_KEYS = {
+    "generator": "generator",
     "mechanism": "mechanism",
     "accountant": "accountant",
     "conversion": "RDP to (epsilon, delta) conversion",
@@ -70,8 +71,21 @@ PUBLIC_PRIVACY_KEYS = {
     "checkpoint_every": "checkpoint every (iterations)",
     "epsilon_budget": "epsilon budget",
     "target_labels": "target column",
+    "K": "discriminators K",
+    "discriminator_draw": "discriminator draw",
+    "q": "sampling rate q",
+    "label_prior": "label prior (share of target label 1)",
+    "q1": "autoencoder sampling rate q1",
+    "sigma1": "autoencoder noise multiplier sigma1",
+    "C1": "autoencoder clipping norm C1",
+    "q3": "critic sampling rate q3",
+    "sigma3": "critic noise multiplier sigma3",
+    "C3": "critic clipping norm C3",
+    "updates_per_generator_step": "critic updates per generator step",
+    "autoencoder_steps": "autoencoder steps",
 }
-PUBLIC_SETTING_KEYS = ("discriminators", "K", "gamma", "private", "iterations", "last_iteration")
+PUBLIC_SETTING_KEYS = ("generator", "discriminators", "K", "gamma", "private", "iterations", "last_iteration",
+                       "epsilon_budget")
 
 
 # ---- formatting --------------------------------------------------------------------------------------------
@@ -535,7 +549,7 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
                           ledger_level_shares: dict[str, list[dict]], privacy: dict,
                           statement: PrivacyStatement,
                           imputation_counts: dict | None = None, thesis_reference: dict | None = None,
-                          membership: dict | None = None,
+                          membership: dict | None = None, comparison: dict | None = None,
                           max_rows: int | None = 20000, seed: int = 0) -> Path:
     """Write the INTERNAL report: one self-contained HTML file (figures embedded). Returns its path.
 
@@ -590,6 +604,15 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
         doc.table(_frame_table(frame.astype(object), {"epsilon": 3}, index_name="setting"))
     else:
         doc.paragraph("No checkpoint was chosen.")
+    if comparison:
+        doc.heading(1, "Generators compared")
+        doc.paragraph("Each setting's chosen checkpoint, with what publishing it costs (epsilon), its AUC on real "
+                      "test rows, and its sample quality against the real training rows: Spearman mean absolute "
+                      "difference over feature pairs, mean total-variation distance over discrete features, mean "
+                      "Wasserstein distance over continuous features scaled to [0, 1] by their public bounds.")
+        doc.table(_frame_table(pd.DataFrame.from_dict(comparison, orient="index").astype(object),
+                               {"epsilon": 3, "test_auc": 4, "spearman_mad": 4, "mean_tvd": 4,
+                                "mean_wasserstein": 4}, index_name="setting"))
 
     doc.heading(1, "Figure 7.1: utility against privacy")
     if not results.empty and results["test_auc"].notna().any():
@@ -753,7 +776,7 @@ def _release_doc(schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: 
         doc.table(_mapping_table(public, "parameter"))
     settings = privacy.get("settings")
     if isinstance(settings, dict) and settings:
-        doc.paragraph("Settings (gamma = 1/K: each generator step queries one of K discriminators):")
+        doc.paragraph("Settings (for GS-WGAN, gamma = 1/K: each generated row queries one of K discriminators):")
         doc.table(_mapping_table({name: {k: v for k, v in (spec or {}).items() if k in PUBLIC_SETTING_KEYS}
                                   for name, spec in settings.items()}, "setting"))
 

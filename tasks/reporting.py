@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from models.accountant import mechanism_name
 from models.config import Profile
 from models.encoding import TableEncoder
+from models.generators import generator_for
 from models.membership import membership_report
 from models.privacy_statement import privacy_statement
 from models.schema import DatasetSchema
-from tasks.gan import sample_generator_file
+from tasks.training import sample_generator_file
 from tasks.report import build_internal_report, build_release_notes
 from tasks.stage import read_json, run_stage, write_json
 
@@ -23,33 +23,69 @@ from tasks.stage import read_json, run_stage, write_json
 def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | None = None) -> dict:
     """The public description of the privacy setup, keyed as the release notes expect."""
     settings = profile.settings if settings is None else settings
-    per_row = profile.gan.critic_draw == "per_row"
+    facts = generator_for(profile, settings[0]).privacy_facts(profile, settings[0])
     summary = {
-        "mechanism": mechanism_name(profile.gan.critic_draw),
-        "accountant": ("analytical RDP (autodp), composed T x B times" if per_row else
-                       "analytical RDP (autodp) at noise multiplier sigma / sqrt(B), composed T times"),
-        "conversion": "classic: epsilon = min over orders a of RDP(a) + log(1/delta)/(a - 1)",
-        "sampling": ("each sanitised row queries one of K discriminators, drawn independently (probability 1/K); "
-                     "each discriminator trained on a disjoint subset" if per_row else
-                     "one of K discriminators per step for all B rows (probability 1/K); each trained on a "
-                     "disjoint subset"),
-        "adjacency": "replace one row (sensitivity 2C)",
+        "generator": facts.generator,
+        "mechanism": facts.mechanism,
+        "accountant": facts.accountant,
+        "conversion": facts.conversion,
+        "sampling": facts.sampling,
+        "adjacency": facts.adjacency,
         "unit": "one row of the generator's training table",
         "delta": profile.privacy.delta,
-        "noise_multiplier": profile.privacy.noise_multiplier,
-        "clip": profile.privacy.clip,
-        "batch_size": profile.gan.batch_size,
-        "iterations": profile.gan.iterations,
-        "checkpoint_every": profile.gan.checkpoint_every,
-        "epsilon_budget": profile.privacy.epsilon_budget,
-        "settings": {s.name: {"discriminators": s.discriminators, "private": s.private} for s in settings},
+        **facts.parameters,
+        "epsilon_budget": profile.budget_for(settings[0]),
+        "settings": {s.name: _public_setting(profile, s) for s in settings},
     }
-    if profile.gan.condition_on_target:
+    if profile.generator_of(settings[0]) == "gswgan":
+        summary.update(iterations=profile.gan.iterations, checkpoint_every=profile.gan.checkpoint_every)
+        if len(settings) > 1:
+            summary.pop("K")   # per setting, below
+    if len({profile.generator_of(s) for s in settings}) > 1:
+        summary["generator"] = "per setting"
+        summary["mechanism"] = "per setting: " + "; ".join(
+            f"{s.name}: {generator_for(profile, s).privacy_facts(profile, s).mechanism}" for s in settings)
+    if profile.generator_of(settings[0]) == "dpcgan":
+        level = f"{schema.target} = {schema.column(schema.target).levels[1]}" if schema else "the target's second level"
+        summary["target_labels"] = (f"set by design, not learned: each synthetic row's target is {level} with "
+                                    f"probability {profile.dpcgan.label_prior:g} (a public prior)")
+    if profile.generator_of(settings[0]) == "gswgan" and profile.gan.condition_on_target:
         # A conditional generator's target share is its public prior, not something learned from the rows.
         level = f"{schema.target} = {schema.column(schema.target).levels[1]}" if schema else "the target's second level"
         summary["target_labels"] = (f"set by design, not learned: each synthetic row's target is {level} with "
                                     f"probability {profile.gan.target_prior:g} (a public prior)")
     return summary
+
+
+def _public_setting(profile: Profile, setting) -> dict:
+    """A setting's public description: its generator, K for GS-WGAN, whether it is private, its budget."""
+    out = {"generator": profile.generator_of(setting), "private": setting.private}
+    if setting.discriminators is not None and out["generator"] == "gswgan":
+        out["discriminators"] = setting.discriminators
+    budget = profile.budget_for(setting)
+    if budget is not None:
+        out["epsilon_budget"] = budget
+    return out
+
+
+def compare_generators(schema: DatasetSchema, profile: Profile, chosen: dict, real_frame: pd.DataFrame,
+                       synthetic: dict[str, pd.DataFrame]) -> dict:
+    """Where the settings use more than one generator: per chosen setting, its generator, epsilon, test
+    AUC and sample quality against the real training rows (internal: real-data statistics)."""
+    from models.quality import quality_summary
+
+    settings = {s.name: s for s in profile.settings}
+    if len({profile.generator_of(s) for s in settings.values()}) < 2:
+        return {}
+    table = {}
+    for name, frame in synthetic.items():
+        quality = quality_summary(schema, real_frame, frame, profile.evaluation.quality_rows, profile.seed)
+        table[name] = {"generator": profile.generator_of(settings[name]),
+                       "epsilon_budget": profile.budget_for(settings[name]),
+                       "epsilon": chosen[name]["epsilon"], "iteration": chosen[name]["iteration"],
+                       "test_auc": chosen[name]["test_auc"], "spearman_mad": quality["spearman_mad"],
+                       "mean_tvd": quality["mean_tvd"], "mean_wasserstein": quality["mean_wasserstein"]}
+    return table
 
 
 def membership_of(encoder: TableEncoder, encoded: np.ndarray, gan_rows: np.ndarray, split: dict,
@@ -95,6 +131,9 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
         membership = membership_of(encoder, encoded, np.load(paths["gan_rows"]), dict(np.load(paths["split"])),
                                    synthetic, profile.seed)
         write_json(membership, directory / "membership.json")
+        comparison = compare_generators(schema, profile, chosen, real_frame, synthetic)
+        if comparison:
+            write_json(comparison, directory / "comparison.json")
         private = [s for s in profile.settings if s.private]
         shown = profile.release_target() if release else (private or list(profile.settings))[0]
         report = build_internal_report(directory / "report.html", title=title, schema=schema,
@@ -103,9 +142,11 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                                        statement=privacy_statement(profile, shown, release=release),
                                        imputation_counts=imputation,
                                        thesis_reference=thesis_reference(schema_path, schema.name),
-                                       membership=membership,
+                                       membership=membership, comparison=comparison,
                                        max_rows=profile.evaluation.quality_rows, seed=profile.seed)
         outputs = {"report": report, "membership": directory / "membership.json"}
+        if comparison:
+            outputs["comparison"] = directory / "comparison.json"
         for name, frame in synthetic.items():
             setting = next(s for s in profile.settings if s.name == name)
             if release:
@@ -115,7 +156,8 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                 chain = next(c for c in chains if c["setting"] == name)
                 entry = next(e for e in ledgers[name] if e["iteration"] == chosen[name]["iteration"])
                 frame = sample_generator_file(Path(chain["checkpoints"]) / entry["generator"], schema,
-                                              profile.release_rows, seed=profile.seed, sha256=entry.get("sha256"))
+                                              profile.release_rows, seed=profile.seed, sha256=entry.get("sha256"),
+                                              generator=chain["generator"])
             notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
                                         schema=schema, synthetic_frame=frame,
                                         privacy=privacy_summary(profile, [setting], schema),

@@ -14,12 +14,12 @@ def _die() -> None:
 
 
 def _arm(stage: str) -> None:
+    import models.generators.samplers
     import models.gswgan
     import tasks.evaluate
-    import tasks.gan
 
     if stage == "pretrain":
-        real = tasks.gan.pretrain_critics
+        real = models.gswgan.pretrain_critics
 
         def pretrain(*args, progress=None, **kwargs):
             total = args[2].pretrain_iterations
@@ -30,7 +30,7 @@ def _arm(stage: str) -> None:
 
             return real(*args, progress=halfway, **kwargs)
 
-        tasks.gan.pretrain_critics = pretrain
+        models.gswgan.pretrain_critics = pretrain
     elif stage == "train":
         save = models.gswgan.GeneratorTrainer._save_checkpoint
 
@@ -41,7 +41,8 @@ def _arm(stage: str) -> None:
 
         models.gswgan.GeneratorTrainer._save_checkpoint = save_then_die
     else:
-        module, name = (tasks.gan, "sample_encoded") if stage == "sample" else (tasks.evaluate, "evaluate_synthetic")
+        module, name = ((models.generators.samplers.GSWGANSampler, "sample") if stage == "sample" else
+                        (tasks.evaluate, "evaluate_synthetic"))
         real, calls = getattr(module, name), []
 
         def second_call_dies(*args, **kwargs):

@@ -90,3 +90,51 @@ def test_settings_start_largest_k_first_one_after_another_on_one_worker(isolated
     order = ["k10", "k5", "baseline"]
     for earlier, later in itertools.pairwise(order):
         assert span(f"train-{earlier}")[1] <= span(f"pretrain-{later}")[0]
+
+
+def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_csv, capfd):
+    """`compare` trains each generator to its budget: 1 and 3 for the whole release (training with the
+    DP choice), each setting's checkpoint chosen as a release would choose it."""
+    from models.config import load_profile
+    from models.generators import generator_for
+    from tasks.decision import whole_release_epsilon
+
+    profile = load_profile("compare", CARDIO_SCHEMA)
+    assert profile.evaluation.experiment_choice == "dp"
+    budgets = {}
+    for setting in profile.settings:
+        plan = generator_for(profile, setting).plan(profile, setting)
+        whole = whole_release_epsilon(profile, plan.epsilon)
+        assert whole <= setting.epsilon_budget and plan.epsilon > 0.85 * setting.epsilon_budget, setting.name
+        budgets.setdefault(setting.epsilon_budget, set()).add(profile.generator_of(setting))
+    assert budgets == {1.0: {"gswgan", "dpcgan", "dpautogan"}, 3.0: {"gswgan", "dpcgan", "dpautogan"}}
+    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "compare",
+                 "--dry-run", "--json"]) == 0
+    plan = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert plan["generators"]["dpautogan-eps3"] == "dpautogan" and plan["selection_runs"] == sum(
+        plan["checkpoints"].values())
+
+
+def test_experiment_compares_generators_side_by_side(isolated_workdir, demo_csv, capfd):
+    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
+    profile.update(settings=[{"name": "gs", "generator": "gswgan", "discriminators": 10},
+                             {"name": "cgan", "generator": "dpcgan", "epsilon_budget": 1.5},
+                             {"name": "auto", "generator": "dpautogan", "epsilon_budget": 2.0}],
+                   release_setting="gs")
+    profile["evaluation"].update(experiment_choice="dp", real_baseline=False)
+    path = isolated_workdir / "mixed.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    out = isolated_workdir / "exp"
+    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
+                 "--out", str(out), "--json"]) == 0
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    table = summary["comparison"]
+    assert {name: row["generator"] for name, row in table.items()} == {"gs": "gswgan", "cgan": "dpcgan",
+                                                                       "auto": "dpautogan"}
+    for name, budget in (("cgan", 1.5), ("auto", 2.0)):
+        # The DP choice's epsilon: the whole release's, within the setting's budget, never below training's.
+        ledger = json.loads((out / f"train-{name}" / "ledger.json").read_text())["checkpoints"]
+        assert table[name]["epsilon"] == max(ledger[-1]["epsilon"], 1.0) <= budget
+        for key in ("test_auc", "spearman_mad", "mean_tvd", "mean_wasserstein"):
+            assert 0.0 <= table[name][key] <= 1.0
+    assert "Generators compared" in (out / "report" / "report.html").read_text()

@@ -30,10 +30,11 @@ def test_the_experiment_flow_runs_the_grid_on_the_runner_its_profile_names(tmp_p
     profile.write_text(yaml.safe_dump({"extends": "smoke", "workers": 3}))
 
     @flow(name="experiment-grid", task_runner=ProcessPoolTaskRunner(max_workers=2))
-    def grid_that_reports_its_runner(config, data, profile, out):
-        return {"runner": FlowRunContext.get().task_runner, "args": (config, data, profile, out)}
+    def grid_that_reports_its_runner(config, data, profile, out, generator=None):
+        return {"runner": FlowRunContext.get().task_runner, "args": (config, data, profile, out, generator)}
 
     monkeypatch.setattr(experiment_module, "experiment_grid", grid_that_reports_its_runner)
-    seen = experiment(config=str(CARDIO_SCHEMA), data="table.csv", profile=str(profile), out="runs/x")
+    seen = experiment(config=str(CARDIO_SCHEMA), data="table.csv", profile=str(profile), out="runs/x",
+                      generator="dpcgan")
     assert seen["runner"] == ProcessPoolTaskRunner(max_workers=3)
-    assert seen["args"] == (str(CARDIO_SCHEMA), "table.csv", str(profile), "runs/x")
+    assert seen["args"] == (str(CARDIO_SCHEMA), "table.csv", str(profile), "runs/x", "dpcgan")

@@ -83,7 +83,7 @@ def champion(name):
 def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_schema, store):
     import mlflow.pyfunc
 
-    from tasks.gan import sample_generator_file
+    from tasks.training import sample_generator_file
     from tasks.registry import RELEASE_TAG_KEYS
 
     result = register(release_run, cardio_schema, store, MODEL, "rel-1")

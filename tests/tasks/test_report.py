@@ -263,7 +263,7 @@ def test_epsilon_statement_in_both_documents(notes, internal, tmp_path, schema, 
         assert STATEMENT.covers in text and STATEMENT.internal_only in text
         for item in STATEMENT.does_not_cover:
             assert item in text
-        assert "post-processing of the differentially private generator" in text
+        assert "post-processing of the differentially private GS-WGAN generator" in text
         assert "KNN imputation" in text and "choice of the released checkpoint" in text
     assert "data:image" not in html_notes and "INTERNAL -" not in html_notes
 

@@ -11,7 +11,7 @@ import pytest
 from models.config import GanConfig, Profile, Setting
 from models.gswgan import subset_sizes
 from models.secret import PrivacySecret, store
-from tasks.gan import pretrain_stage
+from tasks.training import prepare_stage
 from tasks.preprocess import preprocess_stage
 from tasks.split import split_stage
 from tasks.validate import validate_stage
@@ -40,7 +40,7 @@ def _run(tmp_path, name: str, table: pd.DataFrame, cardio_schema) -> dict:
     validated = validate_stage(run_dir, CARDIO_SCHEMA, data)
     split = split_stage(run_dir, cardio_schema, validated["table"], PROFILE)
     prep = preprocess_stage(run_dir, cardio_schema, validated["table"], split["split"], PROFILE)
-    pre = pretrain_stage(run_dir, cardio_schema, validated["table"], prep["encoded"], prep["gan_rows"], PROFILE,
+    pre = prepare_stage(run_dir, cardio_schema, validated["table"], prep["encoded"], prep["gan_rows"], PROFILE,
                          PROFILE.settings[0])
     gan_rows = np.load(prep["gan_rows"])
     partition = np.load(pre["partition"])
