@@ -404,7 +404,7 @@ class DPAutoGANTrainer:
         self.opt_ae = torch.optim.Adam(self.autoencoder.parameters(), lr=cfg.lr_autoencoder, betas=(0.9, 0.999))
         self.opt_critic = torch.optim.RMSprop(self.critic.parameters(), lr=cfg.lr_critic, alpha=0.99)
         self.opt_g = torch.optim.RMSprop(self.generator.parameters(), lr=cfg.lr_generator, alpha=0.99)
-        from models.dpsgd_accountant import DPSGDAccountant   # here: sampling needs no Opacus
+        from models.dpsgd_accountant import DPSGDAccountant  # here: sampling needs no Opacus
 
         self.accountant = DPSGDAccountant(self.ae_rate, cfg.autoencoder_noise)
         self.step_index = 0  # autoencoder updates, then GAN steps

@@ -366,7 +366,7 @@ class DPCGANTrainer:
         else:
             self.opt_d = torch.optim.Adam(self.discriminator.parameters(), lr=config.lr_discriminator,
                                           betas=config.betas)
-        from models.dpsgd_accountant import DPSGDAccountant   # here: sampling needs no Opacus
+        from models.dpsgd_accountant import DPSGDAccountant  # here: sampling needs no Opacus
 
         self.accountant = DPSGDAccountant(self.sample_rate, config.noise_multiplier)
         self.iteration = 0

@@ -109,9 +109,8 @@ def lifetime_cost(costs: list[ReleaseCost]) -> LifetimeCost:
 def release_cost(profile: Profile, setting: Setting, trained_iterations: int, epsilon: float) -> ReleaseCost:
     """The cost of a release of `setting` trained to `trained_iterations`, whose whole-release epsilon
     (training with the DP choice, models/release_choice.py) is `epsilon`."""
-    from models.release_choice import choice_epsilon
-
     from models.generators import generator_for
+    from models.release_choice import choice_epsilon
 
     privacy = profile.privacy
     spent = choice_epsilon(privacy.choice_epsilon, privacy.approval_epsilon, profile.evaluation.min_release_auc)

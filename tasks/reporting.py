@@ -15,9 +15,9 @@ from models.generators import generator_for
 from models.membership import membership_report
 from models.privacy_statement import privacy_statement
 from models.schema import DatasetSchema
-from tasks.training import sample_generator_file
 from tasks.report import build_internal_report, build_release_notes
 from tasks.stage import read_json, run_stage, write_json
+from tasks.training import sample_generator_file
 
 
 def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | None = None) -> dict:

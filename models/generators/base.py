@@ -22,7 +22,6 @@ A generator type (one module per type beside this one, registered in `models/gen
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,13 @@ from models.secret import PrivacySecret
 # Every epsilon a generator reports, records or publishes is under this adjacency (GS-WGAN's accountant
 # is replace-one; the DP-SGD generators convert Opacus's add/remove-one analysis by group privacy).
 ADJACENCY = "replace one row"
+
+# What the two DP-SGD generators share: how their Opacus (add/remove-one) RDP becomes a replace-one
+# epsilon, and that no training row imputes another (a DP-SGD update bounds one row's gradient only).
+DPSGD_CONVERSION = ("classic at the add/remove-one delta d with (1 + e^eps) d <= delta, then group privacy over a "
+                    "removal and an addition: replace-one epsilon = 2 eps")
+DPSGD_ADJACENCY = f"{ADJACENCY} (group privacy of two add/remove-one steps)"
+NO_DONORS = "no row imputes another: a training row's gaps take the middle of their public range"
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,7 @@ class GeneratorType(ABC):
 
     def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int):
         """A replace-one per-row RDP curve of training (models/lifetime.py TrainingCurve), or None."""
-        return None
+        return
 
     def load(self, path: str | Path, sha256: str | None = None):
         from models.generators.samplers import load_sampler
@@ -164,6 +170,3 @@ def require_private(generator: GeneratorType, setting: Setting) -> None:
         raise ConfigError(f"Setting {setting.name!r}: {generator.label} trains only privately; the non-private "
                           "baseline is GS-WGAN's (generator: gswgan, private: false).")
 
-
-def finite(value: float) -> float:
-    return float(value) if math.isfinite(value) else math.inf

@@ -15,7 +15,9 @@ import torch
 from models.config import Profile, Setting
 from models.encoding import TableEncoder
 from models.generators.base import (
-    ADJACENCY,
+    DPSGD_ADJACENCY,
+    DPSGD_CONVERSION,
+    NO_DONORS,
     FitResult,
     GeneratorType,
     PrivacyFacts,
@@ -109,15 +111,14 @@ class DPAutoGAN(GeneratorType):
                        "clipped together), then the WGAN critic (each real row's pair gradient clipped)"),
             accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
                        "order (Lemma 1), one composition per private update",
-            conversion=("classic at the add/remove-one delta d with (1 + e^eps) d <= delta, then group privacy "
-                        "over a removal and an addition: replace-one epsilon = 2 eps"),
+            conversion=DPSGD_CONVERSION,
             sampling=(f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
                       f"and a critic batch with probability q3 = {c.critic_rate:g}, independently"),
-            adjacency=f"{ADJACENCY} (group privacy of two add/remove-one steps)",
+            adjacency=DPSGD_ADJACENCY,
             sanitised=("each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
                        "to the sum; the released decoder and generator read the data only through them; the "
                        "Poisson batches and the noise come from a secret drawn for the run"),
-            imputation="no row imputes another: a training row's gaps take the middle of their public range",
+            imputation=NO_DONORS,
             parameters={"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
                         "q3": c.critic_rate, "sigma3": c.critic_noise, "C3": c.critic_clip,
                         "updates_per_generator_step": c.critic_steps, "autoencoder_steps": c.autoencoder_steps})

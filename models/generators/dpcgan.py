@@ -15,7 +15,9 @@ from models.config import Profile, Setting
 from models.encoding import TableEncoder
 from models.errors import ConfigError
 from models.generators.base import (
-    ADJACENCY,
+    DPSGD_ADJACENCY,
+    DPSGD_CONVERSION,
+    NO_DONORS,
     FitResult,
     GeneratorType,
     PrivacyFacts,
@@ -91,17 +93,13 @@ class DPCGAN(GeneratorType):
                        "real and of the generated rows clipped separately to C, Gaussian noise on the real sum"),
             accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), one composition per "
                        "discriminator update",
-            conversion=("classic at the add/remove-one delta d with (1 + e^eps) d <= delta, then group privacy "
-                        "over a removal and an addition: replace-one epsilon = 2 eps"),
+            conversion=DPSGD_CONVERSION,
             sampling=f"each training row joins a discriminator batch independently with probability q = {c.sample_rate:g}",
-            adjacency=f"{ADJACENCY} (group privacy of two add/remove-one steps)",
+            adjacency=DPSGD_ADJACENCY,
             sanitised=("each discriminator update clips every real row's gradient to C and adds Gaussian noise "
                        "(noise multiplier sigma) to their sum; the generator reads only the discriminator "
                        "(post-processing); the Poisson batches and the noise come from a secret drawn for the run"),
-            imputation="no row imputes another: a training row's gaps take the middle of their public range",
+            imputation=NO_DONORS,
             parameters={"q": c.sample_rate, "sigma": c.noise_multiplier, "C": c.clip,
                         "label_prior": c.label_prior})
-
-    def donor_groups(self, n_rows, profile, setting, secret):
-        return None   # DP-SGD bounds one row's gradient only: a row may not reach another's values
 

@@ -14,7 +14,14 @@ from models.accountant import mechanism_name
 from models.config import Profile, Setting
 from models.encoding import TableEncoder
 from models.errors import ConfigError
-from models.generators.base import ADJACENCY, FitResult, GeneratorType, PrivacyFacts, TrainingJob, TrainingPlan
+from models.generators.base import (
+    ADJACENCY,
+    FitResult,
+    GeneratorType,
+    PrivacyFacts,
+    TrainingJob,
+    TrainingPlan,
+)
 
 
 def _budgeted(profile: Profile, setting: Setting):
@@ -70,8 +77,13 @@ class GSWGAN(GeneratorType):
 
     def prepare(self, job: TrainingJob, progress=None) -> tuple[dict, dict]:
         """Algorithm 1: pretrain K critics, each on its own subset."""
-        from models.gswgan import (kernels_in_use, make_partition, pretrain_critics, resolve_device,
-                                   subset_sizes)
+        from models.gswgan import (
+            kernels_in_use,
+            make_partition,
+            pretrain_critics,
+            resolve_device,
+            subset_sizes,
+        )
 
         prof, setting = job.profile, job.setting
         partition = make_partition(len(job.data), setting.discriminators, job.secret)

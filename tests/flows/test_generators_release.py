@@ -74,9 +74,8 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     # The pyfunc model samples what the bundle's generator samples, for this generator too.
     rows = mlflow.pyfunc.load_model(f"models:/cardio-{generator}@champion").predict(
         pd.DataFrame({"n_rows": [40], "seed": [3]}))
-    from tasks.training import sample_generator_file
-
     from models.schema import DatasetSchema
+    from tasks.training import sample_generator_file
 
     expected = sample_generator_file(out / "bundle" / "generator.pt", DatasetSchema.from_yaml(CARDIO_SCHEMA), 40, 3)
     pd.testing.assert_frame_equal(rows.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False)

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import GENERATORS, DPAutoGANSection, DPCGANSection, GanConfig, PrivacyConfig, Profile, Setting
+from models.config import (
+    GENERATORS,
+    DPAutoGANSection,
+    DPCGANSection,
+    GanConfig,
+    PrivacyConfig,
+    Profile,
+    Setting,
+)
 from models.dpsgd_accountant import DPSGDAccountant, Phase, replace_one_epsilon
 from models.errors import BudgetExceededError, ConfigError
 from models.generators import generator_for, get
@@ -95,7 +103,7 @@ def _fit(tmp_path, name: str, cardio_schema, demo_frame):
 @pytest.mark.parametrize("name", ["dpcgan", "dpautogan"])
 def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(tmp_path, name, cardio_schema,
                                                                                 demo_frame):
-    prof, plan, result, generator = _fit(tmp_path, name, cardio_schema, demo_frame)
+    _, plan, result, _ = _fit(tmp_path, name, cardio_schema, demo_frame)
     assert [e["iteration"] for e in result.ledger] == list(plan.iterations)
     # The trainer's own accountant, with one step per private update it actually ran:
     state = torch.load(tmp_path / "checkpoints" / "training_state.pt", weights_only=False)

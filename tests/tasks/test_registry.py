@@ -83,8 +83,8 @@ def champion(name):
 def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_schema, store):
     import mlflow.pyfunc
 
-    from tasks.training import sample_generator_file
     from tasks.registry import RELEASE_TAG_KEYS
+    from tasks.training import sample_generator_file
 
     result = register(release_run, cardio_schema, store, MODEL, "rel-1")
     assert result["version"] == 1 and result["model_uri"] == f"models:/{MODEL}/1" and not result["reused"]

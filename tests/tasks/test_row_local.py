@@ -11,9 +11,9 @@ import pytest
 from models.config import GanConfig, Profile, Setting
 from models.gswgan import subset_sizes
 from models.secret import PrivacySecret, store
-from tasks.training import prepare_stage
 from tasks.preprocess import preprocess_stage
 from tasks.split import split_stage
+from tasks.training import prepare_stage
 from tasks.validate import validate_stage
 from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
 
