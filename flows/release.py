@@ -155,7 +155,7 @@ def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> P
     # The ledger's epsilon is replace-one for every generator (a DP-SGD checkpoint file records Opacus's
     # add/remove-one figure, never published); the file says which generator wrote it, for sampling.
     blob = {k: v for k, v in blob.items() if k not in ("epsilon", "adjacency")}
-    blob.update({"generator_type": chain["generator"], "epsilon": decision.epsilon,
+    blob.update({"generator_type": chain["generator"], "iteration": decision.iteration, "epsilon": decision.epsilon,
                  "epsilon_training_at_checkpoint": entry["epsilon"],
                  "epsilon_training": decision.epsilon_training, "epsilon_choice": decision.epsilon_choice})
     target = ctx.run_dir / "release" / "generator.pt"

@@ -48,6 +48,7 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     client = MlflowClient()
     champion = client.get_model_version_by_alias(f"cardio-{generator}", "champion")
     assert champion.tags["generator"] == generator and float(champion.tags["epsilon"]) == summary["epsilon"]
+    assert champion.tags["iteration"] == str(summary["iteration"])
     assert "K" not in champion.tags and "discriminator_draw" not in champion.tags
     statement = privacy_statement(profile, setting, release=True)
     assert get(generator).label in statement.covers and statement.covers in champion.description
