@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -169,3 +170,40 @@ def test_two_releases_of_the_same_table_at_once_both_publish_and_both_count(isol
     ids = sorted(json.loads(out.strip().splitlines()[-1])["release_id"] for out, _ in outputs)
     assert ids[0] != ids[1] and len(_versions()) == 2
     assert sorted((e.release_id, e.status) for e in ledger_entries("cardio")) == [(i, "published") for i in ids]
+
+
+@pytest.mark.parametrize("generator, failing_file", [("dpcgan", "generator_000040"), ("dpautogan", "release_000030")])
+def test_a_dp_sgd_release_stopped_inside_training_resumes_to_the_uninterrupted_result(
+        isolated_workdir, demo_csv, capfd, monkeypatch, generator, failing_file):
+    """The other generators resume as GS-WGAN does: the same secret streams replay the updates after the
+    last intact checkpoint, so the release equals one that was never stopped, and counts once."""
+    real_save = torch.save
+
+    def disk_fills(obj, f, *args, **kwargs):
+        if Path(str(f)).name.startswith(failing_file):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        return real_save(obj, f, *args, **kwargs)
+
+    argv = _argv(demo_csv, "--generator", generator, "--json")
+    monkeypatch.setattr(torch, "save", disk_fills)
+    assert main(argv) == 7
+    assert "No space left on device" in capfd.readouterr().err
+    (run,) = (isolated_workdir / "runs" / "release").iterdir()
+    reference = isolated_workdir.parent / "reference"
+    shutil.copytree(run, reference)               # the same run (record, secret), trained from scratch
+    shutil.rmtree(reference / "train-k10")
+    monkeypatch.setattr(torch, "save", real_save)
+    assert main(argv) == 0
+    resumed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert main(argv[:-1] + ["--out", str(reference), "--json"]) == 0
+    whole = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    for key in ("iteration", "epsilon", "auc", "release_id"):
+        assert resumed[key] == whole[key], key
+    a = torch.load(run / "bundle" / "generator.pt", weights_only=True)
+    b = torch.load(reference / "bundle" / "generator.pt", weights_only=True)
+    weights = "state_dict" if generator == "dpcgan" else "generator"
+    assert all(torch.equal(a[weights][k], b[weights][k]) for k in a[weights])
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "bundle" / "synthetic.parquet"),
+                                  pd.read_parquet(reference / "bundle" / "synthetic.parquet"))
+    # (The reference is the same release, by id: the ledger holds it once.)
+    assert [(e.release_id, e.status) for e in ledger_entries("cardio")] == [(resumed["release_id"], "published")]
