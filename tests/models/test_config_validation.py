@@ -30,6 +30,8 @@ SHIPPED_HASHES = {
     "thesis-k1500": "2fd20f69bfe382a2c7c4b9e10c2178a1d6c02ee728b3ced1786124e8d3e2ada3",
     "thesis": "4d88d11d93f16bcdbe1a150c78cda0d2f71ff1973317efb7aa02f383f0e384f3",
     "compare": "385fc11ec6e00ded1f289e1e630ba27cb82883e8bdf29850176d1ac9a7a4f821",
+    "eps1": "a378949412e8f04bb829dacdbcbc2f9811308f5cd73e24d6acc6e3d667cbfd69",
+    "eps3": "cb8e39da02a287f3244e48bccdd72405b63b79c688e1fb96abf754dfb52fd55d",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
