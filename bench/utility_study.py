@@ -65,7 +65,20 @@ def measure(schema: DatasetSchema, run: Path) -> dict:
             "spearman_mad_continuous": continuous_spearman_mad(schema, real, synthetic),
             "spearman_mad_all": spearman_mad(real_rho, synth_rho),
             "mean_tvd": float(tvd_by_feature(schema, real, synthetic).mean()),
-            "mean_wasserstein": float(wasserstein_by_feature(schema, real, synthetic).mean())}
+            "mean_wasserstein": float(wasserstein_by_feature(schema, real, synthetic).mean()),
+            "levels_lost": lost_levels(schema, real, synthetic)}
+
+
+def lost_levels(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.DataFrame, floor: float = 0.01) -> str:
+    """Levels with at least `floor` share among the real rows that the synthetic table lacks."""
+    lost = []
+    for column in schema.columns:
+        if column.is_continuous:
+            continue
+        shares = real[column.name].value_counts(normalize=True)
+        present = set(synthetic[column.name].unique())
+        lost += [f"{column.name}={level}" for level, share in shares.items() if share >= floor and level not in present]
+    return ", ".join(lost) or "none"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--config", default=DEFAULT_CONFIG)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shape", choices=("plain", "hard"), default="plain",
+                   help="hard: most values at 0 in columns bounded below by 0, long-tailed level shares, a "
+                        "25/75 target that depends on them (models.demo.DemoShape)")
     return parser
 
 
@@ -291,7 +294,7 @@ def cmd_sample(args) -> None:
 
 
 def cmd_demo_data(args) -> None:
-    from models.demo import make_demo_table
+    from models.demo import SHAPES, make_demo_table
     from models.errors import ConfigError
     from models.schema import DatasetSchema
     from tasks.table_io import write_table
@@ -299,7 +302,8 @@ def cmd_demo_data(args) -> None:
     if args.rows < 1:
         raise ConfigError("--rows must be at least 1.")
     schema = DatasetSchema.from_yaml(args.config)
-    path = write_table(make_demo_table(schema, args.rows, args.seed), args.out, separator=schema.separator)
+    table = make_demo_table(schema, args.rows, args.seed, SHAPES[args.shape])
+    path = write_table(table, args.out, separator=schema.separator)
     print(f"wrote {args.rows} demo rows (made by code, no real data) to {path}")
 
 

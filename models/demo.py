@@ -8,6 +8,8 @@ a logistic model, so that a classifier trained on the table learns something (AU
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -22,17 +24,42 @@ _CONTINUOUS_WEIGHTS = (1.4, -1.0, 0.7)
 _DISCRETE_WEIGHTS = (0.8, -0.5)
 
 
+@dataclass(frozen=True)
+class DemoShape:
+    """How a generated table departs from the plain demo, for utility studies on a harder table. Rules
+    read the schema only (no column is named here), so a shape applies to any schema:
+
+    * `at_zero`: every continuous column whose lower bound is 0 holds exactly 0 in this share of rows,
+      and a long (exponential) tail above it elsewhere: "most values at one bound";
+    * `zipf`: level shares fall as 1 / k^zipf, so a wide categorical column has many rare levels;
+    * `target_share`: the target's second level in about this share of rows (the logistic model's
+      intercept is set to hit it);
+    * the target also depends on whether a heavy-tailed column is above 0 and on the level of the
+      widest categorical column (effects fixed by the seed): dependencies a generator must keep.
+    """
+
+    at_zero: float = 0.9
+    zipf: float = 1.1
+    target_share: float = 0.25
+
+
+SHAPES = {"plain": None, "hard": DemoShape()}
+
+
 def level_probabilities(column: Column) -> np.ndarray:
     """Fixed, decreasing probabilities of a discrete column's levels (1/(k+1), normalised)."""
     weights = 1.0 / np.arange(1, len(column.levels) + 1)
     return weights / weights.sum()
 
 
-def make_demo_table(schema: DatasetSchema, n_rows: int, seed: int = 0) -> pd.DataFrame:
+def make_demo_table(schema: DatasetSchema, n_rows: int, seed: int = 0, shape: DemoShape | None = None) -> pd.DataFrame:
     """A schema-conformant synthetic table of `n_rows` rows, the same for the same `seed`.
 
     Columns come in schema order, preceded by the id column (0..n_rows-1) when the schema declares one.
+    `shape` makes a harder table (`DemoShape`); None keeps the plain demo, unchanged.
     """
+    if shape is not None:
+        return _shaped_table(schema, n_rows, seed, shape)
     if n_rows < 1:
         raise ValueError("n_rows must be at least 1")
     rng = np.random.default_rng(seed)
@@ -91,3 +118,63 @@ def _level_values(column: Column, codes: np.ndarray) -> np.ndarray:
            for v in column.levels):
         return values.astype(np.float64)
     return values
+
+
+def _shaped_table(schema: DatasetSchema, n_rows: int, seed: int, shape: DemoShape) -> pd.DataFrame:
+    if n_rows < 1:
+        raise ValueError("n_rows must be at least 1")
+    rng = np.random.default_rng(seed)
+    shared = rng.standard_normal(n_rows)
+    data: dict[str, np.ndarray] = {}
+    logit = np.zeros(n_rows)
+    features = [c for c in schema.columns if c.name != schema.target]
+    widest = max((c for c in features if not c.is_continuous), key=lambda c: len(c.levels), default=None)
+    weights = iter(_CONTINUOUS_WEIGHTS * 4)
+    for column in features:
+        if column.is_continuous:
+            z = _LOADING * shared + np.sqrt(1 - _LOADING**2) * rng.standard_normal(n_rows)
+            low, high = column.bounds
+            if low == 0:
+                # Mostly exactly 0; otherwise a long tail (exponential, a tenth of the range on average).
+                above = rng.random(n_rows) >= shape.at_zero
+                tail = np.minimum(rng.exponential(0.1 * (high - low), n_rows), high)
+                values = np.where(above, tail, 0.0)
+                data[column.name] = _on_grid(column, values)
+                logit += 1.5 * (above - above.mean())
+            else:
+                data[column.name] = _continuous_values(column, z)
+                logit += next(weights) * z
+        else:
+            shares = 1.0 / np.arange(1, len(column.levels) + 1) ** shape.zipf
+            codes = rng.choice(len(column.levels), size=n_rows, p=shares / shares.sum())
+            data[column.name] = _level_values(column, codes)
+            if column is widest:
+                effects = rng.normal(0.0, 1.0, len(column.levels))
+                logit += effects[codes] - effects[codes].mean()
+            else:
+                logit += 0.5 * ((codes > 0) - (codes > 0).mean())
+    target = schema.column(schema.target)
+    positive = rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(logit + _intercept(logit, shape.target_share))))
+    data[schema.target] = _level_values(target, positive.astype(int))
+    frame = pd.DataFrame({name: data[name] for name in schema.column_names})
+    if schema.id_column:
+        frame.insert(0, schema.id_column, np.arange(n_rows, dtype=np.int64))
+    return frame
+
+
+def _intercept(logit: np.ndarray, share: float) -> float:
+    """The intercept b with mean(sigmoid(logit + b)) = share (bisection: the mean is increasing in b)."""
+    low, high = -30.0, 30.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if np.mean(1.0 / (1.0 + np.exp(-(logit + mid)))) < share:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def _on_grid(column: Column, values: np.ndarray) -> np.ndarray:
+    low, high = column.bounds
+    values = np.clip(np.round(values, column.decimals), low, high)
+    return values.astype(np.int64) if column.decimals <= 0 else values

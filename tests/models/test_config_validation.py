@@ -32,6 +32,7 @@ SHIPPED_HASHES = {
     "compare": "385fc11ec6e00ded1f289e1e630ba27cb82883e8bdf29850176d1ac9a7a4f821",
     "eps1": "a378949412e8f04bb829dacdbcbc2f9811308f5cd73e24d6acc6e3d667cbfd69",
     "eps3": "cb8e39da02a287f3244e48bccdd72405b63b79c688e1fb96abf754dfb52fd55d",
+    "census-eps3": "b5ab6bbd79b14e0faa44e5d1fb64ad7a26486f907c4b6af4f30129f1bb9a7bbe",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
