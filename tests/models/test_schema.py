@@ -79,13 +79,13 @@ def test_bad_profiles_are_config_errors(tmp_path, text, message):
 
 @pytest.mark.parametrize("path", sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_profile_loads_and_names_its_release_setting(path):
-    from models.gswgan import planned_iterations
+    from models.generators import generator_for
 
     profile = load_profile(path.stem, CARDIO_SCHEMA)
     assert profile.name == path.stem
     if len(profile.settings) == 1 or profile.release_setting:
         setting = profile.release_target()
-        last, eps = planned_iterations(profile.gan, profile.privacy, setting)
-        assert last % profile.gan.checkpoint_every == 0
-        if profile.privacy.epsilon_budget is not None and setting.private:
-            assert eps[-1] <= profile.privacy.epsilon_budget
+        plan = generator_for(profile, setting).plan(profile, setting)   # its own generator's accountant
+        assert plan.iterations[0] == 0 and plan.last == plan.iterations[-1]
+        if profile.budget_for(setting) is not None and setting.private:
+            assert plan.epsilon <= profile.budget_for(setting)
