@@ -240,7 +240,7 @@ def epsilon_of_profile(args) -> None:
     and the whole release's epsilon (with the DP choice), from the one accountant of each generator."""
     from models.config import load_profile
     from models.generators import generator_for
-    from tasks.decision import whole_release_epsilon
+    from models.release_choice import whole_release_epsilon
 
     prof = load_profile(args.profile, args.config)
     if args.generator:

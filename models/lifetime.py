@@ -110,10 +110,10 @@ def release_cost(profile: Profile, setting: Setting, trained_iterations: int, ep
     """The cost of a release of `setting` trained to `trained_iterations`, whose whole-release epsilon
     (training with the DP choice, models/release_choice.py) is `epsilon`."""
     from models.generators import generator_for
-    from models.release_choice import choice_epsilon
+    from models.release_choice import decision_epsilon
 
     privacy = profile.privacy
-    spent = choice_epsilon(privacy.choice_epsilon, privacy.approval_epsilon, profile.evaluation.min_release_auc)
+    spent = decision_epsilon(profile)
     if not setting.private:
         return ReleaseCost(math.inf, privacy.delta)
     # Only a replace-one curve may be added to other releases' (GS-WGAN's); a generator without one
@@ -126,10 +126,7 @@ def planned_release_cost(profile: Profile, setting: Setting) -> ReleaseCost:
     """The most a release of `setting` can cost: training to the last checkpoint its budget allows, and
     the DP choice (what the budget checks before any work)."""
     from models.generators import generator_for
-    from models.release_choice import choice_epsilon, release_epsilon
+    from models.release_choice import whole_release_epsilon
 
     plan = generator_for(profile, setting).plan(profile, setting)
-    privacy = profile.privacy
-    spent = choice_epsilon(privacy.choice_epsilon, privacy.approval_epsilon, profile.evaluation.min_release_auc)
-    total, _ = release_epsilon(plan.epsilon, spent, profile.protocol == "honest")
-    return release_cost(profile, setting, plan.last, total)
+    return release_cost(profile, setting, plan.last, whole_release_epsilon(profile, plan.epsilon))

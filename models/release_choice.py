@@ -78,6 +78,17 @@ def release_epsilon(epsilon_training: float, epsilon_choice: float, disjoint: bo
     return float(epsilon_training) + float(epsilon_choice), "sequential (the generator trained on validation rows)"
 
 
+def decision_epsilon(profile) -> float:
+    """What a `models.config.Profile`'s DP choice (and approval, if any) spends on the validation rows."""
+    p = profile.privacy
+    return choice_epsilon(p.choice_epsilon, p.approval_epsilon, profile.evaluation.min_release_auc)
+
+
+def whole_release_epsilon(profile, training_epsilon: float) -> float:
+    """The whole release's epsilon under `profile` when training costs `training_epsilon`."""
+    return release_epsilon(training_epsilon, decision_epsilon(profile), profile.protocol == "honest")[0]
+
+
 def check_release_budget(epsilon_training_last: float, epsilon_choice: float, disjoint: bool,
                          budget: float | None) -> float:
     """The planned release epsilon; raises `BudgetExceededError` when it is above the budget."""

@@ -23,7 +23,7 @@ from models.config import Profile, Setting
 from models.errors import BudgetExceededError, ConfigError
 from models.generators import generator_for
 from models.generators.base import TrainingPlan
-from models.release_choice import ReleaseDecision, check_release_budget, choice_epsilon, decide_release
+from models.release_choice import ReleaseDecision, check_release_budget, decide_release, decision_epsilon
 from models.schema import DatasetSchema
 
 
@@ -36,18 +36,6 @@ def refuse_uncovered(profile: Profile, setting: Setting) -> None:
         raise ConfigError(
             f"Profile {profile.name!r} uses protocol {profile.protocol!r}: its KNN imputation over all rows is not "
             "covered by epsilon, so a release refuses it. Use protocol: honest, or run it as an experiment.")
-
-
-def decision_epsilon(profile: Profile) -> float:
-    """What the DP choice (and approval, if any) spends on the validation rows."""
-    p = profile.privacy
-    return choice_epsilon(p.choice_epsilon, p.approval_epsilon, profile.evaluation.min_release_auc)
-
-
-def whole_release_epsilon(profile: Profile, training_epsilon: float) -> float:
-    from models.release_choice import release_epsilon
-
-    return release_epsilon(training_epsilon, decision_epsilon(profile), profile.protocol == "honest")[0]
 
 
 def planned_cost(profile: Profile, setting: Setting, release: bool,

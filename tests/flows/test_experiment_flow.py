@@ -97,7 +97,7 @@ def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_cs
     DP choice), each setting's checkpoint chosen as a release would choose it."""
     from models.config import load_profile
     from models.generators import generator_for
-    from tasks.decision import whole_release_epsilon
+    from models.release_choice import whole_release_epsilon
 
     profile = load_profile("compare", CARDIO_SCHEMA)
     assert profile.evaluation.experiment_choice == "dp"
