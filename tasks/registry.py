@@ -48,7 +48,7 @@ from models.pyfunc import (
 from models.schema import DatasetSchema
 from tasks.private_files import restrict_tree
 from tasks.table_io import PARQUET_SUFFIXES, write_table
-from tasks.tracking import tracking_uri
+from tasks.tracking import local_store_lock, tracking_uri
 
 CHAMPION = "champion"
 MODEL_ARTIFACT = "synthetic-table-model"
@@ -248,30 +248,32 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
     check_budget(float(epsilon), epsilon_budget)
 
     client = _client()
-    version = find_release_version(client, model_name, release_id)
-    reused = version is not None
-    if version is None:
-        version_tags = {k: str(v) for k, v in tags.items() if v is not None}
-        version_tags.update({
-            "epsilon": _epsilon_text(epsilon),
-            "private": str(not math.isinf(epsilon)).lower(),
-            "epsilon_budget": "none" if epsilon_budget is None else repr(float(epsilon_budget)),
-            "iteration": str(recorded.get("iteration", "")),
-            "mlflow_run_id": run_id,
-        })
-        version_tags.setdefault("delta", repr(recorded.get("delta")))
-        version_tags.setdefault("code_version", code_version())
-        model_uri = log_release_model(run_id, generator_file, schema_path,
-                                      metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]})
-        version = mlflow.register_model(model_uri, model_name, tags=version_tags)
-        if description:
-            client.update_model_version(model_name, version.version, description=description)
-        registered = client.get_registered_model(model_name)
-        if not registered.description:
-            client.update_registered_model(
-                model_name, description="Differentially private synthetic-table generators. Sample "
-                "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).")
-    client.set_registered_model_alias(model_name, CHAMPION, version.version)
+    # Two releases of one table registering at once on a local store: one at a time (see the lock).
+    with local_store_lock():
+        version = find_release_version(client, model_name, release_id)
+        reused = version is not None
+        if version is None:
+            version_tags = {k: str(v) for k, v in tags.items() if v is not None}
+            version_tags.update({
+                "epsilon": _epsilon_text(epsilon),
+                "private": str(not math.isinf(epsilon)).lower(),
+                "epsilon_budget": "none" if epsilon_budget is None else repr(float(epsilon_budget)),
+                "iteration": str(recorded.get("iteration", "")),
+                "mlflow_run_id": run_id,
+            })
+            version_tags.setdefault("delta", repr(recorded.get("delta")))
+            version_tags.setdefault("code_version", code_version())
+            model_uri = log_release_model(run_id, generator_file, schema_path,
+                                          metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]})
+            version = mlflow.register_model(model_uri, model_name, tags=version_tags)
+            if description:
+                client.update_model_version(model_name, version.version, description=description)
+            registered = client.get_registered_model(model_name)
+            if not registered.description:
+                client.update_registered_model(
+                    model_name, description="Differentially private synthetic-table generators. Sample "
+                    "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).")
+        client.set_registered_model_alias(model_name, CHAMPION, version.version)
     client.set_tag(run_id, "dpsynth.model_version", f"{model_name}/{version.version}")
     return {"model_uri": f"models:/{model_name}/{version.version}", "version": int(version.version),
             "model_name": model_name, "alias_uri": f"models:/{model_name}@{CHAMPION}", "reused": reused}

@@ -40,11 +40,13 @@ def local_store_paths() -> list[Path]:
 
 
 @contextlib.contextmanager
-def _store_creation_lock():
-    """Hold an exclusive lock beside a local SQLite store while a client first opens it or creates an
-    experiment: MLflow creates and migrates the schema on first use, and two releases starting at once
-    on a new store would otherwise both migrate it (one fails: "Online migration expected to match one
-    row") or both create the experiment."""
+def local_store_lock():
+    """Hold an exclusive lock beside a local SQLite store while a client first opens it, creates an
+    experiment or registers a release: MLflow creates and migrates the schema on first use, and two
+    releases at once on one store would otherwise both migrate it (one fails: "Online migration expected
+    to match one row"), both create the experiment, or both create the registered model or move its
+    alias (one fails: "UNIQUE constraint failed: registered_model_aliases"). A server store serialises
+    these itself."""
     uri = tracking_uri()
     if not uri.startswith("sqlite:///"):
         yield
@@ -68,7 +70,7 @@ def check_store(timeout_seconds: int = 10) -> None:
     uri = tracking_uri()
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds)}
     try:
-        with environment(quick), _store_creation_lock():
+        with environment(quick), local_store_lock():
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:   # noqa: BLE001 - any failure means the store cannot be used
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
@@ -91,7 +93,7 @@ def use_experiment(name: str) -> str:
     if tracking_uri().startswith("sqlite:"):
         location = (Path.cwd() / DEFAULT_ARTIFACTS).as_uri()
     # Under the lock: two releases starting at once must not both create the experiment.
-    with _store_creation_lock():
+    with local_store_lock():
         existing = client.get_experiment_by_name(name)
         if existing is not None:
             return existing.experiment_id
