@@ -141,6 +141,7 @@ class DPAutoGANSection:
     critic_hidden: tuple[int, ...] = (64, 32)
     critic_space: str = "data"
     head: str = "typed"
+    level_decoding: str = "sample"
     lr_autoencoder: float = 0.005
     lr_critic: float = 0.005
     lr_generator: float = 0.005
@@ -491,9 +492,17 @@ class DPAutoGANSpec(BaseModel):
     critic_hidden: Hidden
     critic_space: Literal["data", "latent"]
     head: Literal["tanh", "typed"]
+    level_decoding: Literal["argmax", "sample"]
     lr_autoencoder: Rate
     lr_critic: Rate
     lr_generator: Rate
+
+    @field_validator("level_decoding")
+    @classmethod
+    def _needs_softmax(cls, decoding: str, info: ValidationInfo) -> str:
+        if decoding == "sample" and info.data.get("head") not in (None, "typed"):
+            raise ValueError("sample needs head: typed (its softmax gives each one-hot group's level probabilities)")
+        return decoding
 
     @field_validator("checkpoint_every")
     @classmethod

@@ -56,7 +56,10 @@ What this module implements, and where it differs.
   either phase resumes from its newest intact state and ends bit for bit where an uninterrupted run
   would (the replayed updates redraw the same secret batches and noise: nothing is queried twice with
   fresh randomness).
-* `sample_encoded(decoder, generator, n, seed)`: z ~ N(0, I) -> G -> De -> rows in [-1, 1].
+* `sample_encoded(decoder, generator, n, seed, level_decoding=...)`: z ~ N(0, I) -> G -> De -> rows in
+  [-1, 1]; with "sample" (`dpautogan.level_decoding`, the default) each discrete column then gets a
+  level drawn from the decoder's probabilities (a one-hot group's softmax, a binary column's (x + 1) /
+  2), so a rare level keeps its share instead of losing every argmax. Post-processing: no privacy cost.
 
 Randomness. Poisson batches ("dpautogan-sampling") and noise ("dpautogan-noise") come from the run's
 `PrivacySecret` (models/secret.py); initialisation and the generator's z from the profile seed.
@@ -94,13 +97,17 @@ from torch.nn import functional as F
 from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
 from models.dpcgan import clipped_sum
 from models.errors import ConfigError
-from models.networks import LEAKY_SLOPE, OutputHead, init_generator_
+from models.networks import LEAKY_SLOPE, OutputHead, binary_columns, init_generator_, one_hot_groups
 from models.secret import PrivacySecret
 
 STATE_FILE = "training_state.pt"
 LEDGER_FILE = "ledger.json"
 HEADS = ("tanh", "typed")
 CRITIC_SPACES = ("data", "latent")
+# How a sampled row's discrete columns become levels: the decoder's most likely level, or a level drawn
+# from the decoder's probabilities. Argmax loses every level that is never the most likely one for any
+# latent (rare levels of a wide column); drawing keeps each level at the share the decoder gives it.
+LEVEL_DECODINGS = ("argmax", "sample")
 ADJACENCY = "add/remove-one"
 # Keeps BCE's logarithms finite where a Tanh or softmax output saturates at exactly 0 or 1.
 _PROB_EPS = 1e-6
@@ -278,6 +285,7 @@ class DPAutoGANConfig:
     critic_hidden: tuple[int, ...] = (70, 35)
     critic_space: str = "data"
     head: str = "typed"
+    level_decoding: str = "sample"
     lr_autoencoder: float = 0.005
     lr_critic: float = 0.005
     lr_generator: float = 0.005
@@ -305,6 +313,7 @@ class DPAutoGANConfig:
                 raise ConfigError(f"dpautogan.{name} must be in (0, 1], got {value!r}")
         if self.head not in HEADS:
             raise ConfigError(f"dpautogan.head must be one of {', '.join(HEADS)}, got {self.head!r}")
+        check_level_decoding(self.level_decoding, self.head)
         if self.critic_space not in CRITIC_SPACES:
             raise ConfigError(f"dpautogan.critic_space must be one of {', '.join(CRITIC_SPACES)}, "
                               f"got {self.critic_space!r}")
@@ -317,6 +326,15 @@ class DPAutoGANConfig:
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def check_level_decoding(level_decoding: str, head: str) -> None:
+    if level_decoding not in LEVEL_DECODINGS:
+        raise ConfigError(f"dpautogan.level_decoding must be one of {', '.join(LEVEL_DECODINGS)}, "
+                          f"got {level_decoding!r}")
+    if level_decoding == "sample" and head != "typed":
+        raise ConfigError("dpautogan.level_decoding: sample needs head: typed (its softmax gives each one-hot "
+                          "group's level probabilities)")
 
 
 def _require_int(name: str, value, least: int) -> None:
@@ -335,6 +353,8 @@ class ReleaseSpec:
     generator_hidden: tuple[int, ...]
     head: str
     groups: tuple[tuple[int, int, str], ...]
+    # Files written before the option existed decoded by argmax.
+    level_decoding: str = "argmax"
 
     def build(self) -> tuple[Decoder, LatentGenerator]:
         return (Decoder(self.latent_dim, self.decoder_hidden, self.width, self.head, self.groups),
@@ -349,7 +369,8 @@ class ReleaseSpec:
     @classmethod
     def from_dict(cls, d: dict) -> ReleaseSpec:
         return cls(int(d["width"]), int(d["latent_dim"]), int(d["z_dim"]), tuple(d["decoder_hidden"]),
-                   tuple(d["generator_hidden"]), d["head"], tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]))
+                   tuple(d["generator_hidden"]), d["head"], tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]),
+                   d.get("level_decoding", "argmax"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -390,7 +411,7 @@ class DPAutoGANTrainer:
         self.ae_divisor = cfg.autoencoder_batch if cfg.autoencoder_rate is None else self.ae_rate * n
         self.critic_divisor = cfg.critic_batch if cfg.critic_rate is None else self.critic_rate * n
         self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
-                                _check_groups(groups, width))
+                                _check_groups(groups, width), cfg.level_decoding)
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(int(seed))
@@ -572,19 +593,48 @@ def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, 
 
 
 def sample_encoded(decoder: Decoder, generator: LatentGenerator, n_rows: int, seed: int,
-                   batch: int = 8192) -> np.ndarray:
-    """n encoded rows in [-1, 1]: z ~ N(0, I) from `seed` -> generator -> decoder."""
+                   batch: int = 8192, level_decoding: str = "argmax") -> np.ndarray:
+    """n encoded rows in [-1, 1]: z ~ N(0, I) from `seed` -> generator -> decoder; with `level_decoding`
+    "sample", each discrete column then gets a level drawn from the decoder's probabilities (uniforms
+    from the same stream, after each batch's z; see `draw_levels`)."""
+    check_level_decoding(level_decoding, decoder.head.kind)
     rng = torch.Generator().manual_seed(int(seed))
+    groups = one_hot_groups(decoder.head.groups) if level_decoding == "sample" else []
+    binary = binary_columns(decoder.head.groups) if level_decoding == "sample" else []
     parts = []
     with torch.no_grad():
         for start in range(0, n_rows, batch):
             z = torch.randn(min(batch, n_rows - start), generator.z_dim, generator=rng)
-            parts.append(decoder(generator(z)).numpy())
+            rows = decoder(generator(z))
+            if groups or binary:
+                uniforms = torch.rand(rows.shape[0], len(groups) + len(binary), generator=rng)
+                rows = draw_levels(rows, groups, binary, uniforms)
+            parts.append(rows.numpy())
     width = decoder.body[-1].out_features
     return np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.float32)
 
 
+def draw_levels(rows: torch.Tensor, groups, binary, uniforms: torch.Tensor) -> torch.Tensor:
+    """Rows whose discrete columns are replaced by +-1 draws from the decoder's probabilities, one uniform
+    per row and column (the groups' first, then the binary columns'). A one-hot group (a softmax mapped
+    to [-1, 1]) gets level k where its cumulative probability first exceeds the uniform; a binary column
+    x (trained by cross entropy on (x + 1) / 2) is +1 with probability (x + 1) / 2."""
+    out = rows.clone()
+    for g, (start, stop) in enumerate(groups):
+        cumulative = torch.cumsum((rows[:, start:stop] + 1.0) * 0.5, dim=1)
+        # Scaled by the row's total so rounding never leaves a uniform above the last level's sum.
+        threshold = uniforms[:, g:g + 1] * cumulative[:, -1:]
+        level = (cumulative <= threshold).sum(dim=1).clamp(max=stop - start - 1)
+        block = torch.full_like(rows[:, start:stop], -1.0)
+        block[torch.arange(rows.shape[0]), level] = 1.0
+        out[:, start:stop] = block
+    for b, column in enumerate(binary):
+        positive = uniforms[:, len(groups) + b] < (rows[:, column] + 1.0) * 0.5
+        out[:, column] = torch.where(positive, 1.0, -1.0)
+    return out
+
+
 __all__ = ["Autoencoder", "Critic", "DPAutoGANConfig", "DPAutoGANTrainer", "Decoder", "LatentGenerator",
            "ReleaseSpec", "SanitizedGradient", "TrainingResult", "UpdateInfo", "autoencoder_per_example",
-           "critic_per_pair", "load_release", "poisson_batch", "reconstruction_loss", "sample_encoded",
+           "critic_per_pair", "draw_levels", "load_release", "poisson_batch", "reconstruction_loss", "sample_encoded",
            "sanitize"]

@@ -39,7 +39,8 @@ def trainer_config(profile: Profile):
         critic_steps=c.critic_steps, generator_steps=c.generator_steps, generator_batch=c.generator_batch,
         checkpoint_every=c.checkpoint_every, latent_dim=c.latent_dim, z_dim=c.z_dim, encoder_hidden=c.encoder_hidden,
         decoder_hidden=c.decoder_hidden, generator_hidden=c.generator_hidden, critic_hidden=c.critic_hidden,
-        critic_space=c.critic_space, head=c.head, lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
+        critic_space=c.critic_space, head=c.head, level_decoding=c.level_decoding,
+        lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
         lr_generator=c.lr_generator, delta=profile.privacy.delta)
 
 

@@ -70,11 +70,13 @@ class DPAutoGANSampler:
         self.decoder.eval()
         self.generator.eval()
         self.width = spec.width
+        self.level_decoding = spec.level_decoding
 
     def sample(self, n_rows: int, seed: int) -> np.ndarray:
         from models.dpautogan import sample_encoded
 
-        return sample_encoded(self.decoder, self.generator, n_rows, seed, batch=BATCH)
+        return sample_encoded(self.decoder, self.generator, n_rows, seed, batch=BATCH,
+                              level_decoding=self.level_decoding)
 
 
 SAMPLERS = {"gswgan": GSWGANSampler, "dpcgan": DPCGANSampler, "dpautogan": DPAutoGANSampler}

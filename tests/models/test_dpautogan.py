@@ -4,6 +4,8 @@ Tiny tables, one thread."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -15,8 +17,12 @@ from models.dpautogan import (
     Critic,
     DPAutoGANConfig,
     DPAutoGANTrainer,
+    Decoder,
+    LatentGenerator,
+    ReleaseSpec,
     autoencoder_per_example,
     critic_per_pair,
+    draw_levels,
     load_release,
     reconstruction_loss,
     sample_encoded,
@@ -297,6 +303,59 @@ def test_sampled_rows_are_in_range_with_valid_one_hot_groups(tmp_path, test_secr
     np.testing.assert_allclose(((rows[:, 2:5] + 1) / 2).sum(1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(rows, sample_encoded(decoder, generator, 300, seed=1))
     assert sample_encoded(decoder, generator, 0, seed=1).shape == (0, WIDTH)
+
+
+def _fixed_decoder(level_logits, binary_logit: float) -> tuple[Decoder, LatentGenerator]:
+    """A decoder whose discrete columns have the same probabilities for every latent."""
+    decoder, generator = ReleaseSpec(WIDTH, 3, 4, (8,), (8,), "typed", tuple(GROUPS)).build()
+    with torch.no_grad():
+        last = decoder.body[-1]
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.0, binary_logit, *level_logits]))
+    return decoder.eval(), generator.eval()
+
+
+def test_sampled_level_decoding_keeps_a_level_that_argmax_never_emits():
+    probs = torch.tensor([0.90, 0.08, 0.02])
+    decoder, generator = _fixed_decoder(probs.log().tolist(), binary_logit=math.atanh(2 * 0.03 - 1))
+    argmax = sample_encoded(decoder, generator, 20_000, seed=3)
+    drawn = sample_encoded(decoder, generator, 20_000, seed=3, level_decoding="sample")
+    assert set(np.unique(argmax[:, 2:5].argmax(1))) == {0} and np.all(argmax[:, 1] < 0)
+    # Every group is a +-1 one-hot row, every binary column +-1; the continuous column is untouched.
+    assert set(np.unique(drawn[:, 2:5])) == {-1.0, 1.0} and np.all((drawn[:, 2:5] > 0).sum(1) == 1)
+    assert set(np.unique(drawn[:, 1])) == {-1.0, 1.0}
+    # The uniforms follow each batch's z on the same stream: the first batch's z are argmax's.
+    np.testing.assert_array_equal(drawn[:8192, 0], argmax[:8192, 0])
+    shares = np.bincount(drawn[:, 2:5].argmax(1), minlength=3) / len(drawn)
+    np.testing.assert_allclose(shares, probs.numpy(), atol=0.006)   # 3 sd of 20,000 draws at p = 0.08
+    assert abs((drawn[:, 1] > 0).mean() - 0.03) < 0.004
+    np.testing.assert_array_equal(drawn, sample_encoded(decoder, generator, 20_000, seed=3, level_decoding="sample"))
+
+
+def test_draw_levels_follows_each_rows_own_probabilities():
+    # Columns: continuous, a 3-level group, binary (probability of +1: 0.25).
+    rows = torch.tensor([[0.5, 2 * 0.0 - 1, 2 * 1.0 - 1, 2 * 0.0 - 1, -0.5],
+                         [0.5, 2 * 0.7 - 1, 2 * 0.0 - 1, 2 * 0.3 - 1, -0.5]])
+    out = draw_levels(rows, [(1, 4)], [4], torch.tensor([[0.99, 0.24], [0.69, 0.26]]))
+    assert out[:, 0].tolist() == [0.5, 0.5]
+    assert out[0, 1:4].tolist() == [-1.0, 1.0, -1.0]    # probability 1 on the middle level
+    assert out[1, 1:4].tolist() == [1.0, -1.0, -1.0]    # 0.69 < 0.7: the first level
+    assert out[:, 4].tolist() == [1.0, -1.0]
+    out = draw_levels(rows, [(1, 4)], [4], torch.tensor([[0.0, 0.0], [0.71, 0.999]]))
+    assert out[0, 1:4].tolist() == [-1.0, 1.0, -1.0]    # a zero-probability level is never drawn
+    assert out[1, 1:4].tolist() == [-1.0, -1.0, 1.0]
+    assert out[:, 4].tolist() == [1.0, -1.0]
+
+
+def test_sampled_level_decoding_needs_the_softmax_head_and_old_files_keep_argmax():
+    with pytest.raises(ConfigError, match="level_decoding: sample needs head: typed"):
+        small_config(head="tanh")
+    with pytest.raises(ConfigError, match="level_decoding must be one of"):
+        small_config(level_decoding="mode")
+    assert small_config(head="tanh", level_decoding="argmax").head == "tanh"
+    old = ReleaseSpec(WIDTH, 3, 4, (8,), (8,), "typed", tuple(GROUPS)).to_dict()
+    del old["level_decoding"]
+    assert ReleaseSpec.from_dict(old).level_decoding == "argmax"
 
 
 def _reconstruction_error(trainer: DPAutoGANTrainer, rows: torch.Tensor) -> float:

@@ -128,8 +128,10 @@ def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, 
         gen, blob = dpcgan.load_generator(path)
         expected = dpcgan.sample_encoded(gen, 300, 7, label_prior=blob["spec"]["label_prior"])
     else:
-        decoder, gen, _ = dpautogan.load_release(path)
-        expected = dpautogan.sample_encoded(decoder, gen, 300, 7)
+        decoder, gen, blob = dpautogan.load_release(path)
+        decoding = blob["spec"]["level_decoding"]
+        assert decoding == "sample"   # the profile's default reaches the released file
+        expected = dpautogan.sample_encoded(decoder, gen, 300, 7, level_decoding=decoding)
     np.testing.assert_array_equal(rows, expected)
     # A released file names its generator; the light loader (the pyfunc model's) then needs no hint.
     blob = torch.load(path, weights_only=False)
