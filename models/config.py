@@ -142,6 +142,10 @@ class DPAutoGANSection:
     critic_space: str = "data"
     head: str = "typed"
     level_decoding: str = "sample"
+    # Weights of the continuous columns and of the target in the autoencoder's reconstruction loss
+    # (every other encoded column weighs 1; 1 and 1 is the paper's plain sum).
+    continuous_weight: float = 1.0
+    target_weight: float = 1.0
     lr_autoencoder: float = 0.005
     lr_critic: float = 0.005
     lr_generator: float = 0.005
@@ -493,6 +497,8 @@ class DPAutoGANSpec(BaseModel):
     critic_space: Literal["data", "latent"]
     head: Literal["tanh", "typed"]
     level_decoding: Literal["argmax", "sample"]
+    continuous_weight: Positive
+    target_weight: Positive
     lr_autoencoder: Rate
     lr_critic: Rate
     lr_generator: Rate

@@ -186,11 +186,13 @@ class Critic(nn.Module):
         return self.body(x).squeeze(-1)
 
 
-def reconstruction_loss(recon: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The paper's binary cross entropy on [0, 1]-scaled values, summed over columns: one value per row."""
+def reconstruction_loss(recon: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The paper's binary cross entropy on [0, 1]-scaled values, summed over columns (each times its
+    weight, when given): one value per row."""
     p = ((recon + 1.0) * 0.5).clamp(_PROB_EPS, 1.0 - _PROB_EPS)
     t = ((rows + 1.0) * 0.5).clamp(0.0, 1.0)
-    return F.binary_cross_entropy(p, t, reduction="none").sum(-1)
+    loss = F.binary_cross_entropy(p, t, reduction="none")
+    return (loss if weights is None else loss * weights).sum(-1)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -206,11 +208,13 @@ def _per_example(module: nn.Module, loss_one: Callable, *batched: torch.Tensor) 
     return vmap(grad(loss_one), in_dims=(None,) + (0,) * len(batched))(params, *batched)
 
 
-def autoencoder_per_example(ae: Autoencoder, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Each row's gradient of its reconstruction loss, for encoder AND decoder weights."""
+def autoencoder_per_example(ae: Autoencoder, rows: torch.Tensor,
+                            weights: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Each row's gradient of its (weighted) reconstruction loss, for encoder AND decoder weights."""
 
     def loss_one(p, row):
-        return reconstruction_loss(functional_call(ae, p, (row.unsqueeze(0),)), row.unsqueeze(0)).squeeze(0)
+        recon = functional_call(ae, p, (row.unsqueeze(0),))
+        return reconstruction_loss(recon, row.unsqueeze(0), weights).squeeze(0)
 
     return _per_example(ae, loss_one, rows)
 
@@ -294,6 +298,9 @@ class DPAutoGANConfig:
     # paper). Given, the accountant's inputs are all public and the divisors are q n; the batches unused.
     autoencoder_rate: float | None = None
     critic_rate: float | None = None
+    # Each encoded column's weight in the reconstruction loss; None weighs all alike (the paper). Summed
+    # BCE lets a wide table's many one-hot columns drown its few continuous ones and the target.
+    reconstruction_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("autoencoder_batch", "autoencoder_steps", "critic_batch", "critic_steps", "generator_batch",
@@ -319,6 +326,11 @@ class DPAutoGANConfig:
                               f"got {self.critic_space!r}")
         for name in ("encoder_hidden", "decoder_hidden", "generator_hidden", "critic_hidden"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.reconstruction_weights is not None:
+            weights = tuple(float(w) for w in self.reconstruction_weights)
+            if not weights or not all(math.isfinite(w) and w > 0 for w in weights):
+                raise ConfigError("dpautogan.reconstruction_weights must be finite numbers > 0, one per encoded column")
+            object.__setattr__(self, "reconstruction_weights", weights)
 
     @property
     def total_steps(self) -> int:
@@ -410,6 +422,12 @@ class DPAutoGANTrainer:
         # The sanitised sums' divisors: the expected batches q n (never a drawn batch's size).
         self.ae_divisor = cfg.autoencoder_batch if cfg.autoencoder_rate is None else self.ae_rate * n
         self.critic_divisor = cfg.critic_batch if cfg.critic_rate is None else self.critic_rate * n
+        self.loss_weights = None
+        if cfg.reconstruction_weights is not None:
+            if len(cfg.reconstruction_weights) != width:
+                raise ConfigError(f"dpautogan.reconstruction_weights has {len(cfg.reconstruction_weights)} "
+                                  f"weights for {width} encoded columns")
+            self.loss_weights = torch.tensor(cfg.reconstruction_weights, dtype=torch.float32)
         self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
                                 _check_groups(groups, width), cfg.level_decoding)
         self.dir = Path(checkpoint_dir)
@@ -441,8 +459,8 @@ class DPAutoGANTrainer:
         """One private autoencoder update (encoder and decoder clipped and noised together)."""
         cfg = self.config
         index = poisson_batch(self.data.shape[0], self.ae_rate, self.sampling_rng)
-        parts = sanitize(autoencoder_per_example(self.autoencoder, self.data[index]), cfg.autoencoder_clip,
-                         cfg.autoencoder_noise, self.ae_divisor, self.noise_rng)
+        per_example = autoencoder_per_example(self.autoencoder, self.data[index], self.loss_weights)
+        parts = sanitize(per_example, cfg.autoencoder_clip, cfg.autoencoder_noise, self.ae_divisor, self.noise_rng)
         _apply(self.autoencoder, parts.total, self.opt_ae)
         return int(index.numel()), parts
 

@@ -28,7 +28,23 @@ from models.generators.base import (
 )
 
 
-def trainer_config(profile: Profile):
+def reconstruction_weights(profile: Profile, schema) -> tuple[float, ...] | None:
+    """Each encoded column's weight in the reconstruction loss, from the public schema: the profile's
+    `continuous_weight` for continuous columns, `target_weight` for the target, 1 elsewhere; None when
+    all are 1 (the paper's plain sum, and the configuration earlier runs recorded)."""
+    c = profile.dpautogan
+    if c.continuous_weight == 1.0 and c.target_weight == 1.0:
+        return None
+    encoder = TableEncoder(schema)
+    weights = [1.0] * encoder.width
+    for block in encoder.blocks:
+        if block.column.kind == "continuous":
+            weights[block.start] = float(c.continuous_weight)
+    weights[encoder.target_index] = float(c.target_weight)
+    return tuple(weights)
+
+
+def trainer_config(profile: Profile, schema):
     from models.dpautogan import DPAutoGANConfig
 
     c = profile.dpautogan
@@ -41,7 +57,8 @@ def trainer_config(profile: Profile):
         decoder_hidden=c.decoder_hidden, generator_hidden=c.generator_hidden, critic_hidden=c.critic_hidden,
         critic_space=c.critic_space, head=c.head, level_decoding=c.level_decoding,
         lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
-        lr_generator=c.lr_generator, delta=profile.privacy.delta)
+        lr_generator=c.lr_generator, delta=profile.privacy.delta,
+        reconstruction_weights=reconstruction_weights(profile, schema))
 
 
 def phases_at(profile: Profile, step: int):
@@ -89,7 +106,7 @@ class DPAutoGAN(GeneratorType):
         from models.dpautogan import DPAutoGANTrainer
 
         groups = TableEncoder(job.schema).head_groups()
-        trainer = DPAutoGANTrainer(torch.from_numpy(job.data), groups, trainer_config(job.profile),
+        trainer = DPAutoGANTrainer(torch.from_numpy(job.data), groups, trainer_config(job.profile, job.schema),
                                    job.profile.seed, job.secret, job.directory / "checkpoints")
 
         def checkpoint(step: int, _: float) -> None:

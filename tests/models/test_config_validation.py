@@ -23,16 +23,17 @@ from tests.conftest import CARDIO_SCHEMA
 # profile's content changes on purpose (all four moved once, with the same value from both loaders, when
 # privacy.lifetime_budget was added and release_rows became a public number; and again when profiles
 # gained `generator`, the DP-CGAN and DP-auto-GAN sections, per-setting generator and budget, and
-# evaluation.experiment_choice; and when the DP-auto-GAN section gained `level_decoding`).
+# evaluation.experiment_choice; and when the DP-auto-GAN section gained
+# `level_decoding` and the reconstruction weights).
 SHIPPED_HASHES = {
-    "default": "2390372b14cf9b83d9ca466fd99d35514d752d72f30ed8e92d7b3b489d6d9fc2",
-    "smoke": "6673f1d29f1ba67fb19e743ed9e5d0fa37f06ea295680f40b0409f6be3de2efb",
-    "thesis-k1500": "4a77bd910b625479d1850fd3fd8a2ed477816f583f116e73e0ed2d58793e0674",
-    "thesis": "83cca140ccc8b94896ee0547ee93fa080a30bf88319163e3cab61288bcedcd4f",
-    "compare": "057f1cfd6a14426d866ed63c2ace2d501f8604d2c6ed80c46c680488d6599a29",
-    "eps1": "b3c469312986d36852101e22c49acd6fbe5c1d8f116787cd6c1c598330636321",
-    "eps3": "5c575ac2f34003f2a1baa71877ba883c92bea3beefbd5bb56e9062680dae7661",
-    "census-eps3": "42101e4fd672d870d4ba2c574b84e3db3f99e67de2eb575f4489dfe0a957eae3",
+    "default": "e921fd6ce23986530e3ba8d3037cddecc635f193f89d2251e18519712664a644",
+    "smoke": "99999e82fa366d07e53ddffebd26047403a2f373ff9f702e6a8162921395a204",
+    "thesis-k1500": "dbf162928a1b8853c75dd41836836a3017690ce9d6e7231b7420a61a3ed9c6a0",
+    "thesis": "6ece71db640302064f0dfa364b2091ef9fe3906fabb3a8c521b85cb21e316c47",
+    "compare": "551685f6bd2444d1a418b175c2b09dabe56acce0c6115e7bd97843a879080dad",
+    "eps1": "f2b9f7824afa7d6afd56167b89f6f59846f4da494b36a1458de6e632f091c57c",
+    "eps3": "5dc1f4a7617e9de2c3193c31d01119918fd6db1e4f0702592f8401ee9d11e338",
+    "census-eps3": "e929205b185d642614df494f7fe073c516ebead067717d4be1b6ace20a0e2084",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

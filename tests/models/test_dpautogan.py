@@ -84,16 +84,22 @@ def test_private_modules_pass_opacus_validator_and_batchnorm_would_not():
     assert ModuleValidator.validate(with_batchnorm, strict=False)  # the validator does catch BatchNorm
 
 
-def test_per_example_gradients_match_one_row_at_a_time():
+@pytest.mark.parametrize("weights", [None, (10.0, 5.0, 1.0, 1.0, 1.0)], ids=["plain", "weighted"])
+def test_per_example_gradients_match_one_row_at_a_time(weights):
     ae = autoencoder()
     critic = Critic(WIDTH, (8,))
     rows, fakes = toy_table(4), toy_table(4, seed=9) * 0.5
-    batched_ae = autoencoder_per_example(ae, rows)
+    w = None if weights is None else torch.tensor(weights)
+    batched_ae = autoencoder_per_example(ae, rows, w)
     batched_d = critic_per_pair(critic, rows, fakes)
     assert any(k.startswith("encoder.") for k in batched_ae) and any(k.startswith("decoder.") for k in batched_ae)
     for i in range(rows.shape[0]):
         ae.zero_grad()
-        reconstruction_loss(ae(rows[i:i + 1]), rows[i:i + 1]).sum().backward()
+        plain = reconstruction_loss(ae(rows[i:i + 1]), rows[i:i + 1], None)
+        weighted = reconstruction_loss(ae(rows[i:i + 1]), rows[i:i + 1], w)
+        if weights is not None:   # the weights reach the loss: it is not the plain sum
+            assert not torch.allclose(plain, weighted)
+        weighted.sum().backward()
         for name, p in ae.named_parameters():
             torch.testing.assert_close(batched_ae[name][i], p.grad, rtol=1e-4, atol=1e-6)
         critic.zero_grad()
@@ -345,6 +351,22 @@ def test_draw_levels_follows_each_rows_own_probabilities():
     assert out[0, 1:4].tolist() == [-1.0, 1.0, -1.0]    # a zero-probability level is never drawn
     assert out[1, 1:4].tolist() == [-1.0, -1.0, 1.0]
     assert out[:, 4].tolist() == [1.0, -1.0]
+
+
+def test_reconstruction_weights_are_checked_and_reach_the_autoencoders_update(tmp_path, test_secret):
+    with pytest.raises(ConfigError, match="finite numbers > 0"):
+        small_config(reconstruction_weights=(1.0, 0.0, 1.0, 1.0, 1.0))
+    with pytest.raises(ConfigError, match="4 weights for 5 encoded columns"):
+        DPAutoGANTrainer(toy_table(60), GROUPS, small_config(reconstruction_weights=(1.0,) * 4), 5, test_secret,
+                         tmp_path / "short")
+    runs = {}
+    for name, weights in (("plain", None), ("ones", (1.0,) * WIDTH), ("weighted", (10.0, 5.0, 1.0, 1.0, 1.0))):
+        trainer = DPAutoGANTrainer(toy_table(60), GROUPS, small_config(reconstruction_weights=weights), 5,
+                                   test_secret, tmp_path / name)
+        trainer.autoencoder_update()
+        runs[name] = torch.cat([p.detach().reshape(-1) for p in trainer.autoencoder.parameters()])
+    assert torch.equal(runs["plain"], runs["ones"])
+    assert not torch.allclose(runs["plain"], runs["weighted"])
 
 
 def test_sampled_level_decoding_needs_the_softmax_head_and_old_files_keep_argmax():

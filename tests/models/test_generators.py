@@ -89,6 +89,22 @@ def test_dp_sgd_generators_refuse_a_non_private_setting():
             get(name).plan(prof, prof.settings[0])
 
 
+def test_dpautogan_reconstruction_weights_come_from_the_schema(cardio_schema):
+    from models.encoding import TableEncoder
+    from models.generators.dpautogan import reconstruction_weights, trainer_config
+
+    assert reconstruction_weights(_profile("dpautogan"), cardio_schema) is None   # the paper's plain sum
+    prof = _profile("dpautogan", dpautogan={"continuous_weight": 10.0, "target_weight": 5.0})
+    weights = reconstruction_weights(prof, cardio_schema)
+    encoder = TableEncoder(cardio_schema)
+    continuous = {b.start for b in encoder.blocks if b.column.kind == "continuous"}
+    assert len(weights) == encoder.width and len(continuous) == 5
+    for index, weight in enumerate(weights):
+        expected = 5.0 if index == encoder.target_index else 10.0 if index in continuous else 1.0
+        assert weight == expected
+    assert trainer_config(prof, cardio_schema).reconstruction_weights == weights
+
+
 def _fit(tmp_path, name: str, cardio_schema, demo_frame):
     from models.encoding import TableEncoder
 
