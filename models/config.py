@@ -146,6 +146,10 @@ class DPAutoGANSection:
     # (every other encoded column weighs 1; 1 and 1 is the paper's plain sum).
     continuous_weight: float = 1.0
     target_weight: float = 1.0
+    # Phase 2: "gan" (the paper) or "gaussian" (one Gaussian-mechanism fit of the latents; the GAN keys
+    # are then unused) with noise multiplier `latent_noise`.
+    latent_model: str = "gan"
+    latent_noise: float = 20.0
     lr_autoencoder: float = 0.005
     lr_critic: float = 0.005
     lr_generator: float = 0.005
@@ -499,6 +503,8 @@ class DPAutoGANSpec(BaseModel):
     level_decoding: Literal["argmax", "sample"]
     continuous_weight: Positive
     target_weight: Positive
+    latent_model: Literal["gan", "gaussian"]
+    latent_noise: Positive
     lr_autoencoder: Rate
     lr_critic: Rate
     lr_generator: Rate

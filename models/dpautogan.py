@@ -108,6 +108,10 @@ CRITIC_SPACES = ("data", "latent")
 # from the decoder's probabilities. Argmax loses every level that is never the most likely one for any
 # latent (rare levels of a wide column); drawing keeps each level at the share the decoder gives it.
 LEVEL_DECODINGS = ("argmax", "sample")
+# What phase 2 fits to the private autoencoder's latents: the paper's WGAN (a private critic, many
+# updates), or one Gaussian: the latents' sums and sums of products released once by the Gaussian
+# mechanism, and latents drawn from N(mean, covariance) clipped to the encoder's range.
+LATENT_MODELS = ("gan", "gaussian")
 ADJACENCY = "add/remove-one"
 # Keeps BCE's logarithms finite where a Tanh or softmax output saturates at exactly 0 or 1.
 _PROB_EPS = 1e-6
@@ -173,6 +177,52 @@ class LatentGenerator(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.body(z)
+
+
+class GaussianLatent(nn.Module):
+    """z ~ N(0, I) -> mean + scale z, clipped to the encoder's range [-1, 1]: the "gaussian" latent model.
+    `mean` and `scale` (a Cholesky factor of the covariance) are buffers, set by `fit_gaussian_latent`."""
+
+    def __init__(self, latent_dim: int):
+        super().__init__()
+        self.z_dim = latent_dim
+        self.register_buffer("mean", torch.zeros(latent_dim))
+        self.register_buffer("scale", torch.eye(latent_dim))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return (self.mean + z @ self.scale.T).clamp(-1.0, 1.0)
+
+
+def latent_statistics(latents: torch.Tensor) -> torch.Tensor:
+    """One row per latent: the latent and the upper triangle (diagonal included) of its outer product."""
+    upper = torch.triu_indices(latents.shape[1], latents.shape[1])
+    return torch.cat([latents, (latents[:, :, None] * latents[:, None, :])[:, upper[0], upper[1]]], 1)
+
+
+def gaussian_bound(latent_dim: int) -> float:
+    """The largest norm of one row's `latent_statistics`: latents lie in [-1, 1], so each of the d + d(d + 1)/2
+    entries is at most 1 in size. Adding or removing a row moves the sums by at most this much."""
+    return math.sqrt(latent_dim + latent_dim * (latent_dim + 1) / 2)
+
+
+def fit_gaussian_latent(latents: torch.Tensor, noise_multiplier: float,
+                        rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Gaussian mechanism on the latents' sums: N(0, (sigma x bound)^2) added once to each entry of
+    the summed statistics (float64), then mean and covariance from the noisy sums divided by the number
+    of rows (fixed between replace-one neighbours), the covariance projected onto the positive definite
+    matrices (eigenvalues at least 1e-6). Returns the mean and a Cholesky factor of the covariance."""
+    n, d = latents.shape
+    sums = latent_statistics(latents.double()).sum(0)
+    noise = torch.randn(sums.shape, generator=rng, dtype=torch.float64)
+    sums = sums + noise * noise_multiplier * gaussian_bound(d)
+    mean = sums[:d] / n
+    upper = torch.triu_indices(d, d)
+    second = torch.zeros(d, d, dtype=torch.float64)
+    second[upper[0], upper[1]] = sums[d:] / n
+    second = second + second.T - torch.diag(second.diagonal())
+    values, vectors = torch.linalg.eigh(second - torch.outer(mean, mean))
+    covariance = vectors @ torch.diag(values.clamp(min=1e-6)) @ vectors.T
+    return mean.float(), torch.linalg.cholesky(covariance).float()
 
 
 class Critic(nn.Module):
@@ -301,6 +351,9 @@ class DPAutoGANConfig:
     # Each encoded column's weight in the reconstruction loss; None weighs all alike (the paper). Summed
     # BCE lets a wide table's many one-hot columns drown its few continuous ones and the target.
     reconstruction_weights: tuple[float, ...] | None = None
+    latent_model: str = "gan"
+    # The Gaussian fit's noise multiplier: noise sigma x the bound on one row's statistics (`gaussian_bound`).
+    latent_noise: float = 20.0
 
     def __post_init__(self) -> None:
         for name in ("autoencoder_batch", "autoencoder_steps", "critic_batch", "critic_steps", "generator_batch",
@@ -321,6 +374,12 @@ class DPAutoGANConfig:
         if self.head not in HEADS:
             raise ConfigError(f"dpautogan.head must be one of {', '.join(HEADS)}, got {self.head!r}")
         check_level_decoding(self.level_decoding, self.head)
+        if self.latent_model not in LATENT_MODELS:
+            raise ConfigError(f"dpautogan.latent_model must be one of {', '.join(LATENT_MODELS)}, "
+                              f"got {self.latent_model!r}")
+        if not isinstance(self.latent_noise, (int, float)) or not math.isfinite(self.latent_noise) \
+                or self.latent_noise <= 0:
+            raise ConfigError(f"dpautogan.latent_noise must be a finite number > 0, got {self.latent_noise!r}")
         if self.critic_space not in CRITIC_SPACES:
             raise ConfigError(f"dpautogan.critic_space must be one of {', '.join(CRITIC_SPACES)}, "
                               f"got {self.critic_space!r}")
@@ -333,8 +392,13 @@ class DPAutoGANConfig:
             object.__setattr__(self, "reconstruction_weights", weights)
 
     @property
+    def phase2_steps(self) -> int:
+        """The GAN's generator steps, or the Gaussian's one fit."""
+        return 1 if self.latent_model == "gaussian" else self.generator_steps
+
+    @property
     def total_steps(self) -> int:
-        return self.autoencoder_steps + self.generator_steps
+        return self.autoencoder_steps + self.phase2_steps
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -365,12 +429,14 @@ class ReleaseSpec:
     generator_hidden: tuple[int, ...]
     head: str
     groups: tuple[tuple[int, int, str], ...]
-    # Files written before the option existed decoded by argmax.
+    # Files written before these options existed decoded by argmax and had a GAN's generator.
     level_decoding: str = "argmax"
+    latent_model: str = "gan"
 
-    def build(self) -> tuple[Decoder, LatentGenerator]:
-        return (Decoder(self.latent_dim, self.decoder_hidden, self.width, self.head, self.groups),
-                LatentGenerator(self.z_dim, self.generator_hidden, self.latent_dim))
+    def build(self) -> tuple[Decoder, LatentGenerator | GaussianLatent]:
+        latent = (GaussianLatent(self.latent_dim) if self.latent_model == "gaussian"
+                  else LatentGenerator(self.z_dim, self.generator_hidden, self.latent_dim))
+        return Decoder(self.latent_dim, self.decoder_hidden, self.width, self.head, self.groups), latent
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -382,7 +448,7 @@ class ReleaseSpec:
     def from_dict(cls, d: dict) -> ReleaseSpec:
         return cls(int(d["width"]), int(d["latent_dim"]), int(d["z_dim"]), tuple(d["decoder_hidden"]),
                    tuple(d["generator_hidden"]), d["head"], tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]),
-                   d.get("level_decoding", "argmax"))
+                   d.get("level_decoding", "argmax"), d.get("latent_model", "gan"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -429,12 +495,13 @@ class DPAutoGANTrainer:
                                   f"weights for {width} encoded columns")
             self.loss_weights = torch.tensor(cfg.reconstruction_weights, dtype=torch.float32)
         self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
-                                _check_groups(groups, width), cfg.level_decoding)
+                                _check_groups(groups, width), cfg.level_decoding, cfg.latent_model)
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(int(seed))
         self.autoencoder = Autoencoder(width, cfg.latent_dim, cfg.encoder_hidden, cfg.decoder_hidden, cfg.head, groups)
         self.generator = LatentGenerator(cfg.z_dim, cfg.generator_hidden, cfg.latent_dim)
+        self.gaussian = GaussianLatent(cfg.latent_dim)   # fitted by the "gaussian" latent model only
         self.critic = Critic(width if cfg.critic_space == "data" else cfg.latent_dim, cfg.critic_hidden)
         for net in (self.autoencoder, self.generator, self.critic):
             init_generator_(net, "default", self.rng)  # PyTorch's default init, drawn from the seed's stream
@@ -452,7 +519,11 @@ class DPAutoGANTrainer:
 
     @property
     def phase(self) -> str:
-        return "autoencoder" if self.step_index < self.config.autoencoder_steps else "gan"
+        return "autoencoder" if self.step_index < self.config.autoencoder_steps else self.config.latent_model
+
+    def released_latent(self) -> nn.Module:
+        """What the release file holds under "generator": the GAN's generator, or the fitted Gaussian."""
+        return self.gaussian if self.config.latent_model == "gaussian" else self.generator
 
     # -- phase 1 ---------------------------------------------------------------------------------
     def autoencoder_update(self) -> tuple[int, SanitizedGradient]:
@@ -500,16 +571,32 @@ class DPAutoGANTrainer:
         self.opt_g.step()
         return float(loss.detach())
 
+    def gaussian_fit(self) -> int:
+        """The "gaussian" latent model's one private query: every training row's latent (the frozen
+        encoder's) into the Gaussian mechanism (`fit_gaussian_latent`), noise from the run's secret."""
+        with torch.no_grad():
+            latents = self.autoencoder.encoder(self.data)
+        mean, scale = fit_gaussian_latent(latents, self.config.latent_noise, self.noise_rng)
+        self.gaussian.mean.copy_(mean)
+        self.gaussian.scale.copy_(scale)
+        return int(latents.shape[0])
+
     # -- one step of either phase ------------------------------------------------------------------
     def step(self) -> list[UpdateInfo]:
         """Phase 1: one private autoencoder update. Phase 2: `critic_steps` private critic updates, then a
-        generator update. Exactly one accountant step per private update."""
+        generator update; or the Gaussian's one fit. Exactly one accountant step per private query (the
+        fit: the Gaussian mechanism, a sampled Gaussian at rate 1)."""
         cfg = self.config
         done: list[UpdateInfo] = []
         if self.phase == "autoencoder":
             rows, _ = self.autoencoder_update()
             self.accountant.step()
             done.append(UpdateInfo("autoencoder", rows))
+        elif self.phase == "gaussian":
+            self.accountant.begin_phase(1.0, cfg.latent_noise)
+            rows = self.gaussian_fit()
+            self.accountant.step()
+            done.append(UpdateInfo("gaussian", rows))
         else:
             if self.step_index == cfg.autoencoder_steps:
                 self.accountant.begin_phase(self.critic_rate, cfg.critic_noise)
@@ -531,15 +618,15 @@ class DPAutoGANTrainer:
         step, eps = self.step_index, self.epsilon()
         release = self.dir / f"release_{step:06d}.pt"
         digest = save_verified({"spec": self.spec.to_dict(), "decoder": self.autoencoder.decoder.state_dict(),
-                                "generator": self.generator.state_dict(), "step": step, "epsilon": eps,
+                                "generator": self.released_latent().state_dict(), "step": step, "epsilon": eps,
                                 "delta": self.config.delta, "adjacency": ADJACENCY}, release)
         self.ledger = [e for e in self.ledger if e["step"] < step] + [
-            {"step": step, "phase": "autoencoder" if step <= self.config.autoencoder_steps else "gan",
+            {"step": step, "phase": "autoencoder" if step <= self.config.autoencoder_steps else self.config.latent_model,
              "epsilon": eps, "release": release.name, "sha256": digest}]
         state = {
             "step": step, "config": self.config.to_dict(), "rows": int(self.data.shape[0]),
             "autoencoder": self.autoencoder.state_dict(), "generator": self.generator.state_dict(),
-            "critic": self.critic.state_dict(), "opt_ae": self.opt_ae.state_dict(),
+            "critic": self.critic.state_dict(), "gaussian": self.gaussian.state_dict(), "opt_ae": self.opt_ae.state_dict(),
             "opt_critic": self.opt_critic.state_dict(), "opt_g": self.opt_g.state_dict(),
             "accountant": self.accountant.state_dict(), "rng": self.rng.get_state(),
             "sampling_rng": self.sampling_rng.get_state(), "noise_rng": self.noise_rng.get_state(),
@@ -556,7 +643,7 @@ class DPAutoGANTrainer:
         if state is None:
             return False
         self.step_index = state["step"]
-        for name in ("autoencoder", "generator", "critic", "opt_ae", "opt_critic", "opt_g"):
+        for name in ("autoencoder", "generator", "critic", "gaussian", "opt_ae", "opt_critic", "opt_g"):
             getattr(self, name).load_state_dict(state[name])
         # The saved history may already be in phase 2: rebuild rather than load into a phase-1 accountant.
         self.accountant = type(self.accountant).from_state_dict(state["accountant"])
@@ -601,8 +688,8 @@ def _apply(module: nn.Module, total: dict[str, torch.Tensor], optimizer: torch.o
 # Sampling
 # ---------------------------------------------------------------------------------------------------
 
-def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, LatentGenerator, dict]:
-    """A released checkpoint's decoder and generator, checked against its SHA-256 (ledger's, else sidecar's)."""
+def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, nn.Module, dict]:
+    """A released checkpoint's decoder and latent model (generator or Gaussian), checked against its SHA-256 (ledger's, else sidecar's)."""
     blob = load_verified(Path(path), sha256, map_location="cpu", weights_only=False)
     decoder, generator = ReleaseSpec.from_dict(blob["spec"]).build()
     decoder.load_state_dict(blob["decoder"])
@@ -652,7 +739,7 @@ def draw_levels(rows: torch.Tensor, groups, binary, uniforms: torch.Tensor) -> t
     return out
 
 
-__all__ = ["Autoencoder", "Critic", "DPAutoGANConfig", "DPAutoGANTrainer", "Decoder", "LatentGenerator",
-           "ReleaseSpec", "SanitizedGradient", "TrainingResult", "UpdateInfo", "autoencoder_per_example",
-           "critic_per_pair", "draw_levels", "load_release", "poisson_batch", "reconstruction_loss", "sample_encoded",
-           "sanitize"]
+__all__ = ["Autoencoder", "Critic", "DPAutoGANConfig", "DPAutoGANTrainer", "Decoder", "GaussianLatent",
+           "LatentGenerator", "ReleaseSpec", "SanitizedGradient", "TrainingResult", "UpdateInfo",
+           "autoencoder_per_example", "critic_per_pair", "draw_levels", "fit_gaussian_latent", "gaussian_bound",
+           "latent_statistics", "load_release", "poisson_batch", "reconstruction_loss", "sample_encoded", "sanitize"]

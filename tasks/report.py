@@ -83,6 +83,8 @@ PUBLIC_PRIVACY_KEYS = {
     "C3": "critic clipping norm C3",
     "updates_per_generator_step": "critic updates per generator step",
     "autoencoder_steps": "autoencoder steps",
+    "latent_model": "latent model",
+    "sigma_latent": "Gaussian fit's noise multiplier",
 }
 PUBLIC_SETTING_KEYS = ("generator", "discriminators", "K", "gamma", "private", "iterations", "last_iteration",
                        "epsilon_budget")

@@ -58,17 +58,22 @@ def trainer_config(profile: Profile, schema):
         critic_space=c.critic_space, head=c.head, level_decoding=c.level_decoding,
         lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
         lr_generator=c.lr_generator, delta=profile.privacy.delta,
-        reconstruction_weights=reconstruction_weights(profile, schema))
+        reconstruction_weights=reconstruction_weights(profile, schema), latent_model=c.latent_model,
+        latent_noise=c.latent_noise)
 
 
 def phases_at(profile: Profile, step: int):
-    """The private updates of both phases after `step` steps, as the accountant composes them."""
+    """The private updates of both phases after `step` steps, as the accountant composes them: the
+    critic's updates, or the Gaussian fit (the Gaussian mechanism: a sampled Gaussian at rate 1, once)."""
     from models.dpsgd_accountant import Phase
 
     c = profile.dpautogan
     phases = [Phase(c.autoencoder_rate, c.autoencoder_noise, min(step, c.autoencoder_steps))]
     if step > c.autoencoder_steps:
-        phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
+        if c.latent_model == "gaussian":
+            phases.append(Phase(1.0, c.latent_noise, 1))
+        else:
+            phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
     return phases
 
 
@@ -80,8 +85,10 @@ def replace_one_epsilon_at(profile: Profile, step: int) -> float:
 
 def checkpoint_steps(profile: Profile) -> list[int]:
     """Steps the trainer checkpoints at (models/dpautogan.py `_checkpoint_due`) that selection sees:
-    0, then the end of phase 1 and every checkpoint after it."""
+    0, then the end of phase 1 and every checkpoint after it; with the Gaussian latent model 0 and the fit."""
     c = profile.dpautogan
+    if c.latent_model == "gaussian":
+        return [0, c.autoencoder_steps + 1]   # the autoencoder alone samples nothing: its Gaussian fit does
     total = c.autoencoder_steps + c.generator_steps
     later = [s for s in range(c.autoencoder_steps + 1, total + 1) if s % c.checkpoint_every == 0 or s == total]
     return [0, c.autoencoder_steps] + later
@@ -123,6 +130,26 @@ class DPAutoGAN(GeneratorType):
 
     def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.dpautogan
+        autoencoder = {"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
+                       "autoencoder_steps": c.autoencoder_steps}
+        if c.latent_model == "gaussian":
+            return PrivacyFacts(
+                generator=f"{self.label} (Gaussian latent model)",
+                mechanism=("the autoencoder by Poisson-subsampled Gaussian updates (DP-SGD; encoder and decoder "
+                           "clipped together), then one Gaussian mechanism on the sums of every training row's "
+                           "latent and its products (each row's share bounded by the latents' range [-1, 1])"),
+                accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis; the Gaussian fit as rate 1), "
+                           "both phases added order by order, one composition per private query",
+                conversion=DPSGD_CONVERSION,
+                sampling=f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g}; "
+                         "every training row enters the Gaussian fit once",
+                adjacency=DPSGD_ADJACENCY,
+                sanitised=("each autoencoder update clips every row's gradient and adds Gaussian noise to the sum; "
+                           "the Gaussian fit adds noise to the latents' sums; the released decoder, mean and "
+                           "covariance read the data only through them; the Poisson batches and the noise come "
+                           "from a secret drawn for the run"),
+                imputation=NO_DONORS,
+                parameters={**autoencoder, "latent_model": "gaussian", "sigma_latent": c.latent_noise})
         return PrivacyFacts(
             generator=self.label,
             mechanism=("Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "

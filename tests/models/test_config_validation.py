@@ -24,16 +24,16 @@ from tests.conftest import CARDIO_SCHEMA
 # privacy.lifetime_budget was added and release_rows became a public number; and again when profiles
 # gained `generator`, the DP-CGAN and DP-auto-GAN sections, per-setting generator and budget, and
 # evaluation.experiment_choice; and when the DP-auto-GAN section gained
-# `level_decoding` and the reconstruction weights).
+# `level_decoding`, the reconstruction weights and the latent model).
 SHIPPED_HASHES = {
-    "default": "e921fd6ce23986530e3ba8d3037cddecc635f193f89d2251e18519712664a644",
-    "smoke": "99999e82fa366d07e53ddffebd26047403a2f373ff9f702e6a8162921395a204",
-    "thesis-k1500": "dbf162928a1b8853c75dd41836836a3017690ce9d6e7231b7420a61a3ed9c6a0",
-    "thesis": "6ece71db640302064f0dfa364b2091ef9fe3906fabb3a8c521b85cb21e316c47",
-    "compare": "551685f6bd2444d1a418b175c2b09dabe56acce0c6115e7bd97843a879080dad",
-    "eps1": "f2b9f7824afa7d6afd56167b89f6f59846f4da494b36a1458de6e632f091c57c",
-    "eps3": "5dc1f4a7617e9de2c3193c31d01119918fd6db1e4f0702592f8401ee9d11e338",
-    "census-eps3": "e929205b185d642614df494f7fe073c516ebead067717d4be1b6ace20a0e2084",
+    "default": "e49157b2393c41af56de2de0683c85751be2333d2a96ff3333df7003a6efe0ea",
+    "smoke": "6f523459ae04ade9831b4ecd9311021621184f0ba964c37714436cf0508a0fcf",
+    "thesis-k1500": "2d5ded5fa770df6dd032f345945fe7d00fb36c593e53b9b4751524d1925de375",
+    "thesis": "db5232f4c9fed5d3f2898d341f86be4064ed5d0acc15ec4d76e955a238806a93",
+    "compare": "c01afa1496424c3d1bef289ddc64fbde84d78b21e8a1760784fec57045dec321",
+    "eps1": "e2e3670e92f6a620869eff4dee1d66057484950bdbfc0dc2389fcd2dee11c5bd",
+    "eps3": "e0d9418daa67505fd12dc9ee31010b8c5163c23665ac279ccadac00a036b9e0e",
+    "census-eps3": "5645990bd9e88cb45690460820e85cbfd15a7252dd054c2cd6ad9bcbfe2c0d57",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

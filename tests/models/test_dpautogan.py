@@ -18,11 +18,15 @@ from models.dpautogan import (
     DPAutoGANConfig,
     DPAutoGANTrainer,
     Decoder,
+    GaussianLatent,
     LatentGenerator,
     ReleaseSpec,
     autoencoder_per_example,
     critic_per_pair,
     draw_levels,
+    fit_gaussian_latent,
+    gaussian_bound,
+    latent_statistics,
     load_release,
     reconstruction_loss,
     sample_encoded,
@@ -249,7 +253,7 @@ def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, 
 
 
 def _states_equal(a: DPAutoGANTrainer, b: DPAutoGANTrainer) -> None:
-    for net in ("autoencoder", "generator", "critic"):
+    for net in ("autoencoder", "generator", "critic", "gaussian"):
         sa, sb = getattr(a, net).state_dict(), getattr(b, net).state_dict()
         assert sa.keys() == sb.keys()
         for k in sa:
@@ -396,3 +400,75 @@ def test_private_autoencoder_learns_to_reconstruct(tmp_path, test_secret):
     trainer.run()
     assert trainer.accountant.steps == 150
     assert _reconstruction_error(trainer, data) < 0.1 * untrained
+
+
+# ------------------------------------------------------------------------------ the Gaussian latent model
+
+
+def test_one_rows_latent_statistics_are_bounded_by_the_gaussian_bound():
+    d = 4
+    corners = torch.tensor([[1.0, -1.0, 1.0, -1.0], [1.0] * d, [-1.0] * d])
+    inside = torch.rand(500, d, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    norms = latent_statistics(torch.cat([corners, inside])).norm(dim=1)
+    assert latent_statistics(corners).shape == (3, d + d * (d + 1) // 2)
+    assert torch.all(norms <= gaussian_bound(d) + 1e-6)
+    assert norms[:3].max() == pytest.approx(gaussian_bound(d))   # attained at the corners: the bound is tight
+
+
+def test_gaussian_fit_adds_one_draw_of_sigma_times_the_bound_to_the_sums():
+    d, n, sigma = 3, 40, 2.5
+    g = torch.Generator().manual_seed(4)
+    noise = torch.randn(d + d * (d + 1) // 2, generator=g, dtype=torch.float64) * sigma * gaussian_bound(d)
+    # All-zero latents: the noisy sums are the noise alone.
+    mean, _ = fit_gaussian_latent(torch.zeros(n, d), sigma, torch.Generator().manual_seed(4))
+    torch.testing.assert_close(mean, (noise[:d] / n).float())
+    # Without noise (sigma -> 0) the fit is the latents' mean and covariance.
+    latents = torch.rand(n, d, generator=g) * 2 - 1
+    mean, scale = fit_gaussian_latent(latents, 1e-12, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(mean, latents.mean(0), atol=1e-6, rtol=0)
+    torch.testing.assert_close(scale @ scale.T, torch.cov(latents.T, correction=0), atol=1e-5, rtol=0)
+
+
+def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tmp_path, test_secret):
+    cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4)
+    data = toy_table(60)
+    trainer = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path)
+    assert cfg.total_steps == 5
+    trainer.run(stop_after=4)
+    assert trainer.phase == "gaussian"
+    with torch.no_grad():
+        latents = trainer.autoencoder.encoder(trainer.data)
+    noise = torch.Generator()
+    noise.set_state(trainer.noise_rng.get_state())
+    expected_mean, expected_scale = fit_gaussian_latent(latents, 3.0, noise)
+    result = trainer.run()
+    assert torch.equal(trainer.gaussian.mean, expected_mean) and torch.equal(trainer.gaussian.scale, expected_scale)
+    assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == \
+        [(16 / 60, 1.0, 4), (1.0, 3.0, 1)]
+    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [(0, "autoencoder"), (2, "autoencoder"),
+                                                                   (4, "autoencoder"), (5, "gaussian")]
+    decoder, latent, blob = load_release(tmp_path / result.checkpoints[-1]["release"])
+    assert isinstance(latent, GaussianLatent) and torch.equal(latent.mean, expected_mean)
+    rows = sample_encoded(decoder, latent, 400, seed=2, level_decoding="sample")
+    assert np.all(np.abs(rows) <= 1) and set(np.unique(rows[:, 1:])) == {-1.0, 1.0}
+    # The critic and the GAN's generator never moved: phase 2 read the data only through the fit.
+    fresh = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "fresh")
+    for net in ("critic", "generator"):
+        for k, v in getattr(fresh, net).state_dict().items():
+            assert torch.equal(v, getattr(trainer, net).state_dict()[k])
+
+
+def test_gaussian_latent_model_resumes_to_the_same_release(tmp_path, test_secret):
+    cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4)
+    data = toy_table(60)
+    whole = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole").run()
+    DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run(stop_after=3)
+    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run()
+    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == [(e["step"], e["sha256"]) for e in whole.checkpoints]
+
+
+def test_latent_model_is_checked():
+    with pytest.raises(ConfigError, match="latent_model must be one of"):
+        small_config(latent_model="vae")
+    with pytest.raises(ConfigError, match="latent_noise must be a finite number > 0"):
+        small_config(latent_model="gaussian", latent_noise=0)
