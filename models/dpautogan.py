@@ -73,10 +73,19 @@ add/remove (epsilon, delta) gives replace-one only through group privacy of size
 "add/remove-one") must not be reported as replace-one, nor their RDP added to a replace-one curve
 (models/lifetime.py).
 
-Not done (issue 17 step 1 and later): no wiring into flows/ or tasks/, no registration behind the
-generator interface, no profile section (`DPAutoGANConfig` is built directly), no budget stop (the
-caller chooses the step counts), no replace-one conversion, no "gumbel" head for the decoder, and no
-private choice of the clipping norms (the paper picked them from a non-private run, which itself leaks).
+Beyond the paper, both off by default in `DPAutoGANConfig` (profiles choose them):
+* `reconstruction_weights`: each encoded column's weight in the reconstruction loss (the adapter derives
+  them from the public schema: continuous columns and the target). A wide table's many one-hot columns
+  otherwise drown its few continuous ones and the target.
+* `latent_model="gaussian"`: phase 2 is not a GAN but one Gaussian-mechanism query: every training row's
+  latent En(x) in [-1, 1]^d gives (z, upper(z z^T)), of norm at most `gaussian_bound(d)`; their sums get
+  N(0, (sigma x bound)^2) per entry, and the release holds the mean and a Cholesky factor of the
+  covariance (`GaussianLatent`: z ~ N(mean, covariance) clipped to [-1, 1]). Accounted as one sampled
+  Gaussian at rate 1 after the autoencoder's phase (RDP alpha / (2 sigma^2), exact). The GAN's networks
+  are then unused.
+
+Not done: no private choice of the clipping norms (the paper picked them from a non-private run, which
+itself leaks); they are profile values.
 """
 
 from __future__ import annotations

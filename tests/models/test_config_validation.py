@@ -31,8 +31,8 @@ SHIPPED_HASHES = {
     "thesis-k1500": "2d5ded5fa770df6dd032f345945fe7d00fb36c593e53b9b4751524d1925de375",
     "thesis": "db5232f4c9fed5d3f2898d341f86be4064ed5d0acc15ec4d76e955a238806a93",
     "compare": "c01afa1496424c3d1bef289ddc64fbde84d78b21e8a1760784fec57045dec321",
-    "eps1": "e2e3670e92f6a620869eff4dee1d66057484950bdbfc0dc2389fcd2dee11c5bd",
-    "eps3": "e0d9418daa67505fd12dc9ee31010b8c5163c23665ac279ccadac00a036b9e0e",
+    "eps1": "7a07be97b9889776b676660e133f763b83a2727aff52b895f313e9e544fb6951",
+    "eps3": "b9d7f2ac0a40ded128de4ddc3a34b98770b2f863e122336a59d08252422c6050",
     "census-eps3": "5645990bd9e88cb45690460820e85cbfd15a7252dd054c2cd6ad9bcbfe2c0d57",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
