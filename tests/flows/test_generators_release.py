@@ -23,14 +23,28 @@ from tests.conftest import CARDIO_SCHEMA
 from tests.flows.test_release_flow import _assert_published_is_dp_covered, _last_json, _published_texts
 
 
-@pytest.mark.parametrize("generator", ["dpcgan", "dpautogan"])
-def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, generator):
-    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke",
+def _smoke_with(tmp_path, sections: dict) -> str:
+    """The smoke profile with `sections` merged over it, as a profile file (a path: --profile takes one)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "smoke.yaml").write_text((CARDIO_SCHEMA.parent / "profiles" / "smoke.yaml").read_text())
+    path = tmp_path / "smoke-variant.yaml"
+    path.write_text(yaml.safe_dump({"extends": "smoke", **sections}))
+    return str(path)
+
+
+@pytest.mark.parametrize("generator,sections", [
+    ("dpcgan", {}), ("dpautogan", {}),
+    ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0}}),
+], ids=["dpcgan", "dpautogan", "dpautogan-gaussian"])
+def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, generator,
+                                        sections):
+    profile_arg = _smoke_with(tmp_path / "profiles", sections) if sections else "smoke"
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", profile_arg,
             "--generator", generator, "--json"]
     assert main(argv) == 0
     summary = _last_json(capfd)
     out = isolated_workdir / summary["run_dir"]
-    profile = load_profile("smoke", CARDIO_SCHEMA).with_generator(generator)
+    profile = load_profile(profile_arg, CARDIO_SCHEMA).with_generator(generator)
     setting = profile.release_target()
     plan = get(generator).plan(profile, setting)
     ledger = json.loads((out / "train-k10" / "ledger.json").read_text())
@@ -53,8 +67,13 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     statement = privacy_statement(profile, setting, release=True)
     assert get(generator).label in statement.covers and statement.covers in champion.description
     release = json.loads((out / "bundle" / "release.json").read_text())
+    facts = get(generator).privacy_facts(profile, setting)
     assert release["epsilon"] == summary["epsilon"] and release["accountant"]["parameters"]["generator"] == \
-        get(generator).label
+        facts.generator
+    if sections:   # the Gaussian latent model: trained to the fit, its noise published with the mechanism
+        assert list(plan.iterations) == [0, profile.dpautogan.autoencoder_steps + 1]
+        assert facts.generator == "DP-auto-GAN (Gaussian latent model)" and champion.tags["sigma_latent"] == "5.0"
+        assert "the Gaussian fit adds noise to the latents' sums" in statement.covers
     released = torch.load(out / "bundle" / "generator.pt", weights_only=True)
     assert released["generator_type"] == generator and released["epsilon"] == summary["epsilon"]
     assert "adjacency" not in released   # the checkpoint's add/remove-one label does not travel
