@@ -117,11 +117,9 @@ def test_epsilon_command_plans_every_generator(capfd):
 
 
 def test_dp_sgd_generator_refuses_a_non_private_setting(isolated_workdir, demo_csv, capfd, tmp_path):
-    path = tmp_path / "np.yaml"
-    path.write_text(yaml.safe_dump({"extends": "smoke", "release_setting": "np", "settings": [
-        {"name": "np", "generator": "dpcgan", "private": False}]}))
-    (tmp_path / "smoke.yaml").write_text((CARDIO_SCHEMA.parent / "profiles" / "smoke.yaml").read_text())
-    code = main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path)])
+    path = _smoke_with(tmp_path, {"release_setting": "np", "settings": [
+        {"name": "np", "generator": "dpcgan", "private": False}]})
+    code = main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", path])
     err = capfd.readouterr().err
     assert code == 2 and "non-private baseline is GS-WGAN" in err and "Traceback" not in err
     assert not list(isolated_workdir.glob("runs/release/*"))
