@@ -630,13 +630,15 @@ class DPAutoGANTrainer:
                                 "generator": self.released_latent().state_dict(), "step": step, "epsilon": eps,
                                 "delta": self.config.delta, "adjacency": ADJACENCY}, release)
         self.ledger = [e for e in self.ledger if e["step"] < step] + [
-            {"step": step, "phase": "autoencoder" if step <= self.config.autoencoder_steps else self.config.latent_model,
+            {"step": step,
+             "phase": "autoencoder" if step <= self.config.autoencoder_steps else self.config.latent_model,
              "epsilon": eps, "release": release.name, "sha256": digest}]
         state = {
             "step": step, "config": self.config.to_dict(), "rows": int(self.data.shape[0]),
             "autoencoder": self.autoencoder.state_dict(), "generator": self.generator.state_dict(),
-            "critic": self.critic.state_dict(), "gaussian": self.gaussian.state_dict(), "opt_ae": self.opt_ae.state_dict(),
-            "opt_critic": self.opt_critic.state_dict(), "opt_g": self.opt_g.state_dict(),
+            "critic": self.critic.state_dict(), "gaussian": self.gaussian.state_dict(),
+            "opt_ae": self.opt_ae.state_dict(), "opt_critic": self.opt_critic.state_dict(),
+            "opt_g": self.opt_g.state_dict(),
             "accountant": self.accountant.state_dict(), "rng": self.rng.get_state(),
             "sampling_rng": self.sampling_rng.get_state(), "noise_rng": self.noise_rng.get_state(),
             "ledger": self.ledger,
@@ -698,7 +700,8 @@ def _apply(module: nn.Module, total: dict[str, torch.Tensor], optimizer: torch.o
 # ---------------------------------------------------------------------------------------------------
 
 def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, nn.Module, dict]:
-    """A released checkpoint's decoder and latent model (generator or Gaussian), checked against its SHA-256 (ledger's, else sidecar's)."""
+    """A released checkpoint's decoder and latent model (generator or Gaussian), checked against its
+    SHA-256 (ledger's, else sidecar's)."""
     blob = load_verified(Path(path), sha256, map_location="cpu", weights_only=False)
     decoder, generator = ReleaseSpec.from_dict(blob["spec"]).build()
     decoder.load_state_dict(blob["decoder"])
@@ -706,7 +709,7 @@ def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, 
     return decoder.eval(), generator.eval(), blob
 
 
-def sample_encoded(decoder: Decoder, generator: LatentGenerator, n_rows: int, seed: int,
+def sample_encoded(decoder: Decoder, generator: LatentGenerator | GaussianLatent, n_rows: int, seed: int,
                    batch: int = 8192, level_decoding: str = "argmax") -> np.ndarray:
     """n encoded rows in [-1, 1]: z ~ N(0, I) from `seed` -> generator -> decoder; with `level_decoding`
     "sample", each discrete column then gets a level drawn from the decoder's probabilities (uniforms

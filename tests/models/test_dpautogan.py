@@ -15,9 +15,9 @@ from models.checkpoint_files import sidecar
 from models.dpautogan import (
     Autoencoder,
     Critic,
+    Decoder,
     DPAutoGANConfig,
     DPAutoGANTrainer,
-    Decoder,
     GaussianLatent,
     LatentGenerator,
     ReleaseSpec,
@@ -447,7 +447,7 @@ def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tm
         [(16 / 60, 1.0, 4), (1.0, 3.0, 1)]
     assert [(e["step"], e["phase"]) for e in result.checkpoints] == [(0, "autoencoder"), (2, "autoencoder"),
                                                                    (4, "autoencoder"), (5, "gaussian")]
-    decoder, latent, blob = load_release(tmp_path / result.checkpoints[-1]["release"])
+    decoder, latent, _ = load_release(tmp_path / result.checkpoints[-1]["release"])
     assert isinstance(latent, GaussianLatent) and torch.equal(latent.mean, expected_mean)
     rows = sample_encoded(decoder, latent, 400, seed=2, level_decoding="sample")
     assert np.all(np.abs(rows) <= 1) and set(np.unique(rows[:, 1:])) == {-1.0, 1.0}
@@ -464,7 +464,8 @@ def test_gaussian_latent_model_resumes_to_the_same_release(tmp_path, test_secret
     whole = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole").run()
     DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run(stop_after=3)
     resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run()
-    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == [(e["step"], e["sha256"]) for e in whole.checkpoints]
+    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == \
+        [(e["step"], e["sha256"]) for e in whole.checkpoints]
 
 
 def test_latent_model_is_checked():
