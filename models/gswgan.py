@@ -42,7 +42,13 @@ from models.accountant import GSWGANAccountant, epsilons_at
 from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
-from models.native_kernels import critic_updates, use_native_batchnorm, use_native_critics
+from models.native_kernels import (
+    CriticRows,
+    critic_input_grads,
+    critic_updates,
+    use_native_batchnorm,
+    use_native_critics,
+)
 from models.networks import (
     CriticStack,
     Generator,
@@ -252,20 +258,23 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
         # The generators do not change during the r critic steps: one pass makes all r fake batches
         # and the generator step's batch (BatchNorm statistics per batch of B rows).
         fakes, saved = gens.forward_train(gens.params, z, r + 1, ws)
-        real = data[torch.gather(part, 1, local.reshape(pairs, r * b))].view(pairs, r, b, width)
+        real_rows = torch.gather(part, 1, local.reshape(pairs, r * b))
         if native:
-            # All r updates of every critic of the chunk in one C call (models/native_kernels.py).
-            x_rf = torch.cat([real, fakes[:, :r * b].view(pairs, r, b, width)], 2)
-            critic_updates(critics.params, opt_d.exp_avg, opt_d.exp_avg_sq, opt_d.steps, x_rf, alpha,
+            # All r updates of every critic of the chunk in one C call (models/native_kernels.py), reading
+            # the real rows by index and each pair's fake rows where they lie.
+            source = CriticRows(data, real_rows.view(pairs, r, b), fakes, shared=False)
+            critic_updates(critics.params, opt_d.exp_avg, opt_d.exp_avg_sq, opt_d.steps, source, alpha,
                            opt_d.lr, opt_d.betas, opt_d.eps, gan.gp_lambda)
             opt_d.steps += r
         elif critics.batchnorm:
+            real = data[real_rows].view(pairs, r, b, width)
             for s in range(r):
                 grads, _ = critics.loss_grads(critics.params, real[:, s], fakes[:, s * b:(s + 1) * b], alpha[:, s],
                                               gan.gp_lambda)
                 opt_d.step_all(c_train, grads)
         else:
             # Rows [real; fake] of every critic step, and the same rows times their loss weights.
+            real = data[real_rows].view(pairs, r, b, width)
             x_rf = torch.cat([real, fakes[:, :r * b].view(pairs, r, b, width)], 2)
             xe = critics.weighted_rows(x_rf)
             for s in range(r):
@@ -491,25 +500,26 @@ class GeneratorTrainer:
         fakes = self.generator.forward_chunks(z, r).view(r, b, -1)
         drawn = drawn.to(self.device)
         rows = torch.gather(self.partition[drawn], 1, local.reshape(u, r * b))
-        real = self.data[rows].view(u, r, b, -1)
         if self.native_critics:
-            # All updates of every drawn critic in C, in place in the stack (models/native_kernels.py).
-            x_rf = torch.cat([real, fakes.unsqueeze(0).expand(u, r, b, fakes.shape[-1])], 2)
+            # All updates of every drawn critic in C, in place in the stack (models/native_kernels.py),
+            # reading the real rows by index and the shared fake batches where they lie.
+            source = CriticRows(self.data, rows.view(u, r, b), fakes, shared=True)
             index = drawn.cpu().numpy()
-            estimate = self._native_updates(x_rf, alpha, index, wasserstein)
+            estimate = self._native_updates(source, alpha, index, wasserstein)
             self.opt_d.steps[index] += r
             return float(estimate.mean()) if estimate is not None else None
+        real = self.data[rows].view(u, r, b, -1)
         estimates = [self._refresh_one(int(k), real[i], fakes, alpha[i], wasserstein) for i, k in enumerate(drawn)]
         return float(torch.stack(estimates).mean()) if wasserstein else None
 
-    def _native_updates(self, x_rf: torch.Tensor, alpha: torch.Tensor, index: np.ndarray,
+    def _native_updates(self, source: CriticRows, alpha: torch.Tensor, index: np.ndarray,
                         wasserstein: bool) -> torch.Tensor | None:
         """The C updates of the critics at `index` (distinct), split over `refresh_workers` threads: each
         critic's updates are independent of the others', so the split changes no number (the C call
         releases the GIL)."""
         def updates(part: slice) -> torch.Tensor | None:
             return critic_updates(self.critics.params, self.opt_d.exp_avg, self.opt_d.exp_avg_sq,
-                                  self.opt_d.steps[index[part]], x_rf[part], alpha[part], self.opt_d.lr,
+                                  self.opt_d.steps[index[part]], source.part(part), alpha[part], self.opt_d.lr,
                                   self.opt_d.betas, self.opt_d.eps, self.gan.gp_lambda, wasserstein,
                                   index=index[part])
 
@@ -560,6 +570,8 @@ class GeneratorTrainer:
             params = [p[int(drawn[0]):int(drawn[0]) + 1] for p in critics.params]
             return critics.input_grad(params, fake.unsqueeze(0), self._ws).squeeze(0).neg_()
         drawn = drawn.to(self.device)
+        if self.native_critics:
+            return critic_input_grads(critics.params, drawn, fake).neg_()
         params = [p.index_select(0, drawn) for p in critics.params]
         if critics.batchnorm:
             b = fake.shape[0]

@@ -31,6 +31,7 @@ and renamed, so concurrent processes never load a half-written file.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import os
 import platform
@@ -132,8 +133,11 @@ def _load() -> ctypes.CDLL:
                             "Use kernels 'auto' or 'torch' to train with the tensor code.")
             raise NativeKernelError(_build_error) from exc
         i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
-        lib.critic_updates.argtypes = [i64] * 5 + [ptr] + [ptr] * 9 + [ptr, ptr, ptr] + [dbl] * 5 + [ptr]
+        lib.critic_updates.argtypes = ([i64] * 5 + [ptr] * 10 + [ptr, ptr, i64, i64, ptr, i64, i64, ptr, ptr]
+                                      + [dbl] * 5 + [ptr])
         lib.critic_updates.restype = ctypes.c_int
+        lib.critic_input_grads.argtypes = [i64] * 3 + [ptr] * 6
+        lib.critic_input_grads.restype = ctypes.c_int
         lib.critic_step_grads.argtypes = [i64] * 3 + [ptr] * 5 + [dbl] + [ptr] * 4
         lib.critic_step_grads.restype = ctypes.c_int
         lib.batchnorm_relu_bf16.argtypes = [i64] * 4 + [ptr] * 3 + [dbl] + [ptr] * 4
@@ -260,20 +264,58 @@ def _address(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
+@dataclasses.dataclass(frozen=True)
+class CriticRows:
+    """The rows of the C updates, read where they lie instead of copied into one [K, S, 2B, d] block:
+    step s of the k-th critic uses the real rows data[real_rows[k, s]] (real_rows [K, S, B] int64) and
+    the fake rows fakes[s] (fakes [S, B, d], `shared`: every critic sees the same fake batches) or
+    fakes[k, s B:(s + 1) B] (fakes [K, M, d], M >= S B)."""
+    data: torch.Tensor
+    real_rows: torch.Tensor
+    fakes: torch.Tensor
+    shared: bool
+
+    def __post_init__(self) -> None:
+        if self.data.dtype != torch.float32 or self.fakes.dtype != torch.float32 or self.real_rows.dtype != torch.int64:
+            raise ValueError("CriticRows: float32 rows and int64 row indices")
+        k, steps, b = self.real_rows.shape
+        need = (steps, b) if self.shared else (k,)
+        if self.fakes.dim() != 3 or tuple(self.fakes.shape[:len(need)]) != need or \
+                (not self.shared and self.fakes.shape[1] < steps * b) or self.fakes.shape[-1] != self.data.shape[1]:
+            raise ValueError("CriticRows: fakes do not match real_rows")
+
+    def part(self, part: slice) -> CriticRows:
+        """The rows of the critics at `part` of this call."""
+        return CriticRows(self.data, self.real_rows[part], self.fakes if self.shared else self.fakes[part],
+                          self.shared)
+
+
 def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
-                   done_steps: np.ndarray, rows: torch.Tensor, alpha: torch.Tensor, lr: float,
+                   done_steps: np.ndarray, rows: torch.Tensor | CriticRows, alpha: torch.Tensor, lr: float,
                    betas: tuple[float, float], eps: float, gp_lambda: float,
                    wasserstein: bool = False, index: np.ndarray | None = None) -> torch.Tensor | None:
     """S WGAN-GP updates with Adam of each of K critics, in place: params [w1 [K,d,H], b1 [K,1,H],
     w2 [K,H,1], b2] (b2 is not trained) and their Adam moments (for w1, b1, w2), `done_steps` [K] the
     Adam steps each critic has taken (the caller adds S after the call); rows [K, S, 2B, d] (per step B
-    real, then B fake rows), alpha [K, S, B, 1]. With `index` ([K] distinct positions in a larger stack)
-    the k-th critic updated is params[...][index[k]], in place; rows, alpha and done_steps stay [K].
-    Returns, when asked, each critic's estimate mean D(real) - mean D(fake) at its last step before
-    that update ([K])."""
+    real, then B fake rows) or a `CriticRows`, alpha [K, S, B, 1]. With `index` ([K] distinct positions
+    in a larger stack) the k-th critic updated is params[...][index[k]], in place; rows, alpha and
+    done_steps stay [K]. Returns, when asked, each critic's estimate mean D(real) - mean D(fake) at its
+    last step before that update ([K])."""
     lib = _load()
     w1, b1, w2 = params[:3]
-    k, steps, two_b, width = rows.shape
+    if isinstance(rows, CriticRows):
+        k, steps, b = rows.real_rows.shape
+        width = rows.data.shape[1]
+        real, real_rows, fakes = rows.data.contiguous(), rows.real_rows.contiguous(), rows.fakes.contiguous()
+        # strides in rows: real rows by index; fake rows per critic (0: shared) and per step
+        real_at = (_address(real), _address(real_rows), 0, 0)
+        fake_at = (_address(fakes), 0 if rows.shared else fakes.shape[1], b)
+    else:
+        k, steps, two_b, width = rows.shape
+        b = two_b // 2
+        rows = rows.contiguous()
+        real_at = (_address(rows), None, steps * two_b, two_b)
+        fake_at = (ctypes.c_void_p(rows.data_ptr() + b * width * rows.element_size()), steps * two_b, two_b)
     steps_done = torch.from_numpy(np.ascontiguousarray(done_steps, dtype=np.int64))
     positions = None
     if index is not None:
@@ -282,16 +324,32 @@ def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_
             raise ValueError("critic_updates: index must hold one position of the stack per critic")
     elif w1.shape[0] < k:
         raise ValueError("critic_updates: more critics in rows than in params")
-    rows = rows.contiguous()
     out = torch.empty(k) if wasserstein else None
     code = lib.critic_updates(
-        k, steps, two_b // 2, width, w1.shape[-1], _address(positions) if positions is not None else None,
+        k, steps, b, width, w1.shape[-1], _address(positions) if positions is not None else None,
         _address(w1), _address(b1), _address(w2),
         _address(exp_avg[0]), _address(exp_avg_sq[0]), _address(exp_avg[1]), _address(exp_avg_sq[1]),
         _address(exp_avg[2]), _address(exp_avg_sq[2]),
-        _address(rows), _address(alpha), _address(steps_done),
+        *real_at, *fake_at, _address(alpha), _address(steps_done),
         float(lr), float(betas[0]), float(betas[1]), float(eps), float(gp_lambda),
         _address(out) if out is not None else None)
+    if code != 0:
+        raise RuntimeError(f"a C kernel failed (code {code})")
+    return out
+
+
+def critic_input_grads(params: list[torch.Tensor], index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Row i's gradient of critic index[i]'s score with respect to row i, for rows [n, d], reading the
+    critics (params [w1 [K,d,H], b1 [K,1,H], w2 [K,H,1], b2]) in place: `CriticStack.input_grad` on
+    gathered critics, without gathering them."""
+    w1, b1, w2 = params[:3]
+    positions = index.to(dtype=torch.int64).contiguous()
+    if positions.numel() != rows.shape[0] or int(positions.min()) < 0 or int(positions.max()) >= w1.shape[0]:
+        raise ValueError("critic_input_grads: one critic position of the stack per row")
+    rows = rows.contiguous()
+    out = torch.empty_like(rows)
+    code = _load().critic_input_grads(rows.shape[0], rows.shape[1], w1.shape[-1], _address(positions),
+                                      _address(w1), _address(b1), _address(w2), _address(rows), _address(out))
     if code != 0:
         raise RuntimeError(f"a C kernel failed (code {code})")
     return out

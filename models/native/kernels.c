@@ -11,7 +11,7 @@
  * units (GCC/Clang vector extensions), so H must be a multiple of 16.
  *
  * Layouts (float32, contiguous, row-major): w1 [K][d][H], b1 [K][H], w2 [K][H] and their Adam moments
- * alike; rows [K][S][2B][d] (per step B real rows, then B fake rows); alpha [K][S][B];
+ * alike; each step's B real and B fake rows are read where they lie (see critic_updates); alpha [K][S][B];
  * done_steps [K]: Adam steps already taken per critic (step s uses done_steps[k] + s + 1).
  * wasserstein (may be NULL): per critic, mean D(real) - mean D(fake) at its last step, before the update.
  * Returns 0, or 1 when scratch memory cannot be had, 2 when H is not a multiple of 16.
@@ -20,6 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 /* unaligned 16-lane vectors that may alias float/int32 data (as the x86 intrinsics' own types) */
 typedef float vf __attribute__((vector_size(64), aligned(4), may_alias));
@@ -45,28 +48,56 @@ static inline float lerp_f(float start, float end, float w) {
     return fabsf(w) < 0.5f ? start + w * diff : end - diff * (1.0f - w);
 }
 
-/* torch's fused Adam on n values at step t (1-based): no weight decay, no amsgrad */
+/* torch's fused Adam on n values at step t (1-based): no weight decay, no amsgrad. The moments are
+ * torch's to the bit; the step m / (sqrt(v) / sqrt(bc2) + eps) is formed with a reciprocal square root and
+ * a reciprocal, each refined by one Newton step (a few ulp of the step, bounded against torch's in the
+ * tests), because the exact square root and division cost a quarter of an update at 128 columns. */
 static void adam_update(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
                         int64_t n, int64_t t, double lr, double beta1, double beta2, double eps) {
     const double bc1 = 1.0 - pow(beta1, (double)t);
     const double bc2 = 1.0 - pow(beta2, (double)t);
-    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float step_size = (float)(lr / bc1), inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
     const float w1 = (float)(1.0 - beta1), b2 = (float)beta2, w2 = (float)(1.0 - beta2), fe = (float)eps;
     /* exp_avg.lerp_(grad, 1 - beta1), with the branch of torch.lerp's formula taken once */
     const int small = fabsf(w1) < 0.5f;
-    #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
+    int64_t i = 0;
+#ifdef __AVX512F__
+    for (; i + LANES <= n; i += LANES) {
+        const __m512 gi = _mm512_loadu_ps(g + i), mo = _mm512_loadu_ps(m + i);
+        const __m512 diff = _mm512_sub_ps(gi, mo);
+        const __m512 mi = small ? _mm512_add_ps(mo, _mm512_mul_ps(_mm512_set1_ps(w1), diff))
+                                : _mm512_sub_ps(gi, _mm512_mul_ps(diff, _mm512_set1_ps(1.0f - w1)));
+        /* v b2 + (g g) w2, rounded as the scalar expression is (no fused multiply-add) */
+        const __m512 vv = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), _mm512_set1_ps(b2)),
+                                        _mm512_mul_ps(_mm512_mul_ps(gi, gi), _mm512_set1_ps(w2)));
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vv);
+        /* sqrt(v) = v / sqrt(v); below the smallest normal float it is far below eps and taken as 0 */
+        __m512 rs = _mm512_rsqrt14_ps(vv);
+        rs = _mm512_mul_ps(rs, _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), vv), _mm512_mul_ps(rs, rs),
+                                                 _mm512_set1_ps(1.5f)));
+        const __mmask16 normal = _mm512_cmp_ps_mask(vv, _mm512_set1_ps(1.17549435e-38f), _CMP_GE_OQ);
+        const __m512 root = _mm512_maskz_mul_ps(normal, vv, rs);
+        const __m512 denom = _mm512_add_ps(_mm512_mul_ps(root, _mm512_set1_ps(inv_bc2_sqrt)), _mm512_set1_ps(fe));
+        __m512 rc = _mm512_rcp14_ps(denom);
+        rc = _mm512_mul_ps(rc, _mm512_fnmadd_ps(denom, rc, _mm512_set1_ps(2.0f)));
+        const __m512 pi = _mm512_loadu_ps(p + i);
+        _mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(step_size), mi), rc)));
+    }
+#endif
+    for (; i < n; i++) {
         float gi = g[i], diff = gi - m[i];
         float mi = small ? m[i] + w1 * diff : gi - diff * (1.0f - w1);
         float vv = v[i] * b2 + gi * gi * w2;
         m[i] = mi;
         v[i] = vv;
-        p[i] -= step_size * mi / (sqrtf(vv) / bc2_sqrt + fe);
+        p[i] -= step_size * mi / (sqrtf(vv) * inv_bc2_sqrt + fe);
     }
 }
 
 typedef struct {
-    float *h, *sv, *hx, *u, *w1t, *q, *xe, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
+    float *h, *sv, *hx, *u, *ut, *q, *xe, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
+    const float **x;   /* the step's 2B row pointers: B real, then B fake */
 } Scratch;
 
 /* The register tile of the largest products: for 8 rows r and 32 hidden units from V,
@@ -76,9 +107,25 @@ static inline void tile_8x32(const float *S, int64_t s_red, int64_t s_row, const
                              vf a0[8], vf a1[8]) {
     for (int r = 0; r < 8; r++) a0[r] = a1[r] = splat(0.0f);
     for (int64_t k = 0; k < n; k++) {
-        const vf v0 = load(V + k * H), v1 = load(V + k * H + LANES);
+        const vf v0 = load(V + k * H), v1 = load(V + k * H + LANES);   /* H: V's row stride */
         for (int r = 0; r < 8; r++) {
             const vf x = splat(S[k * s_red + r * s_row]);
+            a0[r] += x * v0;
+            a1[r] += x * v1;
+        }
+    }
+}
+
+/* The same tile with its 8 rows given by pointers (the rows are read where they lie: a gathered batch of
+ * real rows and the shared fake rows need no copy into one block). */
+static inline void tile_8x32_rows(const float *const *X, const float *V, int64_t n, int64_t H, vf a0[8], vf a1[8]) {
+    const float *x0 = X[0], *x1 = X[1], *x2 = X[2], *x3 = X[3], *x4 = X[4], *x5 = X[5], *x6 = X[6], *x7 = X[7];
+    for (int r = 0; r < 8; r++) a0[r] = a1[r] = splat(0.0f);
+    for (int64_t k = 0; k < n; k++) {
+        const vf v0 = load(V + k * H), v1 = load(V + k * H + LANES);
+        const float xs[8] = {x0[k], x1[k], x2[k], x3[k], x4[k], x5[k], x6[k], x7[k]};
+        for (int r = 0; r < 8; r++) {
+            const vf x = splat(xs[r]);
             a0[r] += x * v0;
             a1[r] += x * v1;
         }
@@ -99,14 +146,14 @@ static inline void first_layer_out(vf acc, int64_t i, int64_t jb, int64_t B, int
 }
 
 /* dw1 for up to 4 input columns from c0 and the 16 hidden units from jb (q^T u + (e x)^T (S w2)). */
-static inline void dw1_tile(int64_t c0, int64_t cols, int64_t jb, int64_t B, int64_t R, int64_t D, int64_t DP,
-                            int64_t H, const float *q, const float *u, const float *xe, const float *sv,
+static inline void dw1_tile(int64_t c0, int64_t cols, int64_t jb, int64_t B, int64_t R, int64_t D, int64_t BP,
+                            int64_t H, const float *qt, const float *u, const float *xe, const float *sv,
                             float *dw1) {
     vf acc[4] = {0}, acc2[4] = {0};   /* the two sums apart, as the tensor code adds them */
     if (cols == 4) {   /* constant trip counts keep the accumulators in registers */
         for (int64_t i = 0; i < B; i++) {
             vf uv = load(u + i * H + jb);
-            for (int r = 0; r < 4; r++) acc[r] += splat(q[i * DP + c0 + r]) * uv;
+            for (int r = 0; r < 4; r++) acc[r] += splat(qt[(c0 + r) * BP + i]) * uv;
         }
         for (int64_t i = 0; i < R; i++) {
             vf svv = load(sv + i * H + jb);
@@ -114,7 +161,7 @@ static inline void dw1_tile(int64_t c0, int64_t cols, int64_t jb, int64_t B, int
         }
     } else {
         for (int64_t r = 0; r < cols; r++) {
-            for (int64_t i = 0; i < B; i++) acc[r] += splat(q[i * DP + c0 + r]) * load(u + i * H + jb);
+            for (int64_t i = 0; i < B; i++) acc[r] += splat(qt[(c0 + r) * BP + i]) * load(u + i * H + jb);
             for (int64_t i = 0; i < R; i++) acc2[r] += splat(xe[i * D + c0 + r]) * load(sv + i * H + jb);
         }
     }
@@ -134,45 +181,105 @@ static inline void dw2_out(vf acc, int64_t jb, float inv_b, const float *W2, Scr
     for (int l = 0; l < LANES; l++) *w += prod[l];
 }
 
-/* One step's gradients for one critic into s->dw1, s->db1, s->dw2; returns the Wasserstein estimate. */
-static float critic_grads(const float *W1, const float *B1, const float *W2, const float *X, const float *A,
+#ifdef __AVX512F__
+/* 16 x 16 transpose in registers: rows in[c] (16 floats) -> out[j] = column j */
+static inline void transpose16(const __m512 in[16], __m512 out[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {   /* pairs of rows: interleave single floats */
+        t[i] = _mm512_unpacklo_ps(in[i], in[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(in[i], in[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {   /* quads: interleave pairs */
+        u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    /* u[4g + m] holds, in each 128-bit lane L, column 4L + m of rows 4g..4g+3; gather the lanes */
+    for (int m = 0; m < 4; m++) {
+        const __m512 a = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);        /* lanes 0,2 of g0 | of g1 */
+        const __m512 b = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+        const __m512 c = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xDD);        /* lanes 1,3 */
+        const __m512 d = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xDD);
+        out[m] = _mm512_shuffle_f32x4(a, b, 0x88);        /* lane 0 of every group: column m */
+        out[8 + m] = _mm512_shuffle_f32x4(a, b, 0xDD);    /* lane 2: column 8 + m */
+        out[4 + m] = _mm512_shuffle_f32x4(c, d, 0x88);    /* lane 1: column 4 + m */
+        out[12 + m] = _mm512_shuffle_f32x4(c, d, 0xDD);   /* lane 3: column 12 + m */
+    }
+}
+#endif
+
+/* u [B][H] -> u^T [H][BP] (rows B..BP of u taken as zero), in 16 x 16 blocks. */
+static void transpose_u(const float *u, int64_t B, int64_t BP, int64_t H, float *ut) {
+    for (int64_t i0 = 0; i0 < BP; i0 += LANES) {
+        const int64_t rows = B - i0 < LANES ? B - i0 : LANES;
+        for (int64_t j0 = 0; j0 < H; j0 += LANES) {
+#ifdef __AVX512F__
+            __m512 in[16], out[16];
+            for (int64_t i = 0; i < rows; i++) in[i] = _mm512_loadu_ps(u + (i0 + i) * H + j0);
+            for (int64_t i = rows; i < LANES; i++) in[i] = _mm512_setzero_ps();
+            transpose16(in, out);
+            for (int64_t j = 0; j < LANES; j++) _mm512_storeu_ps(ut + (j0 + j) * BP + i0, out[j]);
+#else
+            for (int64_t j = 0; j < LANES; j++) {
+                for (int64_t i = 0; i < rows; i++) ut[(j0 + j) * BP + i0 + i] = u[(i0 + i) * H + j0 + j];
+                for (int64_t i = rows; i < LANES; i++) ut[(j0 + j) * BP + i0 + i] = 0.0f;
+            }
+#endif
+        }
+    }
+}
+
+/* One step's gradients for one critic into s->dw1, s->db1, s->dw2; returns the Wasserstein estimate.
+ * X: the 2B rows (B real, then B fake), by pointer. */
+static float critic_grads(const float *W1, const float *B1, const float *W2, const float *const *X, const float *A,
                           int64_t B, int64_t D, int64_t H, float c, Scratch *s) {
-    const int64_t R = 2 * B, DP = (D + LANES - 1) / LANES * LANES;
+    const int64_t R = 2 * B, BP = (B + LANES - 1) / LANES * LANES;
     const float inv_b = 1.0f / (float)B;
     float *h = s->h, *sv = s->sv, *hx = s->hx, *u = s->u, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
 
     /* first layer on the real and fake rows; with it S w2 (d D / d h) per row and, separately over the
        real and the fake rows, the sums of S w2 and of LeakyReLU(h). Register tiles of 8 rows x 32 hidden
-       units (16 accumulators: two W1 loads and eight broadcasts feed 16 multiply-adds); the rest in tiles
-       of 4 rows x 16. Every sum runs over the input columns in order, and the per-row sums over the rows
-       in order, whatever the tile. */
+       units (16 accumulators: two W1 loads and eight broadcasts feed 16 multiply-adds), the hidden units
+       outermost so that a 32-unit column block of W1 stays in the first-level cache over all rows; the rest
+       in tiles of 4 rows x 16. Every sum runs over the input columns in order, and the per-row sums over the
+       rows in order, whatever the tile. */
     memset(s->s_real, 0, sizeof(float) * 4 * (size_t)H);   /* s_real, s_fake, a_real, a_fake: adjacent */
-    for (int64_t i0 = 0; i0 < R; i0 += 8) {
-        const int64_t rows8 = R - i0 < 8 ? R - i0 : 8;
-        int64_t jb = 0;
-        if (rows8 == 8) {
-            for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
-                vf a0[8], a1[8];
-                tile_8x32(X + i0 * D, 1, D, W1 + jb, D, H, a0, a1);
-                for (int r = 0; r < 8; r++) first_layer_out(a0[r], i0 + r, jb, B, H, W2, B1, s);
-                for (int r = 0; r < 8; r++) first_layer_out(a1[r], i0 + r, jb + LANES, B, H, W2, B1, s);
+    const int64_t R8 = R / 8 * 8;
+    int64_t jb = 0;
+    for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
+        for (int64_t i0 = 0; i0 < R8; i0 += 8) {
+            vf a0[8], a1[8];
+            tile_8x32_rows(X + i0, W1 + jb, D, H, a0, a1);
+            for (int r = 0; r < 8; r++) first_layer_out(a0[r], i0 + r, jb, B, H, W2, B1, s);
+            for (int r = 0; r < 8; r++) first_layer_out(a1[r], i0 + r, jb + LANES, B, H, W2, B1, s);
+        }
+        for (int64_t half = 0; half < 2 * LANES && R8 < R; half += LANES) {
+            for (int64_t i = R8; i < R; i++) {
+                vf acc = splat(0.0f);
+                for (int64_t cc = 0; cc < D; cc++) acc += splat(X[i][cc]) * load(W1 + cc * H + jb + half);
+                first_layer_out(acc, i, jb + half, B, H, W2, B1, s);
             }
         }
-        for (; jb < H; jb += LANES) {
-            for (int64_t g0 = i0; g0 < i0 + rows8; g0 += 4) {
-                const int64_t rows = i0 + rows8 - g0 < 4 ? i0 + rows8 - g0 : 4;
-                vf acc[4] = {0};
-                if (rows == 4) {   /* constant trip counts keep the accumulators in registers */
-                    for (int64_t cc = 0; cc < D; cc++) {
-                        vf w = load(W1 + cc * H + jb);
-                        for (int r = 0; r < 4; r++) acc[r] += splat(X[(g0 + r) * D + cc]) * w;
-                    }
-                } else {
-                    for (int64_t r = 0; r < rows; r++)
-                        for (int64_t cc = 0; cc < D; cc++) acc[r] += splat(X[(g0 + r) * D + cc]) * load(W1 + cc * H + jb);
+    }
+    for (; jb < H; jb += LANES) {
+        for (int64_t g0 = 0; g0 < R; g0 += 4) {
+            const int64_t rows = R - g0 < 4 ? R - g0 : 4;
+            vf acc[4] = {0};
+            if (rows == 4) {   /* constant trip counts keep the accumulators in registers */
+                const float *x0 = X[g0], *x1 = X[g0 + 1], *x2 = X[g0 + 2], *x3 = X[g0 + 3];
+                for (int64_t cc = 0; cc < D; cc++) {
+                    vf w = load(W1 + cc * H + jb);
+                    acc[0] += splat(x0[cc]) * w;
+                    acc[1] += splat(x1[cc]) * w;
+                    acc[2] += splat(x2[cc]) * w;
+                    acc[3] += splat(x3[cc]) * w;
                 }
-                for (int64_t r = 0; r < rows; r++) first_layer_out(acc[r], g0 + r, jb, B, H, W2, B1, s);
+            } else {
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t cc = 0; cc < D; cc++) acc[r] += splat(X[g0 + r][cc]) * load(W1 + cc * H + jb);
             }
+            for (int64_t r = 0; r < rows; r++) first_layer_out(acc[r], g0 + r, jb, B, H, W2, B1, s);
         }
     }
     /* the first layer is affine: at x_hat it interpolates its values at real and fake (hx); u = S w2 there */
@@ -184,76 +291,68 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
             store(u + i * H + jb, pick(v, w2, w2 * splat(SLOPE)));
         }
     }
-    /* g = u W1^T (grad of D at x_hat), via W1^T padded to DP columns; d GP / d g = c (g - g / ||g||) */
-    for (int64_t j = 0; j < H; j++) {
-        for (int64_t cc = 0; cc < D; cc++) s->w1t[j * DP + cc] = W1[cc * H + j];
-        for (int64_t cc = D; cc < DP; cc++) s->w1t[j * DP + cc] = 0.0f;
+    /* g = u W1^T (grad of D at x_hat), kept transposed: qt [D][BP] = W1 u^T, the rows along the vector
+       lanes (BP: B padded to a multiple of 16 with zero rows); then d GP / d g = c (g - g / ||g||).
+       Register tiles of 8 input columns x 32 rows (eight W1 broadcasts and two u^T loads feed 16
+       multiply-adds), the rest 8 x 16 and single columns; each sum runs over the hidden units in order. */
+    transpose_u(u, B, BP, H, s->ut);
+    int64_t c0 = 0;
+    for (; c0 + 8 <= D; c0 += 8) {
+        int64_t ib = 0;
+        for (; ib + 2 * LANES <= BP; ib += 2 * LANES) {
+            vf a0[8], a1[8];
+            tile_8x32(W1 + c0 * H, 1, H, s->ut + ib, H, BP, a0, a1);
+            for (int r = 0; r < 8; r++) {
+                store(q + (c0 + r) * BP + ib, a0[r]);
+                store(q + (c0 + r) * BP + ib + LANES, a1[r]);
+            }
+        }
+        for (; ib < BP; ib += LANES) {
+            vf acc[8] = {0};
+            for (int64_t j = 0; j < H; j++) {
+                const vf v = load(s->ut + j * BP + ib);
+                for (int r = 0; r < 8; r++) acc[r] += splat(W1[(c0 + r) * H + j]) * v;
+            }
+            for (int r = 0; r < 8; r++) store(q + (c0 + r) * BP + ib, acc[r]);
+        }
     }
-    for (int64_t i0 = 0; i0 < B; i0 += 4) {
-        const int64_t rows = B - i0 < 4 ? B - i0 : 4;
-        int64_t db = 0;
-        if (rows == 4) {
-            /* tiles of 4 rows x 32 columns: four W1^T loads and eight broadcasts feed 16 multiply-adds; the
-               same two chains (even and odd j) per row and column as the 4 x 16 tiles below */
-            for (; db + 2 * LANES <= DP; db += 2 * LANES) {
-                vf a[4][2] = {{0}}, b[4][2] = {{0}};
-                for (int64_t j = 0; j < H; j += 2) {
-                    const float *wj = s->w1t + j * DP + db, *wk = s->w1t + (j + 1) * DP + db;
-                    const vf wa0 = load(wj), wb0 = load(wk), wa1 = load(wj + LANES), wb1 = load(wk + LANES);
-                    for (int r = 0; r < 4; r++) {
-                        const vf xa = splat(u[(i0 + r) * H + j]), xb = splat(u[(i0 + r) * H + j + 1]);
-                        a[r][0] += xa * wa0;
-                        a[r][1] += xb * wb0;
-                        b[r][0] += xa * wa1;
-                        b[r][1] += xb * wb1;
-                    }
-                }
-                for (int r = 0; r < 4; r++) {
-                    store(q + (i0 + r) * DP + db, a[r][0] + a[r][1]);
-                    store(q + (i0 + r) * DP + db + LANES, b[r][0] + b[r][1]);
-                }
-            }
+    for (; c0 < D; c0++) {
+        for (int64_t ib = 0; ib < BP; ib += LANES) {
+            vf acc = splat(0.0f);
+            for (int64_t j = 0; j < H; j++) acc += splat(W1[c0 * H + j]) * load(s->ut + j * BP + ib);
+            store(q + c0 * BP + ib, acc);
         }
-        for (; db < DP; db += LANES) {
-            /* independent accumulators (4 rows x 2 halves of j) so that the sums do not wait on each other */
-            vf acc[4][2] = {{0}};
-            if (rows == 4) {
-                for (int64_t j = 0; j < H; j += 2) {
-                    vf wa = load(s->w1t + j * DP + db), wb = load(s->w1t + (j + 1) * DP + db);
-                    for (int r = 0; r < 4; r++) {
-                        acc[r][0] += splat(u[(i0 + r) * H + j]) * wa;
-                        acc[r][1] += splat(u[(i0 + r) * H + j + 1]) * wb;
-                    }
-                }
-            } else {
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t j = 0; j < H; j++) acc[r][0] += splat(u[(i0 + r) * H + j]) * load(s->w1t + j * DP + db);
-            }
-            for (int64_t r = 0; r < rows; r++) store(q + (i0 + r) * DP + db, acc[r][0] + acc[r][1]);
+    }
+    for (int64_t ib = 0; ib < BP; ib += LANES) {   /* each row's norm over the columns in order */
+        vf sq = splat(0.0f);
+        for (int64_t cc = 0; cc < D; cc++) {
+            const vf v = load(q + cc * BP + ib);
+            sq += v * v;
         }
-        for (int64_t i = i0; i < i0 + rows; i++) {
-            float *qi = q + i * DP;
-            float sq = 0.0f;
-            for (int64_t cc = 0; cc < D; cc++) sq += qi[cc] * qi[cc];
-            float norm = sqrtf(sq);
-            if (norm < 1e-30f) norm = 1e-30f;
-            for (int64_t cc = 0; cc < D; cc++) qi[cc] = qi[cc] * c + (-c) * (qi[cc] / norm);
+        float nrm[LANES];
+        for (int l = 0; l < LANES; l++) {
+            nrm[l] = sqrtf(sq[l]);
+            if (nrm[l] < 1e-30f) nrm[l] = 1e-30f;
+        }
+        const vf nv = load(nrm), cv = splat(c), ncv = splat(-c);
+        for (int64_t cc = 0; cc < D; cc++) {
+            const vf v = load(q + cc * BP + ib);
+            store(q + cc * BP + ib, v * cv + ncv * (v / nv));
         }
     }
     /* loss weights of the rows: -1/B real, +1/B fake */
     for (int64_t i = 0; i < R; i++) {
         const float e = i < B ? -inv_b : inv_b;
-        for (int64_t cc = 0; cc < D; cc++) xe[i * D + cc] = X[i * D + cc] * e;
+        for (int64_t cc = 0; cc < D; cc++) xe[i * D + cc] = X[i][cc] * e;
     }
     /* dw1 = q^T u + (e x)^T (S w2): register tiles of 8 input columns x 32 hidden units, the first sum
        parked in dw1 while the second is formed, then added (the same two sums and the same final
        addition as the 4 x 16 tiles that take the rest) */
-    int64_t c0 = 0;
-    for (; c0 + 8 <= D; c0 += 8) {
+    for (c0 = 0; c0 + 8 <= D; c0 += 8) {
         int64_t jb = 0;
         for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
             vf a0[8], a1[8];
-            tile_8x32(q + c0, DP, 1, u + jb, B, H, a0, a1);
+            tile_8x32(q + c0 * BP, 1, BP, u + jb, B, H, a0, a1);
             for (int r = 0; r < 8; r++) {
                 store(dw1 + (c0 + r) * H + jb, a0[r]);
                 store(dw1 + (c0 + r) * H + jb + LANES, a1[r]);
@@ -265,18 +364,18 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
             }
         }
         for (; jb < H; jb += LANES) {
-            dw1_tile(c0, 4, jb, B, R, D, DP, H, q, u, xe, sv, dw1);
-            dw1_tile(c0 + 4, 4, jb, B, R, D, DP, H, q, u, xe, sv, dw1);
+            dw1_tile(c0, 4, jb, B, R, D, BP, H, q, u, xe, sv, dw1);
+            dw1_tile(c0 + 4, 4, jb, B, R, D, BP, H, q, u, xe, sv, dw1);
         }
     }
     for (; c0 < D; c0 += 4) {
         const int64_t cols = D - c0 < 4 ? D - c0 : 4;
-        for (int64_t jb = 0; jb < H; jb += LANES) dw1_tile(c0, cols, jb, B, R, D, DP, H, q, u, xe, sv, dw1);
+        for (int64_t jb = 0; jb < H; jb += LANES) dw1_tile(c0, cols, jb, B, R, D, BP, H, q, u, xe, sv, dw1);
     }
     /* db1 and the Wasserstein part of dw2 from separate sums over fake and real rows, as autograd takes
        them, so that a gradient that is exactly zero (same active units in both batches) stays zero */
     float w = 0.0f;
-    int64_t jb = 0;
+    jb = 0;
     /* dw2 = sum_i LeakyReLU'(hx_i) (q W1)_i + a_diff: tiles of 4 rows x 32 hidden units, the rest 4 x 16;
        per unit the rows' terms are added in row order either way */
     for (; jb + 2 * LANES <= H && B % 4 == 0; jb += 2 * LANES) {
@@ -286,7 +385,7 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
             for (int64_t cc = 0; cc < D; cc++) {
                 const vf w0 = load(W1 + cc * H + jb), w1 = load(W1 + cc * H + jb + LANES);
                 for (int r = 0; r < 4; r++) {
-                    const vf x = splat(q[(i + r) * DP + cc]);
+                    const vf x = splat(q[cc * BP + i + r]);
                     q0[r] += x * w0;
                     q1[r] += x * w1;
                 }
@@ -306,13 +405,13 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
             vf qv[4] = {0};
             for (int64_t cc = 0; cc < D; cc++) {
                 vf wv = load(W1 + cc * H + jb);
-                for (int r = 0; r < 4; r++) qv[r] += splat(q[(i + r) * DP + cc]) * wv;
+                for (int r = 0; r < 4; r++) qv[r] += splat(q[cc * BP + i + r]) * wv;
             }
             for (int r = 0; r < 4; r++) acc += pick(load(hx + (i + r) * H + jb), qv[r], qv[r] * splat(SLOPE));
         }
         for (; i < B; i++) {
             vf qv = splat(0.0f);
-            for (int64_t cc = 0; cc < D; cc++) qv += splat(q[i * DP + cc]) * load(W1 + cc * H + jb);
+            for (int64_t cc = 0; cc < D; cc++) qv += splat(q[cc * BP + i]) * load(W1 + cc * H + jb);
             acc += pick(load(hx + i * H + jb), qv, qv * splat(SLOPE));
         }
         dw2_out(acc, jb, inv_b, W2, s, &w);
@@ -320,27 +419,52 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
     return -w;
 }
 
+/* Scratch for critic_grads in one allocation (NULL when memory cannot be had); dw1, db1, dw2 inside it
+ * unless `grads` is set. Free with free(s->h). */
+static int scratch_alloc(Scratch *s, int64_t B, int64_t D, int64_t H, int own_grads) {
+    const int64_t R = 2 * B, BP = (B + LANES - 1) / LANES * LANES;
+    size_t sizes[14] = {R * H, R * H, B * H, B * H, H * BP, D * BP, R * D, own_grads ? D * H : 0,
+                        own_grads ? H : 0, own_grads ? H : 0, H, H, H, H};
+    size_t total = 0;
+    for (int i = 0; i < 14; i++) total += sizes[i];
+    const size_t pointer_floats = ((size_t)R + 1) * sizeof(const float *) / sizeof(float);   /* s->x, aligned */
+    float *buf = (float *)calloc(total + pointer_floats, sizeof(float));
+    if (buf == NULL) return 1;
+    float **slots[14] = {&s->h, &s->sv, &s->hx, &s->u, &s->ut, &s->q, &s->xe, &s->dw1, &s->db1, &s->dw2,
+                         &s->s_real, &s->s_fake, &s->a_real, &s->a_fake};
+    float *at = buf;
+    for (int i = 0; i < 14; i++) { *slots[i] = at; at += sizes[i]; }
+    s->x = (const float **)(void *)(((uintptr_t)at + sizeof(float *) - 1) / sizeof(float *) * sizeof(float *));
+    return 0;
+}
+
+/* Row r of step st of critic k (its position in this call) is read from
+ *   real: real_rows != NULL ? real + real_rows[(k S + st) B + r] d : real + (k real_k + st real_s + r) d,
+ *   fake: fake + (k fake_k + st fake_s + r) d,
+ * so that a gathered batch (training's drawn rows) and fake rows shared by every critic (fake_k = 0) need
+ * no copy into one [K][S][2B][d] block; strides are in rows. */
+static void step_rows(Scratch *s, int64_t k, int64_t st, int64_t steps, int64_t B, int64_t D, const float *real,
+                      const int64_t *real_rows, int64_t real_k, int64_t real_s, const float *fake, int64_t fake_k,
+                      int64_t fake_s) {
+    for (int64_t r = 0; r < B; r++) {
+        const int64_t at_real = real_rows != NULL ? real_rows[(k * steps + st) * B + r] : k * real_k + st * real_s + r;
+        s->x[r] = real + at_real * D;
+        s->x[B + r] = fake + (k * fake_k + st * fake_s + r) * D;
+    }
+}
+
 int critic_updates(int64_t n_critics, int64_t steps, int64_t batch, int64_t width, int64_t hidden,
                    const int64_t *index, float *w1, float *b1, float *w2,
                    float *m_w1, float *v_w1, float *m_b1, float *v_b1, float *m_w2, float *v_w2,
-                   const float *rows, const float *alpha, const int64_t *done_steps,
+                   const float *real, const int64_t *real_rows, int64_t real_k, int64_t real_s,
+                   const float *fake, int64_t fake_k, int64_t fake_s,
+                   const float *alpha, const int64_t *done_steps,
                    double lr, double beta1, double beta2, double eps, double gp_lambda,
                    float *wasserstein) {
-    const int64_t B = batch, D = width, H = hidden, R = 2 * batch;
-    const int64_t DP = (D + LANES - 1) / LANES * LANES;
+    const int64_t B = batch, D = width, H = hidden;
     if (H % LANES != 0) return 2;
-    size_t sizes[14] = {R * H, R * H, B * H, B * H, H * DP, B * DP, R * D, D * H, H, H, H, H, H, H};
-    size_t total = 0;
-    for (int i = 0; i < 14; i++) total += sizes[i];
-    float *buf = (float *)calloc(total, sizeof(float));
-    if (buf == NULL) return 1;
-    float **slots[14];
     Scratch s;
-    slots[0] = &s.h; slots[1] = &s.sv; slots[2] = &s.hx; slots[3] = &s.u; slots[4] = &s.w1t; slots[5] = &s.q;
-    slots[6] = &s.xe; slots[7] = &s.dw1; slots[8] = &s.db1; slots[9] = &s.dw2; slots[10] = &s.s_real;
-    slots[11] = &s.s_fake; slots[12] = &s.a_real; slots[13] = &s.a_fake;
-    float *at = buf;
-    for (int i = 0; i < 14; i++) { *slots[i] = at; at += sizes[i]; }
+    if (scratch_alloc(&s, B, D, H, 1) != 0) return 1;
     const float c = (float)(2.0 * gp_lambda / (double)B);
 
     for (int64_t k = 0; k < n_critics; k++) {
@@ -349,9 +473,17 @@ int critic_updates(int64_t n_critics, int64_t steps, int64_t batch, int64_t widt
         const int64_t at_k = index != NULL ? index[k] : k;
         float *W1 = w1 + at_k * D * H, *B1 = b1 + at_k * H, *W2 = w2 + at_k * H;
         for (int64_t st = 0; st < steps; st++) {
-            const float *X = rows + (k * steps + st) * R * D;
+            step_rows(&s, k, st, steps, B, D, real, real_rows, real_k, real_s, fake, fake_k, fake_s);
+            /* the next step's real rows lie anywhere in the table: fetch them while this step computes */
+            if (real_rows != NULL && (st + 1 < steps || k + 1 < n_critics)) {
+                const int64_t next = k * steps + st + 1;
+                for (int64_t r = 0; r < B; r++) {
+                    const char *row = (const char *)(real + real_rows[next * B + r] * D);
+                    for (int64_t at = 0; at < D * (int64_t)sizeof(float); at += 64) __builtin_prefetch(row + at, 0, 2);
+                }
+            }
             const float *A = alpha + (k * steps + st) * B;
-            float w = critic_grads(W1, B1, W2, X, A, B, D, H, c, &s);
+            float w = critic_grads(W1, B1, W2, s.x, A, B, D, H, c, &s);
             if (wasserstein != NULL && st == steps - 1) wasserstein[k] = w;
             const int64_t t = done_steps[k] + st + 1;
             adam_update(W1, s.dw1, m_w1 + at_k * D * H, v_w1 + at_k * D * H, D * H, t, lr, beta1, beta2, eps);
@@ -359,27 +491,56 @@ int critic_updates(int64_t n_critics, int64_t steps, int64_t batch, int64_t widt
             adam_update(W2, s.dw2, m_w2 + at_k * H, v_w2 + at_k * H, H, t, lr, beta1, beta2, eps);
         }
     }
-    free(buf);
+    free(s.h);
     return 0;
 }
 
-/* One step's gradients of one critic (no update), for the tests: dw1 [d][H], db1 [H], dw2 [H] receive
- * the gradients; returns the Wasserstein estimate through *wasserstein. Codes as critic_updates. */
+/* One step's gradients of one critic (no update), for the tests: rows [2B][d] (B real, then B fake);
+ * dw1 [d][H], db1 [H], dw2 [H] receive the gradients; returns the Wasserstein estimate through
+ * *wasserstein. Codes as critic_updates. */
 int critic_step_grads(int64_t batch, int64_t width, int64_t hidden, const float *w1, const float *b1,
                       const float *w2, const float *rows, const float *alpha, double gp_lambda,
                       float *dw1, float *db1, float *dw2, float *wasserstein) {
-    const int64_t B = batch, D = width, H = hidden, R = 2 * batch;
-    const int64_t DP = (D + LANES - 1) / LANES * LANES;
+    const int64_t B = batch, D = width, H = hidden;
     if (H % LANES != 0) return 2;
-    float *buf = (float *)calloc((size_t)(2 * R * H + 2 * B * H + H * DP + B * DP + R * D + 4 * H), sizeof(float));
-    if (buf == NULL) return 1;
     Scratch s;
-    s.h = buf; s.sv = s.h + R * H; s.hx = s.sv + R * H; s.u = s.hx + B * H; s.w1t = s.u + B * H;
-    s.q = s.w1t + H * DP; s.xe = s.q + B * DP; s.s_real = s.xe + R * D; s.s_fake = s.s_real + H;
-    s.a_real = s.s_fake + H; s.a_fake = s.a_real + H;
+    if (scratch_alloc(&s, B, D, H, 0) != 0) return 1;
     s.dw1 = dw1; s.db1 = db1; s.dw2 = dw2;
-    *wasserstein = critic_grads(w1, b1, w2, rows, alpha, B, D, H, (float)(2.0 * gp_lambda / (double)B), &s);
-    free(buf);
+    for (int64_t r = 0; r < 2 * B; r++) s.x[r] = rows + r * D;
+    *wasserstein = critic_grads(w1, b1, w2, s.x, alpha, B, D, H, (float)(2.0 * gp_lambda / (double)B), &s);
+    free(s.h);
+    return 0;
+}
+
+/* Training's critic query: for each generated row i, the gradient of critic index[i]'s score with
+ * respect to that row, grad_i = W1 (LeakyReLU'(x_i W1 + b1) w2) ([d]), written to out [n][d]; the
+ * critics are read in place in the stack (w1 [K][d][H], b1 [K][H], w2 [K][H]) instead of gathered
+ * copies. The formulas of models/networks.py CriticStack.input_grad. Returns 0, 1 without scratch
+ * memory, 2 when H is not a multiple of 16. */
+int critic_input_grads(int64_t n, int64_t width, int64_t hidden, const int64_t *index, const float *w1,
+                       const float *b1, const float *w2, const float *x, float *out) {
+    const int64_t D = width, H = hidden;
+    if (H % LANES != 0) return 2;
+    float *sv = (float *)malloc(sizeof(float) * (size_t)H);
+    if (sv == NULL) return 1;
+    for (int64_t i = 0; i < n; i++) {
+        const float *W1 = w1 + index[i] * D * H, *B1 = b1 + index[i] * H, *W2 = w2 + index[i] * H;
+        const float *xi = x + i * D;
+        for (int64_t jb = 0; jb < H; jb += LANES) {
+            vf acc = splat(0.0f);
+            for (int64_t cc = 0; cc < D; cc++) acc += splat(xi[cc]) * load(W1 + cc * H + jb);
+            const vf h = acc + load(B1 + jb), w2v = load(W2 + jb);
+            store(sv + jb, pick(h, w2v, w2v * splat(SLOPE)));
+        }
+        for (int64_t cc = 0; cc < D; cc++) {
+            vf acc = splat(0.0f);
+            for (int64_t jb = 0; jb < H; jb += LANES) acc += load(sv + jb) * load(W1 + cc * H + jb);
+            float total = 0.0f;
+            for (int l = 0; l < LANES; l++) total += acc[l];
+            out[i * D + cc] = total;
+        }
+    }
+    free(sv);
     return 0;
 }
 

@@ -23,8 +23,10 @@ from models.gswgan import (
     pretrain_critics,
 )
 from models.native_kernels import (
+    CriticRows,
     NativeKernelError,
     batchnorm_relu_bf16,
+    critic_input_grads,
     critic_updates,
     step_gradients,
     use_native_batchnorm,
@@ -56,10 +58,10 @@ def _rows(shape, seed: int) -> torch.Tensor:
     return torch.rand(shape, generator=torch.Generator().manual_seed(seed)) * 2 - 1
 
 
-@pytest.mark.parametrize("batch,width,hidden", [(32, 16, 128), (5, 7, 32), (8, 19, 48)])
+@pytest.mark.parametrize("batch,width,hidden", [(32, 16, 128), (5, 7, 32), (8, 19, 48), (40, 130, 64)])
 def test_step_gradients_equal_the_tensor_code(batch, width, hidden):
-    """Shapes the vector code handles in blocks and in remainders (batch and width not multiples of 4
-    or 16): gradients and the Wasserstein estimate agree with `loss_grads_rows` to float32 rounding."""
+    """Shapes the vector code handles in blocks and in remainders (batch and width not multiples of 4,
+    8 or 16, a batch of 32-row tiles and a padded 16-row rest): gradients and the Wasserstein estimate agree with `loss_grads_rows` to float32 rounding."""
     critic = _critic(1, width, hidden)
     rows = _rows((1, 2 * batch, width), 1)
     alpha = torch.rand(1, batch, 1, generator=torch.Generator().manual_seed(2))
@@ -172,6 +174,59 @@ def test_indexed_critic_updates_equal_updates_of_the_gathered_critics():
     with pytest.raises(ValueError):
         critic_updates(stack.params, opt.exp_avg, opt.exp_avg_sq, opt.steps[:2], rows, alpha, 1e-3, (0.5, 0.9),
                        1e-8, 10.0, index=np.array([1, 6]))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_rows_read_in_place_give_the_updates_of_the_copied_block(shared):
+    """CriticRows (real rows by index into the table, fake rows shared by every critic or per critic)
+    feed the C updates exactly the numbers of the [K, S, 2B, d] block they replace."""
+    k, steps, b, width = 3, 2, 8, 19
+    data = _rows((50, width), 1)
+    real_rows = torch.randint(50, (k, steps, b), generator=torch.Generator().manual_seed(2))
+    fakes = _rows((steps, b, width) if shared else (k, steps * b + 3, width), 3)
+    alpha = torch.rand(k, steps, b, 1, generator=torch.Generator().manual_seed(4))
+    per_critic = fakes.expand(k, steps, b, width) if shared else fakes[:, :steps * b].reshape(k, steps, b, width)
+    block = torch.cat([data[real_rows], per_critic], 2)
+    results = []
+    for rows in (CriticRows(data, real_rows, fakes, shared), block):
+        stack = _critic(k, width, 32, seed=5)
+        opt = StackedAdam(stack.trainable(stack.params), 1e-3, (0.5, 0.9))
+        w = critic_updates(stack.params, opt.exp_avg, opt.exp_avg_sq, opt.steps, rows, alpha, 1e-3, (0.5, 0.9),
+                           1e-8, 10.0, wasserstein=True)
+        results.append((stack.params, w))
+    (in_place, w_in_place), (copied, w_copied) = results
+    assert torch.equal(w_in_place, w_copied)
+    for got, want in zip(in_place, copied):
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError):
+        CriticRows(data, real_rows, fakes[:1], shared)
+
+
+def test_critic_input_grads_equal_the_tensor_code_on_gathered_critics():
+    """Training's query, each row through its own critic read in place in the stack, agrees with
+    `CriticStack.input_grad` on the gathered critics to float32 rounding."""
+    stack = _critic(6, 37, 48, seed=1)
+    rows = _rows((9, 37), 2)
+    index = torch.tensor([5, 0, 3, 3, 1, 2, 5, 4, 0])
+    want = stack.input_grad([p.index_select(0, index) for p in stack.params], rows.unsqueeze(1)).squeeze(1)
+    got = critic_input_grads(stack.params, index, rows)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-7), (got - want).abs().max()
+    with pytest.raises(ValueError):
+        critic_input_grads(stack.params, torch.tensor([6] * 9), rows)
+
+
+def test_native_training_query_equals_the_tensor_code(tmp_path):
+    """A training step's per-row critic query (the gradient the sanitiser clips) with either kernel."""
+    data = _rows((400, 16), 0)
+    partition = make_partition(400, 4, SECRET)
+    fake, drawn = _rows((32, 16), 1), torch.randint(4, (32,), generator=torch.Generator().manual_seed(2))
+    results = {}
+    for kernel in ("torch", "native"):
+        gan = GanConfig(iterations=4, checkpoint_every=4, kernels=kernel)
+        trainer = GeneratorTrainer(data, partition, _critic(4, 16, gan.critic_hidden, seed=5), gan, PrivacyConfig(),
+                                   Setting("k4", 4), [], 3, tmp_path / kernel, CPU, SECRET)
+        results[kernel] = trainer.query_critics(fake, drawn)
+    assert torch.allclose(results["native"], results["torch"], rtol=1e-5, atol=1e-7)
 
 
 def _generators(native: bool) -> GeneratorStack:
