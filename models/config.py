@@ -150,6 +150,13 @@ class DPAutoGANSection:
     # are then unused) with noise multiplier `latent_noise`.
     latent_model: str = "gan"
     latent_noise: float = 20.0
+    # With the Gaussian latent model: the noise multiplier of one more query, the training rows' first
+    # and second moments on the continuous columns and the binary target, which the Gaussian is then
+    # fitted to through the decoder (`moment_steps` Adam steps, held near the private fit by
+    # `moment_anchor`); null: no moment fit.
+    moment_noise: float | None = None
+    moment_steps: int = 300
+    moment_anchor: float = 0.001
     lr_autoencoder: float = 0.005
     lr_critic: float = 0.005
     lr_generator: float = 0.005
@@ -505,6 +512,9 @@ class DPAutoGANSpec(BaseModel):
     target_weight: Positive
     latent_model: Literal["gan", "gaussian"]
     latent_noise: Positive
+    moment_noise: Positive | None
+    moment_steps: Count
+    moment_anchor: NonNegative
     lr_autoencoder: Rate
     lr_critic: Rate
     lr_generator: Rate
@@ -515,6 +525,13 @@ class DPAutoGANSpec(BaseModel):
         if decoding == "sample" and info.data.get("head") not in (None, "typed"):
             raise ValueError("sample needs head: typed (its softmax gives each one-hot group's level probabilities)")
         return decoding
+
+    @field_validator("moment_noise")
+    @classmethod
+    def _needs_gaussian(cls, noise: float | None, info: ValidationInfo) -> float | None:
+        if noise is not None and info.data.get("latent_model") not in (None, "gaussian"):
+            raise ValueError("a moment fit needs latent_model: gaussian (it moves the fitted Gaussian)")
+        return noise
 
     @field_validator("checkpoint_every")
     @classmethod

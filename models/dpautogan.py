@@ -73,7 +73,7 @@ add/remove (epsilon, delta) gives replace-one only through group privacy of size
 "add/remove-one") must not be reported as replace-one, nor their RDP added to a replace-one curve
 (models/lifetime.py).
 
-Beyond the paper, both off by default in `DPAutoGANConfig` (profiles choose them):
+Beyond the paper, all off by default in `DPAutoGANConfig` (profiles choose them):
 * `reconstruction_weights`: each encoded column's weight in the reconstruction loss (the adapter derives
   them from the public schema: continuous columns and the target). A wide table's many one-hot columns
   otherwise drown its few continuous ones and the target.
@@ -83,6 +83,12 @@ Beyond the paper, both off by default in `DPAutoGANConfig` (profiles choose them
   covariance (`GaussianLatent`: z ~ N(mean, covariance) clipped to [-1, 1]). Accounted as one sampled
   Gaussian at rate 1 after the autoencoder's phase (RDP alpha / (2 sigma^2), exact). The GAN's networks
   are then unused.
+* `moment_columns` (with the Gaussian latent model): a single Gaussian in the latent space misses the
+  rank correlations of the continuous columns (the latents are not Gaussian). One more Gaussian-mechanism
+  query measures the training rows' first and second moments on these encoded columns (clipped to
+  [-1, 1]; norm at most `moment_bound`), accounted like the fit; then, as post-processing of private
+  outputs only, the Gaussian's mean and factor are moved until the decoded rows' expected moments match
+  (`match_decoded_moments`). The release format is unchanged.
 
 Not done: no private choice of the clipping norms (the paper picked them from a non-private run, which
 itself leaks); they are profile values.
@@ -234,6 +240,66 @@ def fit_gaussian_latent(latents: torch.Tensor, noise_multiplier: float,
     return mean.float(), torch.linalg.cholesky(covariance).float()
 
 
+def moment_statistics(rows: torch.Tensor, binary: list[bool]) -> torch.Tensor:
+    """One row per data row: its values, their pairwise products and the squares of the columns that are
+    not binary (a binary column is +-1, so its square is 1 on every row and tells nothing)."""
+    m = rows.shape[1]
+    upper = torch.triu_indices(m, m)
+    keep = [(i != j) or not binary[i] for i, j in zip(upper[0].tolist(), upper[1].tolist())]
+    upper = upper[:, torch.tensor(keep, dtype=torch.bool)]
+    return torch.cat([rows, rows[:, upper[0]] * rows[:, upper[1]]], 1)
+
+
+def moment_bound(n_columns: int, n_binary: int) -> float:
+    """The largest norm of one row's `moment_statistics` once its values are clipped to [-1, 1]: every
+    entry is at most 1 in size."""
+    m = n_columns
+    return math.sqrt(m + m * (m - 1) / 2 + (m - n_binary))
+
+
+def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: float,
+                    rng: torch.Generator) -> torch.Tensor:
+    """The Gaussian mechanism on the sums of the rows' `moment_statistics` (values clipped to [-1, 1], so
+    one row moves the sums by at most `moment_bound`): N(0, (sigma x bound)^2) once per entry, float64,
+    divided by the number of rows (fixed between replace-one neighbours)."""
+    stats = moment_statistics(rows.double().clamp(-1.0, 1.0), binary)
+    noise = torch.randn(stats.shape[1], generator=rng, dtype=torch.float64)
+    bound = moment_bound(rows.shape[1], sum(binary))
+    return (stats.sum(0) + noise * noise_multiplier * bound) / rows.shape[0]
+
+
+def match_decoded_moments(decoder: Decoder, mean: torch.Tensor, scale: torch.Tensor, columns: tuple[int, ...],
+                          binary: list[bool], targets: torch.Tensor, steps: int, anchor: float,
+                          rng: torch.Generator, draws: int = 16384) -> tuple[torch.Tensor, torch.Tensor]:
+    """Post-processing of private outputs only: move the Gaussian latent's mean and Cholesky factor so
+    that the decoded rows' expected `moment_statistics` on `columns` come close to `targets` (the private
+    moments), by `steps` Adam steps on fixed N(0, I) draws from `rng`, plus `anchor` times the squared
+    distance to the start (the private fit). A drawn binary column's expectation given z is the decoder's
+    output, so the expected moments of drawn rows are those of the decoder's outputs. The latents are
+    clipped to [-1, 1] as the sampler clips them (the gradient passes the clip unchanged)."""
+    eps = torch.randn(draws, mean.shape[0], generator=rng)
+    mu, factor = mean.clone().requires_grad_(True), scale.clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([mu, factor], lr=0.01)
+    wanted = targets.float()
+    trainable = [p.requires_grad for p in decoder.parameters()]
+    for p in decoder.parameters():
+        p.requires_grad_(False)
+    try:
+        for _ in range(steps):
+            z = mu + eps @ torch.tril(factor).T
+            z = z + (z.clamp(-1.0, 1.0) - z).detach()
+            got = moment_statistics(decoder(z)[:, list(columns)], binary).mean(0)
+            loss = ((got - wanted) ** 2).sum() + anchor * (((mu - mean) ** 2).sum()
+                                                           + ((torch.tril(factor) - scale) ** 2).sum())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        for p, was in zip(decoder.parameters(), trainable):
+            p.requires_grad_(was)
+    return mu.detach(), torch.tril(factor.detach())
+
+
 class Critic(nn.Module):
     """Rows (or latents) -> one WGAN score per row; linear output."""
 
@@ -363,6 +429,14 @@ class DPAutoGANConfig:
     latent_model: str = "gan"
     # The Gaussian fit's noise multiplier: noise sigma x the bound on one row's statistics (`gaussian_bound`).
     latent_noise: float = 20.0
+    # With the Gaussian latent model: encoded columns whose first and second moments the decoded rows are
+    # fitted to (the schema's continuous columns and binary target); None: no moment fit. The moments are
+    # one more Gaussian-mechanism query (noise multiplier `moment_noise`, `moment_bound`), then
+    # `moment_steps` Adam steps move the Gaussian's mean and factor, held near the fit by `moment_anchor`.
+    moment_columns: tuple[int, ...] | None = None
+    moment_noise: float = 20.0
+    moment_steps: int = 300
+    moment_anchor: float = 1e-3
 
     def __post_init__(self) -> None:
         for name in ("autoencoder_batch", "autoencoder_steps", "critic_batch", "critic_steps", "generator_batch",
@@ -389,6 +463,18 @@ class DPAutoGANConfig:
         if not isinstance(self.latent_noise, (int, float)) or not math.isfinite(self.latent_noise) \
                 or self.latent_noise <= 0:
             raise ConfigError(f"dpautogan.latent_noise must be a finite number > 0, got {self.latent_noise!r}")
+        if self.moment_columns is not None:
+            columns = tuple(int(c) for c in self.moment_columns)
+            if self.latent_model != "gaussian" or not columns or len(set(columns)) != len(columns):
+                raise ConfigError("dpautogan.moment_columns needs latent_model gaussian and distinct columns")
+            object.__setattr__(self, "moment_columns", columns)
+            for name in ("moment_noise", "moment_anchor"):
+                value = getattr(self, name)
+                if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or \
+                        (name == "moment_noise" and value == 0):
+                    raise ConfigError(f"dpautogan.{name} must be a finite number "
+                                      f"{'> 0' if name == 'moment_noise' else '>= 0'}, got {value!r}")
+            _require_int("moment_steps", self.moment_steps, 1)
         if self.critic_space not in CRITIC_SPACES:
             raise ConfigError(f"dpautogan.critic_space must be one of {', '.join(CRITIC_SPACES)}, "
                               f"got {self.critic_space!r}")
@@ -503,6 +589,9 @@ class DPAutoGANTrainer:
                 raise ConfigError(f"dpautogan.reconstruction_weights has {len(cfg.reconstruction_weights)} "
                                   f"weights for {width} encoded columns")
             self.loss_weights = torch.tensor(cfg.reconstruction_weights, dtype=torch.float32)
+        self._binary = set(binary_columns(_check_groups(groups, width)))
+        if cfg.moment_columns is not None and max(cfg.moment_columns) >= width:
+            raise ConfigError(f"dpautogan.moment_columns must be encoded columns below {width}")
         self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
                                 _check_groups(groups, width), cfg.level_decoding, cfg.latent_model)
         self.dir = Path(checkpoint_dir)
@@ -590,11 +679,25 @@ class DPAutoGANTrainer:
         self.gaussian.scale.copy_(scale)
         return int(latents.shape[0])
 
+    def moment_fit(self) -> int:
+        """The decoded-moment fit: one private query of the training rows' moments on `moment_columns`
+        (`private_moments`, noise from the run's secret), then the Gaussian moved towards them
+        (`match_decoded_moments`, post-processing, its draws from the seed's stream)."""
+        cfg = self.config
+        columns = cfg.moment_columns
+        binary = [c in self._binary for c in columns]
+        targets = private_moments(self.data[:, list(columns)], binary, cfg.moment_noise, self.noise_rng)
+        mean, scale = match_decoded_moments(self.autoencoder.decoder, self.gaussian.mean, self.gaussian.scale,
+                                            columns, binary, targets, cfg.moment_steps, cfg.moment_anchor, self.rng)
+        self.gaussian.mean.copy_(mean)
+        self.gaussian.scale.copy_(scale)
+        return int(self.data.shape[0])
+
     # -- one step of either phase ------------------------------------------------------------------
     def step(self) -> list[UpdateInfo]:
         """Phase 1: one private autoencoder update. Phase 2: `critic_steps` private critic updates, then a
         generator update; or the Gaussian's one fit. Exactly one accountant step per private query (the
-        fit: the Gaussian mechanism, a sampled Gaussian at rate 1)."""
+        fit and the moment query: the Gaussian mechanism, each a sampled Gaussian at rate 1)."""
         cfg = self.config
         done: list[UpdateInfo] = []
         if self.phase == "autoencoder":
@@ -606,6 +709,11 @@ class DPAutoGANTrainer:
             rows = self.gaussian_fit()
             self.accountant.step()
             done.append(UpdateInfo("gaussian", rows))
+            if cfg.moment_columns is not None:
+                self.accountant.begin_phase(1.0, cfg.moment_noise)
+                rows = self.moment_fit()
+                self.accountant.step()
+                done.append(UpdateInfo("moments", rows))
         else:
             if self.step_index == cfg.autoencoder_steps:
                 self.accountant.begin_phase(self.critic_rate, cfg.critic_noise)
@@ -754,4 +862,5 @@ def draw_levels(rows: torch.Tensor, groups, binary, uniforms: torch.Tensor) -> t
 __all__ = ["Autoencoder", "Critic", "DPAutoGANConfig", "DPAutoGANTrainer", "Decoder", "GaussianLatent",
            "LatentGenerator", "ReleaseSpec", "SanitizedGradient", "TrainingResult", "UpdateInfo",
            "autoencoder_per_example", "critic_per_pair", "draw_levels", "fit_gaussian_latent", "gaussian_bound",
-           "latent_statistics", "load_release", "poisson_batch", "reconstruction_loss", "sample_encoded", "sanitize"]
+           "latent_statistics", "load_release", "match_decoded_moments", "moment_bound", "moment_statistics",
+           "poisson_batch", "private_moments", "reconstruction_loss", "sample_encoded", "sanitize"]

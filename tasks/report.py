@@ -85,6 +85,7 @@ PUBLIC_PRIVACY_KEYS = {
     "autoencoder_steps": "autoencoder steps",
     "latent_model": "latent model",
     "sigma_latent": "Gaussian fit's noise multiplier",
+    "sigma_moments": "moment query's noise multiplier",
 }
 PUBLIC_SETTING_KEYS = ("generator", "discriminators", "K", "gamma", "private", "iterations", "last_iteration",
                        "epsilon_budget")

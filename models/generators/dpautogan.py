@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from models.config import Profile, Setting
+from models.errors import ConfigError
 from models.encoding import TableEncoder
 from models.generators.base import (
     DPSGD_ADJACENCY,
@@ -44,6 +45,22 @@ def reconstruction_weights(profile: Profile, schema) -> tuple[float, ...] | None
     return tuple(weights)
 
 
+def moment_columns(profile: Profile, schema) -> tuple[int, ...] | None:
+    """The encoded columns of the decoded-moment fit, from the public schema: every continuous column
+    and a binary target; None when the profile asks for no moment fit."""
+    if profile.dpautogan.moment_noise is None:
+        return None
+    encoder = TableEncoder(schema)
+    columns = [block.start for block in encoder.blocks if block.column.kind == "continuous"]
+    target = [b for b in encoder.blocks if b.start <= encoder.target_index < b.stop]
+    if target and target[0].stop - target[0].start == 1:
+        columns.append(encoder.target_index)
+    if not columns:
+        raise ConfigError("dpautogan.moment_noise: the schema has no continuous column and no binary target "
+                          "for the moment fit; set moment_noise to null")
+    return tuple(columns)
+
+
 def trainer_config(profile: Profile, schema):
     from models.dpautogan import DPAutoGANConfig
 
@@ -59,7 +76,16 @@ def trainer_config(profile: Profile, schema):
         lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
         lr_generator=c.lr_generator, delta=profile.privacy.delta,
         reconstruction_weights=reconstruction_weights(profile, schema), latent_model=c.latent_model,
-        latent_noise=c.latent_noise)
+        latent_noise=c.latent_noise, **moment_keys(profile, schema))
+
+
+def moment_keys(profile: Profile, schema) -> dict:
+    c = profile.dpautogan
+    columns = moment_columns(profile, schema)
+    if columns is None:
+        return {}
+    return {"moment_columns": columns, "moment_noise": c.moment_noise, "moment_steps": c.moment_steps,
+            "moment_anchor": c.moment_anchor}
 
 
 def phases_at(profile: Profile, step: int):
@@ -72,6 +98,8 @@ def phases_at(profile: Profile, step: int):
     if step > c.autoencoder_steps:
         if c.latent_model == "gaussian":
             phases.append(Phase(1.0, c.latent_noise, 1))
+            if c.moment_noise is not None:
+                phases.append(Phase(1.0, c.moment_noise, 1))
         else:
             phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
     return phases
@@ -133,23 +161,31 @@ class DPAutoGAN(GeneratorType):
         autoencoder = {"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
                        "autoencoder_steps": c.autoencoder_steps}
         if c.latent_model == "gaussian":
+            moments = c.moment_noise is not None
             return PrivacyFacts(
                 generator=f"{self.label} (Gaussian latent model)",
                 mechanism=("the autoencoder by Poisson-subsampled Gaussian updates (DP-SGD; encoder and decoder "
                            "clipped together), then one Gaussian mechanism on the sums of every training row's "
-                           "latent and its products (each row's share bounded by the latents' range [-1, 1])"),
-                accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis; the Gaussian fit as rate 1), "
-                           "both phases added order by order, one composition per private query",
+                           "latent and its products (each row's share bounded by the latents' range [-1, 1])"
+                           + ("; then one more on the sums of the rows' continuous columns and binary target and "
+                              "their products (values clipped to [-1, 1]), to which the Gaussian is fitted through "
+                              "the decoder" if moments else "")),
+                accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis; the Gaussian fit"
+                           + (" and the moment query each" if moments else "") + " as rate 1), "
+                           "all phases added order by order, one composition per private query",
                 conversion=DPSGD_CONVERSION,
                 sampling=f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g}; "
-                         "every training row enters the Gaussian fit once",
+                         "every training row enters the Gaussian fit once"
+                         + (" and the moment query once" if moments else ""),
                 adjacency=DPSGD_ADJACENCY,
                 sanitised=("each autoencoder update clips every row's gradient and adds Gaussian noise to the sum; "
-                           "the Gaussian fit adds noise to the latents' sums; the released decoder, mean and "
-                           "covariance read the data only through them; the Poisson batches and the noise come "
-                           "from a secret drawn for the run"),
+                           "the Gaussian fit adds noise to the latents' sums"
+                           + ("; the moment query to the moments' sums" if moments else "")
+                           + "; the released decoder, mean and covariance read the data only through them; the "
+                           "Poisson batches and the noise come from a secret drawn for the run"),
                 imputation=NO_DONORS,
-                parameters={**autoencoder, "latent_model": "gaussian", "sigma_latent": c.latent_noise})
+                parameters={**autoencoder, "latent_model": "gaussian", "sigma_latent": c.latent_noise,
+                            **({"sigma_moments": c.moment_noise} if moments else {})})
         return PrivacyFacts(
             generator=self.label,
             mechanism=("Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "

@@ -45,6 +45,8 @@ BAD_PROFILES = [
     ("nested-wrong-shape", "gan: {generator_hidden: [[128]]}", "gan.generator_hidden[0]: expected an integer"),
     ("drawn-levels-without-a-softmax", "dpautogan: {head: tanh}",
      "dpautogan.level_decoding: sample needs head: typed"),
+    ("moment-fit-without-a-gaussian", "dpautogan: {moment_noise: 20.0}",
+     "dpautogan.moment_noise: a moment fit needs latent_model: gaussian"),
     ("unknown-penalty", "evaluation: {penalties: [l3]}", "evaluation.penalties[0]: 'l3' is not one of 'l1' or 'l2'"),
     ("name-with-a-slash", "name: ../elsewhere", "name: '../elsewhere' is not a usable name"),
     ("date-for-a-seed", "seed: 2024-01-01", "seed: expected an integer (got 2024-01-01)"),

@@ -34,8 +34,9 @@ def _smoke_with(tmp_path, sections: dict) -> str:
 
 @pytest.mark.parametrize("generator,sections", [
     ("dpcgan", {}), ("dpautogan", {}),
-    ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0}}),
-], ids=["dpcgan", "dpautogan", "dpautogan-gaussian"])
+    ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0, "moment_noise": 7.0,
+                                 "moment_steps": 20}}),
+], ids=["dpcgan", "dpautogan", "dpautogan-gaussian-moments"])
 def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, generator,
                                         sections):
     profile_arg = _smoke_with(tmp_path / "profiles", sections) if sections else "smoke"
@@ -70,10 +71,12 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     facts = get(generator).privacy_facts(profile, setting)
     assert release["epsilon"] == summary["epsilon"] and release["accountant"]["parameters"]["generator"] == \
         facts.generator
-    if sections:   # the Gaussian latent model: trained to the fit, its noise published with the mechanism
+    if sections:   # the Gaussian latent model and the moment query: trained to the fit, both noises published
         assert list(plan.iterations) == [0, profile.dpautogan.autoencoder_steps + 1]
         assert facts.generator == "DP-auto-GAN (Gaussian latent model)" and champion.tags["sigma_latent"] == "5.0"
-        assert "the Gaussian fit adds noise to the latents' sums" in statement.covers
+        assert champion.tags["sigma_moments"] == "7.0"
+        assert "the Gaussian fit adds noise to the latents' sums; the moment query to the moments' sums" in \
+            statement.covers
     released = torch.load(out / "bundle" / "generator.pt", weights_only=True)
     assert released["generator_type"] == generator and released["epsilon"] == summary["epsilon"]
     assert "adjacency" not in released   # the checkpoint's add/remove-one label does not travel

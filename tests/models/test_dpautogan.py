@@ -27,6 +27,10 @@ from models.dpautogan import (
     fit_gaussian_latent,
     gaussian_bound,
     latent_statistics,
+    match_decoded_moments,
+    moment_bound,
+    moment_statistics,
+    private_moments,
     load_release,
     reconstruction_loss,
     sample_encoded,
@@ -466,6 +470,97 @@ def test_gaussian_latent_model_resumes_to_the_same_release(tmp_path, test_secret
     resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run()
     assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == \
         [(e["step"], e["sha256"]) for e in whole.checkpoints]
+
+
+# ------------------------------------------------------------------------------ the decoded-moment fit
+
+
+def test_one_rows_moment_statistics_are_bounded_by_the_moment_bound():
+    binary = [False, True, False]
+    corners = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
+    inside = torch.rand(500, 3, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    stats = moment_statistics(torch.cat([corners, inside]), binary)
+    assert stats.shape[1] == 3 + 3 + 2   # values, the three products, the squares of the two non-binary columns
+    assert torch.all(stats.norm(dim=1) <= moment_bound(3, 1) + 1e-6)
+    assert stats[:3].norm(dim=1).max() == pytest.approx(moment_bound(3, 1))   # tight at the corners
+
+
+def test_private_moments_clip_the_rows_and_add_one_draw_of_sigma_times_the_bound():
+    binary, sigma = [False, True], 3.0
+    rows = torch.tensor([[2.0, 1.0], [-0.5, -1.0], [0.25, 1.0], [-3.0, -1.0]])   # out of range: clipped
+    got = private_moments(rows, binary, sigma, torch.Generator().manual_seed(7))
+    noise = torch.randn(4, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    clipped = rows.double().clamp(-1, 1)
+    exact = moment_statistics(clipped, binary).sum(0)
+    torch.testing.assert_close(got, (exact + noise * sigma * moment_bound(2, 1)) / 4)
+
+
+def test_the_moment_fit_moves_the_gaussian_towards_the_target_moments():
+    """A fixed decoder; targets made by another Gaussian: the decoded moments get much closer to them,
+    and the result is the same for the same stream."""
+    torch.manual_seed(0)
+    decoder = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+    columns, binary = (0, 1, 3), [False, False, False]
+    start_mean, start_scale = torch.zeros(3), torch.eye(3) * 0.3
+    true_mean, true_scale = torch.tensor([0.3, -0.2, 0.1]), torch.tensor([[0.4, 0, 0], [0.2, 0.3, 0], [0, -0.1, 0.2]])
+
+    def decoded_moments(mean, scale):
+        z = (mean + torch.randn(20_000, 3, generator=torch.Generator().manual_seed(1)) @ scale.T).clamp(-1, 1)
+        with torch.no_grad():
+            return moment_statistics(decoder(z)[:, list(columns)], binary).mean(0)
+
+    targets = decoded_moments(true_mean, true_scale).double()
+    fits = [match_decoded_moments(decoder, start_mean, start_scale, columns, binary, targets, 200, 0.0,
+                                  torch.Generator().manual_seed(3), draws=4096) for _ in range(2)]
+    mean, scale = fits[0]
+    assert torch.equal(mean, fits[1][0]) and torch.equal(scale, fits[1][1])
+    before = (decoded_moments(start_mean, start_scale) - targets.float()).norm()
+    after = (decoded_moments(mean, scale) - targets.float()).norm()
+    assert after < 0.1 * before
+    assert torch.equal(scale, torch.tril(scale))
+    assert all(p.requires_grad for p in decoder.parameters())   # the decoder is left as it was
+
+
+def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_path, test_secret):
+    cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4, moment_columns=(0, 1),
+                       moment_noise=5.0, moment_steps=20)
+    data = toy_table(60)
+    trainer = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    trainer.run(stop_after=4)
+    # What the last step must do, from the same streams: the Gaussian fit, then the moment query (the
+    # secret's noise, in that order), then the fit through the frozen decoder (the seed's stream).
+    noise, seeded = torch.Generator(), torch.Generator()
+    noise.set_state(trainer.noise_rng.get_state())
+    seeded.set_state(trainer.rng.get_state())
+    with torch.no_grad():
+        mean0, scale0 = fit_gaussian_latent(trainer.autoencoder.encoder(trainer.data), 3.0, noise)
+    targets = private_moments(trainer.data[:, [0, 1]], [False, True], 5.0, noise)
+    mean, scale = match_decoded_moments(trainer.autoencoder.decoder, mean0, scale0, (0, 1), [False, True], targets,
+                                        20, cfg.moment_anchor, seeded)
+    result = trainer.run()
+    torch.testing.assert_close(trainer.gaussian.mean, mean, rtol=0, atol=1e-7)
+    torch.testing.assert_close(trainer.gaussian.scale, scale, rtol=0, atol=1e-7)
+    assert not torch.allclose(mean, mean0)
+    phases = [Phase(16 / 60, 1.0, 4), Phase(1.0, 3.0, 1), Phase(1.0, 5.0, 1)]
+    assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == \
+        [(p.sample_rate, p.noise_multiplier, p.steps) for p in phases]
+    assert result.checkpoints[-1]["step"] == 5 and result.checkpoints[-1]["epsilon"] == \
+        pytest.approx(epsilon(phases, cfg.delta), rel=1e-9)
+    # an interrupted run resumes to the same release
+    DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run(stop_after=4)
+    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run()
+    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == \
+        [(e["step"], e["sha256"]) for e in result.checkpoints]
+
+
+def test_the_moment_fit_is_checked():
+    with pytest.raises(ConfigError, match="moment_columns needs latent_model gaussian"):
+        small_config(moment_columns=(0,))
+    with pytest.raises(ConfigError, match="moment_noise must be a finite number > 0"):
+        small_config(latent_model="gaussian", moment_columns=(0,), moment_noise=0.0)
+    with pytest.raises(ConfigError, match="below 5"):
+        DPAutoGANTrainer(toy_table(20), GROUPS, small_config(latent_model="gaussian", moment_columns=(0, 7)), 0,
+                         None, "unused")
 
 
 def test_latent_model_is_checked():

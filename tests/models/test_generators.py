@@ -105,8 +105,11 @@ def test_dpautogan_reconstruction_weights_come_from_the_schema(cardio_schema):
     assert trainer_config(prof, cardio_schema).reconstruction_weights == weights
 
 
-# "dpautogan-gaussian": DP-auto-GAN with the Gaussian latent model in place of the GAN.
-VARIANTS = {"dpautogan-gaussian": ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0}})}
+# "dpautogan-gaussian": DP-auto-GAN with the Gaussian latent model in place of the GAN; "dpautogan-moments":
+# the same with the decoded-moment fit (one more query).
+VARIANTS = {"dpautogan-gaussian": ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0}}),
+            "dpautogan-moments": ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0,
+                                                              "moment_noise": 7.0, "moment_steps": 5}})}
 
 
 def _fit(tmp_path, name: str, cardio_schema, demo_frame):
@@ -121,7 +124,7 @@ def _fit(tmp_path, name: str, cardio_schema, demo_frame):
     return prof, plan, generator.fit(job, tmp_path, plan), generator
 
 
-@pytest.mark.parametrize("name", ["dpcgan", "dpautogan", "dpautogan-gaussian"])
+@pytest.mark.parametrize("name", ["dpcgan", "dpautogan", "dpautogan-gaussian", "dpautogan-moments"])
 def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(tmp_path, name, cardio_schema,
                                                                                 demo_frame):
     _, plan, result, _ = _fit(tmp_path, name, cardio_schema, demo_frame)
@@ -130,18 +133,21 @@ def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(t
     state = torch.load(tmp_path / "checkpoints" / "training_state.pt", weights_only=False)
     ran = DPSGDAccountant.from_state_dict(state["accountant"])
     steps = sum(p.steps for p in ran.phases)
-    expected_steps = {"dpcgan": 6, "dpautogan": 4 + 2 * 4, "dpautogan-gaussian": 4 + 1}[name]
+    expected_steps = {"dpcgan": 6, "dpautogan": 4 + 2 * 4, "dpautogan-gaussian": 4 + 1, "dpautogan-moments": 4 + 2}[name]
     assert steps == expected_steps
     if name == "dpautogan-gaussian":   # the fit is the Gaussian mechanism: a sampled Gaussian at rate 1, once
         assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in ran.phases] == [(0.05, 2.0, 4), (1.0, 5.0, 1)]
         assert list(plan.iterations) == [0, 5]
+    if name == "dpautogan-moments":   # and the moment query, another Gaussian mechanism
+        assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in ran.phases] == \
+            [(0.05, 2.0, 4), (1.0, 5.0, 1), (1.0, 7.0, 1)]
     assert result.ledger[-1]["epsilon"] == pytest.approx(replace_one_epsilon(list(ran.phases), 1e-5), rel=1e-12)
     assert result.ledger[-1]["epsilon"] == pytest.approx(plan.epsilon, rel=1e-12)
     # The add/remove-one figure is kept beside it, never in its place.
     assert result.ledger[-1]["epsilon"] > result.ledger[-1]["epsilon_add_remove"]
 
 
-@pytest.mark.parametrize("name", ["dpcgan", "dpautogan", "dpautogan-gaussian"])
+@pytest.mark.parametrize("name", ["dpcgan", "dpautogan", "dpautogan-gaussian", "dpautogan-moments"])
 def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, demo_frame):
     from models import dpautogan, dpcgan
 
@@ -155,7 +161,7 @@ def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, 
         decoder, gen, blob = dpautogan.load_release(path)
         decoding = blob["spec"]["level_decoding"]
         assert decoding == "sample"   # the profile's default reaches the released file
-        assert isinstance(gen, dpautogan.GaussianLatent) == (name == "dpautogan-gaussian")
+        assert isinstance(gen, dpautogan.GaussianLatent) == name.startswith("dpautogan-")
         expected = dpautogan.sample_encoded(decoder, gen, 300, 7, level_decoding=decoding)
     np.testing.assert_array_equal(rows, expected)
     # A released file names its generator; the light loader (the pyfunc model's) then needs no hint.
