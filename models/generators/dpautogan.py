@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from models.config import Profile, Setting
-from models.errors import ConfigError
 from models.encoding import TableEncoder
+from models.errors import ConfigError
 from models.generators.base import (
     DPSGD_ADJACENCY,
     DPSGD_CONVERSION,
