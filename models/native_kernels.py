@@ -6,7 +6,14 @@ tensor code (the Python loop for selection) is the reference and the fallback.
   update of the thesis networks (16 -> 128 -> 1, B = 32) is about 30 tensor operations on a few thousand
   numbers each, so it costs the dispatch of those operations rather than their arithmetic (about 160 us
   per update on one CPU thread in training, 30 us per critic batched in pretraining); the C code takes
-  about 16 us per update. Reference: `CriticStack.loss_grads_rows` + `StackedAdam`.
+  about 16 us per update (63 us at 128 columns). It reads each step's rows where they lie (`CriticRows`:
+  real rows by index into the table, fake rows shared by the drawn critics), so no [K, S, 2B, d] block is
+  gathered and concatenated first. Adam's step uses refined reciprocal square roots and reciprocals
+  (a few ulp of the step; the moments are torch's). Reference: `CriticStack.loss_grads_rows` +
+  `StackedAdam`.
+* `critic_input_grads`: training's query, each generated row's gradient through its own drawn critic,
+  read in place in the stack (the tensor code gathers the drawn critics first). Reference:
+  `CriticStack.input_grad`.
 * `l1_cd`: coordinate descent on the d x d l1 sub-problem of logistic model selection (models/selection.py),
   float64, the Python loop's formulas and order; at an encoded width of 128 it was 97% of a selection run.
   `logistic_margins` and `logistic_gradient`: selection's two passes over the data per Newton step, on
@@ -16,7 +23,7 @@ tensor code (the Python loop for selection) is the reference and the fallback.
   one pass over cache-resident rows instead of six mixed-precision tensor passes. Reference: the
   bfloat16 branch of `GeneratorStack.forward_train`.
 
-Both apply the tensor code's formulas in another summation order, so their results differ from it by
+They apply the tensor code's formulas in another summation order, so their results differ from it by
 float32 rounding (tests/models/test_native_kernels.py bounds how much); the same seed on the same
 machine still gives the same result.
 
