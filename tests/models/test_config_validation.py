@@ -31,8 +31,8 @@ SHIPPED_HASHES = {
     "thesis-k1500": "225c51402519d98f2dd15ab1bbd9bede177d0bec1eab08943052b6cdc26e8d5b",
     "thesis": "5f36472d783e072b0ade443e0a17d4248cf8665d4edef80c8d3b72954576755a",
     "compare": "9bcc0a53d70cbdeafed00fcf65bdb7681e52e02e12119b55423ee97854eaf49a",
-    "eps1": "d79ac1b0f8629cf784c0e6bdd976aadf3ed95a5b28e0209f4fc1101727293ab4",
-    "eps3": "2cd340bfcaf544bb9bd2d5dee61bf1796e1725337d358ddb429ad19bd473b19c",
+    "eps1": "c5833cade4d7a8cefb3d8288b28c3c1ca5f86e396f5df9f41588fd31db042dbd",
+    "eps3": "c4ffdc4d19ba90570ac91d9a3e0f3dac10b10a820c616f0a69dc6a57854cf64a",
     "census-eps3": "bd078673e092a38781d09c22b9613cff056f1367c226c971fff5369cfe7e0ec1",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
