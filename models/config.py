@@ -157,6 +157,9 @@ class DPAutoGANSection:
     moment_noise: float | None = None
     moment_steps: int = 300
     moment_anchor: float = 0.001
+    # null: the moments of the encoded values; k: of each continuous column centred and scaled to k standard
+    # deviations of the rows the private Gaussian decodes to (post-processing), so they fill [-1, 1].
+    moment_spread: float | None = None
     lr_autoencoder: float = 0.005
     lr_critic: float = 0.005
     lr_generator: float = 0.005
@@ -515,6 +518,7 @@ class DPAutoGANSpec(BaseModel):
     moment_noise: Positive | None
     moment_steps: Count
     moment_anchor: NonNegative
+    moment_spread: Positive | None
     lr_autoencoder: Rate
     lr_critic: Rate
     lr_generator: Rate

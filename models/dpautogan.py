@@ -88,7 +88,9 @@ Beyond the paper, all off by default in `DPAutoGANConfig` (profiles choose them)
   query measures the training rows' first and second moments on these encoded columns (clipped to
   [-1, 1]; norm at most `moment_bound`), accounted like the fit; then, as post-processing of private
   outputs only, the Gaussian's mean and factor are moved until the decoded rows' expected moments match
-  (`match_decoded_moments`). The release format is unchanged.
+  (`match_decoded_moments`). The release format is unchanged. With `moment_spread` each continuous
+  column is first centred and scaled by rows drawn from the private Gaussian and decoder (earlier
+  private outputs), so its values fill [-1, 1] instead of a small part of the public bounds.
 
 Not done: no private choice of the clipping norms (the paper picked them from a non-private run, which
 itself leaks); they are profile values.
@@ -257,12 +259,32 @@ def moment_bound(n_columns: int, n_binary: int) -> float:
     return math.sqrt(m + m * (m - 1) / 2 + (m - n_binary))
 
 
-def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: float,
-                    rng: torch.Generator) -> torch.Tensor:
-    """The Gaussian mechanism on the sums of the rows' `moment_statistics` (values clipped to [-1, 1], so
-    one row moves the sums by at most `moment_bound`): N(0, (sigma x bound)^2) once per entry, float64,
-    divided by the number of rows (fixed between replace-one neighbours)."""
-    stats = moment_statistics(rows.double().clamp(-1.0, 1.0), binary)
+def spread_columns(rows: torch.Tensor, center: torch.Tensor | None, width: torch.Tensor | None) -> torch.Tensor:
+    """(rows - center) / width per column, clipped to [-1, 1]; without a center and width the rows clipped."""
+    if center is not None:
+        rows = (rows - center) / width
+    return rows.clamp(-1.0, 1.0)
+
+
+def moment_spread_from(decoded: torch.Tensor, binary: list[bool], spread: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A center and width per column from decoded rows (a function of private outputs only): each
+    non-binary column centred at its mean and `spread` standard deviations wide on either side, so that
+    the clipped values use [-1, 1] (the public bounds are wide, and the rows' values fill a small part
+    of them: their products would sit below the moment query's noise); binary columns as they are."""
+    center = decoded.double().mean(0)
+    width = spread * decoded.double().std(0).clamp(min=1e-3)
+    keep = torch.tensor(binary, dtype=torch.bool)
+    center[keep], width[keep] = 0.0, 1.0
+    return center, width
+
+
+def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: float, rng: torch.Generator,
+                    center: torch.Tensor | None = None, width: torch.Tensor | None = None) -> torch.Tensor:
+    """The Gaussian mechanism on the sums of the rows' `moment_statistics` (values spread by `center` and
+    `width` when given, which must not depend on the rows themselves, then clipped to [-1, 1], so one row
+    moves the sums by at most `moment_bound`): N(0, (sigma x bound)^2) once per entry, float64, divided by
+    the number of rows (fixed between replace-one neighbours)."""
+    stats = moment_statistics(spread_columns(rows.double(), center, width), binary)
     noise = torch.randn(stats.shape[1], generator=rng, dtype=torch.float64)
     bound = moment_bound(rows.shape[1], sum(binary))
     return (stats.sum(0) + noise * noise_multiplier * bound) / rows.shape[0]
@@ -270,13 +292,15 @@ def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: fl
 
 def match_decoded_moments(decoder: Decoder, mean: torch.Tensor, scale: torch.Tensor, columns: tuple[int, ...],
                           binary: list[bool], targets: torch.Tensor, steps: int, anchor: float,
-                          rng: torch.Generator, draws: int = 16384) -> tuple[torch.Tensor, torch.Tensor]:
+                          rng: torch.Generator, draws: int = 16384, center: torch.Tensor | None = None,
+                          width: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Post-processing of private outputs only: move the Gaussian latent's mean and Cholesky factor so
     that the decoded rows' expected `moment_statistics` on `columns` come close to `targets` (the private
     moments), by `steps` Adam steps on fixed N(0, I) draws from `rng`, plus `anchor` times the squared
     distance to the start (the private fit). A drawn binary column's expectation given z is the decoder's
     output, so the expected moments of drawn rows are those of the decoder's outputs. The latents are
-    clipped to [-1, 1] as the sampler clips them (the gradient passes the clip unchanged)."""
+    clipped to [-1, 1] as the sampler clips them (the gradient passes the clip unchanged). `center` and
+    `width`: the spread the query used (`private_moments`)."""
     eps = torch.randn(draws, mean.shape[0], generator=rng)
     mu, factor = mean.clone().requires_grad_(True), scale.clone().requires_grad_(True)
     optimizer = torch.optim.Adam([mu, factor], lr=0.01)
@@ -288,7 +312,7 @@ def match_decoded_moments(decoder: Decoder, mean: torch.Tensor, scale: torch.Ten
         for _ in range(steps):
             z = mu + eps @ torch.tril(factor).T
             z = z + (z.clamp(-1.0, 1.0) - z).detach()
-            got = moment_statistics(decoder(z)[:, list(columns)], binary).mean(0)
+            got = moment_statistics(spread_columns(decoder(z)[:, list(columns)], center, width), binary).mean(0)
             loss = ((got - wanted) ** 2).sum() + anchor * (((mu - mean) ** 2).sum()
                                                            + ((torch.tril(factor) - scale) ** 2).sum())
             optimizer.zero_grad()
@@ -437,6 +461,9 @@ class DPAutoGANConfig:
     moment_noise: float = 20.0
     moment_steps: int = 300
     moment_anchor: float = 1e-3
+    # None: the moments of the encoded values as they are. A number k: of each non-binary column centred
+    # and scaled to k standard deviations of the rows the fitted Gaussian decodes to (`moment_spread_from`).
+    moment_spread: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("autoencoder_batch", "autoencoder_steps", "critic_batch", "critic_steps", "generator_batch",
@@ -475,6 +502,9 @@ class DPAutoGANConfig:
                     raise ConfigError(f"dpautogan.{name} must be a finite number "
                                       f"{'> 0' if name == 'moment_noise' else '>= 0'}, got {value!r}")
             _require_int("moment_steps", self.moment_steps, 1)
+            spread = self.moment_spread
+            if spread is not None and (not isinstance(spread, (int, float)) or not math.isfinite(spread) or spread <= 0):
+                raise ConfigError(f"dpautogan.moment_spread must be a finite number > 0 or null, got {spread!r}")
         if self.critic_space not in CRITIC_SPACES:
             raise ConfigError(f"dpautogan.critic_space must be one of {', '.join(CRITIC_SPACES)}, "
                               f"got {self.critic_space!r}")
@@ -686,9 +716,16 @@ class DPAutoGANTrainer:
         cfg = self.config
         columns = cfg.moment_columns
         binary = [c in self._binary for c in columns]
-        targets = private_moments(self.data[:, list(columns)], binary, cfg.moment_noise, self.noise_rng)
+        center = width = None
+        if cfg.moment_spread is not None:   # from rows the private Gaussian and decoder make: post-processing
+            with torch.no_grad():
+                z = self.gaussian(torch.randn(16384, cfg.latent_dim, generator=self.rng))
+                center, width = moment_spread_from(self.autoencoder.decoder(z)[:, list(columns)], binary,
+                                                   cfg.moment_spread)
+        targets = private_moments(self.data[:, list(columns)], binary, cfg.moment_noise, self.noise_rng, center, width)
         mean, scale = match_decoded_moments(self.autoencoder.decoder, self.gaussian.mean, self.gaussian.scale,
-                                            columns, binary, targets, cfg.moment_steps, cfg.moment_anchor, self.rng)
+                                            columns, binary, targets, cfg.moment_steps, cfg.moment_anchor, self.rng,
+                                            center=center, width=width)
         self.gaussian.mean.copy_(mean)
         self.gaussian.scale.copy_(scale)
         return int(self.data.shape[0])
@@ -859,8 +896,33 @@ def draw_levels(rows: torch.Tensor, groups, binary, uniforms: torch.Tensor) -> t
     return out
 
 
-__all__ = ["Autoencoder", "Critic", "DPAutoGANConfig", "DPAutoGANTrainer", "Decoder", "GaussianLatent",
-           "LatentGenerator", "ReleaseSpec", "SanitizedGradient", "TrainingResult", "UpdateInfo",
-           "autoencoder_per_example", "critic_per_pair", "draw_levels", "fit_gaussian_latent", "gaussian_bound",
-           "latent_statistics", "load_release", "match_decoded_moments", "moment_bound", "moment_statistics",
-           "poisson_batch", "private_moments", "reconstruction_loss", "sample_encoded", "sanitize"]
+__all__ = [
+    "Autoencoder",
+    "Critic",
+    "DPAutoGANConfig",
+    "DPAutoGANTrainer",
+    "Decoder",
+    "GaussianLatent",
+    "LatentGenerator",
+    "ReleaseSpec",
+    "SanitizedGradient",
+    "TrainingResult",
+    "UpdateInfo",
+    "autoencoder_per_example",
+    "critic_per_pair",
+    "draw_levels",
+    "fit_gaussian_latent",
+    "gaussian_bound",
+    "latent_statistics",
+    "load_release",
+    "match_decoded_moments",
+    "moment_bound",
+    "moment_spread_from",
+    "moment_statistics",
+    "poisson_batch",
+    "private_moments",
+    "reconstruction_loss",
+    "sample_encoded",
+    "sanitize",
+    "spread_columns",
+]

@@ -85,7 +85,7 @@ def moment_keys(profile: Profile, schema) -> dict:
     if columns is None:
         return {}
     return {"moment_columns": columns, "moment_noise": c.moment_noise, "moment_steps": c.moment_steps,
-            "moment_anchor": c.moment_anchor}
+            "moment_anchor": c.moment_anchor, "moment_spread": c.moment_spread}
 
 
 def phases_at(profile: Profile, step: int):

@@ -26,14 +26,14 @@ from tests.conftest import CARDIO_SCHEMA
 # evaluation.experiment_choice; and when the DP-auto-GAN section gained
 # `level_decoding`, the reconstruction weights and the latent model; and when it gained the moment fit).
 SHIPPED_HASHES = {
-    "default": "858898e27d355ad75294d781763c92084a890b7ffc9dee584a08f00e0850b34d",
-    "smoke": "74c8fee7d7c97fbe59d558025b7f06c132a4446410a9dfd95e1ba059db5e18b8",
-    "thesis-k1500": "225c51402519d98f2dd15ab1bbd9bede177d0bec1eab08943052b6cdc26e8d5b",
-    "thesis": "5f36472d783e072b0ade443e0a17d4248cf8665d4edef80c8d3b72954576755a",
-    "compare": "9bcc0a53d70cbdeafed00fcf65bdb7681e52e02e12119b55423ee97854eaf49a",
-    "eps1": "c5833cade4d7a8cefb3d8288b28c3c1ca5f86e396f5df9f41588fd31db042dbd",
-    "eps3": "c4ffdc4d19ba90570ac91d9a3e0f3dac10b10a820c616f0a69dc6a57854cf64a",
-    "census-eps3": "bd078673e092a38781d09c22b9613cff056f1367c226c971fff5369cfe7e0ec1",
+    "default": "f45c0de8070fc934a5c089052c68c8fd31c22c27828e5e367f2bdcb39d55f60a",
+    "smoke": "9846c9b104f728a63e09427274f965904e100d1fb42b4361c4277a2cd9529731",
+    "thesis-k1500": "ba1278ee0af31683ef4bf77f7b18964729586638ff6de16de4f0b64135d5f502",
+    "thesis": "765c5438fb1d1a091646847404ee03809c39d7bff5dc704012b99b9f4176c23f",
+    "compare": "559ed11f49f007fb1fc8f434c5572e427da86a7821b01e4e91016c13aee8dcaa",
+    "eps1": "cf272ea3f2b148c209ef3a712019ba99c1e306d8715c520f17543c2bcad274d4",
+    "eps3": "6108808ab406ae498135192b26efe5c98e957a17195f427e346381a7073ef4b7",
+    "census-eps3": "e9aead54ffb3d42344bfc370dccfec7f5d2988c38d17532db44ee09c9d47486f",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

@@ -30,11 +30,13 @@ from models.dpautogan import (
     load_release,
     match_decoded_moments,
     moment_bound,
+    moment_spread_from,
     moment_statistics,
     private_moments,
     reconstruction_loss,
     sample_encoded,
     sanitize,
+    spread_columns,
 )
 from models.dpsgd_accountant import Phase, epsilon
 from models.errors import ConfigError
@@ -495,6 +497,20 @@ def test_private_moments_clip_the_rows_and_add_one_draw_of_sigma_times_the_bound
     torch.testing.assert_close(got, (exact + noise * sigma * moment_bound(2, 1)) / 4)
 
 
+def test_the_spread_centres_and_scales_from_decoded_rows_and_the_query_clips_after_it():
+    decoded = torch.tensor([[0.1, 1.0], [0.3, -1.0], [0.2, 1.0], [0.2, -1.0]])
+    center, width = moment_spread_from(decoded, [False, True], 2.0)
+    torch.testing.assert_close(center, torch.tensor([0.2, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(width, torch.tensor([2.0 * float(decoded[:, 0].double().std()), 1.0], dtype=torch.float64))
+    rows = torch.tensor([[0.9, 1.0], [0.2, -1.0]])
+    spread = spread_columns(rows.double(), center, width)
+    assert spread[0, 0] == 1.0 and abs(float(spread[1, 0])) < 1e-6 and spread[:, 1].tolist() == [1.0, -1.0]
+    got = private_moments(rows, [False, True], 2.0, torch.Generator().manual_seed(3), center, width)
+    noise = torch.randn(4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    exact = moment_statistics(spread, [False, True]).sum(0)
+    torch.testing.assert_close(got, (exact + noise * 2.0 * moment_bound(2, 1)) / 2)
+
+
 def test_the_moment_fit_moves_the_gaussian_towards_the_target_moments():
     """A fixed decoder; targets made by another Gaussian: the decoded moments get much closer to them,
     and the result is the same for the same stream."""
@@ -521,9 +537,10 @@ def test_the_moment_fit_moves_the_gaussian_towards_the_target_moments():
     assert all(p.requires_grad for p in decoder.parameters())   # the decoder is left as it was
 
 
-def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_path, test_secret):
+@pytest.mark.parametrize("spread", [None, 3.0])
+def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_path, test_secret, spread):
     cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4, moment_columns=(0, 1),
-                       moment_noise=5.0, moment_steps=20)
+                       moment_noise=5.0, moment_steps=20, moment_spread=spread)
     data = toy_table(60)
     trainer = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
     trainer.run(stop_after=4)
@@ -534,9 +551,17 @@ def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_pat
     seeded.set_state(trainer.rng.get_state())
     with torch.no_grad():
         mean0, scale0 = fit_gaussian_latent(trainer.autoencoder.encoder(trainer.data), 3.0, noise)
-    targets = private_moments(trainer.data[:, [0, 1]], [False, True], 5.0, noise)
+    center = width = None
+    if spread is not None:   # from rows the fitted Gaussian decodes to, the seed's stream
+        fitted = GaussianLatent(cfg.latent_dim)
+        fitted.mean.copy_(mean0)
+        fitted.scale.copy_(scale0)
+        with torch.no_grad():
+            decoded = trainer.autoencoder.decoder(fitted(torch.randn(16384, cfg.latent_dim, generator=seeded)))
+        center, width = moment_spread_from(decoded[:, [0, 1]], [False, True], spread)
+    targets = private_moments(trainer.data[:, [0, 1]], [False, True], 5.0, noise, center, width)
     mean, scale = match_decoded_moments(trainer.autoencoder.decoder, mean0, scale0, (0, 1), [False, True], targets,
-                                        20, cfg.moment_anchor, seeded)
+                                        20, cfg.moment_anchor, seeded, center=center, width=width)
     result = trainer.run()
     torch.testing.assert_close(trainer.gaussian.mean, mean, rtol=0, atol=1e-7)
     torch.testing.assert_close(trainer.gaussian.scale, scale, rtol=0, atol=1e-7)
@@ -558,6 +583,8 @@ def test_the_moment_fit_is_checked():
         small_config(moment_columns=(0,))
     with pytest.raises(ConfigError, match="moment_noise must be a finite number > 0"):
         small_config(latent_model="gaussian", moment_columns=(0,), moment_noise=0.0)
+    with pytest.raises(ConfigError, match="moment_spread must be a finite number > 0 or null"):
+        small_config(latent_model="gaussian", moment_columns=(0,), moment_spread=0.0)
     with pytest.raises(ConfigError, match="below 5"):
         DPAutoGANTrainer(toy_table(20), GROUPS, small_config(latent_model="gaussian", moment_columns=(0, 7)), 0,
                          None, "unused")
