@@ -534,8 +534,11 @@ class GeneratorTrainer:
         bounds = np.linspace(0, index.size, workers + 1).round().astype(int)
         parts = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.refresh_workers, thread_name_prefix="critics")
-        estimates = list(self._pool.map(updates, parts))
+            self._pool = ThreadPoolExecutor(max_workers=self.refresh_workers - 1, thread_name_prefix="critics")
+        # The calling thread takes the last part itself rather than waiting idle for the pool.
+        others = [self._pool.submit(updates, part) for part in parts[:-1]]
+        last = updates(parts[-1])
+        estimates = [f.result() for f in others] + [last]
         return torch.cat(estimates) if wasserstein else None
 
     def _refresh_one(self, k: int, real: torch.Tensor, fakes: torch.Tensor, alpha: torch.Tensor,

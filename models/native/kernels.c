@@ -474,6 +474,14 @@ int critic_updates(int64_t n_critics, int64_t steps, int64_t batch, int64_t widt
         float *W1 = w1 + at_k * D * H, *B1 = b1 + at_k * H, *W2 = w2 + at_k * H;
         for (int64_t st = 0; st < steps; st++) {
             step_rows(&s, k, st, steps, B, D, real, real_rows, real_k, real_s, fake, fake_k, fake_s);
+            /* the next critic's weights and Adam moments lie elsewhere in a large stack: fetch them during
+               this critic's last step, into the outer caches */
+            if (st == steps - 1 && k + 1 < n_critics) {
+                const int64_t at_n = index != NULL ? index[k + 1] : k + 1;
+                const float *next[3] = {w1 + at_n * D * H, m_w1 + at_n * D * H, v_w1 + at_n * D * H};
+                for (int a = 0; a < 3; a++)
+                    for (int64_t at = 0; at < D * H; at += 16) __builtin_prefetch(next[a] + at, 0, 1);
+            }
             /* the next step's real rows lie anywhere in the table: fetch them while this step computes */
             if (real_rows != NULL && (st + 1 < steps || k + 1 < n_critics)) {
                 const int64_t next = k * steps + st + 1;
