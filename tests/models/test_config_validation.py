@@ -31,9 +31,9 @@ SHIPPED_HASHES = {
     "thesis-k1500": "ba1278ee0af31683ef4bf77f7b18964729586638ff6de16de4f0b64135d5f502",
     "thesis": "765c5438fb1d1a091646847404ee03809c39d7bff5dc704012b99b9f4176c23f",
     "compare": "559ed11f49f007fb1fc8f434c5572e427da86a7821b01e4e91016c13aee8dcaa",
-    "eps1": "cf272ea3f2b148c209ef3a712019ba99c1e306d8715c520f17543c2bcad274d4",
-    "eps3": "6108808ab406ae498135192b26efe5c98e957a17195f427e346381a7073ef4b7",
-    "census-eps3": "e9aead54ffb3d42344bfc370dccfec7f5d2988c38d17532db44ee09c9d47486f",
+    "eps1": "8bbd64f0518579a34fc83477a99ef26e7373d4e0d8fdceb220f7ea190fe126ab",
+    "eps3": "35cc0525e4f5d35f14603496cac04845327f2aeedea2d6303a9a2466e3d7cbb1",
+    "census-eps3": "f58b26ed2697a7ad62a0dbdf64de077a2c00c139816c97e014c646d546a27b41",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
