@@ -286,6 +286,9 @@ class CriticRows:
         if self.data.dtype != torch.float32 or self.fakes.dtype != torch.float32 or self.real_rows.dtype != torch.int64:
             raise ValueError("CriticRows: float32 rows and int64 row indices")
         k, steps, b = self.real_rows.shape
+        # the C code reads data[real_rows] unchecked: every index must be a row of the table
+        if self.real_rows.numel() and (int(self.real_rows.min()) < 0 or int(self.real_rows.max()) >= self.data.shape[0]):
+            raise ValueError("CriticRows: real_rows must index rows of data")
         need = (steps, b) if self.shared else (k,)
         if self.fakes.dim() != 3 or tuple(self.fakes.shape[:len(need)]) != need or \
                 (not self.shared and self.fakes.shape[1] < steps * b) or self.fakes.shape[-1] != self.data.shape[1]:
@@ -350,6 +353,8 @@ def critic_input_grads(params: list[torch.Tensor], index: torch.Tensor, rows: to
     critics (params [w1 [K,d,H], b1 [K,1,H], w2 [K,H,1], b2]) in place: `CriticStack.input_grad` on
     gathered critics, without gathering them."""
     w1, b1, w2 = params[:3]
+    if rows.dtype != torch.float32 or rows.dim() != 2 or rows.shape[1] != w1.shape[1]:
+        raise ValueError("critic_input_grads: float32 rows [n, d] of the critics' width")
     positions = index.to(dtype=torch.int64).contiguous()
     if positions.numel() != rows.shape[0] or int(positions.min()) < 0 or int(positions.max()) >= w1.shape[0]:
         raise ValueError("critic_input_grads: one critic position of the stack per row")

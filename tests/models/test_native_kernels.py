@@ -200,6 +200,8 @@ def test_rows_read_in_place_give_the_updates_of_the_copied_block(shared):
         assert torch.equal(got, want)
     with pytest.raises(ValueError):
         CriticRows(data, real_rows, fakes[:1], shared)
+    with pytest.raises(ValueError, match="must index rows of data"):
+        CriticRows(data, real_rows + 50, fakes, shared)
 
 
 def test_critic_input_grads_equal_the_tensor_code_on_gathered_critics():
@@ -213,6 +215,8 @@ def test_critic_input_grads_equal_the_tensor_code_on_gathered_critics():
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-7), (got - want).abs().max()
     with pytest.raises(ValueError):
         critic_input_grads(stack.params, torch.tensor([6] * 9), rows)
+    with pytest.raises(ValueError, match="float32 rows"):
+        critic_input_grads(stack.params, index, rows.double())
 
 
 def test_native_training_query_equals_the_tensor_code(tmp_path):
