@@ -212,14 +212,20 @@ class GaussianLatent(nn.Module):
 
 def latent_statistics(latents: torch.Tensor) -> torch.Tensor:
     """One row per latent: the latent and the upper triangle (diagonal included) of its outer product."""
-    upper = torch.triu_indices(latents.shape[1], latents.shape[1])
-    return torch.cat([latents, (latents[:, :, None] * latents[:, None, :])[:, upper[0], upper[1]]], 1)
+    return moment_statistics(latents, [False] * latents.shape[1])
 
 
 def gaussian_bound(latent_dim: int) -> float:
     """The largest norm of one row's `latent_statistics`: latents lie in [-1, 1], so each of the d + d(d + 1)/2
     entries is at most 1 in size. Adding or removing a row moves the sums by at most this much."""
-    return math.sqrt(latent_dim + latent_dim * (latent_dim + 1) / 2)
+    return moment_bound(latent_dim, 0)
+
+
+def noisy_sums(stats: torch.Tensor, noise_multiplier: float, bound: float, rng: torch.Generator) -> torch.Tensor:
+    """The Gaussian mechanism on per-row statistics of norm at most `bound`: their float64 sums plus one
+    N(0, (sigma x bound)^2) draw per entry from `rng`."""
+    sums = stats.double().sum(0)
+    return sums + torch.randn(sums.shape, generator=rng, dtype=torch.float64) * noise_multiplier * bound
 
 
 def fit_gaussian_latent(latents: torch.Tensor, noise_multiplier: float,
@@ -229,9 +235,7 @@ def fit_gaussian_latent(latents: torch.Tensor, noise_multiplier: float,
     of rows (fixed between replace-one neighbours), the covariance projected onto the positive definite
     matrices (eigenvalues at least 1e-6). Returns the mean and a Cholesky factor of the covariance."""
     n, d = latents.shape
-    sums = latent_statistics(latents.double()).sum(0)
-    noise = torch.randn(sums.shape, generator=rng, dtype=torch.float64)
-    sums = sums + noise * noise_multiplier * gaussian_bound(d)
+    sums = noisy_sums(latent_statistics(latents.double()), noise_multiplier, gaussian_bound(d), rng)
     mean = sums[:d] / n
     upper = torch.triu_indices(d, d)
     second = torch.zeros(d, d, dtype=torch.float64)
@@ -285,9 +289,7 @@ def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: fl
     moves the sums by at most `moment_bound`): N(0, (sigma x bound)^2) once per entry, float64, divided by
     the number of rows (fixed between replace-one neighbours)."""
     stats = moment_statistics(spread_columns(rows.double(), center, width), binary)
-    noise = torch.randn(stats.shape[1], generator=rng, dtype=torch.float64)
-    bound = moment_bound(rows.shape[1], sum(binary))
-    return (stats.sum(0) + noise * noise_multiplier * bound) / rows.shape[0]
+    return noisy_sums(stats, noise_multiplier, moment_bound(rows.shape[1], sum(binary)), rng) / rows.shape[0]
 
 
 def match_decoded_moments(decoder: Decoder, mean: torch.Tensor, scale: torch.Tensor, columns: tuple[int, ...],
