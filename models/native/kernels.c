@@ -96,7 +96,7 @@ static void adam_update(float *restrict p, const float *restrict g, float *restr
 }
 
 typedef struct {
-    float *h, *sv, *hx, *u, *ut, *q, *xe, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
+    float *h, *sv, *hx, *u, *shx, *ut, *q, *xe, *m2, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
     const float **x;   /* the step's 2B row pointers: B real, then B fake */
 } Scratch;
 
@@ -145,14 +145,15 @@ static inline void first_layer_out(vf acc, int64_t i, int64_t jb, int64_t B, int
     store(as + jb, load(as + jb) + pick(hv, hv, hv * splat(SLOPE)));
 }
 
-/* dw1 for up to 4 input columns from c0 and the 16 hidden units from jb (q^T u + (e x)^T (S w2)). */
+/* dw1 for up to 4 input columns from c0 and the 16 hidden units from jb ((q^T S') w2 + (e x)^T (S w2)),
+ * adding W1 (q^T S') of these columns to m2 (dw2's gradient-penalty part). */
 static inline void dw1_tile(int64_t c0, int64_t cols, int64_t jb, int64_t B, int64_t R, int64_t D, int64_t BP,
-                            int64_t H, const float *qt, const float *u, const float *xe, const float *sv,
-                            float *dw1) {
+                            int64_t H, const float *qt, const float *shx, const float *xe, const float *sv,
+                            const float *W1, const float *W2, float *m2, float *dw1) {
     vf acc[4] = {0}, acc2[4] = {0};   /* the two sums apart, as the tensor code adds them */
     if (cols == 4) {   /* constant trip counts keep the accumulators in registers */
         for (int64_t i = 0; i < B; i++) {
-            vf uv = load(u + i * H + jb);
+            vf uv = load(shx + i * H + jb);
             for (int r = 0; r < 4; r++) acc[r] += splat(qt[(c0 + r) * BP + i]) * uv;
         }
         for (int64_t i = 0; i < R; i++) {
@@ -161,11 +162,17 @@ static inline void dw1_tile(int64_t c0, int64_t cols, int64_t jb, int64_t B, int
         }
     } else {
         for (int64_t r = 0; r < cols; r++) {
-            for (int64_t i = 0; i < B; i++) acc[r] += splat(qt[(c0 + r) * BP + i]) * load(u + i * H + jb);
+            for (int64_t i = 0; i < B; i++) acc[r] += splat(qt[(c0 + r) * BP + i]) * load(shx + i * H + jb);
             for (int64_t i = 0; i < R; i++) acc2[r] += splat(xe[i * D + c0 + r]) * load(sv + i * H + jb);
         }
     }
-    for (int64_t r = 0; r < cols; r++) store(dw1 + (c0 + r) * H + jb, acc[r] + acc2[r]);
+    const vf w2 = load(W2 + jb);
+    vf m = load(m2 + jb);
+    for (int64_t r = 0; r < cols; r++) {
+        m += load(W1 + (c0 + r) * H + jb) * acc[r];
+        store(dw1 + (c0 + r) * H + jb, acc[r] * w2 + acc2[r]);
+    }
+    store(m2 + jb, m);
 }
 
 /* db1 and dw2 of the 16 hidden units from jb, given the rows' sum for dw2; adds this block's part of the
@@ -236,7 +243,8 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
                           int64_t B, int64_t D, int64_t H, float c, Scratch *s) {
     const int64_t R = 2 * B, BP = (B + LANES - 1) / LANES * LANES;
     const float inv_b = 1.0f / (float)B;
-    float *h = s->h, *sv = s->sv, *hx = s->hx, *u = s->u, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
+    float *h = s->h, *sv = s->sv, *hx = s->hx, *u = s->u, *shx = s->shx, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
+    float *m2 = s->m2;
 
     /* first layer on the real and fake rows; with it S w2 (d D / d h) per row and, separately over the
        real and the fake rows, the sums of S w2 and of LeakyReLU(h). Register tiles of 8 rows x 32 hidden
@@ -245,6 +253,7 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
        in tiles of 4 rows x 16. Every sum runs over the input columns in order, and the per-row sums over the
        rows in order, whatever the tile. */
     memset(s->s_real, 0, sizeof(float) * 4 * (size_t)H);   /* s_real, s_fake, a_real, a_fake: adjacent */
+    memset(m2, 0, sizeof(float) * (size_t)H);
     const int64_t R8 = R / 8 * 8;
     int64_t jb = 0;
     for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
@@ -282,13 +291,15 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
             for (int64_t r = 0; r < rows; r++) first_layer_out(acc[r], g0 + r, jb, B, H, W2, B1, s);
         }
     }
-    /* the first layer is affine: at x_hat it interpolates its values at real and fake (hx); u = S w2 there */
+    /* the first layer is affine: at x_hat it interpolates its values at real and fake (hx); there S' is
+       LeakyReLU's derivative (shx) and u = S' w2 */
     for (int64_t i = 0; i < B; i++) {
         for (int64_t jb = 0; jb < H; jb += LANES) {
             vf v = lerp_v(load(h + (B + i) * H + jb), load(h + i * H + jb), A[i]);
-            const vf w2 = load(W2 + jb);
+            const vf w2 = load(W2 + jb), slope = pick(v, splat(1.0f), splat(SLOPE));
             store(hx + i * H + jb, v);
-            store(u + i * H + jb, pick(v, w2, w2 * splat(SLOPE)));
+            store(shx + i * H + jb, slope);
+            store(u + i * H + jb, slope * w2);
         }
     }
     /* g = u W1^T (grad of D at x_hat), kept transposed: qt [D][BP] = W1 u^T, the rows along the vector
@@ -345,18 +356,27 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
         const float e = i < B ? -inv_b : inv_b;
         for (int64_t cc = 0; cc < D; cc++) xe[i * D + cc] = X[i][cc] * e;
     }
-    /* dw1 = q^T u + (e x)^T (S w2): register tiles of 8 input columns x 32 hidden units, the first sum
-       parked in dw1 while the second is formed, then added (the same two sums and the same final
-       addition as the 4 x 16 tiles that take the rest) */
+    /* dw1 = (q^T S') w2 + (e x)^T (S w2), and dw2's gradient-penalty part sum_i S'_i (W1^T q_i) =
+       sum_c W1[c] (q^T S')[c] (m2) from the same product q^T S', so that it costs no product of its own.
+       Register tiles of 8 input columns x 32 hidden units, q^T S' parked in dw1 while the second sum is
+       formed, then added (the same two sums, the same final addition and the same order of m2's terms as
+       the 4 x 16 tiles that take the rest) */
     for (c0 = 0; c0 + 8 <= D; c0 += 8) {
         int64_t jb = 0;
         for (; jb + 2 * LANES <= H; jb += 2 * LANES) {
             vf a0[8], a1[8];
-            tile_8x32(q + c0 * BP, 1, BP, u + jb, B, H, a0, a1);
+            tile_8x32(q + c0 * BP, 1, BP, shx + jb, B, H, a0, a1);
+            const vf w2a = load(W2 + jb), w2b = load(W2 + jb + LANES);
+            vf ma = load(m2 + jb), mb = load(m2 + jb + LANES);
             for (int r = 0; r < 8; r++) {
-                store(dw1 + (c0 + r) * H + jb, a0[r]);
-                store(dw1 + (c0 + r) * H + jb + LANES, a1[r]);
+                const float *w1r = W1 + (c0 + r) * H + jb;
+                ma += load(w1r) * a0[r];
+                mb += load(w1r + LANES) * a1[r];
+                store(dw1 + (c0 + r) * H + jb, a0[r] * w2a);
+                store(dw1 + (c0 + r) * H + jb + LANES, a1[r] * w2b);
             }
+            store(m2 + jb, ma);
+            store(m2 + jb + LANES, mb);
             tile_8x32(xe + c0, D, 1, sv + jb, R, H, a0, a1);
             for (int r = 0; r < 8; r++) {
                 store(dw1 + (c0 + r) * H + jb, load(dw1 + (c0 + r) * H + jb) + a0[r]);
@@ -364,58 +384,19 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
             }
         }
         for (; jb < H; jb += LANES) {
-            dw1_tile(c0, 4, jb, B, R, D, BP, H, q, u, xe, sv, dw1);
-            dw1_tile(c0 + 4, 4, jb, B, R, D, BP, H, q, u, xe, sv, dw1);
+            dw1_tile(c0, 4, jb, B, R, D, BP, H, q, shx, xe, sv, W1, W2, m2, dw1);
+            dw1_tile(c0 + 4, 4, jb, B, R, D, BP, H, q, shx, xe, sv, W1, W2, m2, dw1);
         }
     }
     for (; c0 < D; c0 += 4) {
         const int64_t cols = D - c0 < 4 ? D - c0 : 4;
-        for (int64_t jb = 0; jb < H; jb += LANES) dw1_tile(c0, cols, jb, B, R, D, BP, H, q, u, xe, sv, dw1);
+        for (int64_t jb = 0; jb < H; jb += LANES)
+            dw1_tile(c0, cols, jb, B, R, D, BP, H, q, shx, xe, sv, W1, W2, m2, dw1);
     }
-    /* db1 and the Wasserstein part of dw2 from separate sums over fake and real rows, as autograd takes
-       them, so that a gradient that is exactly zero (same active units in both batches) stays zero */
+    /* db1 and dw2 (m2 + the Wasserstein part, from separate sums over fake and real rows as autograd takes
+       them, so that a gradient that is exactly zero (same active units in both batches) stays zero) */
     float w = 0.0f;
-    jb = 0;
-    /* dw2 = sum_i LeakyReLU'(hx_i) (q W1)_i + a_diff: tiles of 4 rows x 32 hidden units, the rest 4 x 16;
-       per unit the rows' terms are added in row order either way */
-    for (; jb + 2 * LANES <= H && B % 4 == 0; jb += 2 * LANES) {
-        vf acc0 = splat(0.0f), acc1 = splat(0.0f);
-        for (int64_t i = 0; i < B; i += 4) {
-            vf q0[4] = {0}, q1[4] = {0};
-            for (int64_t cc = 0; cc < D; cc++) {
-                const vf w0 = load(W1 + cc * H + jb), w1 = load(W1 + cc * H + jb + LANES);
-                for (int r = 0; r < 4; r++) {
-                    const vf x = splat(q[cc * BP + i + r]);
-                    q0[r] += x * w0;
-                    q1[r] += x * w1;
-                }
-            }
-            for (int r = 0; r < 4; r++) {
-                acc0 += pick(load(hx + (i + r) * H + jb), q0[r], q0[r] * splat(SLOPE));
-                acc1 += pick(load(hx + (i + r) * H + jb + LANES), q1[r], q1[r] * splat(SLOPE));
-            }
-        }
-        dw2_out(acc0, jb, inv_b, W2, s, &w);
-        dw2_out(acc1, jb + LANES, inv_b, W2, s, &w);
-    }
-    for (; jb < H; jb += LANES) {
-        vf acc = splat(0.0f);
-        int64_t i = 0;
-        for (; i + 4 <= B; i += 4) {
-            vf qv[4] = {0};
-            for (int64_t cc = 0; cc < D; cc++) {
-                vf wv = load(W1 + cc * H + jb);
-                for (int r = 0; r < 4; r++) qv[r] += splat(q[cc * BP + i + r]) * wv;
-            }
-            for (int r = 0; r < 4; r++) acc += pick(load(hx + (i + r) * H + jb), qv[r], qv[r] * splat(SLOPE));
-        }
-        for (; i < B; i++) {
-            vf qv = splat(0.0f);
-            for (int64_t cc = 0; cc < D; cc++) qv += splat(q[cc * BP + i]) * load(W1 + cc * H + jb);
-            acc += pick(load(hx + i * H + jb), qv, qv * splat(SLOPE));
-        }
-        dw2_out(acc, jb, inv_b, W2, s, &w);
-    }
+    for (int64_t jb = 0; jb < H; jb += LANES) dw2_out(load(m2 + jb), jb, inv_b, W2, s, &w);
     return -w;
 }
 
@@ -423,17 +404,17 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
  * unless `grads` is set. Free with free(s->h). */
 static int scratch_alloc(Scratch *s, int64_t B, int64_t D, int64_t H, int own_grads) {
     const int64_t R = 2 * B, BP = (B + LANES - 1) / LANES * LANES;
-    size_t sizes[14] = {R * H, R * H, B * H, B * H, H * BP, D * BP, R * D, own_grads ? D * H : 0,
+    size_t sizes[16] = {R * H, R * H, B * H, B * H, B * H, H * BP, D * BP, R * D, H, own_grads ? D * H : 0,
                         own_grads ? H : 0, own_grads ? H : 0, H, H, H, H};
     size_t total = 0;
-    for (int i = 0; i < 14; i++) total += sizes[i];
+    for (int i = 0; i < 16; i++) total += sizes[i];
     const size_t pointer_floats = ((size_t)R + 1) * sizeof(const float *) / sizeof(float);   /* s->x, aligned */
     float *buf = (float *)calloc(total + pointer_floats, sizeof(float));
     if (buf == NULL) return 1;
-    float **slots[14] = {&s->h, &s->sv, &s->hx, &s->u, &s->ut, &s->q, &s->xe, &s->dw1, &s->db1, &s->dw2,
-                         &s->s_real, &s->s_fake, &s->a_real, &s->a_fake};
+    float **slots[16] = {&s->h, &s->sv, &s->hx, &s->u, &s->shx, &s->ut, &s->q, &s->xe, &s->m2, &s->dw1, &s->db1,
+                         &s->dw2, &s->s_real, &s->s_fake, &s->a_real, &s->a_fake};
     float *at = buf;
-    for (int i = 0; i < 14; i++) { *slots[i] = at; at += sizes[i]; }
+    for (int i = 0; i < 16; i++) { *slots[i] = at; at += sizes[i]; }
     s->x = (const float **)(void *)(((uintptr_t)at + sizeof(float *) - 1) / sizeof(float *) * sizeof(float *));
     return 0;
 }
