@@ -446,7 +446,7 @@ class DPCGANTrainer:
             "noise_rng": self.noise_rng.get_state(),
             "ledger": self.ledger,
         }
-        save_verified(state, self.dir / STATE_FILE, keep_previous=True)
+        save_verified(state, self.dir / STATE_FILE, keep_previous=True, zip_crc32=False)
         write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": "add/remove-one",
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 

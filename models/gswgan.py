@@ -675,7 +675,7 @@ class GeneratorTrainer:
             "ledger": self.ledger,
             "metrics": self.metrics,
         }
-        save_verified(state, self.dir / STATE_FILE, keep_previous=True)
+        save_verified(state, self.dir / STATE_FILE, keep_previous=True, zip_crc32=False)
         write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism if self.setting.private else None,
                                        "critic_draw": self.gan.critic_draw,
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
