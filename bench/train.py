@@ -8,6 +8,8 @@ times before the query; `--profile` takes another profile's generator settings):
 * fast: `models.gswgan.GeneratorTrainer.run` for `--iterations` iterations (default 1,000) after the
   untimed iteration-0 checkpoint: resuming from it and writing the checkpoint at the end (generator,
   critics and their Adam state, epsilon) are included, as in a real run's every 1,000 iterations.
+  `--iterations 20000 --checkpoint-every 1000` times a whole run as a release trains it instead: one
+  resume, twenty checkpoints (from the third on, each overwrites the dropped state's file in place).
 * naive: the same algorithm written plainly: one `nn.Module` per critic and a `torch.optim.Adam` per
   critic, each drawn critic refreshed in turn, autograd for the gradient penalty and for each row's
   upstream gradient through its own critic, the generator's `torch.optim.Adam.step()`;
@@ -117,6 +119,9 @@ def main(argv=None) -> dict:
     ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--naive-iterations", type=int, default=200)
+    ap.add_argument("--checkpoint-every", type=int, default=None,
+                    help="iterations between checkpoints in the fast run (default: --iterations, one at the end); "
+                         "1000 with --iterations 20000 times a whole 20,000-iteration run as a release trains it")
     ap.add_argument("--refresh-steps", type=int, default=None,
                     help="critic updates per drawn critic (default: the profile's critic_refresh_steps)")
     add_width_argument(ap)
@@ -133,7 +138,7 @@ def measure(args, width: int | None) -> dict:
     k = args.discriminators
     secret = bench_secret(args.seed)
     partition = make_partition(data.shape[0], k, secret)
-    gan = bench_gan(args.profile, iterations=args.iterations, checkpoint_every=args.iterations)
+    gan = bench_gan(args.profile, iterations=args.iterations, checkpoint_every=args.checkpoint_every or args.iterations)
     if args.refresh_steps is not None:
         gan = dataclasses.replace(gan, critic_refresh_steps=args.refresh_steps)
     privacy = PrivacyConfig()
@@ -179,6 +184,7 @@ def measure(args, width: int | None) -> dict:
         "columns": "census-like mix" if width is not None else "all continuous",
         "discriminators": k,
         "iterations": args.iterations,
+        "checkpoint_every": gan.checkpoint_every,
         "device": str(device),
         "profile": args.profile or "plain thesis hyperparameters",
         "kernels": kernels_in_use(gan, device),

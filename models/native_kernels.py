@@ -287,17 +287,22 @@ class CriticRows:
             raise ValueError("CriticRows: float32 rows and int64 row indices")
         k, steps, b = self.real_rows.shape
         # the C code reads data[real_rows] unchecked: every index must be a row of the table
-        if self.real_rows.numel() and (int(self.real_rows.min()) < 0 or int(self.real_rows.max()) >= self.data.shape[0]):
-            raise ValueError("CriticRows: real_rows must index rows of data")
+        if self.real_rows.numel():
+            low, high = (int(v) for v in torch.aminmax(self.real_rows))
+            if low < 0 or high >= self.data.shape[0]:
+                raise ValueError("CriticRows: real_rows must index rows of data")
         need = (steps, b) if self.shared else (k,)
         if self.fakes.dim() != 3 or tuple(self.fakes.shape[:len(need)]) != need or \
                 (not self.shared and self.fakes.shape[1] < steps * b) or self.fakes.shape[-1] != self.data.shape[1]:
             raise ValueError("CriticRows: fakes do not match real_rows")
 
     def part(self, part: slice) -> CriticRows:
-        """The rows of the critics at `part` of this call."""
-        return CriticRows(self.data, self.real_rows[part], self.fakes if self.shared else self.fakes[part],
-                          self.shared)
+        """The rows of the critics at `part` of this call (a slice of checked rows: not checked again)."""
+        sliced = object.__new__(CriticRows)
+        for name, value in (("data", self.data), ("real_rows", self.real_rows[part]),
+                            ("fakes", self.fakes if self.shared else self.fakes[part]), ("shared", self.shared)):
+            object.__setattr__(sliced, name, value)
+        return sliced
 
 
 def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
@@ -329,9 +334,10 @@ def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_
     steps_done = torch.from_numpy(np.ascontiguousarray(done_steps, dtype=np.int64))
     positions = None
     if index is not None:
-        positions = torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64))
-        if positions.numel() != k or int(positions.min()) < 0 or int(positions.max()) >= w1.shape[0]:
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        if index.size != k or (k and (index.min() < 0 or index.max() >= w1.shape[0])):
             raise ValueError("critic_updates: index must hold one position of the stack per critic")
+        positions = torch.from_numpy(index)
     elif w1.shape[0] < k:
         raise ValueError("critic_updates: more critics in rows than in params")
     out = torch.empty(k) if wasserstein else None

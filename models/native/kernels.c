@@ -515,18 +515,49 @@ int critic_input_grads(int64_t n, int64_t width, int64_t hidden, const int64_t *
     for (int64_t i = 0; i < n; i++) {
         const float *W1 = w1 + index[i] * D * H, *B1 = b1 + index[i] * H, *W2 = w2 + index[i] * H;
         const float *xi = x + i * D;
-        for (int64_t jb = 0; jb < H; jb += LANES) {
+        /* the next row's critic lies elsewhere in a large stack: fetch it while this row computes */
+        if (i + 1 < n)
+            for (int64_t at = 0; at < D * H; at += LANES) __builtin_prefetch(w1 + index[i + 1] * D * H + at, 0, 1);
+        /* h = x W1 + b1, four blocks of hidden units at a time (independent sums keep the multiply-adds
+           in flight); each sum over the input columns in order */
+        int64_t jb = 0;
+        for (; jb + 4 * LANES <= H; jb += 4 * LANES) {
+            vf acc[4] = {0};
+            for (int64_t cc = 0; cc < D; cc++) {
+                const vf xv = splat(xi[cc]);
+                for (int a = 0; a < 4; a++) acc[a] += xv * load(W1 + cc * H + jb + a * LANES);
+            }
+            for (int a = 0; a < 4; a++) {
+                const vf h = acc[a] + load(B1 + jb + a * LANES), w2v = load(W2 + jb + a * LANES);
+                store(sv + jb + a * LANES, pick(h, w2v, w2v * splat(SLOPE)));
+            }
+        }
+        for (; jb < H; jb += LANES) {
             vf acc = splat(0.0f);
             for (int64_t cc = 0; cc < D; cc++) acc += splat(xi[cc]) * load(W1 + cc * H + jb);
             const vf h = acc + load(B1 + jb), w2v = load(W2 + jb);
             store(sv + jb, pick(h, w2v, w2v * splat(SLOPE)));
         }
-        for (int64_t cc = 0; cc < D; cc++) {
+        /* grad = W1 (S w2): four input columns at a time, each a sum over the hidden units in blocks */
+        int64_t c0 = 0;
+        for (; c0 + 4 <= D; c0 += 4) {
+            vf acc[4] = {0};
+            for (int64_t jb = 0; jb < H; jb += LANES) {
+                const vf s = load(sv + jb);
+                for (int a = 0; a < 4; a++) acc[a] += s * load(W1 + (c0 + a) * H + jb);
+            }
+            for (int a = 0; a < 4; a++) {
+                float total = 0.0f;
+                for (int l = 0; l < LANES; l++) total += acc[a][l];
+                out[i * D + c0 + a] = total;
+            }
+        }
+        for (; c0 < D; c0++) {
             vf acc = splat(0.0f);
-            for (int64_t jb = 0; jb < H; jb += LANES) acc += load(sv + jb) * load(W1 + cc * H + jb);
+            for (int64_t jb = 0; jb < H; jb += LANES) acc += load(sv + jb) * load(W1 + c0 * H + jb);
             float total = 0.0f;
             for (int l = 0; l < LANES; l++) total += acc[l];
-            out[i * D + cc] = total;
+            out[i * D + c0] = total;
         }
     }
     free(sv);

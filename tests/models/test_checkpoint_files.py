@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.checkpoint_files import damaged_reason, load_latest_intact, previous, save_verified, sha256_of, sidecar
+from models.checkpoint_files import (
+    damaged_reason,
+    load_latest_intact,
+    previous,
+    save_verified,
+    sha256_of,
+    sidecar,
+)
 
 
 @pytest.mark.parametrize("zip_crc32", [True, False])

@@ -200,8 +200,12 @@ def test_rows_read_in_place_give_the_updates_of_the_copied_block(shared):
         assert torch.equal(got, want)
     with pytest.raises(ValueError):
         CriticRows(data, real_rows, fakes[:1], shared)
-    with pytest.raises(ValueError, match="must index rows of data"):
-        CriticRows(data, real_rows + 50, fakes, shared)
+    for outside in (real_rows + 50, real_rows - 50):
+        with pytest.raises(ValueError, match="must index rows of data"):
+            CriticRows(data, outside, fakes, shared)
+    halves = CriticRows(data, real_rows, fakes, shared).part(slice(1, 3))
+    assert torch.equal(halves.real_rows, real_rows[1:3]) and halves.shared == shared
+    assert halves.fakes is fakes if shared else torch.equal(halves.fakes, fakes[1:3])
 
 
 def test_critic_input_grads_equal_the_tensor_code_on_gathered_critics():
