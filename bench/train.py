@@ -9,7 +9,7 @@ times before the query; `--profile` takes another profile's generator settings):
   untimed iteration-0 checkpoint: resuming from it and writing the checkpoint at the end (generator,
   critics and their Adam state, epsilon) are included, as in a real run's every 1,000 iterations.
   `--iterations 20000 --checkpoint-every 1000` times a whole run as a release trains it instead: one
-  resume, twenty checkpoints (from the third on, each overwrites the dropped state's file in place).
+  resume, twenty checkpoints (from the fourth on, each overwrites the file of the state dropped before).
 * naive: the same algorithm written plainly: one `nn.Module` per critic and a `torch.optim.Adam` per
   critic, each drawn critic refreshed in turn, autograd for the gradient penalty and for each row's
   upstream gradient through its own critic, the generator's `torch.optim.Adam.step()`;

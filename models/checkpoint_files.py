@@ -43,6 +43,7 @@ class _HashingWriter:
 
     def __init__(self, handle):
         self._handle = handle
+        self.name = handle.name   # the file's path, as a file object has it
         self.digest = hashlib.sha256()
 
     def write(self, data) -> int:
@@ -53,30 +54,42 @@ class _HashingWriter:
         self._handle.flush()
 
 
+def spare(path: Path) -> Path:
+    """The file of the version a `keep_previous` save dropped, kept to be overwritten by the next save."""
+    return path.with_name(path.stem + ".spare" + path.suffix)
+
+
 def save_verified(obj, path: Path, keep_previous: bool = False, zip_crc32: bool = True) -> str:
     """torch.save `obj` to `path` with its hash beside it; returns the hash. `keep_previous` first moves
-    the current file (and its hash) to `<stem>.prev<suffix>`. `zip_crc32=False` skips the zip records'
-    CRC-32 (torch.load does not need it; the SHA-256 already proves the file intact): for the large
-    internal training states, where it costs a tenth of a second per checkpoint."""
+    the current file (and its hash) to `<stem>.prev<suffix>`; the version that was there is dropped, its
+    file kept as `<stem>.spare<suffix>` for the next save to overwrite in place: allocating a file of
+    hundreds of megabytes costs more than writing it, and the current and previous versions stay whole
+    while the new one is written. `zip_crc32=False` skips the zip records' CRC-32 (torch.load does not
+    need it; the SHA-256 already proves the file intact): for the large internal training states, where
+    it costs a tenth of a second per checkpoint."""
     import torch  # here, not at import: stages hash files with this module without needing torch
     from torch.utils.serialization import config
 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     mode = "wb"
-    if keep_previous and previous(path).exists():
-        # The version before the current one is dropped now. Its file becomes the temporary one and is
-        # overwritten in place: freeing a file of hundreds of megabytes and allocating the next costs more
-        # than the writing. Its hash goes first, so that a crash meanwhile leaves no hash of other content.
-        sidecar(previous(path)).unlink(missing_ok=True)
-        os.replace(previous(path), tmp)
+    if keep_previous and spare(path).exists():
+        os.replace(spare(path), tmp)
         mode = "r+b"
-    with open(tmp, mode) as handle, config.patch({"save.compute_crc32": zip_crc32}):
-        writer = _HashingWriter(handle)
-        torch.save(obj, writer)
-        handle.truncate()
+    try:
+        with open(tmp, mode) as handle, config.patch({"save.compute_crc32": zip_crc32}):
+            writer = _HashingWriter(handle)
+            torch.save(obj, writer)
+            handle.truncate()
+    except OSError as exc:
+        if exc.filename is None:   # a failed write (a full disk) names no file: name the checkpoint's
+            raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
+        raise
     digest = writer.digest.hexdigest()
     if keep_previous and path.exists() and sidecar(path).exists():
+        if previous(path).exists():
+            os.replace(previous(path), spare(path))
+            sidecar(previous(path)).unlink(missing_ok=True)
         os.replace(path, previous(path))
         os.replace(sidecar(path), sidecar(previous(path)))
     os.replace(tmp, path)

@@ -41,6 +41,11 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
+def _written(f) -> Path:
+    """The file a torch.save call writes: a path, or a file object's (checkpoints pass one)."""
+    return Path(getattr(f, "name", f))
+
+
 def test_an_output_folder_that_cannot_be_written_is_a_readable_error(isolated_workdir, demo_csv, capfd):
     blocker = isolated_workdir / "not-a-folder"
     blocker.write_text("a file where the run folder's parent should be")
@@ -63,9 +68,9 @@ def test_a_full_disk_while_a_checkpoint_is_written_loses_nothing(isolated_workdi
     real_save = torch.save
 
     def disk_fills_at_checkpoint_40(obj, f, *args, **kwargs):
-        if Path(str(f)).name.startswith("generator_000040"):
-            Path(str(f)).write_bytes(b"the first blocks of a checkpoint")
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        if _written(f).name.startswith("generator_000040"):
+            _written(f).write_bytes(b"the first blocks of a checkpoint")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))   # as a failed write: no file named
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", disk_fills_at_checkpoint_40)
@@ -180,8 +185,8 @@ def test_a_dp_sgd_release_stopped_inside_training_resumes_to_the_uninterrupted_r
     real_save = torch.save
 
     def disk_fills(obj, f, *args, **kwargs):
-        if Path(str(f)).name.startswith(failing_file):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        if _written(f).name.startswith(failing_file):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(_written(f)))
         return real_save(obj, f, *args, **kwargs)
 
     argv = _argv(demo_csv, "--generator", generator, "--json")

@@ -12,6 +12,7 @@ from models.checkpoint_files import (
     save_verified,
     sha256_of,
     sidecar,
+    spare,
 )
 
 
@@ -39,17 +40,40 @@ def test_keep_previous_falls_back_when_the_latest_state_is_damaged(tmp_path):
     assert problems and "does not match" in problems[0]
 
 
-def test_a_recycled_previous_file_holds_exactly_the_new_state(tmp_path):
-    """The third save overwrites the first version's (larger) file in place: cut to the new length, with
-    the hash and content of the new state, and the second version kept as the previous one."""
+def test_a_recycled_file_holds_exactly_the_new_state(tmp_path):
+    """The third save keeps the first version's (larger) file as the spare and the fourth overwrites it in
+    place: cut to the new length, with the hash and content of the new state, while the current and the
+    previous versions stay whole."""
     path = tmp_path / "state.pt"
     save_verified({"step": 1, "w": torch.ones(50_000)}, path, keep_previous=True, zip_crc32=False)
     save_verified({"step": 2}, path, keep_previous=True, zip_crc32=False)
-    digest = save_verified({"step": 3}, path, keep_previous=True, zip_crc32=False)
+    save_verified({"step": 3}, path, keep_previous=True, zip_crc32=False)
+    assert spare(path).stat().st_size > 200_000 and not sidecar(spare(path)).exists()
+    digest = save_verified({"step": 4}, path, keep_previous=True, zip_crc32=False)
     fresh = tmp_path / "fresh.pt"
-    save_verified({"step": 3}, fresh, zip_crc32=False)
+    save_verified({"step": 4}, fresh, zip_crc32=False)
     assert path.stat().st_size == fresh.stat().st_size
     assert digest == sha256_of(path) and damaged_reason(path) is None
-    assert torch.load(path, weights_only=False) == {"step": 3}
-    assert torch.load(previous(path), weights_only=False) == {"step": 2} and damaged_reason(previous(path)) is None
+    assert torch.load(path, weights_only=False) == {"step": 4}
+    assert torch.load(previous(path), weights_only=False) == {"step": 3} and damaged_reason(previous(path)) is None
+    assert torch.load(spare(path), weights_only=False) == {"step": 2}
     assert not path.with_name(path.name + ".tmp").exists()
+
+
+def test_a_failed_write_names_the_checkpoint_file(tmp_path, monkeypatch):
+    """A full disk fails a write with no file name; the error names the checkpoint being written, for the
+    command line's one-paragraph message, and the current state is left as it was."""
+    import errno
+    import os
+
+    path = tmp_path / "state.pt"
+    save_verified({"step": 1}, path, keep_previous=True)
+
+    def full_disk(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("models.checkpoint_files._HashingWriter.write", full_disk)
+    with pytest.raises(OSError) as caught:
+        save_verified({"step": 2}, path, keep_previous=True)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(path) + ".tmp"
+    assert torch.load(path, weights_only=False) == {"step": 1} and damaged_reason(path) is None
