@@ -96,7 +96,7 @@ static void adam_update(float *restrict p, const float *restrict g, float *restr
 }
 
 typedef struct {
-    float *h, *sv, *hx, *u, *shx, *ut, *q, *xe, *m2, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
+    float *h, *sv, *u, *shx, *ut, *q, *xe, *m2, *dw1, *db1, *dw2, *s_real, *s_fake, *a_real, *a_fake;
     const float **x;   /* the step's 2B row pointers: B real, then B fake */
 } Scratch;
 
@@ -132,17 +132,28 @@ static inline void tile_8x32_rows(const float *const *X, const float *V, int64_t
     }
 }
 
-/* One row's first-layer output: h = acc + b1, S w2, and the running sums over real / fake rows. */
-static inline void first_layer_out(vf acc, int64_t i, int64_t jb, int64_t B, int64_t H, const float *W2,
-                                   const float *B1, Scratch *s) {
+/* First-layer outputs of the n rows from i0 for the 16 hidden units from jb (acc: their products): h =
+ * acc + b1, S w2, and the running sums over the real / the fake rows of S w2 and of LeakyReLU(h), added
+ * in row order in registers (one load and store of a sum per run of rows on one side, not a store and a
+ * reload per row). */
+static inline void first_layer_rows(const vf *acc, int64_t i0, int64_t n, int64_t jb, int64_t B, int64_t H,
+                                    const float *W2, const float *B1, Scratch *s) {
     const vf w2 = load(W2 + jb), w2s = w2 * splat(SLOPE), b1 = load(B1 + jb);
-    vf hv = acc + b1;
-    vf svv = pick(hv, w2, w2s);
-    store(s->h + i * H + jb, hv);
-    store(s->sv + i * H + jb, svv);
-    float *ss = i < B ? s->s_real : s->s_fake, *as = i < B ? s->a_real : s->a_fake;
-    store(ss + jb, load(ss + jb) + svv);
-    store(as + jb, load(as + jb) + pick(hv, hv, hv * splat(SLOPE)));
+    int64_t i = i0;
+    while (i < i0 + n) {
+        const int64_t end = i < B && i0 + n > B ? B : i0 + n;
+        float *ss = i < B ? s->s_real : s->s_fake, *as = i < B ? s->a_real : s->a_fake;
+        vf sum_s = load(ss + jb), sum_a = load(as + jb);
+        for (; i < end; i++) {
+            const vf hv = acc[i - i0] + b1, svv = pick(hv, w2, w2s);
+            store(s->h + i * H + jb, hv);
+            store(s->sv + i * H + jb, svv);
+            sum_s += svv;
+            sum_a += pick(hv, hv, hv * splat(SLOPE));
+        }
+        store(ss + jb, sum_s);
+        store(as + jb, sum_a);
+    }
 }
 
 /* dw1 for up to 4 input columns from c0 and the 16 hidden units from jb ((q^T S') w2 + (e x)^T (S w2)),
@@ -243,7 +254,7 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
                           int64_t B, int64_t D, int64_t H, float c, Scratch *s) {
     const int64_t R = 2 * B, BP = (B + LANES - 1) / LANES * LANES;
     const float inv_b = 1.0f / (float)B;
-    float *h = s->h, *sv = s->sv, *hx = s->hx, *u = s->u, *shx = s->shx, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
+    float *h = s->h, *sv = s->sv, *u = s->u, *shx = s->shx, *q = s->q, *xe = s->xe, *dw1 = s->dw1;
     float *m2 = s->m2;
 
     /* first layer on the real and fake rows; with it S w2 (d D / d h) per row and, separately over the
@@ -260,14 +271,14 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
         for (int64_t i0 = 0; i0 < R8; i0 += 8) {
             vf a0[8], a1[8];
             tile_8x32_rows(X + i0, W1 + jb, D, H, a0, a1);
-            for (int r = 0; r < 8; r++) first_layer_out(a0[r], i0 + r, jb, B, H, W2, B1, s);
-            for (int r = 0; r < 8; r++) first_layer_out(a1[r], i0 + r, jb + LANES, B, H, W2, B1, s);
+            first_layer_rows(a0, i0, 8, jb, B, H, W2, B1, s);
+            first_layer_rows(a1, i0, 8, jb + LANES, B, H, W2, B1, s);
         }
         for (int64_t half = 0; half < 2 * LANES && R8 < R; half += LANES) {
             for (int64_t i = R8; i < R; i++) {
                 vf acc = splat(0.0f);
                 for (int64_t cc = 0; cc < D; cc++) acc += splat(X[i][cc]) * load(W1 + cc * H + jb + half);
-                first_layer_out(acc, i, jb + half, B, H, W2, B1, s);
+                first_layer_rows(&acc, i, 1, jb + half, B, H, W2, B1, s);
             }
         }
     }
@@ -288,16 +299,15 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
                 for (int64_t r = 0; r < rows; r++)
                     for (int64_t cc = 0; cc < D; cc++) acc[r] += splat(X[g0 + r][cc]) * load(W1 + cc * H + jb);
             }
-            for (int64_t r = 0; r < rows; r++) first_layer_out(acc[r], g0 + r, jb, B, H, W2, B1, s);
+            first_layer_rows(acc, g0, rows, jb, B, H, W2, B1, s);
         }
     }
-    /* the first layer is affine: at x_hat it interpolates its values at real and fake (hx); there S' is
+    /* the first layer is affine: at x_hat it interpolates its values at real and fake; there S' is
        LeakyReLU's derivative (shx) and u = S' w2 */
     for (int64_t i = 0; i < B; i++) {
         for (int64_t jb = 0; jb < H; jb += LANES) {
             vf v = lerp_v(load(h + (B + i) * H + jb), load(h + i * H + jb), A[i]);
             const vf w2 = load(W2 + jb), slope = pick(v, splat(1.0f), splat(SLOPE));
-            store(hx + i * H + jb, v);
             store(shx + i * H + jb, slope);
             store(u + i * H + jb, slope * w2);
         }
@@ -404,17 +414,17 @@ static float critic_grads(const float *W1, const float *B1, const float *W2, con
  * unless `grads` is set. Free with free(s->h). */
 static int scratch_alloc(Scratch *s, int64_t B, int64_t D, int64_t H, int own_grads) {
     const int64_t R = 2 * B, BP = (B + LANES - 1) / LANES * LANES;
-    size_t sizes[16] = {R * H, R * H, B * H, B * H, B * H, H * BP, D * BP, R * D, H, own_grads ? D * H : 0,
+    size_t sizes[15] = {R * H, R * H, B * H, B * H, H * BP, D * BP, R * D, H, own_grads ? D * H : 0,
                         own_grads ? H : 0, own_grads ? H : 0, H, H, H, H};
     size_t total = 0;
-    for (int i = 0; i < 16; i++) total += sizes[i];
+    for (int i = 0; i < 15; i++) total += sizes[i];
     const size_t pointer_floats = ((size_t)R + 1) * sizeof(const float *) / sizeof(float);   /* s->x, aligned */
     float *buf = (float *)calloc(total + pointer_floats, sizeof(float));
     if (buf == NULL) return 1;
-    float **slots[16] = {&s->h, &s->sv, &s->hx, &s->u, &s->shx, &s->ut, &s->q, &s->xe, &s->m2, &s->dw1, &s->db1,
-                         &s->dw2, &s->s_real, &s->s_fake, &s->a_real, &s->a_fake};
+    float **slots[15] = {&s->h, &s->sv, &s->u, &s->shx, &s->ut, &s->q, &s->xe, &s->m2, &s->dw1, &s->db1, &s->dw2,
+                         &s->s_real, &s->s_fake, &s->a_real, &s->a_fake};
     float *at = buf;
-    for (int i = 0; i < 16; i++) { *slots[i] = at; at += sizes[i]; }
+    for (int i = 0; i < 15; i++) { *slots[i] = at; at += sizes[i]; }
     s->x = (const float **)(void *)(((uintptr_t)at + sizeof(float *) - 1) / sizeof(float *) * sizeof(float *));
     return 0;
 }
