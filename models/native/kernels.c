@@ -6,9 +6,10 @@
  *     x_hat_i = alpha_i real_i + (1 - alpha_i) fake_i,
  * for w1, b1 and w2 (b2 takes no gradient: it cancels in the loss) with the formulas of
  * models/networks.py CriticStack.loss_grads_rows (w2's gradient-penalty part regrouped to reuse a product
- * of w1's, see critic_grads), then applies torch.optim.Adam's update (its fused kernel's formulas). One call replaces about 30 tensor operations per step, which at these sizes
- * cost more in dispatch than in arithmetic; the arithmetic runs on 16-float vectors along the hidden
- * units (GCC/Clang vector extensions), so H must be a multiple of 16.
+ * of w1's, see critic_grads), then applies torch.optim.Adam's update (its fused kernel's formulas). One
+ * call replaces about 30 tensor operations per step, which at these sizes cost more in dispatch than in
+ * arithmetic; the arithmetic runs on 16-float vectors along the hidden units (GCC/Clang vector
+ * extensions), so H must be a multiple of 16.
  *
  * Layouts (float32, contiguous, row-major): w1 [K][d][H], b1 [K][H], w2 [K][H] and their Adam moments
  * alike; each step's B real and B fake rows are read where they lie (see critic_updates); alpha [K][S][B];
