@@ -97,6 +97,12 @@ def save_verified(obj, path: Path, keep_previous: bool = False, zip_crc32: bool 
     return digest
 
 
+def save_training_state(state: dict, path: Path) -> str:
+    """A trainer's resumable state: the previous version kept, no zip CRC-32 (internal, large, and proven
+    intact by its SHA-256)."""
+    return save_verified(state, path, keep_previous=True, zip_crc32=False)
+
+
 def damaged_reason(path: Path, expected: str | None = None) -> str | None:
     """Why `path` cannot be trusted (missing, no recorded hash, hash mismatch), or None when intact.
     `expected`: the hash recorded elsewhere (e.g. in the training ledger); else the sidecar's."""

@@ -111,7 +111,13 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
+from models.checkpoint_files import (
+    load_verified,
+    resume_state,
+    save_training_state,
+    save_verified,
+    write_text_atomic,
+)
 from models.dpcgan import clipped_sum
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, binary_columns, init_generator_, one_hot_groups
@@ -790,7 +796,7 @@ class DPAutoGANTrainer:
             "sampling_rng": self.sampling_rng.get_state(), "noise_rng": self.noise_rng.get_state(),
             "ledger": self.ledger,
         }
-        save_verified(state, self.dir / STATE_FILE, keep_previous=True, zip_crc32=False)
+        save_training_state(state, self.dir / STATE_FILE)
         write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": ADJACENCY,
                                       "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 

@@ -71,7 +71,13 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
+from models.checkpoint_files import (
+    load_verified,
+    resume_state,
+    save_training_state,
+    save_verified,
+    write_text_atomic,
+)
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, head_noise_width, init_generator_
 from models.secret import PrivacySecret
@@ -446,7 +452,7 @@ class DPCGANTrainer:
             "noise_rng": self.noise_rng.get_state(),
             "ledger": self.ledger,
         }
-        save_verified(state, self.dir / STATE_FILE, keep_previous=True, zip_crc32=False)
+        save_training_state(state, self.dir / STATE_FILE)
         write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": "add/remove-one",
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 

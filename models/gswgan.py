@@ -39,7 +39,13 @@ import numpy as np
 import torch
 
 from models.accountant import GSWGANAccountant, epsilons_at
-from models.checkpoint_files import load_verified, resume_state, save_verified, write_text_atomic
+from models.checkpoint_files import (
+    load_verified,
+    resume_state,
+    save_training_state,
+    save_verified,
+    write_text_atomic,
+)
 from models.config import GanConfig, PrivacyConfig, Setting
 from models.errors import BudgetExceededError, ConfigError
 from models.native_kernels import (
@@ -675,7 +681,7 @@ class GeneratorTrainer:
             "ledger": self.ledger,
             "metrics": self.metrics,
         }
-        save_verified(state, self.dir / STATE_FILE, keep_previous=True, zip_crc32=False)
+        save_training_state(state, self.dir / STATE_FILE)
         write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism if self.setting.private else None,
                                        "critic_draw": self.gan.critic_draw,
                                        "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
