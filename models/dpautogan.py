@@ -118,9 +118,11 @@ from models.checkpoint_files import (
     save_verified,
     write_text_atomic,
 )
+from models.counter_random import normals, stream_base
 from models.dpcgan import clipped_sum
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, binary_columns, init_generator_, one_hot_groups
+from models.sanitizer import zero_nonfinite_rows
 from models.secret import PrivacySecret
 
 STATE_FILE = "training_state.pt"
@@ -241,7 +243,9 @@ def fit_gaussian_latent(latents: torch.Tensor, noise_multiplier: float,
     of rows (fixed between replace-one neighbours), the covariance projected onto the positive definite
     matrices (eigenvalues at least 1e-6). Returns the mean and a Cholesky factor of the covariance."""
     n, d = latents.shape
-    sums = noisy_sums(latent_statistics(latents.double()), noise_multiplier, gaussian_bound(d), rng)
+    # A row with a NaN latent (a diverged encoder) would carry NaN into the sums: zeroed, it stays in bound.
+    sums = noisy_sums(latent_statistics(zero_nonfinite_rows(latents.double())), noise_multiplier,
+                      gaussian_bound(d), rng)
     mean = sums[:d] / n
     upper = torch.triu_indices(d, d)
     second = torch.zeros(d, d, dtype=torch.float64)
@@ -294,7 +298,7 @@ def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: fl
     `width` when given, which must not depend on the rows themselves, then clipped to [-1, 1], so one row
     moves the sums by at most `moment_bound`): N(0, (sigma x bound)^2) once per entry, float64, divided by
     the number of rows (fixed between replace-one neighbours)."""
-    stats = moment_statistics(spread_columns(rows.double(), center, width), binary)
+    stats = moment_statistics(zero_nonfinite_rows(spread_columns(rows.double(), center, width)), binary)
     return noisy_sums(stats, noise_multiplier, moment_bound(rows.shape[1], sum(binary)), rng) / rows.shape[0]
 
 
@@ -409,6 +413,24 @@ def sanitize(per_example: dict[str, torch.Tensor], clip: float, noise_multiplier
                  else torch.zeros_like(g)) for k, g in summed.items()}
     total = {k: (summed[k] + noise[k]) / expected_batch for k in summed}
     return SanitizedGradient(summed, noise, total)
+
+
+def position_latents(key: int, update: int, positions: torch.Tensor, z_dim: int) -> torch.Tensor:
+    """Standard normal latents [len(positions), z_dim], one vector per (update, row position): a fixed
+    function of (key, update, position), drawn by a counter-based generator (SplitMix64 on the counter,
+    Box-Muller on two 53-bit uniforms).
+
+    The critic pairs each sampled real row with the fake made from its own position's latent. Drawing
+    the fakes in sampled order from a stream instead would make every later row's fake, and everything
+    the stream draws afterwards, depend on whether row i was sampled: adding or removing a row would
+    move every pair after it, and later updates would depend on a sampling outcome that subsampling's
+    amplification must keep hidden from them. Here a row's pair depends on that row, its position (its
+    identity: replace-one neighbours share positions) and the update only, and no stream advances."""
+    pos = positions.detach().cpu().numpy().astype(np.uint64)
+    base = stream_base(key, update)
+    with np.errstate(over="ignore"):
+        index = base + pos[:, None] * np.uint64(z_dim) + np.arange(z_dim, dtype=np.uint64)[None, :]
+    return torch.from_numpy(normals(index).astype(np.float32)).reshape(len(pos), z_dim)
 
 
 def poisson_batch(n_rows: int, sample_rate: float, rng: torch.Generator) -> torch.Tensor:
@@ -643,6 +665,7 @@ class DPAutoGANTrainer:
             init_generator_(net, "default", self.rng)  # PyTorch's default init, drawn from the seed's stream
         self.sampling_rng = secret.torch("dpautogan-sampling")
         self.noise_rng = secret.torch("dpautogan-noise")
+        self.fake_key = secret.seed("dpautogan-fakes")   # `position_latents`: the critic's fakes per row
         self.opt_ae = torch.optim.Adam(self.autoencoder.parameters(), lr=cfg.lr_autoencoder, betas=(0.9, 0.999))
         self.opt_critic = torch.optim.RMSprop(self.critic.parameters(), lr=cfg.lr_critic, alpha=0.99)
         self.opt_g = torch.optim.RMSprop(self.generator.parameters(), lr=cfg.lr_generator, alpha=0.99)
@@ -685,13 +708,15 @@ class DPAutoGANTrainer:
             real = ae.encoder(real_rows)
         return real, fake_latents
 
-    def critic_update(self) -> tuple[int, SanitizedGradient]:
-        """One private critic update: one fresh fake per real example of a Poisson batch, each pair's
-        gradient clipped as one vector, one noise draw on the sum."""
+    def critic_update(self, update: int) -> tuple[int, SanitizedGradient]:
+        """Private critic update number `update`: each real example of a Poisson batch paired with the fake
+        of its own row position (`position_latents`, so whether one row is sampled changes no other pair
+        and advances no stream), each pair's gradient clipped as one vector, one noise draw on the sum."""
         cfg = self.config
         index = poisson_batch(self.data.shape[0], self.critic_rate, self.sampling_rng)
         with torch.no_grad():
-            real, fake = self.critic_inputs(self.data[index], self.fake_latents(int(index.numel())))
+            fake_latents = self.generator(position_latents(self.fake_key, update, index, cfg.z_dim))
+            real, fake = self.critic_inputs(self.data[index], fake_latents)
         parts = sanitize(critic_per_pair(self.critic, real, fake), cfg.critic_clip, cfg.critic_noise,
                          self.critic_divisor, self.noise_rng)
         _apply(self.critic, parts.total, self.opt_critic)
@@ -762,8 +787,9 @@ class DPAutoGANTrainer:
         else:
             if self.step_index == cfg.autoencoder_steps:
                 self.accountant.begin_phase(self.critic_rate, cfg.critic_noise)
-            for _ in range(cfg.critic_steps):
-                rows, _ = self.critic_update()
+            first = (self.step_index - cfg.autoencoder_steps) * cfg.critic_steps
+            for j in range(cfg.critic_steps):
+                rows, _ = self.critic_update(first + j)
                 self.accountant.step()
                 done.append(UpdateInfo("critic", rows))
             self.generator_update()

@@ -80,6 +80,7 @@ from models.checkpoint_files import (
 )
 from models.errors import ConfigError
 from models.networks import LEAKY_SLOPE, OutputHead, head_noise_width, init_generator_
+from models.sanitizer import finite_rows
 from models.secret import PrivacySecret
 
 STATE_FILE = "training_state.pt"
@@ -186,11 +187,18 @@ def per_sample_gradients(disc: ConditionalDiscriminator, rows: torch.Tensor, lab
 
 def clipped_sum(per_sample: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
     """Sum over rows of each row's gradient scaled to L2 norm at most `clip` (norm over all parameters
-    together, as DP-SGD's sensitivity needs)."""
-    flat = [g.flatten(1) for g in per_sample.values()]  # also for an empty Poisson batch (0 rows)
-    norms = torch.cat(flat, 1).norm(dim=1)
-    factors = (clip / (norms + _NORM_EPS)).clamp(max=1.0)
-    return {k: torch.einsum("n,n...->...", factors, g) for k, g in per_sample.items()}
+    together, as DP-SGD's sensitivity needs). A row whose gradient holds a NaN or an infinity in any
+    parameter contributes zero (its norm would not bound it: `models.sanitizer.zero_nonfinite_rows`)."""
+    flat = torch.cat([g.flatten(1) for g in per_sample.values()], 1)  # also for an empty Poisson batch (0 rows)
+    finite = finite_rows(flat)
+    norms = torch.where(finite[:, None], flat, 0.0).norm(dim=1)
+    factors = torch.where(finite, (clip / (norms + _NORM_EPS)).clamp(max=1.0), 0.0)
+    return {k: torch.einsum("n,n...->...", factors, torch.where(_rows_mask(finite, g), g, 0.0))
+            for k, g in per_sample.items()}
+
+
+def _rows_mask(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return rows.reshape((-1,) + (1,) * (like.dim() - 1))
 
 
 @dataclass

@@ -32,6 +32,7 @@ from models.dpautogan import (
     moment_bound,
     moment_spread_from,
     moment_statistics,
+    position_latents,
     private_moments,
     reconstruction_loss,
     sample_encoded,
@@ -40,6 +41,7 @@ from models.dpautogan import (
 )
 from models.dpsgd_accountant import Phase, epsilon
 from models.errors import ConfigError
+from models.secret import PrivacySecret
 
 # Encoded layout: a continuous column, a binary column, a 3-level categorical.
 GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
@@ -194,7 +196,7 @@ def test_noise_is_one_draw_of_sigma_c_over_the_expected_batch():
 def test_update_applies_exactly_the_sanitised_gradient(tmp_path, test_secret, phase):
     trainer = DPAutoGANTrainer(toy_table(80), GROUPS, small_config(), 0, test_secret, tmp_path)
     net, update = ((trainer.autoencoder, trainer.autoencoder_update) if phase == "autoencoder"
-                   else (trainer.critic, trainer.critic_update))
+                   else (trainer.critic, lambda: trainer.critic_update(0)))
     optimizer = trainer.opt_ae if phase == "autoencoder" else trainer.opt_critic
     before = {k: v.detach().clone() for k, v in net.named_parameters()}
     state = {k: v.detach().clone() for k, v in before.items()}
@@ -595,3 +597,34 @@ def test_latent_model_is_checked():
         small_config(latent_model="vae")
     with pytest.raises(ConfigError, match="latent_noise must be a finite number > 0"):
         small_config(latent_model="gaussian", latent_noise=0)
+
+
+def test_a_rows_fake_latent_depends_on_its_position_and_the_update_only():
+    key = 12345
+    a = position_latents(key, 7, torch.tensor([0, 3, 5, 9]), 4)
+    b = position_latents(key, 7, torch.tensor([3, 9, 11]), 4)
+    assert torch.equal(a[[1, 3]], b[:2])
+    assert not torch.equal(position_latents(key, 8, torch.tensor([3]), 4), a[1:2])
+    assert not torch.equal(position_latents(key + 1, 7, torch.tensor([3]), 4), a[1:2])
+    many = position_latents(key, 0, torch.arange(20000), 3).double()
+    assert abs(float(many.mean())) < 0.02 and abs(float(many.std()) - 1) < 0.02
+    from scipy.stats import kstest
+    assert kstest(many[:, 1].numpy(), "norm").pvalue > 1e-3
+    assert abs(float(torch.corrcoef(many.T)[0, 1])) < 0.03
+
+
+def test_critic_phase_sampling_moves_no_other_pair_and_no_seeded_draw(tmp_path, test_secret):
+    """Two secrets draw different Poisson batches; the seeded stream (the generator's latents) must end
+    the GAN phase in the same state, and each sampled row's fake must be its position's."""
+    cfg = small_config(autoencoder_steps=1, generator_steps=3, critic_steps=2, critic_batch=20,
+                       checkpoint_every=100)
+    states, sizes = [], []
+    for i, secret in enumerate([test_secret, PrivacySecret.from_hex("cd" * 32)]):
+        trainer = DPAutoGANTrainer(toy_table(100), GROUPS, cfg, 0, secret, tmp_path / f"r{i}")
+        infos = trainer.step()   # the autoencoder's update
+        for _ in range(3):
+            infos += trainer.step()
+        states.append(trainer.rng.get_state())
+        sizes.append([u.real_rows for u in infos if u.phase == "critic"])
+    assert sizes[0] != sizes[1]
+    assert torch.equal(states[0], states[1])
