@@ -1,5 +1,29 @@
 """Privacy audit of the code that trains: an empirical lower bound on epsilon (models/audit.py).
 
+`--mode calibration` (white box, one query at a time): each sanitising function runs on a canary pair
+whose outputs differ by the whole sensitivity, without subsampling, so that its exact epsilon is a
+Gaussian mechanism's (models/privacy_loss.py) and is carried by events of probability 1e-4 to 1e-3, which
+10^6 trials per input reach. Scores are projections of the released output on the canary's direction;
+the threshold is chosen on a calibration half, and Clopper-Pearson bounds on the other half give a
+lower bound at 95%. Five mechanisms:
+
+* gswgan-sanitiser: `GeneratorTrainer.generator_step` with every critic planted with the canary's
+  gradient (+g on the first input, -g on the neighbour, norm 10 C), 10^6 sanitised rows per input
+  (31,250 steps of B = 32), sigma = 1.07: exact 4.05 (mu = 1 / sigma); passes with a bound in
+  [2.5, exact];
+* dpcgan-update: `models.dpcgan.sanitized_gradient` on a one-layer discriminator; dpautogan-update:
+  `models.dpautogan.sanitize` on per-example gradients. A canary of norm 100 C, +-g; sigma = 2.14
+  (mu = 2C / (sigma C)): exact 4.05. Many canaries per call, each in gradient coordinates of its own,
+  give many trials per call;
+* dpautogan-gaussian-fit (`noisy_sums` of `latent_statistics` with `gaussian_bound`, sigma 1.4) and
+  dpautogan-moments (`private_moments`, sigma 1.5, one call per trial): a canary pair of corner rows;
+  exact is that pair's (mu = ||v(x) - v(x')|| / (sigma bound)), about 4.1; the replace-one claim must
+  cover it.
+
+The last four pass with a bound in [0.6 exact, exact]. `--halve-noise` (a check of the audit, never of
+a release) runs every mechanism at half its noise multiplier and judges it against the exact epsilon
+of the intended one: each audit must then refute it (bound > exact).
+
 `--mode step` (white box): the trainer's own query (`GeneratorTrainer.draw_critics` from the secret, then
 `generator_step`: `query_critics`, clipping, noise, the generator's update; the functions `step` calls,
 without the critic refresh, which planted critics do not need) runs with planted critics. Critic 0 holds
@@ -8,16 +32,19 @@ generated row; on the neighbour it is the opposite, which every other critic ret
 is T steps; the sanitised rows, projected on that direction, are scored by the likelihood ratio of a
 mechanism (one critic per row, or one per step: whichever separates better on the calibration half of
 the trials), and Clopper-Pearson bounds on its true and false positive rates give a lower bound on
-epsilon at the claimed delta, with 95% confidence. Three audits, each for one step and for a few:
+epsilon at the claimed delta, with 95% confidence. Three audits:
 
 * per_row: dpsynth's mechanism against its accountant's claim (T x B queries): the bound must stay
-  below the claim;
+  below the claim and below the exact epsilon;
 * per_step scored as T x B: the thesis' shared critic against the claim dpsynth used to make for it
-  (the per-row accounting): the bound must exceed it, i.e. the audit catches the old bug;
+  (the per-row accounting): at large K the bound exceeds it, i.e. the audit catches the old bug;
 * per_step: the shared critic against its own accounting (T queries at sigma / sqrt(B)).
 
-K = 100 (sampling probability 0.01), B = 32, sigma = 1.07, delta = 1e-5, a tiny generator (the audit is
-about the query, and the planted critics' gradients do not depend on it).
+Each carries `epsilon_exact`, the exact epsilon of the mechanism that ran (models/privacy_loss.py),
+which the RDP claim overstates (K = 10, one step: exact 3.76, claim 7.69). Defaults: K = 10
+(`--discriminators`; 100 for the earlier setting), B = 32, sigma = 1.07, delta = 1e-5, T = 1
+(`--steps`), 10^5 steps per input, a tiny generator (the audit is about the query, and the planted
+critics' gradients do not depend on it).
 
 `--mode train` (black box, Steinke, Nasr and Jagielski 2023): the shipped generator (conditioned, Gumbel
 head, EMA, a critic per sanitised row) trained on a generated 100-row table plus 200 canaries (distinct
@@ -28,11 +55,13 @@ lower bound at 95% (pooled over `--runs` runs). Once with the sanitiser, once wi
 noise): a leak must show as a clearly higher bound. K = 1 so that the sanitiser is the only protection
 (its claim is then very large: no amplification by subsampling).
 
-Usage: ``python bench/audit.py --mode step [--json] [--trials 20000] [--steps 1 5]`` (trials per input for
-one step; trials of T steps are that over T, so every audit runs as many steps), or
-``python bench/audit.py --mode train [--json] [--runs 3]``. The last line of standard output is one JSON
-object: {"mode", "audits": [{"mechanism" or "sanitiser", "epsilon_claimed", "epsilon_lower_bound", ...}],
-"seconds"}.
+Usage: ``python bench/audit.py --mode calibration [--json] [--trials 1000000] [--halve-noise]
+[--mechanisms gswgan-sanitiser ...]``; ``python bench/audit.py --mode step [--json] [--trials 100000]
+[--steps 1 5] [--discriminators 10]`` (trials per input for one step; trials of T steps are that over
+T, so every audit runs as many steps); ``python bench/audit.py --mode train [--json] [--runs 3]``. The
+last line of standard output is one JSON object: {"mode", "audits": [{"mechanism" or "sanitiser",
+"epsilon_claimed", "epsilon_lower_bound", ...}], "seconds"} (calibration adds "passed": every audit
+passed).
 """
 
 from __future__ import annotations
@@ -50,14 +79,30 @@ import time
 
 import torch
 
-from models.audit import StepAuditSetup, TrainAuditSetup, pooled_train_audit, step_audit, train_audit
+from models.audit import (
+    CALIBRATION_MECHANISMS,
+    StepAuditSetup,
+    TrainAuditSetup,
+    calibration_audits,
+    pooled_train_audit,
+    step_audit,
+    train_audit,
+)
+
+DEFAULT_TRIALS = {"step": 100_000, "calibration": 1_000_000}
 
 
 def step_audits(args) -> list[dict]:
-    setup, audits = StepAuditSetup(), []
+    setup, audits = StepAuditSetup(discriminators=args.discriminators), []
+    trials = args.trials or DEFAULT_TRIALS["step"]
     for steps in args.steps:
-        audits += step_audit(setup, max(1000, args.trials // steps), steps, args.seed)
+        audits += step_audit(setup, max(1000, trials // steps), steps, args.seed)
     return audits
+
+
+def calibration(args) -> list[dict]:
+    return calibration_audits(args.trials or DEFAULT_TRIALS["calibration"], args.halve_noise, args.mechanisms,
+                              args.seed)
 
 
 def train_audits(args) -> list[dict]:
@@ -81,23 +126,40 @@ def train_audits(args) -> list[dict]:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("step", "train"), default="step")
+    ap.add_argument("--mode", choices=("step", "calibration", "train"), default="step")
     ap.add_argument("--runs", type=int, default=3, help="--mode train: training runs pooled per variant")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--trials", type=int, default=20000,
-                    help="trials per input of one step (of T steps: this over T)")
-    ap.add_argument("--steps", type=int, nargs="+", default=[1, 5])
+    ap.add_argument("--trials", type=int, default=None,
+                    help="trials per input: --mode step, of one step (of T steps: this over T; default 100000); "
+                         "--mode calibration, of each mechanism (default 1000000)")
+    ap.add_argument("--steps", type=int, nargs="+", default=[1], help="--mode step: T of each audit")
+    ap.add_argument("--discriminators", type=int, default=10, help="--mode step: K")
+    ap.add_argument("--mechanisms", nargs="+", choices=CALIBRATION_MECHANISMS, default=list(CALIBRATION_MECHANISMS),
+                    help="--mode calibration: which mechanisms to audit")
+    ap.add_argument("--halve-noise", action="store_true",
+                    help="--mode calibration, a check of the audit itself: run every mechanism at half its noise "
+                         "multiplier, judged against the exact epsilon of the intended one (each must be refuted)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)   # as training runs on CPU: one iteration is many small operations
     started = time.perf_counter()
-    audits = step_audits(args) if args.mode == "step" else train_audits(args)
+    audits = {"step": step_audits, "calibration": calibration, "train": train_audits}[args.mode](args)
     summary = {"mode": args.mode, "audits": audits, "seconds": round(time.perf_counter() - started, 1)}
+    if args.mode == "calibration":
+        summary["halve_noise"] = args.halve_noise
+        summary["passed"] = all(a["passed"] for a in audits)
     if not args.json:
         for a in audits:
             what = a.get("mechanism") or f"sanitiser {a['sanitiser']}"
-            print(f"  {what}, {a.get('steps', a.get('iterations'))}: claimed {a['epsilon_claimed'] or 'infinity'}, "
-                  f"lower bound {a['epsilon_lower_bound']} ({'REFUTED' if a['claim_refuted'] else 'consistent'})")
+            if args.mode == "calibration":
+                print(f"  {what}: exact {a['epsilon_exact']}, claimed {a['epsilon_claimed']}, lower bound "
+                      f"{a['epsilon_lower_bound']} from {a['trials']} trials per input, {a['seconds']} s "
+                      f"({'pass' if a['passed'] else 'FAIL'}{', exceeds exact' if a['exceeds_exact'] else ''})")
+                continue
+            exact = f", exact {a['epsilon_exact']}" if "epsilon_exact" in a else ""
+            print(f"  {what}, {a.get('steps', a.get('iterations'))}: claimed {a['epsilon_claimed'] or 'infinity'}"
+                  f"{exact}, lower bound {a['epsilon_lower_bound']} "
+                  f"({'REFUTED' if a['claim_refuted'] else 'consistent'})")
     print(json.dumps(summary, allow_nan=False), flush=True)
     return summary
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,25 +133,39 @@ class StepAuditSetup:
                            critic_draw)
 
 
+def _linear_critics(upstream: torch.Tensor, hidden: int, bias: float) -> CriticStack:
+    """K linear critics on [-1, 1]^d (every hidden unit active while |upstream_j . x| < bias): critic j's
+    upstream gradient -grad D_j is upstream[j] for every row."""
+    k, width = upstream.shape
+    w1 = (-upstream).unsqueeze(-1).expand(k, width, hidden).contiguous()
+    return CriticStack.from_params([w1, torch.full((k, 1, hidden), bias), torch.full((k, hidden, 1), 1.0 / hidden),
+                                    torch.zeros(k, 1, 1)], batchnorm=False)
+
+
 def planted_critics(setup: StepAuditSetup, first_input: bool, canary_critic: int = 0) -> CriticStack:
     """Linear critics on [-1, 1]^d (every hidden unit active): critic j's upstream gradient -grad D_j is
     -C e for every j, except the canary's critic on the first input: +C e, the worst case (the largest
     change of a clipped gradient, the same for every generated row)."""
-    k, width, hidden = setup.discriminators, setup.width, setup.hidden
-    upstream = torch.zeros(k, width)
+    upstream = torch.zeros(setup.discriminators, setup.width)
     upstream[:, 0] = -setup.clip
     if first_input:
         upstream[canary_critic, 0] = setup.clip
-    w1 = (-upstream).unsqueeze(-1).expand(k, width, hidden).contiguous()
-    return CriticStack.from_params([w1, torch.full((k, 1, hidden), 10.0), torch.full((k, hidden, 1), 1.0 / hidden),
-                                    torch.zeros(k, 1, 1)], batchnorm=False)
+    return _linear_critics(upstream, setup.hidden, 10.0 * setup.clip)
+
+
+def canary_critics(setup: StepAuditSetup, first_input: bool, norm: float) -> CriticStack:
+    """Every critic planted with the canary's gradient: upstream +norm e on the first input, -norm e on
+    the neighbour, for every critic and every generated row (norm > C: clipping acts)."""
+    upstream = torch.zeros(setup.discriminators, setup.width)
+    upstream[:, 0] = norm if first_input else -norm
+    return _linear_critics(upstream, setup.hidden, 10.0 * max(norm, setup.clip))
 
 
 def sanitised_projections(setup: StepAuditSetup, critic_draw: str, first_input: bool, trials: int, steps: int,
-                          secret: PrivacySecret, workdir: Path) -> np.ndarray:
+                          secret: PrivacySecret, workdir: Path, critics: CriticStack | None = None) -> np.ndarray:
     """[trials, steps, B]: the first coordinate of every sanitised row of trials x steps queries of the
     trainer (`GeneratorTrainer.draw_critics`, then `generator_step`: the functions `step` calls, without
-    the critic refresh, which planted critics do not need)."""
+    the critic refresh, which planted critics do not need). `critics`: `planted_critics` unless given."""
     from models.gswgan import GeneratorTrainer, make_partition
 
     k, b = setup.discriminators, setup.batch_size
@@ -158,8 +173,9 @@ def sanitised_projections(setup: StepAuditSetup, critic_draw: str, first_input: 
                     critic_refresh_steps=1, critic_draw=critic_draw, iterations=1, checkpoint_every=1)
     data = torch.rand(2 * k, setup.width, generator=torch.Generator().manual_seed(0)) * 2 - 1
     privacy = PrivacyConfig(noise_multiplier=setup.noise_multiplier, clip=setup.clip, delta=setup.delta)
-    trainer = GeneratorTrainer(data, make_partition(2 * k, k, secret), planted_critics(setup, first_input), gan,
-                               privacy, Setting("audit", k), [], 0, workdir, torch.device("cpu"), secret)
+    critics = planted_critics(setup, first_input) if critics is None else critics
+    trainer = GeneratorTrainer(data, make_partition(2 * k, k, secret), critics, gan, privacy, Setting("audit", k), [],
+                               0, workdir, torch.device("cpu"), secret)
     out = np.empty((trials * steps, b), dtype=np.float64)
     # One intra-op thread, as training runs: the step is many tiny operations.
     before = torch.get_num_threads()
@@ -175,7 +191,12 @@ def sanitised_projections(setup: StepAuditSetup, critic_draw: str, first_input: 
 def step_audit(setup: StepAuditSetup, trials: int, steps: int, seed: int = 0) -> list[dict]:
     """Three audits of T = `steps` steps, `trials` trials per input each (see bench/audit.py): the
     per-row mechanism against its claim, the shared critic against the per-row claim (the old
-    accounting), and the shared critic against its own claim."""
+    accounting), and the shared critic against its own claim. Each also carries the exact epsilon of
+    the mechanism that ran (models/privacy_loss.py: the hockey-stick divergence of its worst-case pair,
+    composed over the T steps), which no valid lower bound exceeds: the RDP claim sits above it, so a
+    bound between the two refutes nothing and proves nothing about the claim's slack."""
+    from models.privacy_loss import QueryMechanism
+
     noise_std = 2.0 * setup.noise_multiplier * setup.clip
     observed = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -196,15 +217,317 @@ def step_audit(setup: StepAuditSetup, trials: int, steps: int, seed: int = 0) ->
                                   ("per_step", "per_step", "per_step")):
         result = audit_scores(statistics(draw), setup.delta)
         claimed = setup.claimed(claim_of, steps)
+        exact = QueryMechanism.gswgan_step(setup.discriminators, setup.batch_size, setup.noise_multiplier,
+                                           draw).epsilon(setup.delta, steps)
         audits.append({
             "mechanism": label, "steps": steps, "epsilon_claimed": round(claimed, 4),
-            "epsilon_lower_bound": round(result.epsilon_lower_bound, 4),
-            "claim_refuted": bool(result.epsilon_lower_bound > claimed), "trials": trials,
+            "epsilon_exact": round(exact, 4), "epsilon_lower_bound": round(result.epsilon_lower_bound, 4),
+            "claim_refuted": bool(result.epsilon_lower_bound > claimed),
+            "exceeds_exact": bool(result.epsilon_lower_bound > exact), "trials": trials,
             "statistic": result.statistic, "confidence": result.confidence,
             "true_positives": result.true_positives, "false_positives": result.false_positives,
             "discriminators": setup.discriminators, "batch_size": setup.batch_size,
             "sigma": setup.noise_multiplier, "delta": setup.delta})
     return audits
+
+
+# ------------------------------------------------------------------------------- calibration audits
+#
+# One sanitised query at a time, without subsampling, on a canary pair whose outputs differ by the whole
+# sensitivity: the exact epsilon is then a Gaussian mechanism's (mu = difference / noise std), and the
+# events that carry it have probability 1e-4 to 1e-3 rather than 1e-5, so 10^6 trials per input show
+# most of it. A bound above the exact epsilon means the code adds less noise (or clips less) than the
+# analysis assumes: `halve_noise` runs each mechanism at half its noise multiplier while it is judged
+# against the exact epsilon of the intended one, and the audit must then refute it.
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact epsilon at `delta` of the Gaussian mechanism whose two outputs are mu noise standard
+    deviations apart (models/privacy_loss.py at sampling probability 1)."""
+    from models.privacy_loss import epsilon_at
+
+    return epsilon_at(delta, 1.0, mu)
+
+
+def _noise_multiplier(noise_multiplier: float, halve_noise: bool) -> float:
+    return noise_multiplier / 2.0 if halve_noise else noise_multiplier
+
+
+def _calibration_result(mechanism: str, first: np.ndarray, second: np.ndarray, exact: float, claimed: float,
+                        delta: float, noise_multiplier: float, halve_noise: bool, required: float,
+                        started: float, **extra) -> dict:
+    """The audit of scores (higher: more likely the first input), judged against the exact epsilon: with
+    the intended noise the bound must lie in [required, exact] (and the claim cover the exact epsilon);
+    with half the noise it must exceed the exact epsilon."""
+    result = audit_scores({"projection": (first, second)}, delta)
+    bound = result.epsilon_lower_bound
+    passed = bound > exact if halve_noise else required <= bound <= exact <= claimed
+    n = result.trials_per_input
+    return {
+        "mechanism": mechanism, "epsilon_exact": round(exact, 4), "epsilon_claimed": round(claimed, 4),
+        "epsilon_lower_bound": round(bound, 4), "trials": int(min(len(first), len(second))),
+        "passed": bool(passed), "required_bound": None if halve_noise else round(required, 4),
+        "halve_noise": halve_noise, "noise_multiplier": noise_multiplier,
+        "noise_multiplier_run": _noise_multiplier(noise_multiplier, halve_noise),
+        "exceeds_exact": bool(bound > exact), "claim_refuted": bool(bound > claimed),
+        "threshold": round(result.threshold, 6), "test_trials": n, "true_positives": result.true_positives,
+        "false_positives": result.false_positives, "tpr": result.true_positives / n,
+        "fpr": result.false_positives / n, "confidence": result.confidence, "delta": delta, **extra,
+        "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _audit_secret(seed: int, mechanism: str, first: bool, halve_noise: bool) -> PrivacySecret:
+    tag = int.from_bytes(mechanism.encode()[:8].ljust(8, b"\0"), "big")
+    return PrivacySecret.from_hex(f"{seed:016x}{tag:016x}{int(first):016x}{int(halve_noise):016x}")
+
+
+def gswgan_sanitiser_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 1.07,
+                           clip: float = 1.0, delta: float = 1e-5, discriminators: int = 10, batch_size: int = 32,
+                           canary_norm: float = 10.0, required: float = 2.5, seed: int = 0) -> dict:
+    """GS-WGAN's sanitiser through the trainer's own `generator_step`: every critic planted with the
+    canary's gradient (`canary_critics`: +g on the first input, -g on the neighbour, norm `canary_norm` C
+    so clipping acts), `trials` sanitised rows per input (B per step), each scored by its projection on
+    g. No subsampling (every critic gives the same gradient): the exact epsilon is the Gaussian
+    mechanism's with sensitivity 2C and noise 2 sigma C (mu = 1 / sigma); the claim, the accountant's
+    epsilon of one sanitised row at K = 1."""
+    started = time.perf_counter()
+    run = StepAuditSetup(discriminators=discriminators, batch_size=batch_size,
+                         noise_multiplier=_noise_multiplier(noise_multiplier, halve_noise), clip=clip, delta=delta)
+    steps = -(-trials // batch_size)
+    scores = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for first in (True, False):
+            rows = sanitised_projections(run, "per_row", first, steps, 1,
+                                         _audit_secret(seed, "gswgan", first, halve_noise),
+                                         Path(tmp) / f"input-{int(first)}",
+                                         critics=canary_critics(run, first, canary_norm * clip))
+            scores[first] = rows.reshape(-1)[:trials] / clip
+    exact = gaussian_epsilon(1.0 / noise_multiplier, delta)
+    claimed = epsilon_for(1, 1, 1, noise_multiplier, delta)
+    return _calibration_result("gswgan-sanitiser", scores[True], scores[False], exact, claimed, delta,
+                               noise_multiplier, halve_noise, required, started,
+                               function="GeneratorTrainer.generator_step (query_critics, sanitize_rows)",
+                               discriminators=discriminators, batch_size=batch_size, steps_per_input=steps,
+                               canary_norm=canary_norm, exact_of="the Gaussian mechanism, mu = 1 / sigma")
+
+
+def _dpsgd_pair_note(canaries: int) -> str:
+    return (f"{canaries} canaries per call, each in its own gradient coordinates (its trial reads only its own "
+            "entries of the released gradient, which no other canary touches): one call, that many trials")
+
+
+def dpcgan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 2.14,
+                        clip: float = 1.0, delta: float = 1e-5, canaries_per_call: int = 384,
+                        background_rows: int = 31, canary_norm: float = 100.0, required: float | None = None,
+                        seed: int = 0) -> dict:
+    """One DP-SGD update of DP-CGAN's discriminator (`sanitized_gradient`: per-example gradients of a
+    real network, clipped, summed, N(0, (sigma C)^2) on the real sum, from a torch.Generator). The
+    discriminator has no hidden layer and zero weights, so D = 1/2 everywhere and a real row x's
+    gradient is -(x, one-hot label, 1) / 2. Canary i is the row -2 n C e_i on the first input and
+    +2 n C e_i on the neighbour (norm about n C, n = `canary_norm`): its clipped gradient puts +-C on
+    weight i; the background rows and the fake rows are zero on the canaries' columns. Weight i of the
+    released gradient is trial i. Exact: the Gaussian mechanism with mu = 2C / (sigma C)."""
+    from models.dpcgan import ConditionalDiscriminator, sanitized_gradient
+
+    started = time.perf_counter()
+    m, extra = canaries_per_call, 4
+    public = torch.Generator().manual_seed(seed)
+    disc = ConditionalDiscriminator(m + extra, ())
+    with torch.no_grad():
+        for p in disc.parameters():
+            p.zero_()
+    background = torch.zeros(background_rows, m + extra)
+    background[:, m:] = torch.rand(background_rows, extra, generator=public) * 2 - 1
+    background_labels = torch.randint(2, (background_rows,), generator=public)
+    fake = torch.zeros(background_rows + 1, m + extra)
+    fake[:, m:] = torch.rand(background_rows + 1, extra, generator=public) * 2 - 1
+    fake_labels = torch.randint(2, (background_rows + 1,), generator=public)
+    labels = torch.cat([torch.zeros(m, dtype=torch.int64), background_labels])
+    calls = -(-trials // m)
+    sigma = _noise_multiplier(noise_multiplier, halve_noise)
+    scores = {}
+    for first in (True, False):
+        canaries = torch.eye(m, m + extra) * (2.0 * canary_norm * clip * (-1.0 if first else 1.0))
+        real = torch.cat([canaries, background])
+        noise_rng = _audit_secret(seed, "dpcgan", first, halve_noise).torch("dpcgan-noise")
+        out = torch.empty(calls, m, dtype=torch.float64)
+        for c in range(calls):
+            parts = sanitized_gradient(disc, real, labels, fake, fake_labels, clip, sigma,
+                                       float(background_rows + 1), noise_rng)
+            out[c] = parts.total["body.0.weight"][0, :m]
+        scores[first] = out.reshape(-1)[:trials].numpy() / clip
+    exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
+    claimed = _replace_one_claim(noise_multiplier, delta)
+    return _calibration_result("dpcgan-update", scores[True], scores[False], exact, claimed, delta, noise_multiplier,
+                               halve_noise, 0.6 * exact if required is None else required, started,
+                               function="models.dpcgan.sanitized_gradient", canaries=_dpsgd_pair_note(m),
+                               calls_per_input=calls, background_rows=background_rows, canary_norm=canary_norm,
+                               exact_of="the Gaussian mechanism, mu = 2C / (sigma C)")
+
+
+def _replace_one_claim(noise_multiplier: float, delta: float) -> float:
+    """What the DP-SGD accountant reports for one query at sampling rate 1, as replace-one."""
+    from models.dpsgd_accountant import Phase, replace_one_epsilon
+
+    return replace_one_epsilon(Phase(1.0, noise_multiplier, 1), delta)
+
+
+def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 2.14,
+                           clip: float = 1.0, delta: float = 1e-5, canaries_per_call: int = 256,
+                           background_rows: int = 31, canary_norm: float = 100.0, spread: int = 4,
+                           required: float | None = None, seed: int = 0) -> dict:
+    """One DP-SGD update of DP-auto-GAN (`sanitize`, what `autoencoder_update` and `critic_update` call),
+    fed per-example gradients: canary i's is +-(n C / sqrt s) (e_i, ..., e_i) over s = `spread`
+    parameters (norm n C, n = `canary_norm`). The clip is one joint norm over all parameters, so the
+    clipped canary projects to +-C on (e_i, ..., e_i) / sqrt s; clipping each parameter on its own would
+    give sqrt s C. The background rows' gradients (norms 0.5 C to 3 C) lie in one more parameter. Trial
+    i: the released gradient's projection on (e_i, ..., e_i) / sqrt s. Exact: the Gaussian mechanism with
+    mu = 2C / (sigma C)."""
+    from models.dpautogan import sanitize
+
+    started = time.perf_counter()
+    m = canaries_per_call
+    public = torch.Generator().manual_seed(seed)
+    background = torch.randn(background_rows, 8, generator=public)
+    norms = torch.rand(background_rows, 1, generator=public) * 2.5 + 0.5
+    background = background / background.norm(dim=1, keepdim=True) * norms * clip
+    calls = -(-trials // m)
+    sigma = _noise_multiplier(noise_multiplier, halve_noise)
+    names = [f"layer{j}.weight" for j in range(spread)]
+    scores = {}
+    for first in (True, False):
+        canary = torch.eye(m) * (canary_norm * clip / math.sqrt(spread) * (1.0 if first else -1.0))
+        canary = torch.cat([canary, torch.zeros(background_rows, m)])
+        per_example = {name: canary.clone() for name in names}
+        per_example["background.weight"] = torch.cat([torch.zeros(m, 8), background])
+        noise_rng = _audit_secret(seed, "dpautogan", first, halve_noise).torch("dpautogan-noise")
+        out = torch.empty(calls, m, dtype=torch.float64)
+        for c in range(calls):
+            total = sanitize(per_example, clip, sigma, float(background_rows + 1), noise_rng).total
+            out[c] = torch.stack([total[name] for name in names]).double().sum(0) / math.sqrt(spread)
+        scores[first] = out.reshape(-1)[:trials].numpy() / clip
+    exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
+    claimed = _replace_one_claim(noise_multiplier, delta)
+    return _calibration_result("dpautogan-update", scores[True], scores[False], exact, claimed, delta,
+                               noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
+                               started, function="models.dpautogan.sanitize", canaries=_dpsgd_pair_note(m),
+                               calls_per_input=calls, background_rows=background_rows, canary_norm=canary_norm,
+                               parameters_per_canary=spread, exact_of="the Gaussian mechanism, mu = 2C / (sigma C)")
+
+
+def moment_vector(x: np.ndarray, binary: list[bool]) -> np.ndarray:
+    """A row's statistics as the moment queries define them, computed here independently of the code
+    under audit: the values, then x_i x_j for i <= j row by row, without the squares of binary columns."""
+    out = list(x)
+    for i in range(len(x)):
+        for j in range(i, len(x)):
+            if i != j or not binary[i]:
+                out.append(x[i] * x[j])
+    return np.asarray(out, dtype=np.float64)
+
+
+def _pair_exact(first: np.ndarray, second: np.ndarray, binary: list[bool], noise_multiplier: float,
+                delta: float) -> tuple[np.ndarray, float, float]:
+    """(difference of the pair's statistics, its norm over the bound, the pair's exact epsilon): every
+    entry of a row's statistics is at most 1 in size, so the bound is sqrt(number of entries)."""
+    v1, v2 = moment_vector(first, binary), moment_vector(second, binary)
+    diff = v1 - v2
+    ratio = float(np.linalg.norm(diff) / math.sqrt(len(v1)))
+    return diff, ratio, gaussian_epsilon(ratio / noise_multiplier, delta)
+
+
+def gaussian_fit_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 1.4,
+                       latent_dim: int = 4, flipped: int = 2, rows: int = 50, delta: float = 1e-5,
+                       required: float | None = None, seed: int = 0, chunk: int = 100_000) -> dict:
+    """DP-auto-GAN's Gaussian-fit query (`fit_gaussian_latent`: `noisy_sums` of `latent_statistics`
+    with `gaussian_bound`): `rows` - 1 public latents and a canary latent at a corner of [-1, 1]^d, all
+    ones on the first input, the first `flipped` coordinates -1 on the neighbour (the linear and cross
+    terms that change sign: the largest change between corners). `noisy_sums` sums over its first
+    dimension and adds noise to every entry of the rest, so statistics repeated along a second
+    dimension give `chunk` independent runs in one call. Score: the noisy sums' projection on
+    v(x) - v(x'). Exact: the Gaussian mechanism with mu = ||v(x) - v(x')|| / (sigma bound), of this
+    pair; the claim (replace-one, the worst pair) must cover it."""
+    from models.dpautogan import gaussian_bound, latent_statistics, noisy_sums
+
+    started = time.perf_counter()
+    d = latent_dim
+    public = torch.Generator().manual_seed(seed)
+    background = torch.rand(rows - 1, d, generator=public, dtype=torch.float64) * 2 - 1
+    canary = {True: np.ones(d), False: np.concatenate([-np.ones(flipped), np.ones(d - flipped)])}
+    diff, ratio, exact = _pair_exact(canary[True], canary[False], [False] * d, noise_multiplier, delta)
+    sigma = _noise_multiplier(noise_multiplier, halve_noise)
+    scores = {}
+    for first in (True, False):
+        stats = latent_statistics(torch.cat([background, torch.from_numpy(canary[first]).unsqueeze(0)]))
+        noise_rng = _audit_secret(seed, "fit", first, halve_noise).torch("dpautogan-noise")
+        parts, left = [], trials
+        while left > 0:
+            n = min(chunk, left)
+            sums = noisy_sums(stats.unsqueeze(1).expand(-1, n, -1), sigma, gaussian_bound(d), noise_rng)
+            parts.append(sums.numpy() @ diff)
+            left -= n
+        scores[first] = np.concatenate(parts)
+    claimed = _replace_one_claim(noise_multiplier, delta)
+    return _calibration_result("dpautogan-gaussian-fit", scores[True], scores[False], exact, claimed, delta,
+                               noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
+                               started, function="models.dpautogan.noisy_sums(latent_statistics(.), sigma, "
+                               "gaussian_bound(d)), the query of fit_gaussian_latent", latent_dim=d, rows=rows,
+                               pair=[canary[True].tolist(), canary[False].tolist()],
+                               exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound)"
+                               f" = {ratio:.4f} / sigma")
+
+
+def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 1.5,
+                          rows: int = 50, delta: float = 1e-5, required: float | None = None,
+                          seed: int = 0) -> dict:
+    """DP-auto-GAN's decoded-moment query (`private_moments`: `moment_statistics` of the rows clipped to
+    [-1, 1], `noisy_sums` with `moment_bound`), called once per trial (its statistics take rows of one
+    table). Three columns, the last binary; `rows` - 1 public rows and a canary row (3, 3, 1) on the
+    first input, (-3, -3, 1) on the neighbour: clipped to (+-1, +-1, 1), so a missing clip would show.
+    Score: the output's projection on v(x) - v(x'). Exact: this pair's Gaussian mechanism, mu =
+    ||v(x) - v(x')|| / (sigma bound)."""
+    from models.dpautogan import private_moments
+
+    started = time.perf_counter()
+    binary = [False, False, True]
+    public = torch.Generator().manual_seed(seed)
+    background = torch.rand(rows - 1, 3, generator=public, dtype=torch.float64) * 2 - 1
+    background[:, 2] = torch.sign(background[:, 2])
+    raw = {True: np.array([3.0, 3.0, 1.0]), False: np.array([-3.0, -3.0, 1.0])}
+    diff, ratio, exact = _pair_exact(np.clip(raw[True], -1, 1), np.clip(raw[False], -1, 1), binary,
+                                     noise_multiplier, delta)
+    sigma = _noise_multiplier(noise_multiplier, halve_noise)
+    scores = {}
+    for first in (True, False):
+        table = torch.cat([background, torch.from_numpy(raw[first]).unsqueeze(0)])
+        noise_rng = _audit_secret(seed, "moments", first, halve_noise).torch("dpautogan-noise")
+        out = torch.empty(trials, len(diff), dtype=torch.float64)
+        for t in range(trials):
+            out[t] = private_moments(table, binary, sigma, noise_rng)
+        scores[first] = out.numpy() @ diff
+    claimed = _replace_one_claim(noise_multiplier, delta)
+    return _calibration_result("dpautogan-moments", scores[True], scores[False], exact, claimed, delta,
+                               noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
+                               started, function="models.dpautogan.private_moments", rows=rows, binary=binary,
+                               pair=[raw[True].tolist(), raw[False].tolist()],
+                               exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound)"
+                               f" = {ratio:.4f} / sigma")
+
+
+CALIBRATION_AUDITS = {"gswgan-sanitiser": gswgan_sanitiser_audit, "dpcgan-update": dpcgan_update_audit,
+                      "dpautogan-update": dpautogan_update_audit, "dpautogan-gaussian-fit": gaussian_fit_audit,
+                      "dpautogan-moments": decoded_moments_audit}
+CALIBRATION_MECHANISMS = tuple(CALIBRATION_AUDITS)
+
+
+def calibration_audits(trials: int = 1_000_000, halve_noise: bool = False, mechanisms=CALIBRATION_MECHANISMS,
+                       seed: int = 0) -> list[dict]:
+    """The calibration audit of each mechanism in `mechanisms`, `trials` per input, one intra-op thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [CALIBRATION_AUDITS[name](trials=trials, halve_noise=halve_noise, seed=seed) for name in mechanisms]
+    finally:
+        torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------- auditing with one training run
