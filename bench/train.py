@@ -2,8 +2,8 @@
 
 What is measured, with K = 1,500 critics (freshly initialised: pretraining is bench/pretrain.py), the
 private setting (sigma = 1.07, C = 1), the thesis networks and B = 32, r = 5, on 56,000 rows of width 16,
-with the profile's critic draw (default: a critic per sanitised row, every drawn critic refreshed r
-times before the query; `--profile` takes another profile's generator settings):
+with the profile's critic draw (default: a critic per sanitised row; B critics, drawn apart from the
+queried ones, refreshed r times before the query; `--profile` takes another profile's generator settings):
 
 * fast: `models.gswgan.GeneratorTrainer.run` for `--iterations` iterations (default 1,000) after the
   untimed iteration-0 checkpoint: resuming from it and writing the checkpoint at the end (generator,
@@ -11,7 +11,7 @@ times before the query; `--profile` takes another profile's generator settings):
   `--iterations 20000 --checkpoint-every 1000` times a whole run as a release trains it instead: one
   resume, twenty checkpoints (from the fourth on, each overwrites the file of the state dropped before).
 * naive: the same algorithm written plainly: one `nn.Module` per critic and a `torch.optim.Adam` per
-  critic, each drawn critic refreshed in turn, autograd for the gradient penalty and for each row's
+  critic, each refreshed critic updated in turn, autograd for the gradient penalty and for each row's
   upstream gradient through its own critic, the generator's `torch.optim.Adam.step()`;
   `--naive-iterations` iterations (default 200), scaled per iteration.
 
@@ -79,7 +79,9 @@ def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, priva
             drawn = [int(j) for j in torch.randint(k, (b,))]
         else:
             drawn = [int(torch.randint(k, (1,)))] * b
-        for j in dict.fromkeys(drawn):
+        slots = b if gan.critic_draw == "per_row" else 1
+        refreshed = drawn if gan.critic_refresh == "drawn" else [int(j) for j in torch.randint(k, (slots,))]
+        for j in dict.fromkeys(refreshed):
             critic = critics[j]
             opt_d = optimisers.setdefault(j, torch.optim.Adam(critic.parameters(), lr=gan.lr_critic,
                                                               betas=tuple(gan.betas)))

@@ -1,4 +1,4 @@
-"""Privacy accountant for GS-WGAN's sanitised generator updates (REFERENCE.md section 3).
+"""Privacy accountant for GS-WGAN's sanitised generator updates.
 
 Each sanitised row is a Gaussian mechanism with RDP alpha / (2 sigma^2) (noise 2 sigma C for
 sensitivity 2 C under replace-one adjacency), seen through a critic drawn uniformly among K, each

@@ -38,7 +38,7 @@ from models.errors import ConfigError
 
 @dataclass(frozen=True)
 class GanConfig:
-    """Networks and optimisation (thesis section 4.4 and 6.1; REFERENCE.md section 1)."""
+    """Networks and optimisation (thesis section 4.4 and 6.1)."""
 
     z_dim: int = 32
     generator_hidden: tuple[int, ...] = (128, 256)
@@ -57,9 +57,15 @@ class GanConfig:
     # sigma / sqrt(B), epsilon in the hundreds; for reproducing the thesis only, `release` refuses it).
     critic_draw: str = "per_row"
     # Critic updates each critic drawn in a training step gets before it is queried; null keeps
-    # `critic_steps` (thesis: 5). Free in privacy terms (critics are never released; which critics are
-    # refreshed depends on the secret draws only) and the main lever against stale critics at large K.
+    # `critic_steps` (thesis: 5). Free in privacy terms (critics are never released, and the refresh
+    # schedule depends on no row: `critic_refresh`) and the main lever against stale critics at large K.
     critic_refresh_steps: int | None = None
+    # Which critics a training step refreshes (models.gswgan.GeneratorTrainer.draw_refreshed):
+    # "independent", as many critics as the step queries, drawn from a secret stream of their own,
+    # independent of the query draws, so no critic's state records which critics past rows queried (the
+    # premise of the T x B composition: docs/privacy.md section 1); "drawn", the critics the step
+    # queries (official GS-WGAN, the thesis), for reproduction only: `release` refuses it.
+    critic_refresh: str = "independent"
     gp_lambda: float = 10.0
     batch_size: int = 32
     pretrain_iterations: int = 2000
@@ -95,7 +101,7 @@ GENERATORS = ("gswgan", "dpcgan", "dpautogan")
 
 @dataclass(frozen=True)
 class DPCGANSection:
-    """DP-CGAN's own keys (models/generators/dpcgan.py; seeds/002): the paper's clipping norm, the
+    """DP-CGAN's own keys (models/generators/dpcgan.py): the paper's clipping norm, the
     discriminator's per-row Poisson rate q (public: the expected batch is q times the training rows),
     a noise multiplier and step count that reach epsilon 1 to 3 on a table of tens of thousands of rows.
     Delta, the budget and the DP choice are the shared privacy keys."""
@@ -119,7 +125,7 @@ class DPCGANSection:
 
 @dataclass(frozen=True)
 class DPAutoGANSection:
-    """DP-auto-GAN's own keys (models/generators/dpautogan.py; seeds/001): the autoencoder phase, then
+    """DP-auto-GAN's own keys (models/generators/dpautogan.py): the autoencoder phase, then
     the WGAN phase whose critic is DP-SGD. Clipping norms follow the paper's ADULT run's scale."""
 
     autoencoder_rate: float = 0.002
@@ -415,6 +421,7 @@ class GanSpec(BaseModel):
     batch_size: Count
     pretrain_iterations: Annotated[int, Strict(), Field(ge=0, le=MAX_INT)]
     pretrain_matmul: Literal["auto", "float32", "bfloat16"]
+    critic_refresh: Literal["independent", "drawn"]
     kernels: Literal["auto", "native", "torch"]
     iterations: Count  # declared before checkpoint_every, which is checked against it
     checkpoint_every: Count

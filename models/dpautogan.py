@@ -1,4 +1,4 @@
-"""DP-auto-GAN for tables (seeds/001; Tantipongpipat, Waites, Boob, Siva and Cummings).
+"""DP-auto-GAN for tables (Tantipongpipat, Waites, Boob, Siva and Cummings).
 
 What the paper does (Algorithms 2-5, section 3). Two phases, both reading the data through DP-SGD.
 Phase 1 trains an autoencoder En: R^n -> R^d, De: R^d -> R^n on the reconstruction loss (binary cross

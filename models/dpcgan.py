@@ -1,4 +1,4 @@
-"""DP-CGAN for tables (seeds/002; Torkzadehmahani, Kairouz and Paten 2019, reimplemented by Carvalho).
+"""DP-CGAN for tables (Torkzadehmahani, Kairouz and Paten 2019, reimplemented by Carvalho).
 
 What the paper does. A conditional GAN: the generator reads z and the class label, the discriminator
 reads a row and its label (both as a one-hot). Only the discriminator reads the data, so only its

@@ -1,11 +1,11 @@
-"""Privacy accountant for generators trained with DP-SGD (DP-CGAN, DP-auto-GAN; REFERENCE.md section 3).
+"""Privacy accountant for generators trained with DP-SGD (DP-CGAN, DP-auto-GAN).
 
 DP-SGD draws each batch by Poisson sampling (every row independently with probability q), clips each
 row's gradient to C and adds N(0, sigma^2 C^2) noise: the sampled Gaussian mechanism, whose RDP Opacus
 computes exactly (Mironov, Talwar and Zhang 2019; `opacus.accountants.analysis.rdp.compute_rdp`). That
 analysis holds for Poisson sampling under add/remove-one adjacency only: a trainer that draws fixed-size
 batches without replacement, or partitions the rows (GS-WGAN, models/accountant.py), needs another
-accountant, and the two must not be mixed (REFERENCE.md section 5).
+accountant, and the two must not be mixed.
 
 One composition per sanitised query. DP-CGAN clips the real and the fake gradients separately and noises
 only their sum: the fake part does not read the data, so each discriminator update is ONE query at

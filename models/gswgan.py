@@ -14,10 +14,10 @@ with hand-written batched forward/backward passes (models/networks.py), fused Ad
 buffers (`Workspace`), and one worker thread per core, each on its own chunks with one intra-op thread.
 On a CPU with native bfloat16 the throwaway generators' products run in bfloat16 with float32
 accumulation (`pretrain_matmul_dtype`), about twice as fast as float32 ones.
-Training refreshes every critic drawn in a step in place in the stack, all against the same r fake
+Training refreshes the step's refresh slots' critics in place in the stack, all against the same r fake
 batches made in one pass, queries each generated row through its own critic (gathered parameters, one
 batched product), and steps G's fused Adam directly; it uses one intra-op thread (`threads`), and the
-C refresh splits a step's drawn critics over `refresh_workers` threads (each core it may use). Where
+C refresh splits a step's refreshed critics over `refresh_workers` threads (each core it may use). Where
 they build, C kernels (models/native_kernels.py, `gan.kernels`) run all updates of a step's drawn
 critics, or of a pretraining chunk, in one call, and pretraining's bfloat16 BatchNorm in one pass.
 """
@@ -147,14 +147,20 @@ def target_condition(gan: GanConfig, target_index: int, target_kind: str) -> tup
     return (int(target_index), float(gan.target_prior))
 
 
-def _sample_local_rows(sizes, batch: int, rng: torch.Generator, shape: tuple[int, ...] = ()) -> torch.Tensor:
+def _sample_local_rows(sizes, batch: int, rng: torch.Generator, shape: tuple[int, ...] = (),
+                       bounds: tuple[int, int] | None = None) -> torch.Tensor:
     """Indices into critics' subsets, shape `shape + (batch,)`; `sizes` is one subset size, or the sizes
     [shape[0]] of the subsets along the first dimension. Without replacement when every subset holds a
     batch; with replacement when one does not, or when one holds more than 64 batches (then a repeat
-    within a batch is rare and drawing keys for every row of the subset would cost more than the step)."""
+    within a batch is rare and drawing keys for every row of the subset would cost more than the step).
+
+    `bounds` (smallest, largest) over ALL subsets makes the choice between those ways, and how many
+    numbers are drawn from `rng`, independent of which subsets `sizes` names: training passes it, so
+    the seeded stream's later draws (the latents the released generator sees) never depend on which
+    critics the secret picked."""
     shape = tuple(shape)
     sizes = torch.as_tensor(sizes, device=rng.device).reshape(-1)
-    smallest, largest = int(sizes.min()), int(sizes.max())
+    smallest, largest = (int(sizes.min()), int(sizes.max())) if bounds is None else bounds
     if smallest == largest and (smallest < batch or smallest > 64 * batch):
         return torch.randint(smallest, shape + (batch,), generator=rng, device=rng.device)
     # Each subset's size, broadcastable against the trailing dimensions (..., batch) or (..., size).
@@ -404,6 +410,15 @@ def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting)
     return allowed[-1], eps[: len(allowed)]
 
 
+def _first_slots(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct critics in `slots` (sorted) and, for each, the first slot that names it."""
+    drawn, inverse = torch.unique(slots, return_inverse=True)
+    positions = torch.arange(slots.numel(), dtype=torch.int64)
+    first = torch.full((drawn.numel(),), slots.numel(), dtype=torch.int64).scatter_reduce_(
+        0, inverse, positions, reduce="amin")
+    return drawn, first
+
+
 # Split a step's critic refresh over threads only from this critic size (input width x hidden units) on:
 # measured per step with K = 1000, B = 32, r = 5, hidden 128: 16 columns 5.6 -> 6.0 ms (the handoff costs
 # more than it saves), 40 columns 9.3 -> 8.4, 64 columns 12.8 -> 10.3, 128 columns 29 -> 20.
@@ -417,14 +432,18 @@ class GeneratorTrainer:
     mechanism the accountant composes (`gan.critic_draw`, models/accountant.py):
 
     * "per_row": each of the B generated rows draws its own critic, uniformly and independently
-      (collisions allowed). Before the query, every critic drawn in the step gets
-      `critic_refresh_steps` updates (default `critic_steps`) against the current generator, all of
-      them in one batched call; which critics are refreshed depends on the secret draws only, never on
-      the data, and critics are never released, so the refresh costs no privacy.
-    * "per_step": the thesis' Algorithm 2, one critic per step for all B rows (refreshed
-      `critic_refresh_steps` times). Accounted as what it is, T queries at noise sigma / sqrt(B).
+      (collisions allowed).
+    * "per_step": the thesis' Algorithm 2, one critic per step for all B rows. Accounted as what it is,
+      T queries at noise sigma / sqrt(B).
 
-    Randomness: the critic draws and the sanitiser's noise come from `secret` (stream "training"),
+    Before the query, the critics of the step's refresh slots (`draw_refreshed`: as many as it queries,
+    from their own secret stream under `critic_refresh: independent`, or the queried ones under
+    "drawn") get `critic_refresh_steps` updates (default `critic_steps`) against the current generator,
+    all of them in one batched call. Critics are never released, and an independent schedule keeps
+    every critic's state free of past query draws (docs/privacy.md section 1).
+
+    Randomness: the critic draws and the sanitiser's noise come from `secret` (stream "training"), the
+    refresh schedule from its stream "critic-refresh",
     everything else (initialisation, latents, the critics' batches, gradient-penalty weights) from
     `seed`. Both generators' states are checkpointed, so a resumed run ends exactly as an
     uninterrupted one.
@@ -453,6 +472,9 @@ class GeneratorTrainer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(seed)
         self.privacy_rng = secret.torch("training")
+        # The refresh schedule's own stream: independent of the query draws (`draw_refreshed`).
+        self.refresh_rng = secret.torch("critic-refresh")
+        self.size_bounds = (int(self.sizes.min()), int(self.sizes.max()))
         self.spec = generator_spec(gan, data.shape[1], groups, condition)
         self.generator = self.spec.build()
         init_generator_(self.generator, gan.init, self.rng)
@@ -494,17 +516,37 @@ class GeneratorTrainer:
             return torch.randint(k, (b,), generator=self.privacy_rng)
         return torch.randint(k, (1,), generator=self.privacy_rng).expand(b)
 
-    def refresh_critics(self, drawn: torch.Tensor | int, wasserstein: bool = False) -> float | None:
-        """`refresh_steps` updates of each critic in `drawn` (distinct indices, or one index) on batches of
-        its own subset, all against the same fake batches of the current generator (not sanitised:
-        critics are never released). Returns the mean over them of the estimate mean D(real) -
-        mean D(fake) at their last update, when asked."""
+    def draw_refreshed(self, drawn: torch.Tensor) -> torch.Tensor:
+        """The refresh slots of the next step: as many critics as it queries (B for per_row, 1 for
+        per_step), collisions allowed. "independent": uniform draws from the refresh schedule's own
+        stream, so a critic's state depends on the data, the released steps and this schedule, never
+        on which critics past rows queried; "drawn": the queried critics themselves (`drawn`)."""
+        slots = drawn if self.gan.critic_draw == "per_row" else drawn[:1]
+        if self.gan.critic_refresh == "drawn":
+            return slots
+        return torch.randint(self.partition.shape[0], (slots.numel(),), generator=self.refresh_rng)
+
+    def refresh_critics(self, slots: torch.Tensor | int, wasserstein: bool = False) -> float | None:
+        """`refresh_steps` updates of each critic named in `slots` (once per critic, however many slots
+        name it) on batches of its own subset, all against the same fake batches of the current
+        generator (not sanitised: critics are never released). Every slot draws its batches and penalty
+        weights from the seeded stream, used or not, so that stream advances by the same amount every
+        step. Returns the mean over the critics of the estimate mean D(real) - mean D(fake) at their last
+        update, when asked."""
         r, b = self.refresh_steps, self.gan.batch_size
-        drawn = torch.as_tensor(drawn, dtype=torch.int64).reshape(-1)
-        u = drawn.numel()
+        slots = torch.as_tensor(slots, dtype=torch.int64).reshape(-1)
         z = self.generator.latent(r * b, self.rng).to(self.device)
-        local = _sample_local_rows(self.sizes[drawn], b, self.rng, (u, r)).to(self.device)
-        alpha = torch.rand(u, r, b, 1, generator=self.rng).to(self.device)
+        local = _sample_local_rows(self.sizes[slots], b, self.rng, (slots.numel(), r), self.size_bounds)
+        alpha = torch.rand(slots.numel(), r, b, 1, generator=self.rng)
+        drawn, first = _first_slots(slots)
+        return self._update_critics(drawn, local[first], alpha[first], z, wasserstein)
+
+    def _update_critics(self, drawn: torch.Tensor, local: torch.Tensor, alpha: torch.Tensor, z: torch.Tensor,
+                        wasserstein: bool = False) -> float | None:
+        """local.shape[1] updates of each critic in `drawn` (distinct), in place in the stack, on the rows
+        `local` [u, r, B] of its subset and fakes G(z) (r batches of B), penalty weights `alpha`."""
+        u, r, b = local.shape
+        local, alpha = local.to(self.device), alpha.to(self.device)
         # G does not change during the refresh: one pass makes the r fake batches (r training-mode calls:
         # BatchNorm statistics and running statistics as r separate calls), shared by every drawn critic.
         fakes = self.generator.forward_chunks(z, r).view(r, b, -1)
@@ -640,9 +682,10 @@ class GeneratorTrainer:
                            weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False, maximize=False)
 
     def step(self, wasserstein: bool = True) -> float | None:
-        """One iteration: draw the step's critics, refresh them, one sanitised generator step."""
+        """One iteration: draw the step's critics and its refresh slots, refresh those, one sanitised
+        generator step."""
         drawn = self.draw_critics()
-        estimate = self.refresh_critics(torch.unique(drawn), wasserstein)
+        estimate = self.refresh_critics(self.draw_refreshed(drawn), wasserstein)
         self.generator_step(drawn)
         if self.setting.private:
             self.accountant.step()
@@ -678,6 +721,7 @@ class GeneratorTrainer:
             "accountant": self.accountant.state_dict(),
             "rng": self.rng.get_state(),
             "privacy_rng": self.privacy_rng.get_state(),
+            "refresh_rng": self.refresh_rng.get_state(),
             "ledger": self.ledger,
             "metrics": self.metrics,
         }
@@ -703,6 +747,7 @@ class GeneratorTrainer:
         self.accountant.load_state_dict(state["accountant"])
         self.rng.set_state(state["rng"])
         self.privacy_rng.set_state(state["privacy_rng"])
+        self.refresh_rng.set_state(state["refresh_rng"])
         self.ledger = state["ledger"]
         self.metrics = state["metrics"]
         return True

@@ -1,4 +1,4 @@
-"""Networks of GS-WGAN for tables (thesis 4.4; REFERENCE.md section 1).
+"""Networks of GS-WGAN for tables (thesis 4.4).
 
 `Generator` is the released model: z -> fully connected hidden layers with BatchNorm and ReLU -> an output
 of the encoded width. Critics and pretraining's throwaway generators are kept as *stacks*: one tensor

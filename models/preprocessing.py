@@ -5,7 +5,7 @@ missing and are KNN-imputed (k = 3, thesis 4.5). The imputer works in a space wh
 scaled to [0, 1] by its public bounds or level index, so that no column dominates the distances by its
 unit (days against centimetres).
 
-Row-local by construction (the privacy argument "a row reaches one critic only", DESIGN.md): a row's
+Row-local by construction (the privacy argument "a row reaches one critic only", docs/privacy.md section 2): a row's
 split (`row_local_split`) and its place in a subsample (`row_local_subsample`) are functions of its
 index and the run's secret alone, and `impute_within_groups` takes a row's donors from its own group
 only (a critic's subset), so changing one row moves no other row and changes no imputed value outside

@@ -2,7 +2,7 @@
 
 The accountant (models/accountant.py) bounds epsilon through RDP, which is an upper bound. This module
 computes the hockey-stick divergence itself, numerically, for the worst-case pair of output
-distributions of one sanitised query (REFERENCE.md section 3):
+distributions of one sanitised query:
 
     P = (1 - q) N(0, 1) + q N(mu, 1)   against   Q = N(0, 1)        (and Q against P),
 

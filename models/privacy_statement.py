@@ -64,6 +64,11 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
         if not release:
             missing.append("this experiment's choice of a checkpoint per setting, made with classifiers' AUCs "
                            "on real validation and test rows (an internal analysis: nothing is published)")
+    if setting.private:
+        missing.append("attacks on how the noise is computed rather than on its distribution: the guarantee is "
+                       "proved for exact Gaussian noise and exactly uniform draws; the code draws them with "
+                       "floating-point samplers from pseudo-random generators seeded from the run's secret "
+                       "(docs/privacy.md, section 4)")
     if release:
         missing.append("other releases of the same table: each adds its own epsilon to its rows' privacy loss; "
                        "the table's privacy ledger composes them (dpsynth ledger)")

@@ -1,4 +1,4 @@
-"""Stage 9: the two documents of a run, one per audience (DESIGN.md, "The privacy model").
+"""Stage 9: the two documents of a run, one per audience (docs/privacy.md section 7).
 
 - `build_internal_report`: ONE self-contained HTML file for the data steward (figures embedded as
   base64 PNG). It holds real-data statistics (AUCs on the real test split, real distributions,
@@ -73,6 +73,7 @@ PUBLIC_PRIVACY_KEYS = {
     "target_labels": "target column",
     "K": "discriminators K",
     "discriminator_draw": "discriminator draw",
+    "discriminator_refresh": "discriminator refresh schedule",
     "q": "sampling rate q",
     "label_prior": "label prior (share of target label 1)",
     "q1": "autoencoder sampling rate q1",

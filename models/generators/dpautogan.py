@@ -1,4 +1,4 @@
-"""DP-auto-GAN (seeds/001) behind the generator interface (networks and trainer: models/dpautogan.py).
+"""DP-auto-GAN behind the generator interface (networks and trainer: models/dpautogan.py).
 
 Phase 1 trains an autoencoder with DP-SGD, phase 2 a WGAN whose critic is DP-SGD; both phases' RDP
 add order by order (the paper's Lemma 1) in one accountant. A checkpoint's "iteration" is the trainer's

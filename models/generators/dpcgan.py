@@ -1,4 +1,4 @@
-"""DP-CGAN (seeds/002) behind the generator interface (the networks and the trainer: models/dpcgan.py).
+"""DP-CGAN behind the generator interface (the networks and the trainer: models/dpcgan.py).
 
 Its discriminator is the only network that reads rows, through DP-SGD with Poisson sampling at the
 profile's public rate q. Opacus's RDP analysis of the sampled Gaussian is for add/remove-one adjacency;

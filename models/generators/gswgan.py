@@ -1,4 +1,4 @@
-"""GS-WGAN (the thesis, seeds/000) behind the generator interface: K critics pretrained on disjoint
+"""GS-WGAN (the thesis) behind the generator interface: K critics pretrained on disjoint
 secret subsets of the training rows, then the generator trained through the sanitised gradients of
 the critics its rows query (models/gswgan.py), accounted by models/accountant.py."""
 
@@ -44,6 +44,11 @@ class GSWGAN(GeneratorType):
                     "for all rows of a step, the thesis' Algorithm 2): its true epsilon is far above any useful "
                     "budget, so a release refuses it. Use critic_draw: per_row, or run it as an experiment to "
                     "reproduce the thesis.")
+        if setting.private and profile.gan.critic_refresh != "independent":
+            return (f"Profile {profile.name!r} refreshes the critics its rows query (gan.critic_refresh "
+                    f"{profile.gan.critic_refresh!r}, official GS-WGAN): a critic's state then records which "
+                    "critics earlier rows queried, which the accountant's composition does not cover, so a "
+                    "release refuses it. Use critic_refresh: independent, or run it as an experiment.")
         return None
 
     def plan(self, profile: Profile, setting: Setting) -> TrainingPlan:
@@ -135,6 +140,10 @@ class GSWGAN(GeneratorType):
                      "all B generated rows of a step query one discriminator (the thesis' Algorithm 2), "
                      "accounted as T subsampled Gaussian queries at noise multiplier sigma / sqrt(B), whose "
                      "epsilon is far larger")
+        refreshed = ("; the discriminators trained before each step are drawn apart from those queried, so none "
+                     "records which earlier rows queried it" if gan.critic_refresh == "independent" else
+                     "; the discriminators queried are trained before each query (official GS-WGAN), so their "
+                     "state records earlier draws, which the composition does not cover")
         return PrivacyFacts(
             generator=self.label,
             mechanism=mechanism_name(gan.critic_draw),
@@ -146,10 +155,10 @@ class GSWGAN(GeneratorType):
                       "one of K discriminators per step for all B rows (probability 1/K); each trained on a "
                       "disjoint subset"),
             adjacency=f"{ADJACENCY} (sensitivity 2C)",
-            sanitised=(sanitised + "; the split of the rows, each discriminator's subset, the draws and the noise "
-                       "come from a secret drawn for the run"),
+            sanitised=(sanitised + refreshed + "; the split of the rows, each discriminator's subset, the draws "
+                       "and the noise come from a secret drawn for the run"),
             imputation="the KNN imputation of a training row uses donors of its own discriminator's subset only",
             parameters={"K": setting.discriminators, "batch_size": gan.batch_size,
                         "sigma": privacy.noise_multiplier, "C": privacy.clip,
-                        "discriminator_draw": gan.critic_draw})
+                        "discriminator_draw": gan.critic_draw, "discriminator_refresh": gan.critic_refresh})
 

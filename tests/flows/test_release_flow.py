@@ -275,6 +275,7 @@ def test_release_refuses_what_epsilon_cannot_cover(isolated_workdir, demo_csv, c
     assert code == 2 and fragment in err and "Traceback" not in err
     assert not (isolated_workdir / "run").exists()
 
+    ("gan", "critic_refresh", "drawn", "critic_refresh"),
 
 def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_workdir, demo_csv, capfd,
                                                                       monkeypatch):

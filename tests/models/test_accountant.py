@@ -1,4 +1,4 @@
-"""The GS-WGAN privacy accountant against REFERENCE.md section 3 and autodp's own get_eps."""
+"""The GS-WGAN privacy accountant against the reference table (computed with autodp) and autodp's own get_eps."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ BATCH = 32
 DELTA = 1e-5
 ITERATIONS = (1_000, 5_000, 10_000, 20_000, 40_000)
 
-# REFERENCE.md section 3: epsilon for sigma = 1.07, B = 32, delta = 1e-5 (computed with autodp).
+# Reference values: epsilon for sigma = 1.07, B = 32, delta = 1e-5 (computed with autodp).
 TABLE = {
     250: (8.82, 23.78, 36.04, 60.56, 109.61),
     500: (4.11, 10.02, 14.99, 23.78, 36.04),

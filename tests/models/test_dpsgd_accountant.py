@@ -1,4 +1,4 @@
-"""The DP-SGD accountant against the epsilons DP-CGAN (seeds/002) and DP-auto-GAN (seeds/001) publish.
+"""The DP-SGD accountant against the epsilons DP-CGAN and DP-auto-GAN publish.
 
 Each published value is checked together with the mechanisms one could compose by mistake (two queries
 per discriminator update, sampling without replacement, critic steps times generator steps, per-phase
@@ -28,19 +28,19 @@ from models.dpsgd_accountant import (
 from models.errors import ConfigError
 
 DELTA = 1e-5  # both papers: DP-CGAN section 3.1/3.2, DP-auto-GAN section 5 ("we target delta = 10^-5")
-INTEGER_ORDERS = range(2, 257)  # TF Privacy's integer orders: REFERENCE.md's recomputation
+INTEGER_ORDERS = range(2, 257)  # TF Privacy's integer orders: the recomputation at integer orders
 
-# DP-CGAN (seeds/002): MNIST 60,000 rows, B = 600 (q = 0.01), 249 epochs = 24,900 updates, sigma = 1.15,
+# DP-CGAN: MNIST 60,000 rows, B = 600 (q = 0.01), 249 epochs = 24,900 updates, sigma = 1.15,
 # published epsilon 9.6; Thyroid 3,772 training rows, B = 32, 50 epochs = 5,894 updates, published 3.7.
 # One sanitised query per discriminator update (only the real part is noised).
 MNIST = Phase(0.01, 1.15, 24_900)
 THYROID = Phase(32 / 3_772, 1.15, 5_894)
-DPCGAN = [  # (phases, printed in the paper, REFERENCE.md's integer-order recomputation)
+DPCGAN = [  # (phases, printed in the paper, our integer-order recomputation)
     pytest.param(MNIST, 9.6, 9.64, id="mnist"),
     pytest.param(THYROID, 3.7, 3.72, id="thyroid"),
 ]
 
-# DP-auto-GAN (seeds/001, appendix B.2 and Figs. 2-3): ADULT n = 32,561; autoencoder minibatches of 64 for
+# DP-auto-GAN (the paper's appendix B.2 and Figs. 2-3): ADULT n = 32,561; autoencoder minibatches of 64 for
 # 10,000 steps; critic minibatches of 128 for 15,000 steps (Fig. 3: T = 15,000 for the GAN);
 # noise (autoencoder, critic) = (5, 8), (2.5, 7.5), (1.5, 3.5) for epsilon 0.36, 0.51, 1.01, which the
 # paper rounds UP to two decimals.
@@ -51,7 +51,7 @@ def _adult(noise_ae: float, noise_critic: float, critic_steps: int = 15_000) -> 
     return [Phase(64 / ADULT_ROWS, noise_ae, 10_000), Phase(128 / ADULT_ROWS, noise_critic, critic_steps)]
 
 
-DPAUTOGAN = [  # (noise autoencoder, noise critic, printed, REFERENCE.md's recomputation)
+DPAUTOGAN = [  # (noise autoencoder, noise critic, printed, our recomputation)
     pytest.param(5.0, 8.0, 0.36, 0.35, id="eps-0.36"),
     pytest.param(2.5, 7.5, 0.51, 0.51, id="eps-0.51"),
     pytest.param(1.5, 3.5, 1.01, 1.01, id="eps-1.01"),

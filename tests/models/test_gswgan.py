@@ -657,3 +657,66 @@ def test_refresh_split_over_threads_changes_no_number(tmp_path, monkeypatch):
         assert torch.equal(a, b)
     for a, b in zip(one.critics.params, two.critics.params):
         assert torch.equal(a, b)
+
+
+def _uneven_trainer(tmp_path, secret: PrivacySecret, name: str, gan: GanConfig = GAN, k: int = 64):
+    """K = 64 > B, so the number of distinct critics a step draws varies, and subsets of 32 and 33 rows, so
+    whether a larger one is among them varies too."""
+    rows = 64 * 32 + 10
+    partition = make_partition(rows, k, secret)
+    assert sorted(set(subset_sizes(partition).tolist())) == [32, 33]
+    return GeneratorTrainer(_data(rows=rows), partition, _critics(k, gan), gan, PRIVACY, Setting(f"k{k}", k), [],
+                            3, tmp_path / name, CPU, secret)
+
+
+@pytest.mark.parametrize("refresh", ["independent", "drawn"])
+def test_the_seeded_stream_advances_the_same_whatever_the_secret_draws(tmp_path, refresh):
+    """The latents the released generator is trained on come from the seeded stream; if how far a step
+    advanced it depended on the secret critic draws (how many distinct critics, whether a larger subset
+    is among them), later latents would carry those draws outside the sanitised rows."""
+    gan = dataclasses.replace(GAN, critic_refresh=refresh, kernels="torch")
+    secrets_ = [SECRET, PrivacySecret.from_hex("ab" * 32)]
+    first_draws = [_uneven_trainer(tmp_path, s, f"draws{i}", gan).draw_critics() for i, s in enumerate(secrets_)]
+    assert torch.unique(first_draws[0]).numel() != torch.unique(first_draws[1]).numel()
+    states = []
+    for i, secret in enumerate(secrets_):
+        trainer = _uneven_trainer(tmp_path, secret, f"run{i}", gan)
+        after_each = []
+        for _ in range(3):
+            trainer.step(wasserstein=False)
+            after_each.append(trainer.rng.get_state())
+        states.append(torch.stack(after_each))
+    assert torch.equal(states[0], states[1])
+
+
+def test_the_refresh_schedule_is_independent_of_the_query_draws(tmp_path):
+    """per_step: one query draw and one refresh slot per step, K = 10. Independent streams give a
+    contingency table of (queried, refreshed) with no association; refreshing the queried critic
+    (official GS-WGAN) puts every step on the diagonal, which the same test rejects."""
+    from scipy.stats import chi2_contingency
+
+    steps, k = 3000, 10
+    for refresh in ("independent", "drawn"):
+        gan = dataclasses.replace(GAN, critic_draw="per_step", critic_refresh=refresh)
+        trainer = _trainer(tmp_path, k=k, gan=gan, name=refresh)
+        table = np.zeros((k, k))
+        for _ in range(steps):
+            drawn = trainer.draw_critics()
+            slots = trainer.draw_refreshed(drawn)
+            assert slots.numel() == 1 and drawn.numel() == GAN.batch_size
+            table[int(drawn[0]), int(slots[0])] += 1
+        p_value = chi2_contingency(table)[1]
+        if refresh == "independent":
+            assert p_value > 1e-3
+            assert np.trace(table) < 0.15 * steps
+        else:
+            assert p_value < 1e-12 and np.trace(table) == steps
+    per_row = _trainer(tmp_path, k=k, name="per_row")
+    assert per_row.draw_refreshed(per_row.draw_critics()).numel() == GAN.batch_size
+
+
+def test_a_critic_named_by_several_slots_is_refreshed_once_from_its_first_slot():
+    slots = torch.tensor([4, 1, 4, 0, 1, 4])
+    drawn, first = gswgan._first_slots(slots)
+    assert drawn.tolist() == [0, 1, 4] and first.tolist() == [3, 1, 0]
+

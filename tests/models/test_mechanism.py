@@ -1,4 +1,4 @@
-"""The accountant against the mechanism the trainer actually runs (REFERENCE.md section 3).
+"""The accountant against the mechanism the trainer actually runs.
 
 The trainer is run with planted critics whose input gradient names them (critic j's gradient is a
 fixed vector that encodes j), so the sanitised rows of a real `GeneratorTrainer.step` show which
@@ -100,7 +100,7 @@ def test_accountant_covers_the_exact_one_step_loss_of_the_trained_mechanism(tmp_
     claimed = _accountant_after_one_step(tmp_path, gan)
     assert claimed >= exact, f"{critic_draw}: accountant {claimed:.3f} < exact {exact:.3f}"
     if critic_draw == "per_step":
-        assert exact == pytest.approx(18.54, abs=0.01)        # REFERENCE.md section 3
+        assert exact == pytest.approx(18.54, abs=0.01)  # the exact one-step loss of the shared critic
     else:
         assert exact < 0.05 and claimed == pytest.approx(0.783, abs=0.005)
 

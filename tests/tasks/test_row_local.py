@@ -1,6 +1,6 @@
 """Changing one row of the table moves no other row: the split, the critic subsets and the imputed
 values outside that row's subset stay where they were (the privacy argument "a row reaches one
-critic only", DESIGN.md). Runs the real stages on a generated table, twice, with one shared secret."""
+critic only", docs/privacy.md section 2). Runs the real stages on a generated table, twice, with one shared secret."""
 
 from __future__ import annotations
 
