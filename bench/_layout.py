@@ -1,5 +1,5 @@
 """Column mix of the benchmarks' census-like tables: which encoded columns are continuous, binary or one
-one-hot group, for any encoded width (bench/select.py, bench/pretrain.py, bench/train.py --width)."""
+one-hot group, for any encoded width (bench/model_selection.py, bench/pretrain.py, bench/train.py --width)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ What is measured, in this process: the per-unit cost of each part of the experim
 benchmarks (each times its naive baseline and its fast path on the same work):
 - pretraining, per critic-iteration (bench/pretrain.py: batched ensemble vs a per-critic Python loop);
 - generator training, per iteration (bench/train.py: the trainer vs a plain nn.Module implementation);
-- model selection, per run (bench/select.py: the fast solver vs the per-candidate liblinear loop);
+- model selection, per run (bench/model_selection.py: the fast solver vs the per-candidate liblinear loop);
 - sampling and decoding 63,000 rows of one checkpoint (the same code on both sides).
 The projection multiplies these by the thesis grid: 4,001 critics x 2,000 pretraining iterations
 (K = 250 + 500 + 750 + 1,000 + 1,500, and the baseline's one), 6 settings x 40,000 generator
@@ -27,10 +27,7 @@ import os
 import sys
 import time
 
-# As a script this folder would be sys.path[0] and bench/select.py would shadow the standard library's
-# `select` module: import from the project root instead.
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 _root = os.path.dirname(_here)
 if _root not in sys.path:
     sys.path.insert(0, _root)

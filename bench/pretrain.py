@@ -26,10 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-# Run as a script, this file's folder would be sys.path[0], and bench/select.py would shadow the standard
-# library's `select` module: import from the project root instead.
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 sys.path.insert(0, os.path.dirname(_here))
 
 import numpy as np

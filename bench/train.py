@@ -29,7 +29,6 @@ import os
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]   # bench/select.py
 sys.path.insert(0, os.path.dirname(_here))
 
 import copy

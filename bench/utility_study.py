@@ -22,9 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-# As a script this folder would be sys.path[0], and bench/select.py would shadow the standard library's.
 _here = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
 sys.path.insert(0, str(_here.parent))
 
 import numpy as np

@@ -45,7 +45,7 @@ Two implementations of step 2-3 are offered by `select_model`:
   strictly convex in the margins), so validation AUCs match liblinear's up to liblinear's own optimisation
   error (about 1e-6 of AUC on Cardio; on a 128-column table of 10,000 rows its tolerance once left a
   refitted model 0.006 of test AUC away from the optimum, which liblinear at tolerance 1e-8 reaches too:
-  bench/select.py reports such cases). When two candidates' validation AUCs differ by less
+  bench/model_selection.py reports such cases). When two candidates' validation AUCs differ by less
   than that, the two methods may pick different (equally good) candidates; the test AUCs then differ by
   about 1e-5. With one-hot blocks collinear with the intercept, the l1 coefficients themselves need not be
   unique (their predictions are).

@@ -342,7 +342,7 @@ def test_paths_converge_on_collinear_one_hot_blocks(seed, width):
     """One-hot blocks collinear with the intercept make the Hessian singular along a direction; the path's
     predictors and the sub-problem steps must not run off along it (the solver warns if it fails). The
     benchmark's census-like tables: at 16 columns, seed 2 once sent the l1 predictor to 1e31."""
-    from bench.select import make_wide_data
+    from bench.model_selection import make_wide_data
 
     X, y, *_ = make_wide_data(seed, seed % 2 == 1, width, 10_000)
     grid = regularisation_grid(seed)

@@ -30,7 +30,7 @@ Even runs are "real-vs-real"; odd runs mimic a synthetic-data evaluation: traini
 come from a noisier, biased copy of the generator (perturbed coefficients, jittered features, flipped
 labels, shifted shares) and the test rows from the "real" one.
 
-Usage: ``python bench/select.py [--json] [--width cardio 128 256] [--rows 10000 100000] [--runs N]``
+Usage: ``python bench/model_selection.py [--json] [--width cardio 128 256] [--rows 10000 100000] [--runs N]``
 (default: cardio and 128 columns x 32,561 rows). The last line printed is JSON: {"ratio" (the smallest
 over the tables), "max_auc_diff", "max_auc_diff_exact", "tables": [per shape: "naive_s", "fast_s",
 "ratio", "max_auc_diff", ...]}.
@@ -41,10 +41,7 @@ from __future__ import annotations
 import os
 import sys
 
-# Run as a script, this file's folder is sys.path[0] and this file would shadow the standard library's
-# `select` module for everything imported later (subprocess, selectors, joblib): drop that folder.
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 _root = os.path.dirname(_here)
 if _root not in sys.path:
     sys.path.insert(0, _root)
