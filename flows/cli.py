@@ -15,10 +15,23 @@ from models.errors import DpsynthError, StorageError
 
 DEFAULT_CONFIG = "configs/cardio.yaml"
 GENERATOR_CHOICES = ("gswgan", "dpcgan", "dpautogan")   # models.config.GENERATORS (not imported: startup time)
+# A published epsilon above this draws a warning: at that level differential privacy promises little.
+HIGH_EPSILON = 10.0
+
+
+def dpsynth_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dpsynth")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpsynth", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"dpsynth {dpsynth_version()}",
+                        help="print dpsynth's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="check a table against its schema's expectation suite")
@@ -29,14 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
     for name, default_profile, text in (("release", "default", "train, evaluate and release one setting"),
                                         ("experiment", "thesis", "run the thesis grid of settings")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--config", required=True)
-        p.add_argument("--data", required=True)
-        p.add_argument("--profile", default=default_profile, help="profile name under configs/profiles/ or a YAML path")
+        p.add_argument("--config", required=True, help="dataset schema YAML (e.g. configs/cardio.yaml)")
+        p.add_argument("--data", required=True, help="the table: CSV or Parquet")
+        p.add_argument("--profile", default=default_profile,
+                       help=f"profile name under configs/profiles/ or a YAML path (default: {default_profile}; "
+                            "`dpsynth profiles` lists them)")
         p.add_argument("--out", default=None, help="run folder (default runs/<kind>/<run id>)")
-        p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line; no progress")
+        p.add_argument("--json", action="store_true",
+                       help="print the summary as JSON on the last line; no progress (warnings still on stderr)")
         p.add_argument("--verbose", action="store_true", help="also show Prefect's, MLflow's and other libraries' logs")
         p.add_argument("--generator", choices=GENERATOR_CHOICES, default=None,
                        help="train every setting with this generator (default: the profile's `generator`)")
+        if name == "release":
+            p.add_argument("--no-publish", action="store_true",
+                           help="a trial: run every stage (training, selection, the DP choice, the internal "
+                                "report) and publish nothing: no registration, bundle, alias or ledger entry")
         if name == "experiment":
             p.add_argument("--dry-run", action="store_true", help="print the plan without running it")
 
@@ -45,34 +65,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None,
                    help="plan this profile's settings: training epsilon and the whole release's, per setting")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the schema the profile sits beside")
-    p.add_argument("--generator", choices=GENERATOR_CHOICES, default=None)
+    p.add_argument("--generator", choices=GENERATOR_CHOICES, default=None,
+                   help="plan every setting with this generator (with --profile)")
     p.add_argument("--discriminators", type=int, default=None, help="GS-WGAN's K (without --profile)")
-    p.add_argument("--iterations", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--noise-multiplier", type=float, default=1.07)
-    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--iterations", type=int, default=None, help="GS-WGAN's training iterations T (without --profile)")
+    p.add_argument("--batch-size", type=int, default=32, help="B, generated rows per step (default 32)")
+    p.add_argument("--noise-multiplier", type=float, default=1.07, help="sigma (default 1.07)")
+    p.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
     p.add_argument("--critic-draw", choices=("per-row", "per-step"), default="per-row",
                    help="per-row: each sanitised row draws its own critic (dpsynth); per-step: one critic for "
                         "all B rows of a step (the thesis' Algorithm 2)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
 
     p = sub.add_parser("ledger", help="a table's releases and the privacy budget they spent together")
     p.add_argument("--config", required=True, help="dataset schema YAML: the table is its schema name")
     p.add_argument("--profile", default=None,
                    help="take privacy.lifetime_budget from this profile (default: the latest release's)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the ledger as JSON on the last line")
+
+    p = sub.add_parser("profiles", help="the profiles beside a schema: generator, budgets, trial or release")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="the schema the profiles sit beside (profiles/ there)")
+    p.add_argument("--json", action="store_true", help="print the list as JSON on the last line")
 
     p = sub.add_parser("sample", help="sample rows from a registered generator")
     p.add_argument("--model-uri", required=True, help="e.g. models:/cardio-gswgan@champion")
-    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--rows", type=int, required=True, help="how many synthetic rows to write")
     p.add_argument("--out", required=True, help="output .parquet or .csv")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
     p = sub.add_parser("demo-data", help="write a schema-conformant table made by code (no real rows)")
-    p.add_argument("--rows", type=int, required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--config", default=DEFAULT_CONFIG)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rows", type=int, required=True, help="how many rows to generate")
+    p.add_argument("--out", required=True,
+                   help="output .csv or .parquet; <out>.demo.json beside it marks it as a demo table")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="dataset schema YAML (default configs/cardio.yaml)")
+    p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     p.add_argument("--shape", choices=("plain", "hard"), default="plain",
                    help="hard: most values at 0 in columns bounded below by 0, long-tailed level shares, a "
                         "25/75 target that depends on them (models.demo.DemoShape)")
@@ -86,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     owner_only()
     args = build_parser().parse_args(argv)
     handler = {"validate": cmd_validate, "release": cmd_release, "experiment": cmd_experiment,
-               "epsilon": cmd_epsilon, "ledger": cmd_ledger, "sample": cmd_sample,
+               "epsilon": cmd_epsilon, "ledger": cmd_ledger, "profiles": cmd_profiles, "sample": cmd_sample,
                "demo-data": cmd_demo_data}[args.command]
     try:
         with command_console(args):
@@ -160,15 +186,20 @@ def preflight(args, kind: str):
     from tasks.table_io import read_table
     from tasks.validate import check_table
 
-    ctx = load_context(args.config, args.data, args.profile, args.out, kind, generator=args.generator)
+    ctx = load_context(args.config, args.data, args.profile, args.out, kind, generator=args.generator,
+                       publish=not getattr(args, "no_publish", False))
     if finished_summary(ctx) is not None:
-        return ctx   # already published or completed: the flow reuses everything and starts nothing
+        return ctx   # already published, tried or completed: the flow reuses everything and starts nothing
     prof = ctx.profile
+    if kind == "release":
+        from tasks.ledger import require_lifetime_budget
+
+        require_lifetime_budget(prof)   # only a profile with a lifetime budget publishes
     settings = [prof.release_target()] if kind == "release" else prof.settings
     for setting in settings:   # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
-    if kind == "release":
+    if kind == "release" and not prof.trial:   # a trial enters nothing in the ledger: nothing to check
         from models.lifetime import planned_release_cost
         from tasks.ledger import check_lifetime
 
@@ -184,18 +215,51 @@ def preflight(args, kind: str):
 
 def cmd_release(args) -> None:
     ctx = preflight(args, "release")
+    from tasks.context import REAL_TABLE_TRIAL, finished_summary, is_demo_table
+
+    if ctx.profile.trial and finished_summary(ctx) is None and not is_demo_table(ctx.data_path, ctx.data_hash):
+        print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
     from flows.release import release
 
     summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir),
-                      generator=args.generator)
+                      generator=args.generator, publish=not args.no_publish)
     if summary.get("reused"):
         from tasks.progress import note
 
-        note(f"release {summary['release_id']} was already published as {summary['model_uri']}: every stage "
-             "reused, nothing new trained, tracked or registered")
-    print(f"release {summary['release_id']}: epsilon {summary['epsilon']}, AUC {summary['auc']:.3f}")
+        what = (f"was already published as {summary['model_uri']}" if summary.get("published", True) else
+                "had already finished as a trial (nothing published)")
+        note(f"release {summary['release_id']} {what}: every stage reused, nothing new trained, tracked or "
+             "registered")
+    line, warnings = closing_lines(summary)
+    print(line)
+    for warning in warnings:
+        print(f"dpsynth release: warning: {warning}", file=sys.stderr, flush=True)
     if args.json:
         emit_json({k: _json_safe(v) for k, v in summary.items()})
+
+
+def _epsilon_text(epsilon) -> str:
+    return "inf (not private)" if epsilon is None or not math.isfinite(epsilon) else f"{epsilon:.2f}"
+
+
+def closing_lines(summary: dict) -> tuple[str, list[str]]:
+    """A release's closing line (standard output) and its warnings (standard error): what was published,
+    where, at what epsilon; or, for a trial, that nothing was."""
+    epsilon = summary["epsilon"]
+    if not summary.get("published", True):
+        return (f"trial {summary['release_id']}: nothing published (nothing registered, no bundle, no alias "
+                f"moved, nothing entered in the privacy ledger); a release would have spent epsilon "
+                f"{_epsilon_text(epsilon)} at delta {summary['delta']:g}; AUC {summary['auc']:.3f}; internal "
+                f"report {summary['report']}"), []
+    line = (f"release {summary['release_id']}: published {summary['model_uri']} at epsilon "
+            f"{_epsilon_text(epsilon)} (delta {summary['delta']:g}), bundle {summary['bundle_dir']}; AUC "
+            f"{summary['auc']:.3f}")
+    warnings = []
+    if epsilon is None or not math.isfinite(epsilon) or epsilon > HIGH_EPSILON:
+        warnings.append(f"this release's epsilon is {_epsilon_text(epsilon)}, above {HIGH_EPSILON:g}: at that "
+                        "level differential privacy promises little for any one row; a smaller "
+                        "privacy.epsilon_budget protects the table better.")
+    return line, warnings
 
 
 def cmd_experiment(args) -> None:
@@ -238,11 +302,11 @@ def cmd_epsilon(args) -> None:
 def epsilon_of_profile(args) -> None:
     """Per setting: the generator, the last checkpoint the budget allows and training's epsilon there,
     and the whole release's epsilon (with the DP choice), from the one accountant of each generator."""
-    from models.config import load_profile
     from models.generators import generator_for
+    from models.profiles import load_named
     from models.release_choice import whole_release_epsilon
 
-    prof = load_profile(args.profile, args.config)
+    prof = load_named(args.profile, args.config)
     if args.generator:
         prof = prof.with_generator(args.generator)
     rows = []
@@ -260,12 +324,12 @@ def epsilon_of_profile(args) -> None:
 
 
 def cmd_ledger(args) -> None:
-    from models.config import load_profile
+    from models.profiles import load_named
     from models.schema import DatasetSchema
     from tasks.ledger import summary
 
     schema = DatasetSchema.from_yaml(args.config)
-    budget = load_profile(args.profile, args.config).privacy.lifetime_budget if args.profile else None
+    budget = load_named(args.profile, args.config).privacy.lifetime_budget if args.profile else None
     report = summary(schema.name, budget)
 
     def text(value, digits=4):
@@ -286,6 +350,53 @@ def cmd_ledger(args) -> None:
         emit_json(report)
 
 
+def cmd_profiles(args) -> None:
+    """Every profile beside the schema: its generator(s), the release's epsilon budget, the table's lifetime
+    budget, whether it is a trial, and what `dpsynth release --profile NAME` does with it."""
+    from models.errors import ConfigError
+    from models.profiles import known_profiles, load_named, profiles_folder
+
+    folder = profiles_folder(args.config)
+    rows = []
+    for name in known_profiles(args.config):
+        try:
+            prof = load_named(name, args.config)
+        except ConfigError as exc:
+            rows.append({"name": name, "error": str(exc)})
+            continue
+        try:
+            target = prof.release_target()
+        except ConfigError:
+            target = None
+        if target is None:
+            release = f"experiment only ({len(prof.settings)} settings, no release_setting)"
+        elif prof.trial:
+            release = "trial: publishes nothing"
+        elif prof.privacy.lifetime_budget is None:
+            release = "refused (no lifetime budget; --no-publish runs a trial)"
+        else:
+            release = "publishes"
+        rows.append({"name": name, "generator": ", ".join(dict.fromkeys(prof.generator_of(s) for s in prof.settings)),
+                     "epsilon_budget": prof.budget_for(target) if target else prof.privacy.epsilon_budget,
+                     "lifetime_budget": prof.privacy.lifetime_budget, "trial": prof.trial, "release": release})
+
+    def text(value) -> str:
+        return "none" if value is None else f"{value:g}"
+
+    header = ("name", "generator", "epsilon budget", "lifetime budget", "trial", "release")
+    table = [header] + [(r["name"], r["generator"], text(r["epsilon_budget"]), text(r["lifetime_budget"]),
+                         "yes" if r["trial"] else "no", r["release"]) for r in rows if "error" not in r]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    print(f"profiles in {folder} ({len(rows)}):")
+    for row in table:
+        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    for r in rows:
+        if "error" in r:
+            print(f"  {r['name']}: invalid: {r['error']}")
+    if args.json:
+        emit_json({"folder": str(folder), "profiles": rows})
+
+
 def cmd_sample(args) -> None:
     from tasks.registry import sample_from_registry
 
@@ -304,7 +415,12 @@ def cmd_demo_data(args) -> None:
     schema = DatasetSchema.from_yaml(args.config)
     table = make_demo_table(schema, args.rows, args.seed, SHAPES[args.shape])
     path = write_table(table, args.out, separator=schema.separator)
-    print(f"wrote {args.rows} demo rows (made by code, no real data) to {path}")
+    from tasks.context import write_demo_sidecar
+
+    # Marks the table as made by code, so that a trial on it is known not to read real rows.
+    sidecar = write_demo_sidecar(path, {"schema": schema.name, "schema_version": schema.version,
+                                        "rows": args.rows, "seed": args.seed, "shape": args.shape})
+    print(f"wrote {args.rows} demo rows (made by code, no real data) to {path} (and {sidecar.name} beside it)")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,11 @@ validate -> split -> preprocess -> pretrain critics -> train generator -> sample
 -> model selection -> DP choice of the checkpoint and DP approval -> report, bundle, registry.
 Each stage is a task that reads and writes files under the run folder; a rerun of an interrupted run
 skips the stages already done and resumes training from its last checkpoint, with the run's secret.
+
+A trial (a profile with `trial: true`, or `publish=False`: `dpsynth release --no-publish`) runs the same
+stages up to the DP decision and the internal report, and publishes nothing: no registration, no
+bundle, no alias moved, no entry in the table's privacy ledger (so no lifetime check either). Anything
+else publishes, and only with a profile that sets `privacy.lifetime_budget`.
 """
 
 from __future__ import annotations
@@ -27,9 +32,18 @@ from models.secret import load as load_secret
 from tasks import ledger as ledger_mod
 from tasks import tracking
 from tasks.bundle import build_release_json, record_model_uri
-from tasks.context import close_run, finished_summary, load_context, open_run, read_run_record, remember
+from tasks.context import (
+    REAL_TABLE_TRIAL,
+    close_run,
+    finished_summary,
+    is_demo_table,
+    load_context,
+    open_run,
+    read_run_record,
+    remember,
+)
 from tasks.decision import decide, planned_cost
-from tasks.ledger import check_lifetime
+from tasks.ledger import check_lifetime, require_lifetime_budget
 from tasks.registry import release_registered, release_tags
 from tasks.reporting import privacy_summary
 from tasks.stage import read_json, write_json
@@ -38,24 +52,31 @@ from tasks.training import sample_generator_file
 
 @flow(name="release")
 def release(config: str, data: str, profile: str = "default", out: str | None = None,
-            generator: str | None = None) -> dict:
+            generator: str | None = None, publish: bool = True) -> dict:
     log = get_run_logger()
-    ctx = load_context(config, data, profile, out, kind="release", generator=generator)
+    ctx = load_context(config, data, profile, out, kind="release", generator=generator, publish=publish)
     done = finished_summary(ctx)
     if done is not None:
-        log.info("release %s was already published (%s): every stage reused, nothing new tracked or registered",
-                 ctx.run_id, done.get("model_uri"))
+        log.info("release %s had already finished (%s): every stage reused, nothing new tracked or registered",
+                 ctx.run_id, done.get("model_uri") or "a trial: nothing published")
         return done
     prof = ctx.profile
+    trial = prof.trial
     setting = prof.release_target()
     # Again here, not only in the command line's preflight: a deployment enters at this flow.
+    require_lifetime_budget(prof)
     planned_cost(prof, setting, release=True, schema=ctx.schema)
-    check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget, ctx.run_id)
+    if not trial:
+        check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget,
+                       ctx.run_id)
+    elif not is_demo_table(ctx.data_path, ctx.data_hash):
+        log.warning("%s", REAL_TABLE_TRIAL)
     open_run(ctx)
     entered = False
     run_id = tracking.start_run(f"{ctx.schema.name}-release", ctx.run_id,
                                 {"dpsynth.kind": "release", "dpsynth.run_id": ctx.run_id,
-                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name},
+                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name,
+                                 "dpsynth.trial": str(trial).lower()},
                                 resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"))
     remember(ctx, mlflow_run_id=run_id)
     try:
@@ -81,21 +102,25 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
                           encoded_path=paths["encoded"], split_path=paths["split"],
                           secret=load_secret(ctx.run_dir)).release
         write_json(decision.__dict__, ctx.run_dir / "decision.json")
-        # Entered before anything about the decision shows: a refusal costs what a release does, and a
-        # release past the table's lifetime budget is refused whatever the decision was.
-        ledger_mod.enter(ctx.schema.name, ctx.run_id,
-                         release_cost(prof, setting, ledger[-1]["iteration"], decision.epsilon),
-                         prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused")
-        entered = decision.approved
+        if not trial:
+            # Entered before anything about the decision shows: a refusal costs what a release does, and a
+            # release past the table's lifetime budget is refused whatever the decision was.
+            ledger_mod.enter(ctx.schema.name, ctx.run_id,
+                             release_cost(prof, setting, ledger[-1]["iteration"], decision.epsilon),
+                             prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused")
+            entered = decision.approved
         tracking.log_metrics(run_id, {"release.epsilon": decision.epsilon, "release.iteration": decision.iteration,
                                       "release.epsilon_training": decision.epsilon_training,
                                       "release.epsilon_choice": decision.epsilon_choice})
         if not decision.approved:
+            outcome = ("this trial published nothing and entered nothing in the privacy ledger; a release with "
+                       "this profile would have been refused, at epsilon" if trial else
+                       "nothing was registered or published and the previous champion stays. The decision "
+                       "spent epsilon")
             raise ReleaseNotApprovedError(
                 f"The differentially private approval test found the checkpoint of {setting.name!r} drawn for "
                 f"release (iteration {decision.iteration}) below the approval floor "
-                f"{prof.evaluation.min_release_auc} (AUC on real validation rows, with noise); nothing was "
-                "registered or published and the previous champion stays. The decision spent epsilon "
+                f"{prof.evaluation.min_release_auc} (AUC on real validation rows, with noise); {outcome} "
                 f"{decision.epsilon:.4g}.")
         chosen = results[results["iteration"] == decision.iteration].iloc[0]
         real_auc = float(pd.read_parquet(real["results"])["test_auc"].iloc[0])
@@ -107,7 +132,10 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
                                 chosen_map, prof, f"{ctx.schema.name} release {prof.name}", release=True)
         # Internal facts (the data hash is a tag since the run started) stay on the internal run only.
         tracking.set_tags(run_id, {"dpsynth.report": str(report["report"])})
-        published = publish(ctx, prof, setting, run_id, chain, ledger, decision, report)
+        # A trial stops here: nothing registered, no bundle, no alias moved, nothing in the ledger.
+        published = ({"published": False, "trial": True} if trial else
+                     {"published": True, "trial": False,
+                      **publish_release(ctx, prof, setting, run_id, chain, ledger, decision, report)})
         summary = {
             "release_id": ctx.run_id,
             "run_dir": str(ctx.run_dir),
@@ -124,15 +152,16 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             "mlflow_run_id": run_id,
         }
         tracking.log_metrics(run_id, {"release.auc": summary["auc"], "real.auc": real_auc})
-        ledger_mod.mark_published(ctx.run_id, f"{ctx.model_name}/{published['model_version']}")
+        if not trial:
+            ledger_mod.mark_published(ctx.run_id, f"{ctx.model_name}/{published['model_version']}")
         summary = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in summary.items()}
         remember(ctx, summary=summary)
-        close_run(ctx, "published")
+        close_run(ctx, "trial" if trial else "published")
         tracking.end_run(run_id)
         return summary
     except ReleaseNotApprovedError:
         # The DP decision's answer is final for this run (rerunning it would draw no new noise).
-        close_run(ctx, "refused")
+        close_run(ctx, "trial-refused" if trial else "refused")
         tracking.end_run(run_id, "FAILED")
         raise
     except BaseException:
@@ -164,7 +193,7 @@ def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> P
     return target
 
 
-def publish(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], decision, report) -> dict:
+def publish_release(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], decision, report) -> dict:
     """Register the chosen generator (refused over budget) and write the published bundle."""
     iteration = decision.iteration
     generator_file = released_generator_file(ctx, chain, ledger, decision)

@@ -265,6 +265,10 @@ class Profile:
     workers: int = 2
     # Optional Dask scheduler address: the experiment's tasks then run on that cluster.
     dask_address: str | None = None
+    # A trial profile never publishes: `release` runs every stage (training, selection, the DP choice,
+    # the internal report) and registers nothing, writes no bundle, moves no alias and enters nothing
+    # in the table's privacy ledger (as `dpsynth release --no-publish` does with any profile).
+    trial: bool = False
 
     def __post_init__(self) -> None:
         # Profiles built in code obey the same rules as profiles read from YAML (ProfileSpec below).
@@ -417,11 +421,11 @@ class GanSpec(BaseModel):
     critic_steps: Count
     critic_draw: Literal["per_row", "per_step"]
     critic_refresh_steps: Count | None
+    critic_refresh: Literal["independent", "drawn"]
     gp_lambda: NonNegative
     batch_size: Count
     pretrain_iterations: Annotated[int, Strict(), Field(ge=0, le=MAX_INT)]
     pretrain_matmul: Literal["auto", "float32", "bfloat16"]
-    critic_refresh: Literal["independent", "drawn"]
     kernels: Literal["auto", "native", "torch"]
     iterations: Count  # declared before checkpoint_every, which is checked against it
     checkpoint_every: Count
@@ -595,6 +599,7 @@ class ProfileSpec(BaseModel):
     max_rows: Count | None
     workers: Annotated[int, Strict(), Field(ge=1, le=1024)]
     dask_address: Annotated[StrictStr, Field(min_length=1)] | None
+    trial: StrictBool
     generator: Literal[GENERATORS]
     dpcgan: DPCGANSpec
     dpautogan: DPAutoGANSpec

@@ -12,25 +12,36 @@ the run's privacy secret (models/secret.py). What the next command does:
 * Without `--out`, an interrupted run of the same inputs (status "running" or "failed": killed or
   crashed) under `runs/<kind>/` is resumed with its secret, so it continues exactly; otherwise a new
   run starts with a new id and a new secret. A run that published, or that its DP decision refused,
-  is final: running the command again is a new release, with new noise.
+  is final: running the command again is a new release, with new noise. So is a finished trial
+  (status "trial", or "trial-refused" where the DP approval would have refused it): a release that
+  published nothing (a profile with `trial: true`, or `dpsynth release --no-publish`).
+
+A table written by `dpsynth demo-data` has a sidecar, `<table>.demo.json`, holding the table's sha256
+and the generator's parameters; a table is a demo table only when that sidecar's hash is the table's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from models.config import Profile, load_profile
+from models.config import Profile
 from models.errors import ConfigError, MissingInputError
+from models.profiles import load_named
 from models.schema import DatasetSchema
 from tasks.stage import read_json, sha256_file, sha256_json, write_json
 
 RUN_RECORD = "run.json"
 RESUMABLE = ("running", "failed")
-FINAL = ("published", "refused", "completed")
+FINAL = ("published", "refused", "completed", "trial", "trial-refused")
+DEMO_SIDECAR_SUFFIX = ".demo.json"
+# What a trial on a table that is not a demo table says (one line, on standard error from the command line).
+REAL_TABLE_TRIAL = ("a trial on a real table (not one `dpsynth demo-data` wrote): nothing is published and "
+                    "nothing is entered in the table's privacy ledger.")
 
 
 @dataclass(frozen=True)
@@ -88,13 +99,16 @@ def _resumable_run(base: Path, identity: dict) -> Path | None:
 
 
 def load_context(config: str, data: str, profile: str, out: str | None, kind: str,
-                 generator: str | None = None) -> RunContext:
+                 generator: str | None = None, publish: bool = True) -> RunContext:
     """`generator` (the command line's --generator) puts every setting of the profile on that generator;
-    it is part of the profile, so of the run's identity."""
+    `publish=False` (--no-publish) makes it a trial profile. Both are part of the profile, so of the
+    run's identity: a trial's folder is never resumed by a release that publishes, nor the reverse."""
     schema = DatasetSchema.from_yaml(config)
-    prof = load_profile(profile, config)
+    prof = load_named(profile, config)
     if generator is not None:
         prof = prof.with_generator(generator)
+    if not publish and not prof.trial:
+        prof = dataclasses.replace(prof, trial=True)
     data_path = Path(data)
     if not data_path.is_file():
         raise MissingInputError(f"The data file {data!r} does not exist (or is not a file).")
@@ -159,19 +173,44 @@ def remember(ctx: RunContext, **fields) -> None:
 
 
 def finished_summary(ctx: RunContext) -> dict | None:
-    """The summary of a run that already ended for good (published, or completed), else None: running
-    its command again on the same folder reuses everything and does nothing new."""
+    """The summary of a run that already ended for good (published, a finished trial, or completed),
+    else None: running its command again on the same folder reuses everything and does nothing new."""
     record = read_run_record(ctx.run_dir) or {}
-    if record.get("status") in ("published", "completed") and isinstance(record.get("summary"), dict):
+    if record.get("status") in ("published", "trial", "completed") and isinstance(record.get("summary"), dict):
         return {**record["summary"], "reused": True}
     return None
 
 
 def close_run(ctx: RunContext, status: str) -> None:
-    """Record how the run ended: "published", "refused" or "completed" (final), or "failed" (resumable)."""
+    """Record how the run ended: "published", "refused", "trial", "trial-refused" or "completed" (final),
+    or "failed" (resumable)."""
     if status not in FINAL + ("failed",):
         raise ValueError(f"unknown run status {status!r}")
     record = read_run_record(ctx.run_dir)
     if record is None:
         return
     write_json({**record, "status": status, "updated": datetime.now(UTC).isoformat()}, ctx.run_dir / RUN_RECORD)
+
+
+def demo_sidecar(data_path: str | Path) -> Path:
+    """Where `dpsynth demo-data` describes the table it wrote: `<table>.demo.json` beside it."""
+    path = Path(data_path)
+    return path.with_name(path.name + DEMO_SIDECAR_SUFFIX)
+
+
+def write_demo_sidecar(data_path: str | Path, parameters: dict) -> Path:
+    """Record that `data_path` was made by code: its sha256 and the generator's parameters."""
+    path = demo_sidecar(data_path)
+    write_json({"made_by": "dpsynth demo-data", "sha256": sha256_file(Path(data_path)), "parameters": parameters},
+               path)
+    return path
+
+
+def is_demo_table(data_path: str | Path, data_hash: str) -> bool:
+    """Whether the table is one `dpsynth demo-data` wrote, unchanged since: its sidecar exists and names
+    its hash. Anything else (no sidecar, an unreadable one, a table edited or replaced since) is real."""
+    try:
+        recorded = read_json(demo_sidecar(data_path))
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and recorded.get("sha256") == data_hash

@@ -14,7 +14,11 @@ are both counted and the second is refused if both would not fit. What counts:
 
 A release that fails or is killed before it is entered (any stage up to the DP decision) adds nothing;
 one that fails while publishing and registered nothing is taken out again. Retiring a version from the
-registry gives nothing back: the ledger never looks at the registry.
+registry gives nothing back: the ledger never looks at the registry. A trial (a profile with
+`trial: true`, or `dpsynth release --no-publish`) publishes nothing and is never entered.
+
+Only a profile with a lifetime budget publishes (`require_lifetime_budget`): without one, nothing
+would stop try-outs and repeated releases from spending a table without limit.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from models.errors import BudgetExceededError
+from models.errors import BudgetExceededError, ConfigError
 from models.lifetime import LifetimeCost, ReleaseCost, lifetime_cost
 from tasks.private_files import owner_only, restrict
 
@@ -132,6 +136,19 @@ def _refusal(dataset: str, planned: ReleaseCost, before: LifetimeCost, after: Li
         f"lifetime spending from {before.epsilon:.4g} ({before.releases} release(s)) to {after.epsilon:.4g}, above "
         f"privacy.lifetime_budget {budget:g}. Nothing was published. Every release of the same rows adds to "
         "their privacy loss; `dpsynth ledger --config SCHEMA` lists what was spent.")
+
+
+def require_lifetime_budget(profile) -> None:
+    """Refuse (ConfigError, exit 2) to publish with a profile that sets no `privacy.lifetime_budget`."""
+    if profile.trial or profile.privacy.lifetime_budget is not None:
+        return
+    raise ConfigError(
+        f"Profile {profile.name!r} sets no privacy.lifetime_budget, so it cannot publish: every release of a "
+        "table adds to its rows' privacy loss, and only a lifetime budget stops try-outs and repeated releases "
+        "from spending the table without limit (the privacy ledger composes them). Nothing was started. Set "
+        "privacy.lifetime_budget in the profile (the shipped Cardio release profiles allow 30; `dpsynth ledger "
+        "--config SCHEMA` shows what the table has spent), or run it as a trial with `dpsynth release "
+        "--no-publish`, which runs every stage and publishes nothing.")
 
 
 def check_lifetime(dataset: str, planned: ReleaseCost, budget: float | None, release_id: str | None = None) -> None:

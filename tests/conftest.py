@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -16,6 +17,28 @@ CARDIO_SCHEMA = ROOT / "configs" / "cardio.yaml"
 REAL_CARDIO = ROOT.parent / "shared" / "data" / "cardio_train.csv"
 # Tests pass the privacy secret explicitly, for determinism; a release always draws its own.
 TEST_SECRET_HEX = "5e" * 32
+SMOKE_PROFILE = ROOT / "configs" / "profiles" / "smoke.yaml"
+# The shipped smoke profile is a trial (it publishes nothing). Tests of publication use the same profile
+# as a release that publishes, with a lifetime budget (privacy.lifetime_budget) no test reaches.
+SMOKE_LIFETIME_BUDGET = 1.0e6
+
+
+def publishing_smoke(folder: Path, **sections) -> str:
+    """The shipped smoke profile as a publishing release profile (`trial: false`, a lifetime budget),
+    with `sections` (top-level keys, mappings merged one level deep) over it, written as `folder/smoke.yaml`
+    (a profile that `extends: smoke` beside it starts from it). Returns the path, for --profile."""
+    profile = yaml.safe_load(SMOKE_PROFILE.read_text())
+    profile["trial"] = False
+    profile.setdefault("privacy", {})["lifetime_budget"] = SMOKE_LIFETIME_BUDGET
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(profile.get(key), dict):
+            profile[key] = {**profile[key], **value}
+        else:
+            profile[key] = value
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "smoke.yaml"
+    path.write_text(yaml.safe_dump(profile, sort_keys=False))
+    return str(path)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +67,12 @@ def demo_csv(tmp_path, demo_frame, cardio_schema):
     path = tmp_path / "demo.csv"
     demo_frame.to_csv(path, sep=cardio_schema.separator, index=False)
     return path
+
+
+@pytest.fixture
+def smoke_release(tmp_path) -> str:
+    """A publishing smoke profile (see `publishing_smoke`), as a --profile path."""
+    return publishing_smoke(tmp_path / "publishing")
 
 
 @pytest.fixture

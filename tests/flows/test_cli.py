@@ -55,3 +55,88 @@ def test_release_bad_input_fails_before_any_flow(tmp_path, demo_csv, capsys, arg
     assert main(argv) != 0
     assert fragment in capsys.readouterr().err
     assert not (tmp_path / "run" / "validate").exists()
+
+
+def test_version_comes_from_the_installed_package(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dpsynth {version('dpsynth')}"
+
+
+def test_every_argument_of_every_command_has_help():
+    import argparse
+
+    from flows.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    described = {a.dest for a in commands._choices_actions if a.help}
+    assert described == set(commands.choices), "a command without help"
+    missing = [f"{name} {'/'.join(action.option_strings) or action.dest}"
+               for name, sub in [("dpsynth", parser), *commands.choices.items()] for action in sub._actions
+               if not isinstance(action, argparse._SubParsersAction) and action.help in (None, "", argparse.SUPPRESS)]
+    assert missing == []
+
+
+def test_profiles_lists_the_shipped_profiles(capsys):
+    assert main(["profiles", "--config", str(CARDIO_SCHEMA), "--json"]) == 0
+    out = capsys.readouterr().out
+    listed = {row["name"]: row for row in json.loads(out.strip().splitlines()[-1])["profiles"]}
+    shipped = {path.stem for path in (CARDIO_SCHEMA.parent / "profiles").glob("*.yaml")}
+    assert set(listed) == shipped and "smoke" in shipped
+    assert listed["smoke"]["trial"] is True and listed["smoke"]["release"] == "trial: publishes nothing"
+    assert listed["default"] == {"name": "default", "generator": "gswgan", "epsilon_budget": 10.0,
+                                 "lifetime_budget": 30.0, "trial": False, "release": "publishes"}
+    assert listed["eps3"]["generator"] == "dpautogan" and listed["eps3"]["epsilon_budget"] == 3.0
+    assert listed["thesis"]["release"].startswith("experiment only")
+    # Every shipped profile that `release` publishes with names a lifetime budget; one that names none
+    # (an experiment profile) is refused as a release.
+    for row in listed.values():
+        assert row["release"] in ("publishes", "trial: publishes nothing") or row["release"].startswith(
+            ("experiment only", "refused (no lifetime budget")), row
+        assert (row["release"] == "publishes") == (not row["trial"] and row["lifetime_budget"] is not None
+                                                   and not row["release"].startswith("experiment")), row
+    for name in ("default", "eps1", "eps3", "census-eps3", "thesis-k1500"):
+        assert listed[name]["release"] == "publishes" and listed[name]["lifetime_budget"] == 30.0, name
+    # The table: a header and a line per profile, with its name and budgets.
+    table = out.strip().splitlines()[1:-1]
+    assert table[0].split() == ["name", "generator", "epsilon", "budget", "lifetime", "budget", "trial", "release"]
+    assert len(table) == 1 + len(shipped)
+    assert [line.split()[:2] for line in table if line.split()[0] == "smoke"] == [["smoke", "gswgan"]]
+    assert any(line.split()[:5] == ["default", "gswgan", "10", "30", "no"] for line in table)
+
+
+def test_an_unknown_profile_name_lists_the_known_ones(tmp_path, demo_csv, capsys):
+    for argv in (["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoek",
+                  "--out", str(tmp_path / "run")],
+                 ["epsilon", "--config", str(CARDIO_SCHEMA), "--profile", "smoek"],
+                 ["ledger", "--config", str(CARDIO_SCHEMA), "--profile", "smoek"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "'smoek' does not exist" in err and "Traceback" not in err
+        known = sorted(path.stem for path in (CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
+        assert f"Profiles beside the schema: {', '.join(known)} (" in err and "smoke" in known, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_release_closing_line_names_uri_bundle_and_epsilon_and_warns_above_10():
+    from flows.cli import closing_lines
+
+    summary = {"release_id": "cardio-default-0123456789ab", "epsilon": 9.994, "delta": 1e-5, "auc": 0.7912,
+               "published": True, "trial": False, "model_uri": "models:/cardio-gswgan/3",
+               "bundle_dir": "runs/release/cardio-default-0123456789ab/bundle", "report": "r.html"}
+    line, warnings = closing_lines(summary)
+    assert line == ("release cardio-default-0123456789ab: published models:/cardio-gswgan/3 at epsilon 9.99 "
+                    "(delta 1e-05), bundle runs/release/cardio-default-0123456789ab/bundle; AUC 0.791")
+    assert warnings == []
+    assert closing_lines({**summary, "epsilon": 10.0})[1] == []
+    for epsilon, shown in ((10.004, "10.00"), (71.405, "71.41"), (None, "inf (not private)")):
+        line, warnings = closing_lines({**summary, "epsilon": epsilon})
+        assert f"at epsilon {shown} " in line
+        assert len(warnings) == 1 and f"epsilon is {shown}, above 10" in warnings[0]
+    line, warnings = closing_lines({**summary, "published": False, "trial": True, "epsilon": 71.405})
+    assert line.startswith("trial cardio-default-0123456789ab: nothing published") and warnings == []
+    assert "models:/" not in line and "bundle runs" not in line and "epsilon 71.41" in line

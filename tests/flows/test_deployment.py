@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from flows.cli import main
-from tests.conftest import CARDIO_SCHEMA, ROOT
+from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 POOL = "dpsynth-pool"
 RELEASE = ("release", "monthly-release")
@@ -182,11 +182,14 @@ def test_prefect_yaml_deploys_and_a_worker_completes_a_release(deployed):
     assert release["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(home)
 
     out = tmp / "release-run"
-    _run_deployment(deployed, RELEASE[1], {"data": str(deployed["data"]), "profile": "smoke", "out": str(out)},
+    profile = publishing_smoke(tmp / "release-profiles")   # the shipped smoke is a trial: it publishes nothing
+    _run_deployment(deployed, RELEASE[1], {"data": str(deployed["data"]), "profile": profile, "out": str(out)},
                     tmp / "release-worker.log")
-    # It ran in DPSYNTH_HOME (relative config resolved there, default MLflow store created there).
+    # It ran in DPSYNTH_HOME (relative config resolved there, default MLflow store created there) and published.
     assert (out / "train-k10" / "checkpoints" / "ledger.json").is_file()
-    assert (home / "mlflow.db").is_file()
+    assert json.loads((out / "run.json").read_text())["status"] == "published"
+    assert json.loads((out / "bundle" / "release.json").read_text())["model_uri"] == "models:/cardio-gswgan/1"
+    assert (home / "mlflow.db").is_file() and (home / "privacy-ledger.sqlite").is_file()
     assert not (ROOT / "configs" / "mlflow.db").exists()
     print(f"release deployment test: {time.monotonic() - started:.0f}s")
 

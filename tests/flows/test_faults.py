@@ -21,13 +21,15 @@ from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from tasks.ledger import entries as ledger_entries
-from tests.conftest import CARDIO_SCHEMA, ROOT
+from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 MODEL = "cardio-gswgan"
 
 
 def _argv(data, *more):
-    return ["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", "smoke", *more]
+    """A publishing smoke release of `data` (the profile written beside it, in the test's folder)."""
+    profile = publishing_smoke(Path(data).parent / "profiles")
+    return ["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", profile, *more]
 
 
 def _versions(name=MODEL) -> list:

@@ -19,14 +19,14 @@ from models.config import load_profile
 from models.generators import get
 from models.privacy_statement import privacy_statement
 from tasks.bundle import bundle_contains_no_real_rows
-from tests.conftest import CARDIO_SCHEMA
+from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _assert_published_is_dp_covered, _last_json, _published_texts
 
 
 def _smoke_with(tmp_path, sections: dict) -> str:
-    """The smoke profile with `sections` merged over it, as a profile file (a path: --profile takes one)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "smoke.yaml").write_text((CARDIO_SCHEMA.parent / "profiles" / "smoke.yaml").read_text())
+    """The smoke profile as a publishing release (tests.conftest.publishing_smoke) with `sections` merged
+    over it, as a profile file (a path: --profile takes one)."""
+    publishing_smoke(tmp_path)
     path = tmp_path / "smoke-variant.yaml"
     path.write_text(yaml.safe_dump({"extends": "smoke", **sections}))
     return str(path)
@@ -39,7 +39,8 @@ def _smoke_with(tmp_path, sections: dict) -> str:
 ], ids=["dpcgan", "dpautogan", "dpautogan-gaussian-moments"])
 def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, generator,
                                         sections):
-    profile_arg = _smoke_with(tmp_path / "profiles", sections) if sections else "smoke"
+    profile_arg = (_smoke_with(tmp_path / "profiles", sections) if sections else
+                   publishing_smoke(tmp_path / "profiles"))
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", profile_arg,
             "--generator", generator, "--json"]
     assert main(argv) == 0

@@ -1,5 +1,5 @@
-"""A smoke release end to end on generated data: every stage runs, MLflow records it, the generator is
-registered as champion, the bundle holds no real row and publishes the whole release's epsilon, a second
+"""A smoke release end to end on generated data (the smoke profile made a publishing release: the shipped
+one is a trial): every stage runs, MLflow records it, the generator is registered as champion, the bundle holds no real row and publishes the whole release's epsilon, a second
 release draws new noise, a killed release resumes to the same result, and an over-budget, unapproved or
 uncovered release is refused with the champion left in place."""
 
@@ -27,7 +27,7 @@ from models.secret import load as load_secret
 from models.secret import store
 from tasks.bundle import bundle_contains_no_real_rows
 from tasks.ledger import entries as ledger_entries
-from tests.conftest import CARDIO_SCHEMA, ROOT
+from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 
 def _last_json(capfd):
@@ -35,8 +35,8 @@ def _last_json(capfd):
 
 
 def _release_with(workdir, data, name: str, section: str, key: str, value, **more) -> int:
-    """A smoke release whose profile changes keys; returns the exit status. Runs in `<name>-run`."""
-    profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
+    """A publishing smoke release whose profile changes keys; returns the exit status. Runs in `<name>-run`."""
+    profile = yaml.safe_load(Path(publishing_smoke(workdir / "publishing")).read_text())
     profile.setdefault(section, {})[key] = value
     for path, extra in more.items():
         section_, key_ = path.split("__")
@@ -97,25 +97,40 @@ def _assert_published_is_dp_covered(texts: dict[str, str], *, data_hash: str, in
                 assert not re.search(rf"(?<![\d.]){count}(?![\d.])", text), f"the row count {count} in {where}"
 
 
-def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, monkeypatch):
+def _high_epsilon_warning(epsilon: float) -> str:
+    return (f"dpsynth release: warning: this release's epsilon is {epsilon:.2f}, above 10: at that level "
+            "differential privacy promises little for any one row; a smaller privacy.epsilon_budget protects "
+            "the table better.")
+
+
+def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, monkeypatch,
+                                  smoke_release):
     monkeypatch.setenv("DPSYNTH_PROGRESS_SECONDS", "0")  # every progress update, for the refused run below
-    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke", "--json"]
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", smoke_release,
+            "--json"]
     loose = os.umask(0o022)   # the usual umask: internals must be owner-only anyway
     try:
         assert main(argv) == 0
     finally:
         os.umask(loose)
     captured = capfd.readouterr()
-    assert captured.err == ""  # --json: no progress, no libraries' output; errors only
     summary = json.loads(captured.out.strip().splitlines()[-1])
+    # --json: no progress, no libraries' output; errors and warnings only: smoke's epsilon (71.4) is above 10.
+    assert captured.err.splitlines() == [_high_epsilon_warning(summary["epsilon"])]
     for key in ("release_id", "epsilon", "delta", "auc", "bundle_dir", "model_uri", "mlflow_run_id"):
         assert key in summary
+    assert summary["published"] is True and summary["trial"] is False
+    # The closing line says what was published, where, at what epsilon (2 decimals).
+    assert captured.out.strip().splitlines()[-2] == (
+        f"release {summary['release_id']}: published {summary['model_uri']} at epsilon {summary['epsilon']:.2f} "
+        f"(delta 1e-05), bundle {summary['bundle_dir']}; AUC {summary['auc']:.3f}")
+    assert summary["model_uri"] == "models:/cardio-gswgan/1" and summary["bundle_dir"].endswith("/bundle")
     out = isolated_workdir / summary["run_dir"]
     assert out.parent == isolated_workdir / "runs" / "release" and out.name == summary["release_id"]
     # The release pays for training to its last checkpoint and for the DP choice (max: disjoint rows),
     # whichever checkpoint was chosen; never the chosen checkpoint's training epsilon alone, never 0.
     ledger = json.loads((out / "train-k10" / "checkpoints" / "ledger.json").read_text())["checkpoints"]
-    profile = load_profile("smoke", CARDIO_SCHEMA)
+    profile = load_profile(smoke_release, CARDIO_SCHEMA)
     last = ledger[-1]["epsilon"]
     assert ledger[-1]["iteration"] == profile.gan.iterations and last > 0
     assert summary["epsilon"] == max(last, profile.privacy.choice_epsilon) >= last + 0.0
@@ -130,7 +145,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert 0.0 <= membership["nearest_synthetic_auc"]["auc"] <= 1.0 and membership["rows_each"] > 100
     assert "Membership inference" in (out / "report" / "report.html").read_text()
     # Which code computed the critics (C kernels or tensor operations) is on record with the stages.
-    expected = kernels_in_use(load_profile("smoke", CARDIO_SCHEMA).gan, "cpu")
+    expected = kernels_in_use(profile.gan, "cpu")
     assert json.loads((out / "pretrain-k10" / "manifest.json").read_text())["info"]["kernels"] == expected
     assert (json.loads((out / "train-k10" / "manifest.json").read_text())["info"]["critic_updates"]
             == expected["critic_updates"])
@@ -207,8 +222,9 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
     done = subprocess.run([sys.executable, "-m", "flows.cli", *argv], cwd=isolated_workdir, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.returncode == 0, done.stderr
     again = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.stderr.splitlines() == [_high_epsilon_warning(again["epsilon"])], done.stderr
     other = isolated_workdir / again["run_dir"]
     assert again["release_id"] != summary["release_id"] and other != out
     assert load_secret(other) != load_secret(out)
@@ -259,6 +275,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
 
 @pytest.mark.parametrize("section, key, value, fragment", [
     ("gan", "critic_draw", "per_step", "critic_draw"),
+    ("gan", "critic_refresh", "drawn", "critic_refresh"),
     ("protocol", None, "thesis", "protocol"),
 ])
 def test_release_refuses_what_epsilon_cannot_cover(isolated_workdir, demo_csv, capfd, section, key, value, fragment):
@@ -275,11 +292,11 @@ def test_release_refuses_what_epsilon_cannot_cover(isolated_workdir, demo_csv, c
     assert code == 2 and fragment in err and "Traceback" not in err
     assert not (isolated_workdir / "run").exists()
 
-    ("gan", "critic_refresh", "drawn", "critic_refresh"),
 
 def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_workdir, demo_csv, capfd,
-                                                                      monkeypatch):
-    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke", "--json"]
+                                                                      monkeypatch, smoke_release):
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", smoke_release,
+            "--json"]
     save = GeneratorTrainer._save_checkpoint
     killed = []
 

@@ -24,16 +24,17 @@ from tests.conftest import CARDIO_SCHEMA
 # privacy.lifetime_budget was added and release_rows became a public number; and again when profiles
 # gained `generator`, the DP-CGAN and DP-auto-GAN sections, per-setting generator and budget, and
 # evaluation.experiment_choice; and when the DP-auto-GAN section gained
-# `level_decoding`, the reconstruction weights and the latent model; and when it gained the moment fit).
+# `level_decoding`, the reconstruction weights and the latent model; and when it gained the moment fit;
+# and when profiles gained `trial` and the GS-WGAN section `critic_refresh`).
 SHIPPED_HASHES = {
-    "default": "f45c0de8070fc934a5c089052c68c8fd31c22c27828e5e367f2bdcb39d55f60a",
-    "smoke": "9846c9b104f728a63e09427274f965904e100d1fb42b4361c4277a2cd9529731",
-    "thesis-k1500": "ba1278ee0af31683ef4bf77f7b18964729586638ff6de16de4f0b64135d5f502",
-    "thesis": "765c5438fb1d1a091646847404ee03809c39d7bff5dc704012b99b9f4176c23f",
-    "compare": "559ed11f49f007fb1fc8f434c5572e427da86a7821b01e4e91016c13aee8dcaa",
-    "eps1": "8bbd64f0518579a34fc83477a99ef26e7373d4e0d8fdceb220f7ea190fe126ab",
-    "eps3": "35cc0525e4f5d35f14603496cac04845327f2aeedea2d6303a9a2466e3d7cbb1",
-    "census-eps3": "f58b26ed2697a7ad62a0dbdf64de077a2c00c139816c97e014c646d546a27b41",
+    "default": "120c2dbc6451f1bd1d90bae0dfd63003881fea833191fb3f66c1c19e6cc5e14b",
+    "smoke": "1fd1dddb64869ff498cd4296cb12e3833508ac524270538e150f1f4f9dde2ad6",
+    "thesis-k1500": "7cc73c1915597e3569c91b18827b1c9edc078ec0c932da46f2ae6c783b4db3fe",
+    "thesis": "494258ead7c8b78f1d469ce0b41d6c47863decfde32762a01e8d968235fc9ce4",
+    "compare": "d94c6751960151f58518c41c07754080135596d9cfa378d5596389d7790c29fa",
+    "eps1": "6c0a1c236db099f19c0624108f186b077b9771906a152c7d70c2f31a37657282",
+    "eps3": "48f8c0173f99bbdb98ba10d47ac9dc506ae10d2d98abd17e754017cad4bcca8c",
+    "census-eps3": "b8fa6b40c4e76997011831d79e7e8b61f20d1eddd48b15403eee2620d29565c9",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
