@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--no-publish", action="store_true",
                            help="a trial: run every stage (training, selection, the DP choice, the internal "
                                 "report) and publish nothing: no registration, bundle, alias or ledger entry")
+            p.add_argument("--allow-same-input", action="store_true",
+                           help="release even if the input file is byte for byte the one the table's last "
+                                "release read (refused otherwise: the same rows again, budget spent again)")
         if name == "experiment":
             p.add_argument("--dry-run", action="store_true", help="print the plan without running it")
 
@@ -81,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="dataset schema YAML: the table is its schema name")
     p.add_argument("--profile", default=None,
                    help="take privacy.lifetime_budget from this profile (default: the latest release's)")
+    p.add_argument("--forecast", type=int, default=None, metavar="N",
+                   help="with --profile: the lifetime spending after each of N more releases of that profile, "
+                        "and the first one the lifetime budget would refuse")
     p.add_argument("--json", action="store_true", help="print the ledger as JSON on the last line")
 
     p = sub.add_parser("profiles", help="the profiles beside a schema: generator, budgets, trial or release")
@@ -205,6 +211,10 @@ def preflight(args, kind: str):
 
         check_lifetime(ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget,
                        ctx.run_id)
+        if not args.allow_same_input:
+            from tasks.ledger import check_new_input
+
+            check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
     from tasks.tracking import check_store
 
     check_store()
@@ -222,7 +232,8 @@ def cmd_release(args) -> None:
     from flows.release import release
 
     summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir),
-                      generator=args.generator, publish=not args.no_publish)
+                      generator=args.generator, publish=not args.no_publish,
+                      allow_same_input=args.allow_same_input)
     if summary.get("reused"):
         from tasks.progress import note
 
@@ -346,8 +357,40 @@ def cmd_ledger(args) -> None:
         print("lifetime budget: none set (privacy.lifetime_budget in the release profile)")
     else:
         print(f"lifetime budget: {report['lifetime_budget']:g}, remaining epsilon {text(report['remaining_epsilon'])}")
+    if args.forecast is not None:
+        report["forecast"] = _print_forecast(schema.name, args)
     if args.json:
         emit_json(report)
+
+
+def _print_forecast(dataset: str, args) -> dict:
+    """`dpsynth ledger --forecast N --profile P`: N more releases of P, each at its planned (largest) cost."""
+    from models.errors import ConfigError
+    from models.lifetime import planned_release_cost
+    from models.profiles import load_named
+    from tasks.ledger import forecast
+
+    if args.profile is None or args.forecast < 1:
+        raise ConfigError("dpsynth ledger --forecast N needs N >= 1 and --profile: the releases to forecast are "
+                          "that profile's, each at its planned cost.")
+    prof = load_named(args.profile, args.config)
+    result = forecast(dataset, planned_release_cost(prof, prof.release_target()), args.forecast,
+                      prof.privacy.lifetime_budget)
+    per = result["planned_release_epsilon"]
+    print(f"forecast: {args.forecast} more release(s) of profile {prof.name!r}, each at most epsilon "
+          f"{'inf' if per is None else f'{per:.2f}'}:")
+    for k, total in enumerate(result["after"], start=1):
+        refused = result["stops_at"] is not None and k >= result["stops_at"]
+        print(f"  release {k:>3}: " + ("refused before any work (it would pass the lifetime budget); "
+                                       "lifetime epsilon stays " if refused else "lifetime epsilon ")
+              + ("inf" if total is None else f"{total:.2f}"))
+    if result["stops_at"] is None:
+        print("  every one fits the lifetime budget" if result["lifetime_budget"] is not None else
+              "  (the profile sets no lifetime budget: nothing would stop them)")
+    else:
+        print(f"  release {result['stops_at']} and every one after it would be refused (lifetime budget "
+              f"{result['lifetime_budget']:g})")
+    return result
 
 
 def cmd_profiles(args) -> None:

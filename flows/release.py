@@ -43,7 +43,7 @@ from tasks.context import (
     remember,
 )
 from tasks.decision import decide, planned_cost
-from tasks.ledger import check_lifetime, require_lifetime_budget
+from tasks.ledger import check_lifetime, check_new_input, require_lifetime_budget
 from tasks.registry import release_registered, release_tags
 from tasks.reporting import privacy_summary
 from tasks.stage import read_json, write_json
@@ -52,7 +52,7 @@ from tasks.training import sample_generator_file
 
 @flow(name="release")
 def release(config: str, data: str, profile: str = "default", out: str | None = None,
-            generator: str | None = None, publish: bool = True) -> dict:
+            generator: str | None = None, publish: bool = True, allow_same_input: bool = False) -> dict:
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="release", generator=generator, publish=publish)
     done = finished_summary(ctx)
@@ -69,6 +69,8 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     if not trial:
         check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget,
                        ctx.run_id)
+        if not allow_same_input:
+            check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
     elif not is_demo_table(ctx.data_path, ctx.data_hash):
         log.warning("%s", REAL_TABLE_TRIAL)
     open_run(ctx)
@@ -107,7 +109,8 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             # release past the table's lifetime budget is refused whatever the decision was.
             ledger_mod.enter(ctx.schema.name, ctx.run_id,
                              release_cost(prof, setting, ledger[-1]["iteration"], decision.epsilon),
-                             prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused")
+                             prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused",
+                             input_sha256=ctx.data_hash)
             entered = decision.approved
         tracking.log_metrics(run_id, {"release.epsilon": decision.epsilon, "release.iteration": decision.iteration,
                                       "release.epsilon_training": decision.epsilon_training,

@@ -48,7 +48,8 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS releases (
     lifetime_budget REAL,
     model_version TEXT,
     created TEXT NOT NULL,
-    updated TEXT NOT NULL)"""
+    updated TEXT NOT NULL,
+    input_sha256 TEXT)"""
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ def _connect(write: bool = False):
     with closing(sqlite3.connect(path, timeout=60, isolation_level=None)) as db:
         restrict(path)
         db.execute(_SCHEMA)
+        if "input_sha256" not in {row[1] for row in db.execute("PRAGMA table_info(releases)")}:
+            db.execute("ALTER TABLE releases ADD COLUMN input_sha256 TEXT")   # a ledger from before it
         if write:
             db.execute("BEGIN IMMEDIATE")   # one writer at a time: check and enter are one step
         try:
@@ -161,9 +164,11 @@ def check_lifetime(dataset: str, planned: ReleaseCost, budget: float | None, rel
         raise _refusal(dataset, planned, before, after, budget, "before any work")
 
 
-def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None, status: str = "publishing") -> None:
+def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None, status: str = "publishing",
+          input_sha256: str | None = None) -> None:
     """Enter a release (idempotent on `release_id`: a resumed release replaces its own entry), after
-    checking the budget against every other release, in one exclusive transaction."""
+    checking the budget against every other release, in one exclusive transaction. `input_sha256` (the
+    input file's hash) stays in the ledger, which is internal: `check_new_input` reads it."""
     if status not in COUNTED:
         raise ValueError(f"unknown ledger status {status!r}")
     now = datetime.now(UTC).isoformat()
@@ -174,9 +179,54 @@ def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None
             raise _refusal(dataset, cost, before, after, budget, "at publication (another release of the same "
                            "table was entered since this one started)")
         created = db.execute("SELECT created FROM releases WHERE release_id = ?", (release_id,)).fetchone()
-        db.execute("INSERT OR REPLACE INTO releases VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+        db.execute("INSERT OR REPLACE INTO releases (release_id, dataset, status, epsilon, delta, cost, "
+                   "lifetime_budget, model_version, created, updated, input_sha256) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
                    (release_id, dataset, status, cost.epsilon, cost.delta, json.dumps(cost.to_dict()), budget,
-                    created[0] if created else now, now))
+                    created[0] if created else now, now, input_sha256))
+
+
+def check_new_input(dataset: str, input_sha256: str, release_id: str | None = None) -> None:
+    """Refuse (BudgetExceededError, exit 5) a release of the very file the table's last counted release
+    read: a schedule whose extract nobody replaced would release the same rows again and spend again for
+    nothing new. `--allow-same-input` skips this check."""
+    with _connect() as db:
+        if db is None:
+            return
+        row = db.execute("SELECT release_id, input_sha256 FROM releases WHERE dataset = ? AND status IN "
+                         f"({', '.join('?' * len(COUNTED))}) AND release_id != ? ORDER BY created DESC LIMIT 1",
+                         (dataset, *COUNTED, release_id or "")).fetchone()
+    if row is not None and row[1] == input_sha256:
+        raise BudgetExceededError(
+            f"Refusing this release of {dataset!r}: its input file is byte for byte the one the table's last "
+            f"release ({row[0]}) read. Releasing the same rows again spends privacy budget for nothing new (a "
+            "scheduled release whose extract was not replaced does this). Nothing was started. Replace the "
+            "file with the new extract, or pass --allow-same-input if a second release of the same rows is "
+            "intended.")
+
+
+def forecast(dataset: str, planned: ReleaseCost, releases: int, budget: float | None) -> dict:
+    """The table's lifetime spending after each of `releases` more releases of cost `planned` (composed as
+    the ledger composes), and the first of them the budget would refuse (None if none). A refused release
+    costs nothing, and every later one, of the same cost, is refused too: the spending stays."""
+    with _connect() as db:
+        counted = [e.cost for e in _entries(db, dataset) if e.status in COUNTED]
+
+    def finite(value: float) -> float | None:
+        return None if math.isinf(value) else value
+
+    now = lifetime_cost(counted).epsilon
+    after, stops_at, total = [], None, now
+    for k in range(1, releases + 1):
+        if stops_at is None:
+            with_it = lifetime_cost(counted + [planned] * k).epsilon
+            if budget is not None and with_it > budget:
+                stops_at = k
+            else:
+                total = with_it
+        after.append(finite(total))
+    return {"dataset": dataset, "spent_epsilon": finite(now), "planned_release_epsilon": finite(planned.epsilon),
+            "lifetime_budget": budget, "after": after, "stops_at": stops_at}
 
 
 def mark_published(release_id: str, model_version: str) -> None:

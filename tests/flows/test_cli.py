@@ -140,3 +140,20 @@ def test_a_release_closing_line_names_uri_bundle_and_epsilon_and_warns_above_10(
     line, warnings = closing_lines({**summary, "published": False, "trial": True, "epsilon": 71.405})
     assert line.startswith("trial cardio-default-0123456789ab: nothing published") and warnings == []
     assert "models:/" not in line and "bundle runs" not in line and "epsilon 71.41" in line
+
+
+def test_ledger_forecast_says_which_release_the_lifetime_budget_stops(tmp_path, monkeypatch, capsys):
+    """The monthly `default` release (epsilon 9.99 each, lifetime budget 30) on an empty ledger: the
+    ledger's own composition fits six, and the seventh would be refused."""
+    monkeypatch.setenv("DPSYNTH_LEDGER", str(tmp_path / "ledger.sqlite"))
+    args = ["ledger", "--config", str(CARDIO_SCHEMA), "--profile", "default", "--forecast", "12", "--json"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    forecast = json.loads(out.strip().splitlines()[-1])["forecast"]
+    assert len(forecast["after"]) == 12 and forecast["lifetime_budget"] == 30.0
+    stops = forecast["stops_at"]
+    assert stops == 7 and 25.0 < forecast["after"][5] <= 30.0
+    assert forecast["after"][6:] == [forecast["after"][5]] * 6   # refused releases spend nothing
+    assert f"release {stops} and every one after it would be refused" in out
+    assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--forecast", "3"]) == 2
+    assert "--profile" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """A smoke release end to end on generated data (the smoke profile made a publishing release: the shipped
-one is a trial): every stage runs, MLflow records it, the generator is registered as champion, the bundle holds no real row and publishes the whole release's epsilon, a second
-release draws new noise, a killed release resumes to the same result, and an over-budget, unapproved or
-uncovered release is refused with the champion left in place."""
+one is a trial): every stage runs, MLflow records it, the generator is registered as champion, the bundle
+holds no real row and publishes the whole release's epsilon, the same file again is refused unless asked
+for, a second release draws new noise, a killed release resumes to the same result, and an over-budget,
+unapproved or uncovered release is refused with the champion left in place."""
 
 import json
 import os
@@ -43,8 +44,8 @@ def _release_with(workdir, data, name: str, section: str, key: str, value, **mor
         profile.setdefault(section_, {})[key_] = extra
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(profile))
-    return main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", str(path),
-                 "--out", str(workdir / f"{name}-run")])
+    return main(["release", "--allow-same-input", "--config", str(CARDIO_SCHEMA), "--data", str(data),
+                 "--profile", str(path), "--out", str(workdir / f"{name}-run")])
 
 
 def _generator_weights(bundle) -> dict:
@@ -215,13 +216,20 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert len(client.search_runs([run.info.experiment_id])) == runs_before
     assert len(client.search_model_versions("name = 'cardio-gswgan'")) == 1
 
-    # The same command again is a new release: a new id, a new secret, new noise, another split. In a
+    # The same command on the very same file is refused before any work: the same rows again would spend
+    # the table's budget for nothing new (a schedule whose extract nobody replaced).
+    assert main(argv) == 5
+    err = capfd.readouterr().err
+    assert "byte for byte" in err and "--allow-same-input" in err and "Traceback" not in err
+    assert len(client.search_model_versions("name = 'cardio-gswgan'")) == 1 and len(ledger_entries("cardio")) == 1
+
+    # With --allow-same-input it is a new release: a new id, a new secret, new noise, another split. In a
     # real process, where Prefect's console handler prints what it is given (under pytest it does not).
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
-    done = subprocess.run([sys.executable, "-m", "flows.cli", *argv], cwd=isolated_workdir, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run([sys.executable, "-m", "flows.cli", *argv, "--allow-same-input"], cwd=isolated_workdir,
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     again = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.stderr.splitlines() == [_high_epsilon_warning(again["epsilon"])], done.stderr

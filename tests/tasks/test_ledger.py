@@ -79,3 +79,47 @@ def test_two_releases_entering_at_once_are_both_counted(ledger_file, budget, exp
     assert sorted(outcomes.values()) == expected
     entered = sorted(r for r, o in outcomes.items() if o == "entered")
     assert sorted(e.release_id for e in ledger.entries("cardio")) == entered
+
+
+def test_the_same_input_file_as_the_last_release_is_refused(ledger_file):
+    ledger.check_new_input("cardio", "aa")                     # an empty ledger refuses nothing
+    ledger.enter("cardio", "r1", COST, budget=None, input_sha256="aa")
+    ledger.enter("other", "r9", COST, budget=None, input_sha256="bb")
+    with pytest.raises(BudgetExceededError, match="byte for byte") as refused:
+        ledger.check_new_input("cardio", "aa")
+    assert refused.value.exit_code == 5 and "r1" in str(refused.value)
+    ledger.check_new_input("cardio", "aa", release_id="r1")    # a release resuming itself
+    ledger.check_new_input("cardio", "bb")                     # another table's file is not this table's
+    ledger.enter("cardio", "r2", COST, budget=None, input_sha256="cc")
+    ledger.check_new_input("cardio", "aa")                     # only the last release's file counts
+    ledger.enter("cardio", "r3", COST, budget=None, input_sha256="dd")
+    ledger.withdraw("r3")                                      # withdrawn: counts for nothing
+    with pytest.raises(BudgetExceededError):
+        ledger.check_new_input("cardio", "cc")
+    assert "input_sha256" not in ledger.summary("cardio")["releases"][0]   # internal, never shown
+
+
+def test_a_ledger_from_before_input_hashes_gains_the_column(ledger_file):
+    import sqlite3
+
+    ledger_file.parent.mkdir(parents=True)
+    with sqlite3.connect(ledger_file) as db:
+        db.execute(ledger._SCHEMA.replace(",\n    input_sha256 TEXT)", ")"))
+    ledger.enter("cardio", "r1", COST, budget=None, input_sha256="aa")
+    with pytest.raises(BudgetExceededError):
+        ledger.check_new_input("cardio", "aa")
+
+
+def test_forecast_composes_more_releases_as_the_ledger_would_and_says_where_it_stops(ledger_file):
+    ledger.enter("cardio", "r1", COST, budget=None)
+    result = ledger.forecast("cardio", COST, 6, budget=10.0)
+    composed = [lifetime_cost([COST] * (1 + k)).epsilon for k in range(1, 7)]
+    first_over = next(k for k, total in enumerate(composed, start=1) if total > 10.0)
+    assert 1 < first_over < 6 and result["stops_at"] == first_over
+    # Refused releases cost nothing: the spending stays at the last one that fitted.
+    fitted = composed[first_over - 2]
+    assert result["after"] == pytest.approx(composed[:first_over - 1] + [fitted] * (7 - first_over))
+    assert result["spent_epsilon"] == pytest.approx(COST.epsilon)
+    assert ledger.forecast("cardio", COST, 3, budget=None)["after"] == pytest.approx(composed[:3])
+    assert ledger.forecast("cardio", COST, 2, budget=None)["stops_at"] is None
+    assert ledger.forecast("cardio", COST, first_over - 1, budget=10.0)["stops_at"] is None
