@@ -8,7 +8,10 @@ preprocessing, the generator or the choice:
 * Spearman mean absolute difference over pairs of continuous columns (and over all column pairs, with
   discrete columns as level codes, as the internal report shows it);
 * mean total-variation distance over the discrete columns;
-* mean Wasserstein distance over the continuous columns, values scaled to [0, 1] by the public bounds.
+* mean Wasserstein distance over the continuous columns, values scaled to [0, 1] by the public bounds;
+* the fidelity figures that carry targets (models/fidelity.py: 1-way and 2-way total-variation distances
+  on public cells, lost levels, point-mass gaps, Spearman gap between continuous columns), each judged
+  "met" or "missed" against `FIDELITY_TARGETS`; --json adds each run's whole fidelity summary.
 
 Then mean and standard deviation per profile. Internal figures: every number depends on real rows.
 
@@ -29,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from models.encoding import TableEncoder
+from models.fidelity import FIDELITY_TARGETS, MISSED, fidelity_summary, fidelity_verdicts
 from models.quality import spearman_mad, spearman_matrix, tvd_by_feature, wasserstein_by_feature
 from models.schema import DatasetSchema
 
@@ -64,7 +68,23 @@ def measure(schema: DatasetSchema, run: Path) -> dict:
             "spearman_mad_all": spearman_mad(real_rho, synth_rho),
             "mean_tvd": float(tvd_by_feature(schema, real, synthetic).mean()),
             "mean_wasserstein": float(wasserstein_by_feature(schema, real, synthetic).mean()),
-            "levels_lost": lost_levels(schema, real, synthetic)}
+            "levels_lost": lost_levels(schema, real, synthetic),
+            **fidelity_figures(schema, real, synthetic)}
+
+
+# Columns of `fidelity_figures` beside the run's other figures: one per target (lost levels by their number).
+FIDELITY_COLUMNS = [f"fidelity_{figure}" for figure in FIDELITY_TARGETS]
+
+
+def fidelity_figures(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
+    """The fidelity figures that carry targets, flat for the tables (NaN where one does not apply, so that
+    profiles average), the targets missed, and the whole summary with its verdicts under "fidelity"."""
+    summary = fidelity_summary(schema, real, synthetic)
+    verdicts = fidelity_verdicts(summary)
+    figures = {f"fidelity_{figure}": np.nan if v["value"] is None else v["value"] for figure, v in verdicts.items()}
+    missed = [figure for figure, v in verdicts.items() if v["verdict"] == MISSED]
+    return {**figures, "fidelity_missed": ", ".join(missed) or "none",
+            "fidelity": {**summary, "verdicts": verdicts}}
 
 
 def lost_levels(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.DataFrame, floor: float = 0.01) -> str:
@@ -86,15 +106,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     schema = DatasetSchema.from_yaml(args.config)
-    rows = pd.DataFrame([measure(schema, run) for run in args.runs])
+    measured = [measure(schema, run) for run in args.runs]
+    everything = pd.DataFrame([{k: v for k, v in m.items() if k != "fidelity"} for m in measured])
+    fidelity = everything[["run", "profile", *FIDELITY_COLUMNS, "fidelity_missed"]]
+    rows = everything.drop(columns=[*FIDELITY_COLUMNS, "fidelity_missed"])
     metrics = ["epsilon", "auc", "real_auc", "spearman_mad_continuous", "spearman_mad_all", "mean_tvd",
                "mean_wasserstein"]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(rows.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         print()
         print(rows.groupby("profile")[metrics].agg(["mean", "std"]).round(4).to_string())
+        print()
+        print("Fidelity (targets: " + ", ".join(f"{k} <= {v:g}" for k, v in FIDELITY_TARGETS.items()) + ")")
+        print(fidelity.rename(columns=lambda c: c.removeprefix("fidelity_"))
+              .to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        print()
+        print(fidelity.groupby("profile")[FIDELITY_COLUMNS].agg(["mean", "std"]).round(4)
+              .rename(columns=lambda c: c.removeprefix("fidelity_")).to_string())
     if args.json:
-        print(json.dumps({"runs": rows.to_dict(orient="records")}))
+        runs = [{**record, "fidelity": m["fidelity"]} for record, m in zip(rows.to_dict(orient="records"), measured)]
+        print(json.dumps({"runs": runs}))
     return 0
 
 

@@ -45,6 +45,7 @@ class Column:
     levels: tuple = ()  # binary (two) and categorical (two or more)
     decimals: int = 0  # continuous: digits kept when decoding
     unit: str = ""
+    point_masses: tuple[float, ...] = ()  # continuous: public values that carry mass of their own (e.g. 0)
 
     @property
     def is_continuous(self) -> bool:
@@ -109,7 +110,8 @@ class DatasetSchema:
         """The schema of plain YAML data; `origin` starts every error message (e.g. the file)."""
         spec = validate(SchemaSpec, raw, origin)
         columns = tuple(Column(name, c.type, bounds=c.bounds, levels=c.levels or (), decimals=c.decimals or 0,
-                               unit=c.unit) for name, c in spec.columns.items())
+                               unit=c.unit, point_masses=tuple(c.point_masses or ()))
+                        for name, c in spec.columns.items())
         return cls(name=spec.name, version=spec.version, target=spec.target, columns=columns,
                    separator=spec.separator, id_column=spec.id_column, description=spec.description)
 
@@ -176,6 +178,9 @@ class ColumnSpec(BaseModel):
     levels: tuple[Level, ...] | None = Field(None, validate_default=True)
     decimals: Annotated[int, Strict(), Field(ge=0, le=MAX_DECIMALS)] | None = None
     unit: StrictStr = ""
+    # Public values of a continuous column that many rows hold exactly (a money column's 0): fidelity
+    # scores and measured marginals give each its own cell, beside the bins of the bounds.
+    point_masses: tuple[Annotated[float, Strict()], ...] | None = None
 
     @field_validator("bounds")
     @classmethod
@@ -218,6 +223,21 @@ class ColumnSpec(BaseModel):
         if decimals is not None and kind not in (None, "continuous"):
             raise ValueError(f"only continuous columns take decimals (this one is {kind})")
         return decimals
+
+    @field_validator("point_masses")
+    @classmethod
+    def _point_masses_within_bounds(cls, masses, info: ValidationInfo):
+        if masses is None:
+            return masses
+        kind, bounds = info.data.get("type"), info.data.get("bounds")
+        if kind not in (None, "continuous"):
+            raise ValueError(f"only continuous columns take point_masses (this one is {kind})")
+        if len(set(masses)) != len(masses):
+            raise ValueError(f"point masses must be distinct (got {list(masses)})")
+        if bounds is not None and any(not (bounds[0] <= m <= bounds[1] and math.isfinite(m)) for m in masses):
+            raise ValueError(f"every point mass must lie within the bounds [{bounds[0]:g}, {bounds[1]:g}] "
+                             f"(got {list(masses)})")
+        return masses
 
 
 class SchemaSpec(BaseModel):
