@@ -29,14 +29,19 @@ def cell_count(col: Column, bins: int = DEFAULT_BINS) -> int:
     return len(col.levels)
 
 
+def _bin_of(col: Column, numbers: np.ndarray, bins: int) -> np.ndarray:
+    """The bin of each finite number (ends clipped): the one formula for coding and for drawing values."""
+    low, high = col.bounds
+    codes = np.floor((numbers - low) / (high - low) * bins)
+    return np.clip(np.nan_to_num(codes, nan=0.0), 0, bins - 1).astype(np.int64)
+
+
 def cell_codes(col: Column, values, bins: int = DEFAULT_BINS) -> np.ndarray:
     """The cell of each value (int64, -1 for missing or undeclared values)."""
     if not col.is_continuous:
         return level_codes(col, np.asarray(values)).astype(np.int64)
     numbers = pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(np.float64)
-    low, high = col.bounds
-    codes = np.floor((numbers - low) / (high - low) * bins)
-    codes = np.clip(np.nan_to_num(codes, nan=0.0), 0, bins - 1).astype(np.int64)
+    codes = _bin_of(col, numbers, bins)
     for k, mass in enumerate(col.point_masses):
         codes[numbers == mass] = bins + k
     codes[~np.isfinite(numbers)] = MISSING
@@ -57,7 +62,7 @@ def cell_labels(col: Column, bins: int = DEFAULT_BINS) -> list[str]:
 def cell_values(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: int = DEFAULT_BINS) -> np.ndarray:
     """Values for cells, each coded back to its own cell by `cell_codes`: the level itself, the point mass
     exactly, or a value drawn uniformly among the bin's values on the column's decimal grid (none equal
-    to a point mass). A bin narrower than one grid step gets its midpoint, off the grid."""
+    to a point mass). A bin that holds no such value gets its midpoint, off the grid."""
     codes = np.asarray(codes, dtype=np.int64)
     if not col.is_continuous:
         return np.asarray(col.levels, dtype=object)[codes]
@@ -66,17 +71,26 @@ def cell_values(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: 
     step = 10.0 ** -col.decimals
     in_bin = np.minimum(codes, bins - 1)
     lower, upper = low + in_bin * width, low + (in_bin + 1) * width
-    first = np.ceil(np.round(lower / step, 6)) * step                  # the bin's first grid value
-    last = np.floor(np.round(upper / step, 6)) * step                  # its last, or the next bin's edge
-    last = np.where((last >= upper) & (in_bin < bins - 1), last - step, last)
-    points = np.floor(np.round((last - first) / step, 6)).astype(np.int64) + 1
-    values = np.round(first + np.floor(rng.random(len(codes)) * np.maximum(points, 1)) * step, col.decimals)
+
+    def on_grid(x):
+        return np.round(x, col.decimals)
+
+    # The bin's first and last grid values, moved inwards until the coding formula agrees (float edges).
+    first = on_grid(np.ceil(np.round(lower / step, 6)) * step)
+    last = on_grid(np.floor(np.round(upper / step, 6)) * step)
+    for _ in range(2):
+        first = np.where(_bin_of(col, first, bins) < in_bin, on_grid(first + step), first)
+        last = np.where(_bin_of(col, last, bins) > in_bin, on_grid(last - step), last)
+    points = np.round((last - first) / step).astype(np.int64) + 1
+    values = on_grid(first + np.floor(rng.random(len(codes)) * np.maximum(points, 1)) * step)
     for mass in col.point_masses:
         # A grid value equal to a point mass belongs to the mass's cell: take its neighbour in the bin.
         hit = values == mass
-        values = np.where(hit & (values + step <= last), values + step, np.where(hit, values - step, values))
-    unusable = (points < 1) | (points == 1) & np.isin(values, col.point_masses) | (values < first) | (values > last)
-    values = np.where(unusable, (lower + upper) / 2, values)
+        values = np.where(hit & (values + step <= last), on_grid(values + step),
+                          np.where(hit, on_grid(values - step), values))
+    usable = (points >= 1) & (_bin_of(col, values, bins) == in_bin) & ~np.isin(values, col.point_masses) \
+        & (values >= low) & (values <= high)
+    values = np.where(usable, values, (lower + upper) / 2)
     for k, mass in enumerate(col.point_masses):
         values[codes == bins + k] = mass
     return values

@@ -41,3 +41,16 @@ def test_point_masses_are_declared_on_continuous_columns_within_bounds():
                              ({"type": "binary", "levels": [0, 1], "point_masses": [0]}, "only continuous")]:
         with pytest.raises(ConfigError, match=fragment):
             DatasetSchema.from_dict(schema(column))
+
+
+def test_drawn_values_stay_on_the_decimal_grid_where_the_bin_has_grid_values(cardio_schema):
+    rng = np.random.default_rng(1)
+    for bounds, decimals in [((0.0, 1.0), 2), ((35.0, 200.0), 1), ((1.0, 16.0), 0)]:
+        col = dataclasses.replace(cardio_schema.column("weight"), bounds=bounds, decimals=decimals)
+        codes = np.repeat(np.arange(cell_count(col)), 200)
+        values = cell_values(col, codes, rng)
+        assert (cell_codes(col, values) == codes).all(), bounds
+        on_grid = np.isclose(values, np.round(values, decimals), rtol=0, atol=1e-9)
+        # Only a bin narrower than one grid step (as [3.25, 4) of an integer column) takes its midpoint.
+        width = (bounds[1] - bounds[0]) / 20
+        assert on_grid.all() if width >= 10.0 ** -decimals else on_grid.mean() > 0.5, bounds
