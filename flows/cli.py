@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpsynth", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"dpsynth {dpsynth_version()}",
                         help="print dpsynth's version and exit")
+    parser.add_argument("--home", default=None, metavar="DIR",
+                        help="the installation's home: privacy ledger, internal store, registry store, run folders "
+                             "(default: $DPSYNTH_HOME, else ~/.dpsynth)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="check a table against its schema's expectation suite")
@@ -47,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--profile", default=default_profile,
                        help=f"profile name under configs/profiles/ or a YAML path (default: {default_profile}; "
                             "`dpsynth profiles` lists them)")
-        p.add_argument("--out", default=None, help="run folder (default runs/<kind>/<run id>)")
+        p.add_argument("--out", default=None, help="run folder (default <home>/runs/<kind>/<run id>)")
         p.add_argument("--json", action="store_true",
                        help="print the summary as JSON on the last line; no progress (warnings still on stderr)")
         p.add_argument("--verbose", action="store_true", help="also show Prefect's, MLflow's and other libraries' logs")
@@ -121,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                "epsilon": cmd_epsilon, "ledger": cmd_ledger, "profiles": cmd_profiles, "sample": cmd_sample,
                "demo-data": cmd_demo_data}[args.command]
     try:
+        if args.home:
+            from tasks.home import set_home
+
+            set_home(args.home)
         with command_console(args):
             handler(args)
     except DpsynthError as exc:
@@ -207,13 +214,12 @@ def preflight(args, kind: str):
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
     if kind == "release" and not prof.trial:   # a trial enters nothing in the ledger: nothing to check
         from models.lifetime import planned_release_cost
-        from tasks.ledger import check_lifetime
+        from tasks.ledger import check_lifetime, check_new_input, check_release_window
 
         check_lifetime(ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget,
                        ctx.run_id)
+        check_release_window(ctx.schema.name, prof, ctx.run_id)
         if not args.allow_same_input:
-            from tasks.ledger import check_new_input
-
             check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
     from tasks.tracking import check_store
 

@@ -43,9 +43,10 @@ from tasks.context import (
     remember,
 )
 from tasks.decision import decide, planned_cost
-from tasks.ledger import check_lifetime, check_new_input, require_lifetime_budget
+from tasks.ledger import check_lifetime, check_new_input, check_release_window, require_lifetime_budget
 from tasks.registry import release_registered, release_tags
 from tasks.reporting import privacy_summary
+from tasks.split import SplitMissesTargetLevel
 from tasks.stage import read_json, write_json
 from tasks.training import sample_generator_file
 
@@ -69,6 +70,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     if not trial:
         check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget,
                        ctx.run_id)
+        check_release_window(ctx.schema.name, prof, ctx.run_id)
         if not allow_same_input:
             check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
     elif not is_demo_table(ctx.data_path, ctx.data_hash):
@@ -85,7 +87,19 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         tracking.log_params(run_id, {"profile": prof.to_dict(), "schema_version": ctx.schema.version})
         tracking.log_artifact(run_id, ctx.schema_path, "config")
 
-        paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
+        try:
+            paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
+        except SplitMissesTargetLevel as stopped:
+            if trial:
+                raise
+            # Whether the split stops depends on the rows and the secret: counted as the release would be.
+            planned = planned_release_cost(prof, setting)
+            ledger_mod.enter(ctx.schema.name, ctx.run_id, planned, None, status="aborted",
+                             input_sha256=ctx.data_hash, profile=prof.name)
+            raise SplitMissesTargetLevel(
+                f"{stopped} This stop depends on which rows the run's secret drew, so it is counted in the "
+                f"table's privacy ledger at the release's planned cost (epsilon {planned.epsilon:.2f}), as a "
+                "refused release is; nothing was published.") from None
         tracking.log_artifact(run_id, paths["validation_summary"], "validation")
         tracking.log_artifact(run_id, paths["imputation"], "internal")
         log.info("validation: %s", paths["validation_info"])
@@ -110,7 +124,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             ledger_mod.enter(ctx.schema.name, ctx.run_id,
                              release_cost(prof, setting, ledger[-1]["iteration"], decision.epsilon),
                              prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused",
-                             input_sha256=ctx.data_hash)
+                             input_sha256=ctx.data_hash, profile=prof.name)
             entered = decision.approved
         tracking.log_metrics(run_id, {"release.epsilon": decision.epsilon, "release.iteration": decision.iteration,
                                       "release.epsilon_training": decision.epsilon_training,
@@ -164,6 +178,11 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         return summary
     except ReleaseNotApprovedError:
         # The DP decision's answer is final for this run (rerunning it would draw no new noise).
+        close_run(ctx, "trial-refused" if trial else "refused")
+        tracking.end_run(run_id, "FAILED")
+        raise
+    except SplitMissesTargetLevel:
+        # Final too: the same secret draws the same split again.
         close_run(ctx, "trial-refused" if trial else "refused")
         tracking.end_run(run_id, "FAILED")
         raise

@@ -12,6 +12,7 @@ problem becomes one `ConfigError` paragraph with the key's path (models/config_v
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import re
@@ -203,6 +204,11 @@ class PrivacyConfig:
     # ledger (tasks/ledger.py), past this is refused before any work. null: no lifetime limit (the
     # ledger still records every release).
     lifetime_budget: float | None = None
+    # How long a schedule of this profile runs: at most this many counted releases of the table with this
+    # profile, and none after this date (ISO, UTC). A deployed schedule that the lifetime budget would
+    # stop within 12 runs is refused unless one of them says where it ends (tasks/schedule_check.py).
+    planned_releases: int | None = None
+    releases_until: str | None = None
 
 
 @dataclass(frozen=True)
@@ -564,6 +570,21 @@ class PrivacySpec(BaseModel):
     choice_epsilon: Positive
     approval_epsilon: Positive
     lifetime_budget: Positive | None
+    planned_releases: Count | None
+    releases_until: StrictStr | None
+
+    @field_validator("releases_until", mode="before")
+    @classmethod
+    def _an_iso_date(cls, value):
+        # YAML reads 2027-06-30 as a date; the profile keeps its ISO text (it is hashed as JSON).
+        if isinstance(value, datetime.date):
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                return datetime.date.fromisoformat(value).isoformat()
+            except ValueError:
+                raise ValueError(f"must be a date such as 2027-06-30 (got {value!r})") from None
+        return value
 
 
 class EvaluationSpec(BaseModel):

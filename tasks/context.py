@@ -10,7 +10,7 @@ the run's privacy secret (models/secret.py). What the next command does:
   run of other inputs (another table, schema or profile) is refused: its secret must never serve two
   inputs, since two releases with the same noise would cancel it.
 * Without `--out`, an interrupted run of the same inputs (status "running" or "failed": killed or
-  crashed) under `runs/<kind>/` is resumed with its secret, so it continues exactly; otherwise a new
+  crashed) under `<home>/runs/<kind>/` is resumed with its secret, so it continues exactly; otherwise a new
   run starts with a new id and a new secret. A run that published, or that its DP decision refused,
   is final: running the command again is a new release, with new noise. So is a finished trial
   (status "trial", or "trial-refused" where the DP approval would have refused it): a release that
@@ -69,6 +69,13 @@ class RunContext:
                 "config_sha256": sha256_json([self.profile.config_hash, self.schema.source_hash])}
 
 
+def runs_folder(kind: str) -> Path:
+    """Where runs of `kind` go without --out: `<home>/runs/<kind>/` (tasks/home.py), from any folder."""
+    from tasks.home import home
+
+    return home() / "runs" / kind
+
+
 def new_run_id(schema: DatasetSchema, profile: Profile) -> str:
     return f"{schema.name}-{profile.name}-{secrets.token_hex(6)}"
 
@@ -123,7 +130,7 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
                 "privacy secret must not serve two inputs. Choose another --out, or remove that folder.")
         run_id = record["run_id"] if record else new_run_id(schema, prof)
     else:
-        base = Path("runs") / kind
+        base = runs_folder(kind)
         run_dir = _resumable_run(base, probe.identity)
         if run_dir is not None:
             run_id = read_run_record(run_dir)["run_id"]
@@ -140,7 +147,7 @@ def open_run(ctx: RunContext) -> bool:
     from tasks.private_files import owner_only, private_dir
 
     owner_only()
-    default_base = Path("runs") / ctx.kind
+    default_base = runs_folder(ctx.kind)
     if ctx.run_dir.parent.resolve() == default_base.resolve():
         # runs/ and runs/<kind>/ list the run ids: owner-only too. A folder named with --out keeps its
         # parent as it is (that may be anyone's folder, /tmp included).

@@ -1,7 +1,9 @@
 """The lifetime privacy ledger: every release of a table (its schema name) and what they cost together.
 
-One SQLite file kept with the tracking store (`privacy-ledger.sqlite` beside a local `mlflow.db`, or in
-the working folder for a remote store; `DPSYNTH_LEDGER` names another file), owner-only. A release is
+One SQLite file in the installation's home (`<home>/privacy-ledger.sqlite`, tasks/home.py; `DPSYNTH_LEDGER`
+names another file), owner-only, keyed by the table's schema name: every command run from any folder
+with the same home reads the same ledger. It is not keyed by the schema's version: a new version of a
+table's schema describes the same people, and must not start their lifetime budget afresh. A release is
 entered just before it publishes anything, under an exclusive lock that first checks the table's
 lifetime budget against every release already there, so two releases of the same table running at once
 are both counted and the second is refused if both would not fit. What counts:
@@ -10,7 +12,9 @@ are both counted and the second is refused if both would not fit. What counts:
   have published, and counting it is the safe side);
 * "published": registered and bundled;
 * "refused": the DP approval refused it; its decision was drawn on the checkpoints and the validation
-  rows, so it costs what a published release would.
+  rows, so it costs what a published release would;
+* "aborted": it stopped on a fact of the rows that its secret drew (a split without a row of a target
+  level): whether it stops depends on the rows, so it counts at the release's planned cost.
 
 A release that fails or is killed before it is entered (any stage up to the DP decision) adds nothing;
 one that fails while publishing and registered nothing is taken out again. Retiring a version from the
@@ -29,7 +33,7 @@ import os
 import sqlite3
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from models.errors import BudgetExceededError, ConfigError
@@ -37,7 +41,9 @@ from models.lifetime import LifetimeCost, ReleaseCost, lifetime_cost
 from tasks.private_files import owner_only, restrict
 
 LEDGER_FILE = "privacy-ledger.sqlite"
-COUNTED = ("publishing", "published", "refused")
+COUNTED = ("publishing", "published", "refused", "aborted")
+# Columns later versions added, with their types: a ledger from before gains them on first use.
+_ADDED_COLUMNS = {"input_sha256": "TEXT", "profile": "TEXT"}
 _SCHEMA = """CREATE TABLE IF NOT EXISTS releases (
     release_id TEXT PRIMARY KEY,
     dataset TEXT NOT NULL,
@@ -49,7 +55,8 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS releases (
     model_version TEXT,
     created TEXT NOT NULL,
     updated TEXT NOT NULL,
-    input_sha256 TEXT)"""
+    input_sha256 TEXT,
+    profile TEXT)"""
 
 
 @dataclass(frozen=True)
@@ -73,15 +80,16 @@ class LedgerEntry:
 
 
 def ledger_path() -> Path:
+    """`DPSYNTH_LEDGER`, else the home's ledger: never the working folder, whatever the tracking store."""
     explicit = os.environ.get("DPSYNTH_LEDGER")
     if explicit:
         return Path(explicit)
-    from tasks.tracking import tracking_uri
+    from tasks.home import home, require_explicit_home_for
 
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):]).parent / LEDGER_FILE
-    return Path.cwd() / LEDGER_FILE
+    remote = os.environ.get("MLFLOW_TRACKING_URI")
+    if remote:
+        require_explicit_home_for(remote)
+    return home() / LEDGER_FILE
 
 
 @contextmanager
@@ -96,8 +104,10 @@ def _connect(write: bool = False):
     with closing(sqlite3.connect(path, timeout=60, isolation_level=None)) as db:
         restrict(path)
         db.execute(_SCHEMA)
-        if "input_sha256" not in {row[1] for row in db.execute("PRAGMA table_info(releases)")}:
-            db.execute("ALTER TABLE releases ADD COLUMN input_sha256 TEXT")   # a ledger from before it
+        present = {row[1] for row in db.execute("PRAGMA table_info(releases)")}
+        for column, kind in _ADDED_COLUMNS.items():
+            if column not in present:
+                db.execute(f"ALTER TABLE releases ADD COLUMN {column} {kind}")
         if write:
             db.execute("BEGIN IMMEDIATE")   # one writer at a time: check and enter are one step
         try:
@@ -165,10 +175,11 @@ def check_lifetime(dataset: str, planned: ReleaseCost, budget: float | None, rel
 
 
 def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None, status: str = "publishing",
-          input_sha256: str | None = None) -> None:
+          input_sha256: str | None = None, profile: str | None = None) -> None:
     """Enter a release (idempotent on `release_id`: a resumed release replaces its own entry), after
     checking the budget against every other release, in one exclusive transaction. `input_sha256` (the
-    input file's hash) stays in the ledger, which is internal: `check_new_input` reads it."""
+    input file's hash) stays in the ledger, which is internal: `check_new_input` reads it; `profile`
+    (its name) lets `releases_of_profile` count a schedule's releases."""
     if status not in COUNTED:
         raise ValueError(f"unknown ledger status {status!r}")
     now = datetime.now(UTC).isoformat()
@@ -180,10 +191,42 @@ def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None
                            "table was entered since this one started)")
         created = db.execute("SELECT created FROM releases WHERE release_id = ?", (release_id,)).fetchone()
         db.execute("INSERT OR REPLACE INTO releases (release_id, dataset, status, epsilon, delta, cost, "
-                   "lifetime_budget, model_version, created, updated, input_sha256) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
+                   "lifetime_budget, model_version, created, updated, input_sha256, profile) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
                    (release_id, dataset, status, cost.epsilon, cost.delta, json.dumps(cost.to_dict()), budget,
-                    created[0] if created else now, now, input_sha256))
+                    created[0] if created else now, now, input_sha256, profile))
+
+
+def releases_of_profile(dataset: str, profile: str, excluding: str | None = None) -> int:
+    """How many counted releases of the table were made with the profile named `profile`."""
+    with _connect() as db:
+        if db is None:
+            return 0
+        row = db.execute(f"SELECT COUNT(*) FROM releases WHERE dataset = ? AND profile = ? AND release_id != ? "
+                         f"AND status IN ({', '.join('?' * len(COUNTED))})",
+                         (dataset, profile, excluding or "", *COUNTED)).fetchone()
+    return int(row[0])
+
+
+def check_release_window(dataset: str, profile, release_id: str | None = None, today: date | None = None) -> None:
+    """Refuse (exit 5, before any work) a release past where the profile says its schedule ends: after
+    `privacy.releases_until`, or once the table's ledger holds `privacy.planned_releases` counted releases
+    made with this profile. A schedule that has ended then stops cleanly instead of spending on."""
+    privacy = profile.privacy
+    today = today or datetime.now(UTC).date()
+    if privacy.releases_until is not None and today > date.fromisoformat(privacy.releases_until):
+        raise BudgetExceededError(
+            f"Refusing this release of {dataset!r}: profile {profile.name!r} releases until "
+            f"{privacy.releases_until} (privacy.releases_until), and today is {today.isoformat()}. Nothing was "
+            "started. A new schedule is a new decision: set a later date in the profile if it is intended.")
+    if privacy.planned_releases is not None:
+        made = releases_of_profile(dataset, profile.name, excluding=release_id)
+        if made >= privacy.planned_releases:
+            raise BudgetExceededError(
+                f"Refusing this release of {dataset!r}: the table's privacy ledger already holds {made} "
+                f"release(s) of profile {profile.name!r}, which plans {privacy.planned_releases} "
+                "(privacy.planned_releases). Nothing was started. `dpsynth ledger --config SCHEMA --profile "
+                f"{profile.name} --forecast N` shows what more releases would spend.")
 
 
 def check_new_input(dataset: str, input_sha256: str, release_id: str | None = None) -> None:

@@ -1,5 +1,11 @@
 """The model registry: register a released generator (refusing one over budget) and sample from it.
 
+The registry is an MLflow store of its own, apart from the internal store that tracks runs (real-data
+metrics, the data's hash, the internal report): `DPSYNTH_REGISTRY_URI`, by default
+`sqlite:///<home>/registry/registry.db` with its artifacts beside it. It holds nothing but published
+facts: each version's logged model is created there with no source run, its tags name no internal run,
+and no run is ever logged to it. Whoever may browse the registry can follow no link into the internals.
+
 A registered version holds only public things: the released generator (spec and weights, no critic),
 the dataset schema (public bounds and levels) and the code that samples it (`models/`, through
 `code_paths`). It is an MLflow pyfunc model (`models.pyfunc.SyntheticTableModel`), so anyone with the
@@ -17,6 +23,7 @@ version registered first (nothing new is logged) and points `champion` at it aga
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import math
 import os
@@ -46,12 +53,16 @@ from models.pyfunc import (
     sample_table,
 )
 from models.schema import DatasetSchema
+from tasks.home import home
 from tasks.private_files import restrict_tree
 from tasks.table_io import PARQUET_SUFFIXES, write_table
-from tasks.tracking import local_store_lock, tracking_uri
+from tasks.tracking import local_artifacts, local_store_lock, tracking_uri
 
 CHAMPION = "champion"
 MODEL_ARTIFACT = "synthetic-table-model"
+REGISTRY_VARIABLE = "DPSYNTH_REGISTRY_URI"
+# The registry store's one experiment: MLflow files logged models under an experiment; no run goes there.
+PUBLISHED_EXPERIMENT = "dpsynth-published-generators"
 # Version tags a release carries (`release_tags` builds them; `register_release` adds what it knows).
 # Published: each is public (the profile, the code) or covered by epsilon; never a hash of the private
 # file, a real-data metric, a row count or an internal path (those stay in the internal MLflow run).
@@ -128,10 +139,58 @@ def _epsilon_text(epsilon: float) -> str:
 
 # ------------------------------------------------------------------------------------------ register
 
-def _client() -> MlflowClient:
-    """A client on the project's store; the registry lives in the same store (no separate registry URI)."""
-    mlflow.set_tracking_uri(tracking_uri())
-    return MlflowClient()
+def registry_uri() -> str:
+    """The registry store: `DPSYNTH_REGISTRY_URI`, else `<home>/registry/registry.db`."""
+    return os.environ.get(REGISTRY_VARIABLE) or f"sqlite:///{home() / 'registry' / 'registry.db'}"
+
+
+def registry_client() -> MlflowClient:
+    """A client whose tracking and registry are both the registry store (never the internal one)."""
+    uri = registry_uri()
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _published_experiment(client: MlflowClient) -> str:
+    """The registry store's experiment for logged models (created on first use, under the store's lock)."""
+    with local_store_lock(registry_uri()):
+        existing = client.get_experiment_by_name(PUBLISHED_EXPERIMENT)
+        if existing is not None:
+            return existing.experiment_id
+        artifacts = local_artifacts(registry_uri())
+        return client.create_experiment(PUBLISHED_EXPERIMENT,
+                                        artifact_location=artifacts.as_uri() if artifacts is not None else None)
+
+
+@contextlib.contextmanager
+def registry_as_default():
+    """MLflow's process-wide URIs on the registry store for the block (so `models:/NAME@champion` loads
+    from it), then back as they were. MLflow writes them into os.environ too, where the internal store's
+    URI is read: leaving them would send internal runs to the registry."""
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    saved_env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    saved = (tracking_utils._tracking_uri, registry_utils._registry_uri)
+    registry_client()   # creates the store's folder
+    mlflow.set_tracking_uri(registry_uri())
+    mlflow.set_registry_uri(registry_uri())
+    try:
+        yield
+    finally:
+        tracking_utils._tracking_uri, registry_utils._registry_uri = saved
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def load_released_model(model_uri: str):
+    """The registered pyfunc model at `model_uri` (e.g. models:/cardio-gswgan@champion), from the registry."""
+    with registry_as_default():
+        return mlflow.pyfunc.load_model(model_uri)
 
 
 def find_release_version(client: MlflowClient, model_name: str, release_id: str):
@@ -146,7 +205,7 @@ def release_registered(model_name: str, release_id: str) -> bool:
     """Whether a version of `model_name` carries `release_id`; True when the registry cannot be asked (a
     caller deciding whether anything was published must then assume it was)."""
     try:
-        return find_release_version(_client(), model_name, release_id) is not None
+        return find_release_version(registry_client(), model_name, release_id) is not None
     except Exception:   # noqa: BLE001 - any failure to ask is "perhaps", never "no"
         return True
 
@@ -179,23 +238,22 @@ def _scrub_artifact_uris(model_dir: Path) -> None:
     mlmodel.write_text(yaml.safe_dump(spec, default_flow_style=False, sort_keys=False))
 
 
-def log_release_model(run_id: str, generator_file: Path, schema_path: Path, metadata: dict | None = None):
-    """Log the pyfunc model (generator + schema + `models/` code, nothing else) as a logged model of the
-    run's experiment and return its `models:/<model id>` URI.
+def log_release_model(client: MlflowClient, experiment_id: str, generator_file: Path, schema_path: Path,
+                      metadata: dict | None = None):
+    """Log the pyfunc model (generator + schema + `models/` code, nothing else) as a logged model in the
+    registry store, with no source run, and return its `models:/<model id>` URI.
 
-    Saved locally and uploaded by hand rather than through `Model.log(run_id=...)`, which would copy the
-    internal run's metrics at step 0 (real-data AUCs) onto the published model and keep the artifacts'
-    internal paths in its MLmodel file.
+    Saved locally and uploaded by hand rather than through `Model.log(run_id=...)`, which would link the
+    internal run, copy its metrics at step 0 (real-data AUCs) onto the published model and keep the
+    artifacts' internal paths in its MLmodel file.
     """
     from mlflow.entities import LoggedModelStatus
 
     gen, _ = load_generator_file(generator_file)
     encoder = TableEncoder(DatasetSchema.from_yaml(schema_path))
     example = pd.DataFrame({"n_rows": [5], "seed": [0]})
-    client = MlflowClient()
-    # Created here, in the run's experiment (MLflow would otherwise put it in the active or default one).
-    logged = client.create_logged_model(experiment_id=client.get_run(run_id).info.experiment_id,
-                                        name=MODEL_ARTIFACT, source_run_id=run_id, model_type="dpsynth-generator")
+    logged = client.create_logged_model(experiment_id=experiment_id, name=MODEL_ARTIFACT,
+                                        model_type="dpsynth-generator")
     with tempfile.TemporaryDirectory(prefix="dpsynth-model-") as tmp, warnings.catch_warnings():
         # MLflow's hints about type hints and integer columns do not apply: the input is (n_rows, seed).
         warnings.simplefilter("ignore", UserWarning)
@@ -247,9 +305,11 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
         epsilon = max(float(epsilon), float(recorded_eps))
     check_budget(float(epsilon), epsilon_budget)
 
-    client = _client()
-    # Two releases of one table registering at once on a local store: one at a time (see the lock).
-    with local_store_lock():
+    client = registry_client()
+    experiment_id = _published_experiment(client)   # takes the store's lock itself: not under it below
+    # MLflow resolves a logged model through its process-wide URIs when registering it: the registry's,
+    # for this block only.
+    with registry_as_default(), local_store_lock(registry_uri()):
         version = find_release_version(client, model_name, release_id)
         reused = version is not None
         if version is None:
@@ -259,13 +319,17 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
                 "private": str(not math.isinf(epsilon)).lower(),
                 "epsilon_budget": "none" if epsilon_budget is None else repr(float(epsilon_budget)),
                 "iteration": str(recorded.get("iteration", "")),
-                "mlflow_run_id": run_id,
             })
             version_tags.setdefault("delta", repr(recorded.get("delta")))
             version_tags.setdefault("code_version", code_version())
-            model_uri = log_release_model(run_id, generator_file, schema_path,
+            model_uri = log_release_model(client, experiment_id, generator_file, schema_path,
                                           metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]})
-            version = mlflow.register_model(model_uri, model_name, tags=version_tags)
+            try:
+                client.get_registered_model(model_name)
+            except MlflowException:
+                client.create_registered_model(model_name)
+            version = client.create_model_version(model_name, model_uri, tags=version_tags,
+                                                  model_id=model_uri.removeprefix("models:/"))
             if description:
                 client.update_model_version(model_name, version.version, description=description)
             registered = client.get_registered_model(model_name)
@@ -274,7 +338,8 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
                     model_name, description="Differentially private synthetic-table generators. Sample "
                     "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).")
         client.set_registered_model_alias(model_name, CHAMPION, version.version)
-    client.set_tag(run_id, "dpsynth.model_version", f"{model_name}/{version.version}")
+    # The internal run may name the published version (the link goes one way only).
+    MlflowClient(tracking_uri=tracking_uri()).set_tag(run_id, "dpsynth.model_version", f"{model_name}/{version.version}")
     return {"model_uri": f"models:/{model_name}/{version.version}", "version": int(version.version),
             "model_name": model_name, "alias_uri": f"models:/{model_name}@{CHAMPION}", "reused": reused}
 
@@ -282,8 +347,8 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
 # -------------------------------------------------------------------------------------------- sample
 
 def _default_store_missing() -> str | None:
-    uri = tracking_uri()
-    if os.environ.get("MLFLOW_TRACKING_URI") or not uri.startswith("sqlite:///"):
+    uri = registry_uri()
+    if os.environ.get(REGISTRY_VARIABLE) or not uri.startswith("sqlite:///"):
         return None
     path = Path(uri[len("sqlite:///"):])
     return None if path.exists() else str(path)
@@ -301,15 +366,14 @@ def sample_from_registry(model_uri: str, n_rows: int, out: Path, seed: int = 0) 
     missing_store = _default_store_missing()
     if missing_store:
         raise MissingInputError(
-            f"There is no model registry here: {missing_store!r} does not exist. Run from the folder that "
-            "holds mlflow.db, or set MLFLOW_TRACKING_URI to the registry's tracking URI.")
-    _client()
+            f"There is no model registry here: {missing_store!r} does not exist. Name the home that holds it "
+            f"(--home or DPSYNTH_HOME), or set {REGISTRY_VARIABLE} to the registry's URI.")
     try:
-        model = mlflow.pyfunc.load_model(model_uri)
+        model = load_released_model(model_uri)
     except (MlflowException, OSError) as exc:
         reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
         raise MissingInputError(
-            f"Cannot load the model {model_uri!r} from the registry at {tracking_uri()}: {reason}. "
+            f"Cannot load the model {model_uri!r} from the registry at {registry_uri()}: {reason}. "
             "Check the model name and the alias or version (e.g. models:/cardio-gswgan@champion).") from None
     frame = model.predict(pd.DataFrame({"n_rows": [int(n_rows)], "seed": [int(seed)]}))
     separator = ","

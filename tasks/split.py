@@ -21,6 +21,12 @@ from models.secret import load as load_secret
 from tasks.stage import run_stage
 
 
+class SplitMissesTargetLevel(InvalidTableError):
+    """A split drew no row of a target level. Whether that happens depends on the rows and on the secret's
+    split, so a release that stops here is counted in the table's ledger (flows/release.py): otherwise
+    retrying with new secrets would probe the rows for free."""
+
+
 def check_split(schema, target: np.ndarray, parts: dict[str, np.ndarray]) -> None:
     """Every split needs every target level: a table too small for that cannot be trained and evaluated."""
     column = schema.column(schema.target)
@@ -28,7 +34,7 @@ def check_split(schema, target: np.ndarray, parts: dict[str, np.ndarray]) -> Non
     for name, rows in parts.items():
         missing = [str(level) for i, level in enumerate(column.levels) if not (codes[rows] == i).any()]
         if missing:
-            raise InvalidTableError(
+            raise SplitMissesTargetLevel(
                 f"The table is too small: its {name} split ({len(rows)} rows) holds no row with target "
                 f"{schema.target!r} = {', '.join(missing)}. Use a larger table (a few hundred rows at least).")
 

@@ -1,7 +1,8 @@
 """MLflow: where runs are tracked (internal store: real-data metrics allowed) and small logging helpers.
 
-Tracking defaults to `sqlite:///mlflow.db` in the working folder with artifacts beside it in
-`mlartifacts/`; `MLFLOW_TRACKING_URI` overrides it.
+Tracking defaults to `sqlite:///<home>/mlflow.db` (tasks/home.py) with artifacts beside it in
+`mlartifacts/`; `MLFLOW_TRACKING_URI` overrides it (a store that is not a local file then needs an
+explicit home). Published model versions live in a registry store of their own (tasks/registry.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,22 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from tasks.environment import environment
+from tasks.home import home, require_explicit_home_for
 
 DEFAULT_ARTIFACTS = "mlartifacts"
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    explicit = os.environ.get("MLFLOW_TRACKING_URI")
+    if explicit:
+        require_explicit_home_for(explicit)
+        return explicit
+    return f"sqlite:///{home() / 'mlflow.db'}"
+
+
+def local_artifacts(uri: str) -> Path | None:
+    """Where a local (SQLite) store keeps its artifacts: `mlartifacts/` beside its database."""
+    return Path(uri[len("sqlite:///"):]).parent / DEFAULT_ARTIFACTS if uri.startswith("sqlite:///") else None
 
 
 def _client() -> MlflowClient:
@@ -36,18 +47,18 @@ def local_store_paths() -> list[Path]:
         return []
     db = Path(uri[len("sqlite:///"):])
     return [db, *(db.with_name(db.name + suffix) for suffix in ("-journal", "-wal", "-shm")),
-            Path.cwd() / DEFAULT_ARTIFACTS]
+            local_artifacts(uri)]
 
 
 @contextlib.contextmanager
-def local_store_lock():
+def local_store_lock(uri: str | None = None):
     """Hold an exclusive lock beside a local SQLite store while a client first opens it, creates an
     experiment or registers a release: MLflow creates and migrates the schema on first use, and two
     releases at once on one store would otherwise both migrate it (one fails: "Online migration expected
     to match one row"), both create the experiment, or both create the registered model or move its
     alias (one fails: "UNIQUE constraint failed: registered_model_aliases"). A server store serialises
-    these itself."""
-    uri = tracking_uri()
+    these itself. `uri`: the store (default: the internal one)."""
+    uri = uri or tracking_uri()
     if not uri.startswith("sqlite:///"):
         yield
         return
@@ -89,9 +100,8 @@ def use_experiment(name: str) -> str:
     client = _client()
     for path in local_store_paths():
         restrict(path)
-    location = None
-    if tracking_uri().startswith("sqlite:"):
-        location = (Path.cwd() / DEFAULT_ARTIFACTS).as_uri()
+    artifacts = local_artifacts(tracking_uri())
+    location = artifacts.as_uri() if artifacts is not None else None
     # Under the lock: two releases starting at once must not both create the experiment.
     with local_store_lock():
         existing = client.get_experiment_by_name(name)

@@ -75,12 +75,22 @@ def smoke_release(tmp_path) -> str:
     return publishing_smoke(tmp_path / "publishing")
 
 
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    """Every test gets its own dpsynth home (ledger, stores, run folders): none touches ~/.dpsynth."""
+    home = tmp_path / "dpsynth-home"
+    monkeypatch.setenv("DPSYNTH_HOME", str(home))
+    monkeypatch.delenv("DPSYNTH_LEDGER", raising=False)
+    return home
+
+
 @pytest.fixture
 def isolated_workdir(tmp_path, monkeypatch):
-    """Run in an empty folder with its own MLflow store."""
+    """Run in an empty folder that is also the home, with its own MLflow store."""
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
+    monkeypatch.setenv("DPSYNTH_HOME", str(work))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     return work
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from tasks.ledger import entries as ledger_entries
+from tasks.registry import registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 MODEL = "cardio-gswgan"
@@ -34,7 +34,7 @@ def _argv(data, *more):
 
 def _versions(name=MODEL) -> list:
     # This test's store (MLflow's process-wide URI may still name an earlier test's).
-    return MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).search_model_versions(f"name = '{name}'")
+    return registry_client().search_model_versions(f"name = '{name}'")
 
 
 def _closed_port() -> int:

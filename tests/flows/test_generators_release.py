@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import mlflow
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,6 +18,7 @@ from models.config import load_profile
 from models.generators import get
 from models.privacy_statement import privacy_statement
 from tasks.bundle import bundle_contains_no_real_rows
+from tasks.registry import load_released_model, registry_client
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _assert_published_is_dp_covered, _last_json, _published_texts
 
@@ -61,8 +61,8 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     assert summary["model_uri"] == f"models:/cardio-{generator}/1"
     assert not (out / "pretrain-k10").exists() and (out / "prepare-k10" / "manifest.json").exists()
 
-    client = MlflowClient()
-    champion = client.get_model_version_by_alias(f"cardio-{generator}", "champion")
+    client, registry = MlflowClient(), registry_client()
+    champion = registry.get_model_version_by_alias(f"cardio-{generator}", "champion")
     assert champion.tags["generator"] == generator and float(champion.tags["epsilon"]) == summary["epsilon"]
     assert champion.tags["iteration"] == str(summary["iteration"])
     assert "K" not in champion.tags and "discriminator_draw" not in champion.tags
@@ -96,7 +96,7 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     assert bundle_contains_no_real_rows(out / "bundle", demo_frame) == []
 
     # The pyfunc model samples what the bundle's generator samples, for this generator too.
-    rows = mlflow.pyfunc.load_model(f"models:/cardio-{generator}@champion").predict(
+    rows = load_released_model(f"models:/cardio-{generator}@champion").predict(
         pd.DataFrame({"n_rows": [40], "seed": [3]}))
     from models.schema import DatasetSchema
     from tasks.training import sample_generator_file

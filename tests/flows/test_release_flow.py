@@ -28,6 +28,7 @@ from models.secret import load as load_secret
 from models.secret import store
 from tasks.bundle import bundle_contains_no_real_rows
 from tasks.ledger import entries as ledger_entries
+from tasks.registry import load_released_model, registry_as_default, registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 
@@ -70,7 +71,8 @@ def _published_texts(client, model_name: str, version: str, bundle, download_to)
     logged = client.get_logged_model(mv.model_id or mv.source.removeprefix("models:/"))
     texts["logged_model"] = json.dumps({"params": logged.params, "tags": logged.tags,
                                         "metrics": [(m.key, m.value) for m in logged.metrics or []]})
-    local = Path(mlflow.artifacts.download_artifacts(mv.source, dst_path=str(download_to)))
+    with registry_as_default():
+        local = Path(mlflow.artifacts.download_artifacts(mv.source, dst_path=str(download_to)))
     for path in sorted(p for p in local.rglob("*") if p.is_file()):
         if path.suffix == ".pt":
             blob = torch.load(path, weights_only=True)
@@ -151,18 +153,24 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert (json.loads((out / "train-k10" / "manifest.json").read_text())["info"]["critic_updates"]
             == expected["critic_updates"])
 
-    client = MlflowClient()
+    client, registry = MlflowClient(), registry_client()
     run = client.get_run(summary["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["dpsynth.data_sha256"]
     assert "profile.gan.batch_size" in run.data.params
-    champion = client.get_model_version_by_alias("cardio-gswgan", "champion")
+    champion = registry.get_model_version_by_alias("cardio-gswgan", "champion")
+    # The registry is a store apart: no link to the internal run, no run of its own; the internal store
+    # registers nothing.
+    assert not champion.run_id and "mlflow_run_id" not in champion.tags
+    assert registry.get_logged_model(champion.model_id or champion.source.removeprefix("models:/")).source_run_id is None
+    assert registry.search_runs([e.experiment_id for e in registry.search_experiments()]) == []
+    assert client.search_registered_models() == []
     for tag in ("epsilon", "delta", "accountant", "sigma", "C", "K", "T", "batch_size", "schema_version",
                 "code_version"):
         assert tag in champion.tags, tag
     # Internal facts stay on the internal run; nothing published carries them (nor a real row).
     assert run.data.tags["dpsynth.report"].endswith("report.html") and "real.auc" in run.data.metrics
     split = np.load(out / "split" / "split.npz")
-    texts = _published_texts(client, "cardio-gswgan", champion.version, out / "bundle", tmp_path / "download")
+    texts = _published_texts(registry, "cardio-gswgan", champion.version, out / "bundle", tmp_path / "download")
     _assert_published_is_dp_covered(
         texts, data_hash=run.data.tags["dpsynth.data_sha256"],
         internal_paths=[str(isolated_workdir), str(out), str(tmp_path)],
@@ -177,7 +185,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
             if (out / "bundle") not in (path, *path.parents):
                 assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
     assert all(p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644) for p in (out / "bundle").rglob("*"))
-    rows = mlflow.pyfunc.load_model("models:/cardio-gswgan@champion").predict(
+    rows = load_released_model("models:/cardio-gswgan@champion").predict(
         pd.DataFrame({"n_rows": [50], "seed": [3]}))
     assert len(rows) == 50 and list(rows.columns) == [c.name for c in __import__("models.schema").schema
                                                       .DatasetSchema.from_yaml(CARDIO_SCHEMA).columns]
@@ -214,14 +222,14 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     reused = _last_json(capfd)
     assert reused["reused"] is True and reused["model_uri"] == summary["model_uri"]
     assert len(client.search_runs([run.info.experiment_id])) == runs_before
-    assert len(client.search_model_versions("name = 'cardio-gswgan'")) == 1
+    assert len(registry.search_model_versions("name = 'cardio-gswgan'")) == 1
 
     # The same command on the very same file is refused before any work: the same rows again would spend
     # the table's budget for nothing new (a schedule whose extract nobody replaced).
     assert main(argv) == 5
     err = capfd.readouterr().err
     assert "byte for byte" in err and "--allow-same-input" in err and "Traceback" not in err
-    assert len(client.search_model_versions("name = 'cardio-gswgan'")) == 1 and len(ledger_entries("cardio")) == 1
+    assert len(registry.search_model_versions("name = 'cardio-gswgan'")) == 1 and len(ledger_entries("cardio")) == 1
 
     # With --allow-same-input it is a new release: a new id, a new secret, new noise, another split. In a
     # real process, where Prefect's console handler prints what it is given (under pytest it does not).
@@ -243,7 +251,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     # Over budget: refused before anything runs; the champion stays.
     assert _release_with(isolated_workdir, demo_csv, "tight", "privacy", "epsilon_budget", 1.0) == 5
     assert "budget" in capfd.readouterr().err
-    assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]
+    assert registry.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]
 
     # Not approved (the DP approval test finds the AUC under the profile's floor): refused after evaluation,
     # nothing published, the run final ("refused": a rerun would not draw the decision again).
@@ -257,7 +265,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
         assert re.search(rf"^{stage}: \d+% \(\d+/\d+ {unit}\), .*, \d+:\d\d left", err, re.MULTILINE), stage
     assert not (isolated_workdir / "strict-run" / "bundle").exists()
     assert json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["status"] == "refused"
-    assert client.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]
+    assert registry.get_model_version_by_alias("cardio-gswgan", "champion").version == again["model_version"]
 
     # The table's ledger: both releases and the refused one (its decision was drawn), not the release
     # refused before any work; retiring a version gives nothing back.
@@ -268,7 +276,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
         json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["run_id"]: "refused"}
     assert max(summary["epsilon"], again["epsilon"]) < book["spent_epsilon"] <= book["basic_composition_epsilon"]
     assert (isolated_workdir / "privacy-ledger.sqlite").stat().st_mode & 0o077 == 0
-    client.delete_model_version("cardio-gswgan", summary["model_version"])
+    registry.delete_model_version("cardio-gswgan", summary["model_version"])
     assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--json"]) == 0
     assert _last_json(capfd)["spent_epsilon"] == book["spent_epsilon"]
     # A release whose planned cost would take the table past its lifetime budget: refused before any work.

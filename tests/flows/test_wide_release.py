@@ -6,14 +6,13 @@ on the 2-core development machine."""
 import json
 import time
 
-import mlflow
 import pandas as pd
-from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from models.demo import make_demo_table
 from models.encoding import TableEncoder
 from models.schema import DatasetSchema
+from tasks.registry import load_released_model, registry_client
 from tests.conftest import ROOT, publishing_smoke
 
 CENSUS_SCHEMA = ROOT / "configs" / "census-demo.yaml"
@@ -37,9 +36,9 @@ def test_wide_table_releases_end_to_end(isolated_workdir, capfd):
     for stage in ("pretrain-k10", "train-k10", "sample-k10", "evaluate-k10/000", "report"):
         assert (out / stage / "manifest.json").exists(), stage
 
-    champion = MlflowClient().get_model_version_by_alias("census_demo-gswgan", "champion")
+    champion = registry_client().get_model_version_by_alias("census_demo-gswgan", "champion")
     assert float(champion.tags["epsilon"]) == summary["epsilon"]
-    rows = mlflow.pyfunc.load_model("models:/census_demo-gswgan@champion").predict(
+    rows = load_released_model("models:/census_demo-gswgan@champion").predict(
         pd.DataFrame({"n_rows": [200], "seed": [1]}))
     assert list(rows.columns) == [c.name for c in schema.columns]
     for column in schema.columns:

@@ -104,10 +104,23 @@ def test_a_ledger_from_before_input_hashes_gains_the_column(ledger_file):
 
     ledger_file.parent.mkdir(parents=True)
     with sqlite3.connect(ledger_file) as db:
-        db.execute(ledger._SCHEMA.replace(",\n    input_sha256 TEXT)", ")"))
-    ledger.enter("cardio", "r1", COST, budget=None, input_sha256="aa")
+        db.execute(ledger._SCHEMA.replace(",\n    input_sha256 TEXT,\n    profile TEXT)", ")"))
+    ledger.enter("cardio", "r1", COST, budget=None, input_sha256="aa", profile="default")
     with pytest.raises(BudgetExceededError):
         ledger.check_new_input("cardio", "aa")
+    assert ledger.releases_of_profile("cardio", "default") == 1
+
+
+def test_a_schedules_releases_are_counted_by_profile_aborted_ones_too(ledger_file):
+    ledger.enter("cardio", "r1", COST, budget=None, profile="default")
+    ledger.enter("cardio", "r2", COST, budget=None, profile="default", status="aborted")
+    ledger.enter("cardio", "r3", COST, budget=None, profile="eps1")
+    ledger.enter("cardio", "r4", COST, budget=None, profile="default")
+    ledger.withdraw("r4")
+    assert ledger.releases_of_profile("cardio", "default") == 2
+    assert ledger.releases_of_profile("cardio", "default", excluding="r1") == 1
+    assert ledger.releases_of_profile("other", "default") == 0
+    assert ledger.spent("cardio").epsilon == pytest.approx(lifetime_cost([COST] * 3).epsilon)   # aborted counts
 
 
 def test_forecast_composes_more_releases_as_the_ledger_would_and_says_where_it_stops(ledger_file):

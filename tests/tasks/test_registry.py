@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 from models.encoding import TableEncoder
 from models.errors import BudgetExceededError, ConfigError, MissingInputError
 from models.gswgan import GeneratorSpec
+from tasks.registry import registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 MODEL = "cardio-gswgan"
@@ -45,6 +46,7 @@ def store(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(work)
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
+        mp.setenv("DPSYNTH_REGISTRY_URI", f"sqlite:///{work / 'registry' / 'registry.db'}")
         yield work
         mlflow.set_tracking_uri(None)  # MLflow keeps the URI globally (and in os.environ): forget this store
 
@@ -77,13 +79,13 @@ def register(release_run, cardio_schema, store, name, release_id, *, epsilon=3.5
 
 
 def champion(name):
-    return MlflowClient().get_model_version_by_alias(name, "champion")
+    return registry_client().get_model_version_by_alias(name, "champion")
 
 
 def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_schema, store):
     import mlflow.pyfunc
 
-    from tasks.registry import RELEASE_TAG_KEYS
+    from tasks.registry import RELEASE_TAG_KEYS, load_released_model, registry_as_default
     from tasks.training import sample_generator_file
 
     result = register(release_run, cardio_schema, store, MODEL, "rel-1")
@@ -95,15 +97,24 @@ def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_
     assert mv.tags["epsilon"] == "3.5" and mv.tags["K"] == "10" and mv.tags["T"] == "20"
     assert mv.tags["private"] == "true" and mv.tags["code_version"] != "unknown"
     assert MlflowClient().get_run(release_run).info.status == "RUNNING"  # the flow ends its own run
+    # The registry holds no link into the internal store: no source run, no run id among the tags, and no
+    # run of its own; the internal store holds no registered model.
+    assert not mv.run_id and "mlflow_run_id" not in mv.tags
+    registry = registry_client()
+    assert registry.get_logged_model(mv.model_id or mv.source.removeprefix("models:/")).source_run_id is None
+    assert registry.search_runs([e.experiment_id for e in registry.search_experiments()]) == []
+    assert MlflowClient().search_registered_models() == []
+    assert MlflowClient().get_run(release_run).data.tags["dpsynth.model_version"] == f"{MODEL}/1"
 
     # Only the generator, the schema and the code travel with the model: no critic, no data.
-    local = Path(mlflow.artifacts.download_artifacts(f"models:/{MODEL}/1"))
+    with registry_as_default():
+        local = Path(mlflow.artifacts.download_artifacts(f"models:/{MODEL}/1"))
     assert sorted(p.name for p in (local / "artifacts").iterdir()) == ["cardio.yaml", "rel-1.pt"]
     code = local / "code" / "models"
     assert (code / "pyfunc.py").is_file() and (code / "encoding.py").is_file()
     assert not list(local.rglob("__pycache__")) and not list(local.rglob("*critic*"))
 
-    model = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion")
+    model = load_released_model(f"models:/{MODEL}@champion")
     rows = model.predict(pd.DataFrame({"n_rows": [300], "seed": [7]}))
     assert list(rows.columns) == cardio_schema.column_names and len(rows) == 300
     for col in cardio_schema.columns:
@@ -125,7 +136,7 @@ def test_second_release_moves_champion_and_same_release_id_is_reused(release_run
 
     again = register(release_run, cardio_schema, store, name, "rel-b", epsilon=4.0, seed=1)
     assert again["version"] == 2 and again["reused"]
-    assert len(MlflowClient().search_model_versions(f"name = '{name}'")) == 2
+    assert len(registry_client().search_model_versions(f"name = '{name}'")) == 2
 
 
 def test_over_budget_release_is_refused_and_champion_stays(release_run, cardio_schema, store):
@@ -139,7 +150,7 @@ def test_over_budget_release_is_refused_and_champion_stays(release_run, cardio_s
     with pytest.raises(BudgetExceededError):
         register(release_run, cardio_schema, store, name, "understated", epsilon=2.0, file_epsilon=50.0)
     assert champion(name).tags["release_id"] == "ok"
-    assert len(MlflowClient().search_model_versions(f"name = '{name}'")) == 1
+    assert len(registry_client().search_model_versions(f"name = '{name}'")) == 1
 
 
 def test_budget_rule():
@@ -180,9 +191,10 @@ def test_sample_without_a_registry_here_is_a_readable_error(tmp_path, monkeypatc
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    with pytest.raises(MissingInputError, match="mlflow.db"):
+    monkeypatch.delenv("DPSYNTH_REGISTRY_URI", raising=False)
+    with pytest.raises(MissingInputError, match="registry.db"):
         sample_from_registry("models:/cardio-gswgan@champion", 10, tmp_path / "x.csv", seed=0)
-    assert not (tmp_path / "mlflow.db").exists()
+    assert not list(tmp_path.rglob("*.db"))
 
 
 def test_registered_model_loads_in_a_fresh_process_without_dpsynth(release_run, cardio_schema, store, tmp_path):
@@ -207,7 +219,7 @@ def test_registered_model_loads_in_a_fresh_process_without_dpsynth(release_run, 
                           "prefect": "prefect" in sys.modules, "flows": "flows" in sys.modules}}))
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'mlflow.db'}"
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'registry' / 'registry.db'}"   # the registry, plain MLflow
     done = subprocess.run([sys.executable, "-c", script], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]

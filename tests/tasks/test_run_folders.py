@@ -11,7 +11,8 @@ def _modes(*paths):
     return [p.stat().st_mode & 0o777 for p in paths]
 
 
-def test_the_default_tree_is_owner_only_and_an_out_folder_keeps_its_parent(tmp_path, demo_csv, monkeypatch):
+def test_the_default_tree_is_owner_only_and_an_out_folder_keeps_its_parent(tmp_path, demo_csv, monkeypatch,
+                                                                           private_home):
     monkeypatch.chdir(tmp_path)
     loose = os.umask(0o022)
     try:
@@ -22,7 +23,10 @@ def test_the_default_tree_is_owner_only_and_an_out_folder_keeps_its_parent(tmp_p
         assert _modes(shared, named.run_dir) == [0o755, 0o700]
         default = load_context(str(CARDIO_SCHEMA), str(demo_csv), "smoke", None, "release")
         open_run(default)
-        assert _modes(tmp_path / "runs", tmp_path / "runs" / "release", default.run_dir) == [0o700] * 3
+        # Without --out a run goes under the home, not the working folder.
+        assert default.run_dir.parent == private_home / "runs" / "release" and not (tmp_path / "runs").exists()
+        assert _modes(private_home, private_home / "runs", private_home / "runs" / "release",
+                      default.run_dir) == [0o700] * 4
         assert all(m & 0o077 == 0 for m in _modes(*default.run_dir.iterdir()))   # run.json, the secret
     finally:
         os.umask(loose)
