@@ -25,16 +25,17 @@ from tests.conftest import CARDIO_SCHEMA
 # gained `generator`, the DP-CGAN and DP-auto-GAN sections, per-setting generator and budget, and
 # evaluation.experiment_choice; and when the DP-auto-GAN section gained
 # `level_decoding`, the reconstruction weights and the latent model; and when it gained the moment fit;
-# and when profiles gained `trial` and the GS-WGAN section `critic_refresh`).
+# and when profiles gained `trial` and the GS-WGAN section `critic_refresh`; and when the privacy section
+# gained `planned_releases` and `releases_until`).
 SHIPPED_HASHES = {
-    "default": "120c2dbc6451f1bd1d90bae0dfd63003881fea833191fb3f66c1c19e6cc5e14b",
-    "smoke": "1fd1dddb64869ff498cd4296cb12e3833508ac524270538e150f1f4f9dde2ad6",
-    "thesis-k1500": "7cc73c1915597e3569c91b18827b1c9edc078ec0c932da46f2ae6c783b4db3fe",
-    "thesis": "494258ead7c8b78f1d469ce0b41d6c47863decfde32762a01e8d968235fc9ce4",
-    "compare": "d94c6751960151f58518c41c07754080135596d9cfa378d5596389d7790c29fa",
-    "eps1": "6c0a1c236db099f19c0624108f186b077b9771906a152c7d70c2f31a37657282",
-    "eps3": "48f8c0173f99bbdb98ba10d47ac9dc506ae10d2d98abd17e754017cad4bcca8c",
-    "census-eps3": "b8fa6b40c4e76997011831d79e7e8b61f20d1eddd48b15403eee2620d29565c9",
+    "default": "36d2904f9b9e2d431ade43f92baebfb56e8a233391d124f0fb01ceb4a79f4598",
+    "smoke": "3d3f748139ba6c50b76961ae0a557d3d3d6ff097749258b723383303c1325112",
+    "thesis-k1500": "b7a64e595a1ef9912879fc0569fba533eb99293bb960eb8a5e55792296e19f54",
+    "thesis": "202fb34e7d3cd91fba3890b2b48d1b3fa5eb2921f309bc176afe2ea45c414c54",
+    "compare": "57daf8934ff34441aef69a6e509a95605495f1ceec90767326c1d4ca8ba260f9",
+    "eps1": "33ee178770c35c4914803b0dfb6690e9b157c2d94a6d068b828a4f1eab949cd4",
+    "eps3": "0eaf880ee37d7ceb9eee538fb59c1031b61e87dcdb2db4596d7124cc50b348cc",
+    "census-eps3": "61cf1de9eac41ecc3eb496e63a39ef625895583ece31695c62cd0f657e658ec0",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
@@ -65,7 +66,7 @@ def _load_text(tmp_path, text: str) -> Profile:
     ("gan: {checkpoint_every: 0}", "p.yaml): gan.checkpoint_every: must be at least 1 (got 0)."),
     ("gan: {lr_critc: 0.1}", "gan.lr_critc: unknown key (did you mean 'lr_critic'?)"),
     ("privacy: {xyz: 1}", ("privacy.xyz: unknown key (known keys: approval_epsilon, choice_epsilon, clip, delta, "
-                          "epsilon_budget, lifetime_budget, noise_multiplier)")),
+                          "epsilon_budget, lifetime_budget, noise_multiplier, planned_releases, releases_until)")),
     ("gan: {target_prior: 1.0}", "gan.target_prior: must be below 1 (got 1.0)"),
     ("gan: {generator_ema: 1.5}", "gan.generator_ema: must be below 1 (got 1.5)"),
     ("evaluation: {share_gap_weight: -1}", "evaluation.share_gap_weight: must be at least 0"),
