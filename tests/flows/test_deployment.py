@@ -4,8 +4,8 @@ each picked up by a process worker, COMPLETED.
 
 Everything runs in subprocesses against a server on a free local port with its own PREFECT_HOME, so it
 touches neither the session's test harness nor the user's Prefect profile. The worker runs the flow in
-DPSYNTH_HOME, a temporary folder whose code and configs link to this checkout: run folders, mlflow.db
-and mlartifacts/ land there, not in the project. The server and the deployments are made once for the
+DPSYNTH_PROJECT, a temporary folder whose code and configs link to this checkout, with DPSYNTH_HOME beside
+it: the ledger, the stores and the run folders land in the home, not in the project. The server and the deployments are made once for the
 module (starting and deploying is most of a test's time).
 """
 
@@ -41,7 +41,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _env(prefect_home: Path, api_url: str, dpsynth_home: Path) -> dict[str, str]:
+def _env(prefect_home: Path, api_url: str, project: Path, dpsynth_home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PREFECT_") and k not in ("MLFLOW_TRACKING_URI", "PYTHONPATH")}
     env.update({
@@ -51,6 +51,7 @@ def _env(prefect_home: Path, api_url: str, dpsynth_home: Path) -> dict[str, str]
         "PREFECT_CLI_PROMPT": "false",
         "DO_NOT_TRACK": "1",
         "GX_ANALYTICS_ENABLED": "false",
+        "DPSYNTH_PROJECT": str(project),
         "DPSYNTH_HOME": str(dpsynth_home),
     })
     return env
@@ -104,20 +105,20 @@ def _tail(path: Path, n: int = 4000) -> str:
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
-    """A Prefect server on a free port with prefect.yaml deployed from a DPSYNTH_HOME linked to this
-    checkout, and a demo table."""
+    """A Prefect server on a free port with prefect.yaml deployed from a DPSYNTH_PROJECT linked to this
+    checkout (deploying forecasts the monthly schedule against the home's empty ledger), and a demo table."""
     tmp = tmp_path_factory.mktemp("deployed")
-    home = tmp / "dpsynth-home"
-    home.mkdir()
+    project, home = tmp / "project", tmp / "dpsynth-home"
+    project.mkdir()
     for name in LINKED:
         if (ROOT / name).exists():
-            (home / name).symlink_to(ROOT / name)
+            (project / name).symlink_to(ROOT / name)
     data = tmp / "demo.csv"
     assert main(["demo-data", "--rows", "3000", "--out", str(data), "--config", str(CARDIO_SCHEMA)]) == 0
 
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
-    env = _env(tmp / "prefect-home", api_url, home)
+    env = _env(tmp / "prefect-home", api_url, project, home)
     server_log = tmp / "server.log"
     server = None
     api = httpx.Client(base_url=api_url, timeout=30)
@@ -126,10 +127,11 @@ def deployed(tmp_path_factory):
         server = _start([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                          "--port", str(port), "--no-ui", "--no-services"], env, tmp, server_log)
         _wait_healthy(api, server, server_log)
-        _prefect("work-pool", "create", POOL, "--type", "process", env=env, cwd=home)
-        _prefect("--no-prompt", "deploy", "--all", env=env, cwd=home, timeout=240)
+        _prefect("work-pool", "create", POOL, "--type", "process", env=env, cwd=project)
+        _prefect("--no-prompt", "deploy", "--all", env=env, cwd=project, timeout=240)
         by_name = {d["name"]: d for d in api.post("/deployments/filter", json={}).json()}
-        yield {"api": api, "env": env, "home": home, "data": data, "tmp": tmp, "deployments": by_name}
+        yield {"api": api, "env": env, "project": project, "home": home, "data": data, "tmp": tmp,
+               "deployments": by_name}
     finally:
         api.close()
         _stop(server)
@@ -146,7 +148,7 @@ def _run_deployment(deployed, name: str, parameters: dict, worker_log: Path) -> 
     worker = None
     try:
         worker = _start([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--run-once",
-                         "--limit", "1"], deployed["env"], deployed["home"], worker_log)
+                         "--limit", "1"], deployed["env"], deployed["project"], worker_log)
         state, deadline = None, time.monotonic() + 300
         while time.monotonic() < deadline:
             state = api.get(f"/flow_runs/{run_id}").json()["state"]["type"]
@@ -164,7 +166,7 @@ def _run_deployment(deployed, name: str, parameters: dict, worker_log: Path) -> 
 
 def test_prefect_yaml_deploys_and_a_worker_completes_a_release(deployed):
     started = time.monotonic()
-    home, tmp = deployed["home"], deployed["tmp"]
+    project, home, tmp = deployed["project"], deployed["home"], deployed["tmp"]
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     # Entrypoints are a file and a function (path/file.py:function) or a module path (package.module.function).
     deployments = {(d["entrypoint"].replace(":", ".").rsplit(".", 1)[1], d["name"]): d for d in spec["deployments"]}
@@ -178,18 +180,19 @@ def test_prefect_yaml_deploys_and_a_worker_completes_a_release(deployed):
     assert release["work_pool_name"] == POOL and release["parameters"]["profile"] == "default"
     assert [s["schedule"]["cron"] for s in release["schedules"]] == ["0 2 1 * *"]
     assert by_name[EXPERIMENT[1]]["schedules"] == []
-    # The pull step changes into DPSYNTH_HOME; the placeholder resolves from the environment.
-    assert release["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(home)
+    # The pull step changes into DPSYNTH_PROJECT; the placeholder resolves from the environment.
+    assert release["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(project)
 
     out = tmp / "release-run"
     profile = publishing_smoke(tmp / "release-profiles")   # the shipped smoke is a trial: it publishes nothing
     _run_deployment(deployed, RELEASE[1], {"data": str(deployed["data"]), "profile": profile, "out": str(out)},
                     tmp / "release-worker.log")
-    # It ran in DPSYNTH_HOME (relative config resolved there, default MLflow store created there) and published.
+    # It ran in DPSYNTH_PROJECT (relative config resolved there) and kept its stores and ledger in the home.
     assert (out / "train-k10" / "checkpoints" / "ledger.json").is_file()
     assert json.loads((out / "run.json").read_text())["status"] == "published"
     assert json.loads((out / "bundle" / "release.json").read_text())["model_uri"] == "models:/cardio-gswgan/1"
     assert (home / "mlflow.db").is_file() and (home / "privacy-ledger.sqlite").is_file()
+    assert (home / "registry" / "registry.db").is_file() and not list(project.glob("*.db"))
     assert not (ROOT / "configs" / "mlflow.db").exists()
     print(f"release deployment test: {time.monotonic() - started:.0f}s")
 
