@@ -396,6 +396,12 @@ def _print_forecast(dataset: str, args) -> dict:
     else:
         print(f"  release {result['stops_at']} and every one after it would be refused (lifetime budget "
               f"{result['lifetime_budget']:g})")
+    ends = [f"{prof.privacy.planned_releases} release(s) in all (privacy.planned_releases)"
+            if prof.privacy.planned_releases is not None else None,
+            f"releases until {prof.privacy.releases_until} (privacy.releases_until)"
+            if prof.privacy.releases_until is not None else None]
+    if any(ends):
+        print(f"  the profile plans {' and '.join(e for e in ends if e)}: a release past that is refused too")
     return result
 
 
