@@ -63,6 +63,7 @@ MODEL_ARTIFACT = "synthetic-table-model"
 REGISTRY_VARIABLE = "DPSYNTH_REGISTRY_URI"
 # The registry store's one experiment: MLflow files logged models under an experiment; no run goes there.
 PUBLISHED_EXPERIMENT = "dpsynth-published-generators"
+_OPENED_STORES: set[str] = set()   # registry stores this process has opened (created, migrated) under the lock
 # Version tags a release carries (`release_tags` builds them; `register_release` adds what it knows).
 # Published: each is public (the profile, the code) or covered by epsilon; never a hash of the private
 # file, a real-data metric, a row count or an internal path (those stay in the internal MLflow run).
@@ -145,11 +146,19 @@ def registry_uri() -> str:
 
 
 def registry_client() -> MlflowClient:
-    """A client whose tracking and registry are both the registry store (never the internal one)."""
+    """A client whose tracking and registry are both the registry store (never the internal one). The
+    first one in a process opens the store under its lock: MLflow creates and migrates a new store's
+    tables on first use, and two releases doing that at once fail (see `local_store_lock`)."""
     uri = registry_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    if uri not in _OPENED_STORES:
+        if uri.startswith("sqlite:///"):
+            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        with local_store_lock(uri):
+            client.search_experiments(max_results=1)
+            client.search_registered_models(max_results=1)
+        _OPENED_STORES.add(uri)
+    return client
 
 
 def _published_experiment(client: MlflowClient) -> str:

@@ -84,7 +84,7 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
 
     run = client.get_run(summary["mlflow_run_id"])
     split = np.load(out / "split" / "split.npz")
-    texts = _published_texts(client, f"cardio-{generator}", champion.version, out / "bundle", tmp_path / "dl")
+    texts = _published_texts(registry, f"cardio-{generator}", champion.version, out / "bundle", tmp_path / "dl")
     _assert_published_is_dp_covered(
         texts, data_hash=run.data.tags["dpsynth.data_sha256"],
         internal_paths=[str(isolated_workdir), str(out), str(tmp_path)],
