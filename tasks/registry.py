@@ -150,14 +150,15 @@ def registry_client() -> MlflowClient:
     first one in a process opens the store under its lock: MLflow creates and migrates a new store's
     tables on first use, and two releases doing that at once fail (see `local_store_lock`)."""
     uri = registry_uri()
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    if uri not in _OPENED_STORES:
-        if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        with local_store_lock(uri):
-            client.search_experiments(max_results=1)
-            client.search_registered_models(max_results=1)
-        _OPENED_STORES.add(uri)
+    if uri in _OPENED_STORES:
+        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    with local_store_lock(uri):   # making the client already opens (creates, migrates) the tracking store
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client.search_experiments(max_results=1)
+        client.search_registered_models(max_results=1)
+    _OPENED_STORES.add(uri)
     return client
 
 
