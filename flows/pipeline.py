@@ -79,7 +79,7 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     from tasks import tracking
-    from tasks.report import selection_table_records, summary_markdown
+    from tasks.prefect_summary import public_selection_records, public_summary_markdown
 
     report = stages.write_report(run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title,
                                  release)
@@ -89,10 +89,12 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
             tracking.log_artifact(run_id, path, "release_notes")
     results = pd.read_parquet(results_path)
     tracking.log_table(run_id, results, "selection_runs.json")
-    create_markdown_artifact(summary_markdown(results, chosen), key=_artifact_key(title, "summary"),
-                             description="dpsynth run summary (internal: AUCs on real data)")
-    create_table_artifact(selection_table_records(results), key=_artifact_key(title, "selection"),
-                          description="every model-selection run")
+    # Prefect's database is not the owner-only home: its artifacts show public facts only.
+    create_markdown_artifact(public_summary_markdown(results, chosen, str(report["report"]), dp_choice=release),
+                             key=_artifact_key(title, "summary"),
+                             description="dpsynth run summary (public facts; real-data figures in the internal report)")
+    create_table_artifact(public_selection_records(results), key=_artifact_key(title, "selection"),
+                          description="every checkpoint and its training epsilon")
     return report
 
 

@@ -8,7 +8,6 @@
   the privacy parameters, the settings, the epsilon ledger, the public schema, and the statement of
   what epsilon covers. No AUC (even the released checkpoint's AUC is measured on real test rows), no
   real-data statistic, no imputation count, no discriminator loss, no validation detail.
-- `summary_markdown`, `selection_table_records`: small internal summaries for Prefect artifacts.
 
 Plain inputs only (DataFrames, dicts, paths): no Prefect or MLflow here; a flow wires them.
 Figures are drawn on `matplotlib.figure.Figure` objects (Agg canvas), never through pyplot's global
@@ -845,57 +844,6 @@ def build_release_notes_html(path, *, title: str, schema: DatasetSchema, synthet
 # ---- small internal summaries (Prefect artifacts) ----------------------------------------------------------
 
 
-def summary_markdown(results: pd.DataFrame, chosen: dict) -> str:
-    """A short INTERNAL markdown summary: chosen checkpoint and best AUC per setting, real baseline."""
-    chosen = _normalise_chosen(chosen)
-    lines = ["### Model selection (internal: AUCs on real data)", ""]
-    if results is None or results.empty:
-        return "\n".join(lines + ["No selection run recorded.", ""])
-    settings = list(dict.fromkeys(results["setting"]))
-    lines.append(f"{len(results)} selection runs over {len(settings)} setting(s).")
-    lines += ["", "| setting | runs | chosen iteration | epsilon | test AUC | best test AUC |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    for setting in settings:
-        rows = results[results["setting"] == setting]
-        if setting == REAL_SETTING:
-            continue
-        pick = chosen.get(setting) or {}
-        lines.append(f"| {setting} | {len(rows)} | {format_number(pick.get('iteration'))} | "
-                     f"{format_number(pick.get('epsilon'), 3)} | {format_number(pick.get('test_auc'), 4)} | "
-                     f"{format_number(rows['test_auc'].max(), 4)} |")
-    real = results[results["setting"] == REAL_SETTING]
-    if not real.empty:
-        lines += ["", f"Real data: mean test AUC {format_number(real['test_auc'].mean(), 4)} over {len(real)} runs."]
-    return "\n".join(lines) + "\n"
-
-
-def _json_value(value):
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer, int)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        value = float(value)
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return None
-    return value if isinstance(value, str) else str(value)
-
-
-def selection_table_records(results: pd.DataFrame) -> list[dict]:
-    """Every selection run as JSON-safe records (NaN -> None, infinity -> "inf"), sorted by setting
-    and iteration, columns in RESULT_COLUMNS order then any extra ones. Internal."""
-    if results is None or results.empty:
-        return []
-    table = _sort_results(results)
-    return [{str(k): _json_value(v) for k, v in zip(table.columns, row)}
-            for row in table.itertuples(index=False)]
-
-
 __all__ = [
     "build_internal_report",
     "build_release_notes",
@@ -903,7 +851,5 @@ __all__ = [
     "flatten_level_shares",
     "format_number",
     "level_warnings",
-    "selection_table_records",
-    "summary_markdown",
     "vanished_levels",
 ]

@@ -4,8 +4,6 @@ notes, which must hold no real-data statistic."""
 from __future__ import annotations
 
 import html
-import json
-import math
 import re
 from pathlib import Path
 
@@ -26,8 +24,6 @@ from tasks.report import (
     flatten_level_shares,
     format_number,
     level_warnings,
-    selection_table_records,
-    summary_markdown,
     vanished_levels,
 )
 
@@ -287,24 +283,3 @@ def test_release_notes_of_a_conditional_generator_say_the_target_share_is_set_by
     text = path.read_text()
     assert "set by design, not learned" in text and "cardio = 1 with probability 0.5" in text
 
-
-# ---- Prefect artifact helpers -------------------------------------------------------------------------------
-
-
-def test_summary_markdown():
-    text = summary_markdown(_results(), CHOSEN)
-    assert "| k10 | 3 | 2000 | 3.250 | 0.6522 | 0.6633 |" in text
-    assert "| baseline | 2 | 1000 | inf | 0.7811 | 0.7822 |" in text
-    assert f"mean test AUC {np.mean(REAL_AUCS):.4f} over 3 runs" in text
-    assert "No selection run recorded." in summary_markdown(pd.DataFrame(columns=RESULT_COLUMNS), {})
-
-
-def test_selection_table_records_are_json_safe():
-    records = selection_table_records(_results())
-    assert len(records) == 8 and list(records[0]) == RESULT_COLUMNS
-    json.dumps(records, allow_nan=False)
-    by_setting = {r["setting"]: r for r in records}
-    assert by_setting["real"]["epsilon"] is None and by_setting["baseline"]["epsilon"] == "inf"
-    assert [r["setting"] for r in records] == sorted(r["setting"] for r in records)
-    assert isinstance(records[0]["degenerate"], bool) and isinstance(records[0]["iteration"], int)
-    assert math.isclose([r for r in records if r["setting"] == "k10"][-1]["epsilon"], 6.125)
