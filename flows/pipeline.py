@@ -13,25 +13,33 @@ from tasks.evaluate import synthetic_rows
 
 
 def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: Path, profile: Profile) -> dict:
-    """validate -> split -> preprocess; returns the paths later stages read."""
+    """validate -> split -> preprocess (-> measure the marginals of the training rows, when the profile
+    asks); returns the paths later stages read (`marginals`: the measurement, or None)."""
     validated = stages.validate_table(run_dir, schema_path, data_path)
     split = stages.split_table(run_dir, schema, validated["table"], profile)
     prep = stages.preprocess_table(run_dir, schema, validated["table"], split["split"], profile)
+    measured = (stages.measure_marginals(run_dir, schema, validated["table"], prep["gan_rows"], profile)
+                if profile.marginals.enabled else None)
     return {"table": validated["table"], "validation_summary": validated["summary"], "split": split["split"],
             "encoded": prep["encoded"], "gan_rows": prep["gan_rows"], "imputation": prep["imputation"],
-            "validation_info": validated.info}
+            "validation_info": validated.info, "marginals": measured["marginals"] if measured else None}
 
 
 def train_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
-    """prepare (impute; GS-WGAN: pretrain) -> train -> sample every checkpoint, for one setting."""
+    """prepare (impute; GS-WGAN: pretrain) -> train (-> the checkpoints with the measured marginals) ->
+    sample every checkpoint, for one setting. The chain's checkpoints are those a release publishes."""
     pre = stages.prepare_training(run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile,
                                   setting)
     trained = stages.train_generator(run_dir, schema, pre.directory, profile, setting)
+    released = trained
+    if paths.get("marginals") is not None:
+        released = stages.attach_marginals(run_dir, schema, trained["checkpoints"], trained["ledger"],
+                                           paths["marginals"], profile, setting)
     n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
-    samples = stages.sample_checkpoints(run_dir, schema, trained["checkpoints"], trained["ledger"], n_rows, profile,
-                                        setting)
+    samples = stages.sample_checkpoints(run_dir, schema, released["checkpoints"], released["ledger"], n_rows,
+                                        profile, setting)
     return {"setting": setting.name, "generator": profile.generator_of(setting),
-            "checkpoints": trained["checkpoints"], "ledger": trained["ledger"],
+            "checkpoints": released["checkpoints"], "ledger": released["ledger"],
             "samples": samples.directory, "train_info": trained.info,
             "internal_metrics": trained["internal_metrics"]}
 

@@ -44,6 +44,7 @@ from tasks.context import (
 )
 from tasks.decision import decide, planned_cost
 from tasks.ledger import check_lifetime, check_new_input, check_release_window, require_lifetime_budget
+from tasks.marginals import released_parameters
 from tasks.registry import release_registered, release_tags
 from tasks.reporting import privacy_summary
 from tasks.split import SplitMissesTargetLevel
@@ -220,8 +221,11 @@ def publish_release(ctx, prof, setting, run_id: str, chain: dict, ledger: list[d
     iteration = decision.iteration
     generator_file = released_generator_file(ctx, chain, ledger, decision)
     statement = privacy_statement(prof, setting, release=True)
-    tags = release_tags(release_id=ctx.run_id, profile=prof, setting=setting,
-                        trained_iterations=ledger[-1]["iteration"], schema_version=ctx.schema.version)
+    # The measured marginals' numbers that follow from the public schema (how many, their noise): public.
+    measured = {k: v for k, v in released_parameters(generator_file).items() if v is not None}
+    tags = {**release_tags(release_id=ctx.run_id, profile=prof, setting=setting,
+                           trained_iterations=ledger[-1]["iteration"], schema_version=ctx.schema.version),
+            **{k: (repr(v) if isinstance(v, float) else str(v)) for k, v in measured.items()}}
     # A public number of rows, sampled afresh: the checkpoint's own sample has as many rows as the training
     # split, a count epsilon does not cover.
     synthetic = sample_generator_file(generator_file, ctx.schema, prof.release_rows, seed=prof.seed)
@@ -232,7 +236,7 @@ def publish_release(ctx, prof, setting, run_id: str, chain: dict, ledger: list[d
         chosen_iteration=iteration, epsilon=decision.epsilon, epsilon_training=decision.epsilon_training,
         epsilon_choice=decision.epsilon_choice, composition=decision.composition, delta=prof.privacy.delta,
         accountant=summary["mechanism"] if setting.private else "none (non-private)",
-        parameters={"generator": facts.generator, **facts.parameters, "T": ledger[-1]["iteration"],
+        parameters={"generator": facts.generator, **facts.parameters, **measured, "T": ledger[-1]["iteration"],
                     "sampling": summary["sampling"],
                     "choice_epsilon": prof.privacy.choice_epsilon,
                     "approval_epsilon": (prof.privacy.approval_epsilon

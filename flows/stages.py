@@ -8,7 +8,7 @@ import functools
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import bundle, evaluate, preprocess, registry, reporting, split, training, validate
+from tasks import bundle, evaluate, marginals, preprocess, registry, reporting, split, training, validate
 from tasks.private_files import owner_only
 
 
@@ -25,6 +25,8 @@ def _task(fn, name: str):
 validate_table = _task(validate.validate_stage, "validate")
 split_table = _task(split.split_stage, "split")
 preprocess_table = _task(preprocess.preprocess_stage, "preprocess")
+measure_marginals = _task(marginals.measure_stage, "measure-marginals")
+attach_marginals = _task(marginals.attach_stage, "attach-marginals")
 prepare_training = _task(training.prepare_stage, "prepare-training")
 train_generator = _task(training.train_stage, "train-generator")
 sample_checkpoints = _task(training.sample_stage, "sample-checkpoints")

@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from collections.abc import Iterable
 
 import numpy as np
 from autodp import rdp_acct, rdp_bank
 from scipy.optimize import minimize_scalar
 
+from models.checks import is_int, is_real
 from models.errors import ConfigError
 
 CRITIC_DRAWS = ("per_row", "per_step")
@@ -74,15 +74,6 @@ _MAX_ORDER = 12_800
 
 
 # ----------------------------------------------------------------------------------------- validation
-
-
-def is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_real(value: object) -> bool:
-    """A finite real number that is not a bool (YAML's true would otherwise pass as 1)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
 def _check_discriminators(discriminators: object) -> int:
@@ -130,6 +121,12 @@ def _query(batch_size: int, noise_multiplier: float, critic_draw: str) -> tuple[
     return noise_multiplier / math.sqrt(batch_size), 1
 
 
+def _check_extra_rho(extra_rho: object) -> float:
+    if not is_real(extra_rho) or float(extra_rho) < 0:
+        raise ConfigError(f"the added zCDP rho must be a finite number >= 0, got {extra_rho!r}")
+    return float(extra_rho)
+
+
 def _check_iterations(iterations: object) -> int:
     if not is_int(iterations) or int(iterations) < 0:
         raise ConfigError(f"the number of generator iterations must be an integer >= 0, got {iterations!r}")
@@ -168,9 +165,10 @@ def _curve(discriminators: int, noise_multiplier: float) -> _Curve:
     return _Curve(discriminators, noise_multiplier)
 
 
-def _epsilon(curve: _Curve, compositions: int, delta: float) -> float:
-    """Classic conversion of `compositions` x the curve, with autodp's get_eps search."""
-    if compositions == 0:
+def _epsilon(curve: _Curve, compositions: int, delta: float, extra_rho: float = 0.0) -> float:
+    """Classic conversion of `compositions` x the curve plus `extra_rho` x alpha (a zCDP mechanism on the
+    same rows, composed sequentially: the measured marginals), with autodp's get_eps search."""
+    if compositions == 0 and extra_rho == 0:
         return 0.0
     log_inv_delta = math.log(1.0 / delta)
     n = float(compositions)
@@ -178,9 +176,9 @@ def _epsilon(curve: _Curve, compositions: int, delta: float) -> float:
     def fun(alpha: float) -> float:
         if alpha <= 1:
             return math.inf
-        return log_inv_delta / (alpha - 1) + n * curve(alpha)
+        return log_inv_delta / (alpha - 1) + n * curve(alpha) + extra_rho * alpha
 
-    values = log_inv_delta / (curve.orders - 1) + n * curve.rdp
+    values = log_inv_delta / (curve.orders - 1) + n * curve.rdp + extra_rho * curve.orders
     best = int(np.argmin(values))
     if best < len(curve.orders) - 1:
         best_order = float(curve.orders[best])
@@ -207,11 +205,13 @@ def _epsilon(curve: _Curve, compositions: int, delta: float) -> float:
 
 def epsilon_for(
     discriminators: int, iterations: int, batch_size: int, noise_multiplier: float, delta: float,
-    critic_draw: str = "per_row",
+    critic_draw: str = "per_row", extra_rho: float = 0.0,
 ) -> float:
     """Epsilon at `delta` after `iterations` generator iterations (per_row: iterations * batch_size
-    compositions at sigma; per_step: iterations compositions at sigma / sqrt(batch_size))."""
-    return epsilons_at(discriminators, [iterations], batch_size, noise_multiplier, delta, critic_draw)[0]
+    compositions at sigma; per_step: iterations compositions at sigma / sqrt(batch_size)), with
+    `extra_rho` (replace-one zCDP of a mechanism on the same rows) added to the curve."""
+    return epsilons_at(discriminators, [iterations], batch_size, noise_multiplier, delta, critic_draw,
+                       extra_rho)[0]
 
 
 def epsilons_at(
@@ -221,15 +221,19 @@ def epsilons_at(
     noise_multiplier: float,
     delta: float,
     critic_draw: str = "per_row",
+    extra_rho: float = 0.0,
 ) -> list[float]:
-    """Epsilon for each iteration count in `iterations_list` (same order); the RDP curve is built once."""
+    """Epsilon for each iteration count in `iterations_list` (same order); the RDP curve is built once.
+    `extra_rho`: the replace-one zCDP of a mechanism on the same rows (RDP alpha x rho), added order by
+    order before the conversion (the measured marginals, models/release_marginals.py)."""
     k = _check_discriminators(discriminators)
     b = _check_batch_size(batch_size)
     sigma = check_noise_multiplier(noise_multiplier)
     d = check_delta(delta)
     draw = _check_critic_draw(critic_draw)
     counts = [_check_iterations(t) for t in iterations_list]
-    if not any(counts):
+    extra = _check_extra_rho(extra_rho)
+    if not any(counts) and not extra:
         return [0.0] * len(counts)
     query_sigma, per_step = _query(b, sigma, draw)
     curve = _curve(k, query_sigma)
@@ -237,16 +241,16 @@ def epsilons_at(
     out = []
     for t in counts:
         if t not in cache:
-            cache[t] = _epsilon(curve, t * per_step, d) if t else 0.0
+            cache[t] = _epsilon(curve, t * per_step, d, extra)
         out.append(cache[t])
     return out
 
 
 def training_rdp(discriminators: int, iterations: int, batch_size: int, noise_multiplier: float,
-                 critic_draw: str = "per_row") -> tuple[np.ndarray, np.ndarray]:
-    """(orders, RDP at each order) of training for `iterations` generator iterations: the curve this module
-    converts to epsilon, at the integer orders 2 .. 100, for composing with other mechanisms' RDP
-    (models/lifetime.py composes a table's releases)."""
+                 critic_draw: str = "per_row", extra_rho: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(orders, RDP at each order) of training for `iterations` generator iterations, plus `extra_rho` x
+    order (the measured marginals): the curve this module converts to epsilon, at the integer orders
+    2 .. 100, for composing with other mechanisms' RDP (models/lifetime.py composes a table's releases)."""
     k = _check_discriminators(discriminators)
     b = _check_batch_size(batch_size)
     sigma = check_noise_multiplier(noise_multiplier)
@@ -254,7 +258,8 @@ def training_rdp(discriminators: int, iterations: int, batch_size: int, noise_mu
     t = _check_iterations(iterations)
     query_sigma, per_step = _query(b, sigma, draw)
     curve = _curve(k, query_sigma)
-    return curve.orders.astype(float), curve.rdp * float(t * per_step)
+    orders = curve.orders.astype(float)
+    return orders, curve.rdp * float(t * per_step) + _check_extra_rho(extra_rho) * orders
 
 
 class GSWGANAccountant:
@@ -292,10 +297,11 @@ class GSWGANAccountant:
         """Account `iterations` generator iterations (each releases batch_size sanitised rows)."""
         self._iterations += _check_iterations(iterations)
 
-    def get_epsilon(self, delta: float) -> float:
+    def get_epsilon(self, delta: float, extra_rho: float = 0.0) -> float:
+        """Epsilon so far, with `extra_rho` (replace-one zCDP of a mechanism on the same rows) composed in."""
         return epsilon_for(
             self.discriminators, self._iterations, self.batch_size, self.noise_multiplier, delta,
-            self.critic_draw,
+            self.critic_draw, extra_rho,
         )
 
     def epsilon_curve(self, iterations_list: Iterable[int], delta: float) -> list[float]:

@@ -173,6 +173,26 @@ class DPAutoGANSection:
 
 
 @dataclass(frozen=True)
+class MarginalsConfig:
+    """Measured marginals (models/marginals.py, models/release_marginals.py): every column's 1-way
+    marginal, every column with the target, and `selections` privately chosen pairs, measured on the
+    training rows by the Gaussian mechanism; every released row is then calibrated to them
+    (models/calibration.py). Their cost is `rho`, the whole measurement's zCDP under replace-one (its
+    RDP is alpha x rho), added order by order to training's RDP: a total rather than a per-marginal noise
+    multiplier, so that the cost is known from the profile alone, whatever the table's width (the
+    noise multiplier per marginal follows from the schema: sqrt(marginals / (2 rho (1 - share)))."""
+
+    enabled: bool = False
+    rho: float = 0.05
+    selections: int = 0
+    # Share of rho spent on choosing the `selections` pairs (exponential mechanism), the rest measures.
+    selection_share: float = 0.1
+    bins: int = 20
+    # The sampler draws this many times the rows asked for and calibrates down to them (fewer duplicates).
+    oversample: int = 3
+
+
+@dataclass(frozen=True)
 class Setting:
     """One privacy setting. For GS-WGAN, gamma = 1/K discriminators. `private: false` is the thesis'
     non-private baseline. `generator` and `epsilon_budget`, when given, override the profile's for this
@@ -262,6 +282,7 @@ class Profile:
     generator: str = "gswgan"
     dpcgan: DPCGANSection = field(default_factory=DPCGANSection)
     dpautogan: DPAutoGANSection = field(default_factory=DPAutoGANSection)
+    marginals: MarginalsConfig = field(default_factory=MarginalsConfig)
     # Rows released in the bundle: a public number fixed in advance. Never the table's own row count,
     # which epsilon does not cover (the bundle would publish it exactly).
     release_rows: int = 50000
@@ -347,6 +368,7 @@ def _build(spec: ProfileSpec) -> Profile:
                       "evaluation": EvaluationConfig(**values["evaluation"]),
                       "dpcgan": DPCGANSection(**values["dpcgan"]),
                       "dpautogan": DPAutoGANSection(**values["dpautogan"]),
+                      "marginals": MarginalsConfig(**values["marginals"]),
                       "settings": tuple(Setting(**s) for s in values["settings"])})
 
 
@@ -561,6 +583,16 @@ class DPAutoGANSpec(BaseModel):
         return _steps_fit(every, total or None, "steps")
 
 
+class MarginalsSpec(BaseModel):
+    model_config = STRICT
+    enabled: StrictBool
+    rho: Positive   # zero noise (rho infinite) is refused: allow_inf_nan is off
+    selections: Annotated[int, Strict(), Field(ge=0, le=1000)]
+    selection_share: OpenUnit
+    bins: Annotated[int, Strict(), Field(ge=1, le=1000)]
+    oversample: Annotated[int, Strict(), Field(ge=1, le=100)]
+
+
 class PrivacySpec(BaseModel):
     model_config = STRICT
     noise_multiplier: Positive
@@ -624,6 +656,7 @@ class ProfileSpec(BaseModel):
     generator: Literal[GENERATORS]
     dpcgan: DPCGANSpec
     dpautogan: DPAutoGANSpec
+    marginals: MarginalsSpec
 
     @field_validator("split")
     @classmethod

@@ -204,18 +204,25 @@ def epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "cl
 
 
 def replace_one_epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "classic",
-                        orders: Iterable[float] | None = None) -> float:
+                        orders: Iterable[float] | None = None, extra_rho: float = 0.0) -> float:
     """Epsilon at `delta` under replace-one adjacency, dpsynth's unit of privacy, from the add/remove-one
     analysis above: a replacement is a removal followed by an addition, and group privacy over those two
     steps turns (eps, d)-DP into (2 eps, (1 + e^eps) d)-DP. The add/remove delta d is the largest with
     (1 + e^eps(d)) d <= delta (bisection on log d), so the result is valid at `delta` itself. Loose (a
-    replace-one analysis of the sampled Gaussian would be tighter) but never below the truth."""
+    replace-one analysis of the sampled Gaussian would be tighter) but never below the truth.
+
+    `extra_rho`: the ADD/REMOVE-ONE zCDP of another mechanism on the same rows (the measured marginals,
+    RDP alpha x rho), added to the phases' curve order by order before the conversion: the whole
+    add/remove-one guarantee is then turned into a replace-one one, once."""
     d = check_delta(delta)
     conv = _check_conversion(conversion)
     checked = _check_phases(phases)
-    if not any(p.steps for p in checked):
+    if not is_real(extra_rho) or float(extra_rho) < 0:
+        raise ConfigError(f"the added zCDP rho must be a finite number >= 0, got {extra_rho!r}")
+    if not any(p.steps for p in checked) and not extra_rho:
         return 0.0
     grid, rdp = rdp_curve(checked, orders)
+    rdp = rdp + float(extra_rho) * grid
 
     def fits(log_d: float) -> tuple[bool, float]:
         eps = _convert(grid, rdp, math.exp(log_d), conv)

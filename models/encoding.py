@@ -106,7 +106,10 @@ class TableEncoder:
 
     def level_shares(self, matrix: np.ndarray) -> dict[str, dict[str, float]]:
         """Share of each level of each binary/categorical column, as the decoder would emit it."""
-        decoded = self.decode(matrix)
+        return self.frame_level_shares(self.decode(matrix))
+
+    def frame_level_shares(self, decoded: pd.DataFrame) -> dict[str, dict[str, float]]:
+        """Share of each level of each binary/categorical column of decoded rows."""
         shares = {}
         for col in self.schema.discrete:
             counts = decoded[col.name].value_counts(normalize=True)

@@ -389,8 +389,10 @@ class TrainingResult:
     metrics: list[dict] = field(default_factory=list)
 
 
-def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting) -> tuple[int, list[float]]:
-    """Last iteration to train and the epsilon at each checkpoint up to it.
+def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting,
+                       extra_rho: float = 0.0) -> tuple[int, list[float]]:
+    """Last iteration to train and the epsilon at each checkpoint up to it, with `extra_rho` (replace-one
+    zCDP of the measured marginals, read from the same rows) composed into every checkpoint's.
 
     With a budget, training stops at the last checkpoint whose epsilon is within it, never past it.
     """
@@ -398,7 +400,7 @@ def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting)
     if not setting.private:
         return gan.iterations, [math.inf] * len(steps)
     eps = epsilons_at(setting.discriminators, steps, gan.batch_size, privacy.noise_multiplier, privacy.delta,
-                      gan.critic_draw)
+                      gan.critic_draw, extra_rho)
     if privacy.epsilon_budget is None:
         return gan.iterations, eps
     allowed = [t for t, e in zip(steps, eps) if e <= privacy.epsilon_budget]
@@ -454,8 +456,11 @@ class GeneratorTrainer:
                  device: torch.device, secret: PrivacySecret,
                  level_share_fn: Callable[[np.ndarray], dict] | None = None,
                  threads: int | None = 1, condition: tuple[int, float] | None = None,
-                 refresh_workers: int | None = None):
+                 refresh_workers: int | None = None, marginals_rho: float = 0.0):
         self.gan, self.privacy, self.setting = gan, privacy, setting
+        # The measured marginals' replace-one zCDP (models/release_marginals.py): they read the same rows,
+        # so every checkpoint's epsilon is the conversion of training's curve plus theirs.
+        self.marginals_rho = marginals_rho
         # Intra-op threads while `run` trains on CPU: one iteration is many small operations on batches
         # of B rows, which a single thread runs fastest (and other processes cannot stall it).
         self.threads = threads
@@ -699,7 +704,7 @@ class GeneratorTrainer:
     def _epsilon(self) -> float:
         if not self.setting.private:
             return math.inf
-        return self.accountant.get_epsilon(self.privacy.delta)
+        return self.accountant.get_epsilon(self.privacy.delta, self.marginals_rho)
 
     def _save_checkpoint(self) -> None:
         it = self.iteration

@@ -7,7 +7,8 @@ smaller, at delta = the sum of the releases' deltas:
 
 * basic composition: the sum of the releases' epsilons;
 * RDP composition (Mironov 2017), for releases whose cost comes with a replace-one RDP curve
-  (GS-WGAN's training curve from models/accountant.py and the pure-DP checkpoint choice; the DP-SGD
+  (GS-WGAN's training curve from models/accountant.py, with the measured marginals' line alpha x rho
+  added where the release measured them, and the pure-DP checkpoint choice; the DP-SGD
   generators' curves are add/remove-one, so their releases add their published epsilon instead): the per-row RDP of a release at
   order alpha is the larger of training's and the choice's when they read disjoint rows (a row plays
   one role in a release), their sum otherwise; the releases' curves add order by order and the sum is
@@ -39,6 +40,8 @@ class TrainingCurve:
     batch_size: int
     noise_multiplier: float
     critic_draw: str
+    # The measured marginals' replace-one zCDP (RDP order x rho), read from the same training rows.
+    marginals_rho: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,8 @@ class ReleaseCost:
         if self.training is None:
             return None
         t = self.training
-        orders, train = training_rdp(t.discriminators, t.iterations, t.batch_size, t.noise_multiplier, t.critic_draw)
+        orders, train = training_rdp(t.discriminators, t.iterations, t.batch_size, t.noise_multiplier, t.critic_draw,
+                                     t.marginals_rho)
         eps = self.choice_epsilon
         choice = np.minimum(eps, orders * eps * eps / 2.0)
         return orders, (np.maximum(train, choice) if self.disjoint else train + choice)

@@ -49,9 +49,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from models.accountant import check_delta, is_int, is_real
 from models.binning import DEFAULT_BINS, cell_count, frame_cells
-from models.dpsgd_accountant import _check_conversion, _check_orders, _convert
+from models.checks import is_int, is_real
 from models.errors import ConfigError
 from models.schema import DatasetSchema
 from models.secret import PrivacySecret
@@ -213,11 +212,16 @@ class MeasurementPlan:
     def rdp(self, orders: Iterable[float] | None = None, adjacency: str = "replace-one") -> np.ndarray:
         """RDP at each order (default: models.dpsgd_accountant.ORDERS): a x rho, to add order by order to a
         training curve of the same adjacency."""
+        from models.dpsgd_accountant import _check_orders  # the accountant only where a cost is asked
+
         return np.asarray(_check_orders(orders), dtype=float) * self.rho(adjacency)
 
     def epsilon(self, delta: float, conversion: str = "classic", orders: Iterable[float] | None = None,
                 adjacency: str = "replace-one") -> float:
         """(epsilon at `delta`) of the measurement alone, by the project's RDP conversion."""
+        from models.accountant import check_delta
+        from models.dpsgd_accountant import _check_conversion, _check_orders, _convert
+
         grid = np.asarray(_check_orders(orders), dtype=float)
         return _convert(grid, self.rdp(grid, adjacency), check_delta(delta), _check_conversion(conversion))
 

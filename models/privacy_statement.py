@@ -35,6 +35,7 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
     """The statement for `setting` trained under `profile`; `release`: a release (DP choice of the
     checkpoint and of publishing) rather than the experiment's internal study."""
     from models.generators import generator_for
+    from models.release_marginals import mechanism_prose
 
     protocol = profile.protocol
     facts = generator_for(profile, setting).privacy_facts(profile, setting)
@@ -49,6 +50,9 @@ def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> P
                   f"{facts.generator} generator; its training steps are sanitised: {facts.sanitised}")
         if protocol == "honest":
             covers += f"; {facts.imputation}"
+        measured = mechanism_prose(profile)
+        if measured is not None:
+            covers += f"; and the measured marginals: {measured}"
         if release:
             covers += ("), the choice of the released checkpoint among all those trained and the decision to "
                        "publish (differentially private mechanisms on real validation rows, disjoint from the "

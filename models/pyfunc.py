@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from models.encoding import TableEncoder
-from models.generators.samplers import read_generator_file, sampler_from_blob
+from models.generators.samplers import read_generator_file, sample_rows, sampler_from_blob
 from models.schema import DatasetSchema
 
 GENERATOR_ARTIFACT = "generator"
@@ -43,9 +43,10 @@ def load_generator_file(path: str | Path):
 
 
 def sample_table(sampler, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
-    """n rows decoded to the schema, from generator inputs fixed by the seed: the same rows as the
-    training code's sampling of the same file (both go through the sampler)."""
-    return encoder.decode(sampler.sample(n_rows, seed))
+    """n rows decoded to the schema, from generator inputs fixed by the seed, calibrated to the file's
+    measured marginals when it carries them: the same rows as the training code's sampling of the same
+    file (both go through `sample_rows`)."""
+    return sample_rows(sampler, encoder, n_rows, seed)
 
 
 def _requests(model_input) -> list[tuple[int, int]]:

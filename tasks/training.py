@@ -19,6 +19,7 @@ from models.config import Profile, Setting
 from models.encoding import TableEncoder
 from models.generators import generator_for
 from models.generators.base import TrainingJob
+from models.generators.samplers import sample_rows
 from models.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from models.schema import DatasetSchema
 from models.secret import load as load_secret
@@ -48,11 +49,13 @@ def training_matrix(schema: DatasetSchema, table: pd.DataFrame, rows: np.ndarray
 
 
 def _config(profile: Profile, setting: Setting) -> dict:
-    """What a setting's training depends on: the shared keys and its generator's section."""
+    """What a setting's training depends on: the shared keys and its generator's section, and the
+    measured marginals where the profile measures them (their cost is in every checkpoint's epsilon)."""
     name = profile.generator_of(setting)
     section = "gan" if name == "gswgan" else name
+    measured = {"marginals": dataclasses.asdict(profile.marginals)} if profile.marginals.enabled else {}
     return {"seed": profile.seed, "generator": name, section: dataclasses.asdict(getattr(profile, section)),
-            "setting": dataclasses.asdict(setting), "privacy": dataclasses.asdict(profile.privacy)}
+            "setting": dataclasses.asdict(setting), "privacy": dataclasses.asdict(profile.privacy), **measured}
 
 
 def stage_name(profile: Profile, setting: Setting, step: str) -> str:
@@ -83,7 +86,7 @@ def prepare_stage(run_dir, schema: DatasetSchema, table_path: Path, encoded_path
             files, info = generator.prepare(job)
         return {"train_rows": directory / "train_rows.npy", **files}, {"generator": generator.name, **info}
 
-    config = {**{k: v for k, v in _config(profile, setting).items() if k != "privacy"},
+    config = {**{k: v for k, v in _config(profile, setting).items() if k not in ("privacy", "marginals")},
               "protocol": profile.protocol, "knn_neighbors": profile.knn_neighbors,
               "imputation": "row-local, secret groups"}
     return run_stage(run_dir, stage_name(profile, setting, "prepare"),
@@ -142,9 +145,9 @@ def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, ledger_p
             shown.update(0)
             for entry in ledger:
                 sampler = generator.load(Path(checkpoints_dir) / entry["generator"], entry.get("sha256"))
-                rows = sampler.sample(n_rows, profile.seed * 1_000_003 + entry["iteration"])
+                rows = sample_rows(sampler, encoder, n_rows, profile.seed * 1_000_003 + entry["iteration"])
                 path = directory / f"synthetic_{entry['iteration']:06d}.parquet"
-                encoder.decode(rows).to_parquet(path, index=False)
+                rows.to_parquet(path, index=False)
                 files[f"iter_{entry['iteration']:06d}"] = path
                 shown.update(len(files))
         return files, {"checkpoints": len(files), "rows": n_rows}
@@ -158,4 +161,4 @@ def sample_generator_file(path: Path, schema: DatasetSchema, n_rows: int, seed: 
     """n rows, decoded, from a released file (it names its generator) or a checkpoint of `generator`."""
     from models.generators.samplers import load_sampler
 
-    return TableEncoder(schema).decode(load_sampler(path, sha256, generator).sample(n_rows, seed))
+    return sample_rows(load_sampler(path, sha256, generator), TableEncoder(schema), n_rows, seed)

@@ -18,10 +18,15 @@ A generator type (one module per type beside this one, registered in `models/gen
   statement of what epsilon covers, the release notes, release.json and the registry tags are built;
 * `training_curve`: the per-row RDP curve the lifetime ledger may compose with other releases' curves,
   only where it is a replace-one curve (else None: the ledger adds that release's epsilon).
+
+Every epsilon of `plan`, `fit`'s ledger and `training_curve` includes the measured marginals where the
+profile measures them (models/release_marginals.py): their RDP is added to training's, under the
+generator's own accountant's adjacency, before its one conversion.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +121,13 @@ class GeneratorType(ABC):
         text)` as training advances."""
 
     @abstractmethod
-    def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts: ...
+    def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+        """The public description of training's mechanism alone."""
+
+    def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+        """Training's facts, with the measured marginals' where the profile measures them: the mechanism the
+        accountant composes is then both (models/release_marginals.py)."""
+        return with_marginals(self.training_facts(profile, setting), profile)
 
     def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
         """Raise ConfigError for a setting this generator cannot train (before any work)."""
@@ -147,6 +158,20 @@ class GeneratorType(ABC):
         from models.generators.samplers import load_sampler
 
         return load_sampler(path, sha256, self.name)
+
+
+def with_marginals(facts: PrivacyFacts, profile: Profile) -> PrivacyFacts:
+    """`facts` with the measured marginals added to the mechanism, the accountant and the parameters."""
+    from models.release_marginals import mechanism_prose, public_parameters
+
+    prose = mechanism_prose(profile)
+    if prose is None:
+        return facts
+    return dataclasses.replace(
+        facts, mechanism=f"{facts.mechanism}; then {prose}",
+        accountant=(f"{facts.accountant}; the measured marginals' RDP (order x rho, under this accountant's "
+                    "adjacency) added to training's at every order before the one conversion"),
+        parameters={**facts.parameters, **public_parameters(profile)})
 
 
 def within_budget(setting: Setting, iterations: list[int], epsilons: list[float], budget: float | None,

@@ -106,9 +106,13 @@ def phases_at(profile: Profile, step: int):
 
 
 def replace_one_epsilon_at(profile: Profile, step: int) -> float:
+    """The replace-one epsilon after `step` steps, with the measured marginals' add/remove-one curve added
+    to Opacus's before the conversion."""
     from models.dpsgd_accountant import replace_one_epsilon
+    from models.release_marginals import ADD_REMOVE_ONE, marginals_rho
 
-    return replace_one_epsilon(phases_at(profile, step), profile.privacy.delta)
+    return replace_one_epsilon(phases_at(profile, step), profile.privacy.delta,
+                               extra_rho=marginals_rho(profile, ADD_REMOVE_ONE))
 
 
 def checkpoint_steps(profile: Profile) -> list[int]:
@@ -156,7 +160,7 @@ class DPAutoGAN(GeneratorType):
                   for e in result.checkpoints if e["step"] in shown]
         return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
 
-    def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+    def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.dpautogan
         autoencoder = {"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
                        "autoencoder_steps": c.autoencoder_steps}

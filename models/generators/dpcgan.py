@@ -41,11 +41,14 @@ def trainer_config(profile: Profile):
 
 
 def replace_one_epsilon_at(profile: Profile, updates: int) -> float:
-    """Training's replace-one epsilon after `updates` discriminator updates (one query each)."""
+    """The replace-one epsilon after `updates` discriminator updates (one query each), with the measured
+    marginals' add/remove-one curve added to Opacus's before the conversion."""
     from models.dpsgd_accountant import Phase, replace_one_epsilon
+    from models.release_marginals import ADD_REMOVE_ONE, marginals_rho
 
     c = profile.dpcgan
-    return replace_one_epsilon(Phase(c.sample_rate, c.noise_multiplier, int(updates)), profile.privacy.delta)
+    return replace_one_epsilon(Phase(c.sample_rate, c.noise_multiplier, int(updates)), profile.privacy.delta,
+                               extra_rho=marginals_rho(profile, ADD_REMOVE_ONE))
 
 
 class DPCGAN(GeneratorType):
@@ -85,7 +88,7 @@ class DPCGAN(GeneratorType):
                    "epsilon_add_remove": e["epsilon"]} for e in result.checkpoints]
         return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
 
-    def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+    def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.dpcgan
         return PrivacyFacts(
             generator=self.label,

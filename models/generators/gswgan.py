@@ -22,6 +22,7 @@ from models.generators.base import (
     TrainingJob,
     TrainingPlan,
 )
+from models.release_marginals import REPLACE_ONE, marginals_rho
 
 
 def _budgeted(profile: Profile, setting: Setting):
@@ -55,7 +56,8 @@ class GSWGAN(GeneratorType):
         from models.gswgan import planned_iterations
 
         self.check(profile, setting)
-        last, eps = planned_iterations(profile.gan, _budgeted(profile, setting), setting)
+        last, eps = planned_iterations(profile.gan, _budgeted(profile, setting), setting,
+                                       marginals_rho(profile, REPLACE_ONE))
         every = profile.gan.checkpoint_every
         return TrainingPlan(tuple(range(0, last + 1, every)), tuple(eps), last < profile.gan.iterations)
 
@@ -63,7 +65,8 @@ class GSWGAN(GeneratorType):
         from models.lifetime import TrainingCurve
 
         return TrainingCurve(setting.discriminators, int(trained_iterations), profile.gan.batch_size,
-                             profile.privacy.noise_multiplier, profile.gan.critic_draw)
+                             profile.privacy.noise_multiplier, profile.gan.critic_draw,
+                             marginals_rho(profile, REPLACE_ONE))
 
     def donor_groups(self, n_rows, profile, setting, secret):
         # A row's gaps are imputed from its own critic's subset: that critic depends on the row anyway.
@@ -120,7 +123,8 @@ class GSWGAN(GeneratorType):
         trainer = GeneratorTrainer(torch.from_numpy(job.data), np.load(prepared / "partition.npy"), critics,
                                    prof.gan, _budgeted(prof, setting), setting, encoder.head_groups(), prof.seed,
                                    job.directory / "checkpoints", device, job.secret,
-                                   level_share_fn=encoder.level_shares, condition=self._condition(job))
+                                   level_share_fn=encoder.level_shares, condition=self._condition(job),
+                                   marginals_rho=marginals_rho(prof, REPLACE_ONE) if setting.private else 0.0)
         reached = [""]
 
         def checkpoint(_: int, eps: float) -> None:
@@ -132,7 +136,7 @@ class GSWGAN(GeneratorType):
                          info={"critic_updates": "native" if trainer.native_critics else "torch"},
                          internal_metrics={"critic_wasserstein": result.metrics}, resume_notes=trainer.resume_notes)
 
-    def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+    def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         gan, privacy = profile.gan, profile.privacy
         per_row = gan.critic_draw == "per_row"
         sanitised = ("each generated row queries its own discriminator, drawn uniformly and independently among "

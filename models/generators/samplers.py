@@ -6,6 +6,9 @@ fresh environment. The released file says which generator wrote it (`"generator_
 GS-WGAN's, as every release before there was more than one generator), and the same (file, n_rows,
 seed) gives the same rows through the training code's sampling and through this module.
 The type is under "generator_type" (a DP-auto-GAN file's "generator" holds its generator's weights).
+A file that carries measured marginals (under "marginals", public: noisy counts and their plan) samples
+through `sample_rows`, which calibrates the generator's rows to them (models/calibration.py, no
+accountant either); a file without them samples as it always did.
 """
 
 from __future__ import annotations
@@ -82,12 +85,45 @@ class DPAutoGANSampler:
 SAMPLERS = {"gswgan": GSWGANSampler, "dpcgan": DPCGANSampler, "dpautogan": DPAutoGANSampler}
 
 
+# Key of a generator file's measured marginals: {"measured": MeasuredMarginals.to_dict(), "oversample": k}.
+MARGINALS_KEY = "marginals"
+# The calibration's random generator is seeded from the request's seed and this, so that it draws apart
+# from the generator's own latents (seeded by the seed alone).
+CALIBRATION_STREAM = 0xCA11B
+
+
 def sampler_from_blob(blob: dict, kind: str | None = None):
-    """`kind`: the generator type when the caller knows it (a training checkpoint does not record it)."""
+    """`kind`: the generator type when the caller knows it (a training checkpoint does not record it).
+    The sampler carries the file's measured marginals (or None) as `marginals` and `oversample`."""
     kind = kind or blob.get("generator_type", "gswgan")
     if kind not in SAMPLERS:
         raise ValueError(f"generator file written by an unknown generator {kind!r}")
-    return SAMPLERS[kind](blob)
+    sampler = SAMPLERS[kind](blob)
+    sampler.marginals, sampler.oversample = _measured(blob.get(MARGINALS_KEY))
+    return sampler
+
+
+def _measured(raw: dict | None):
+    if raw is None:
+        return None, 1
+    from models.marginals import MeasuredMarginals
+
+    return MeasuredMarginals.from_dict(raw["measured"]), int(raw["oversample"])
+
+
+def sample_rows(sampler, encoder, n_rows: int, seed: int):
+    """n rows decoded to the schema: the generator's own, or, when its file carries measured marginals,
+    `oversample` x n of them calibrated down to n (models/calibration.py: post-processing of the generator
+    and the noisy marginals, with its own random generator seeded from `seed`). The one sampling path of
+    the bundle, the pyfunc model, the selection and the report, so all give the same rows for a seed."""
+    measured = getattr(sampler, "marginals", None)
+    if measured is None or n_rows == 0:
+        return encoder.decode(sampler.sample(n_rows, seed))
+    from models.calibration import calibrate
+
+    drawn = encoder.decode(sampler.sample(sampler.oversample * n_rows, seed))
+    rng = np.random.default_rng([int(seed), CALIBRATION_STREAM])
+    return calibrate(drawn, encoder.schema, measured, rng, rows=n_rows)
 
 
 def read_generator_file(path: str | Path, sha256: str | None = None) -> dict:

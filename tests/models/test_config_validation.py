@@ -25,17 +25,16 @@ from tests.conftest import CARDIO_SCHEMA
 # gained `generator`, the DP-CGAN and DP-auto-GAN sections, per-setting generator and budget, and
 # evaluation.experiment_choice; and when the DP-auto-GAN section gained
 # `level_decoding`, the reconstruction weights and the latent model; and when it gained the moment fit;
-# and when profiles gained `trial` and the GS-WGAN section `critic_refresh`; and when the privacy section
-# gained `planned_releases` and `releases_until`).
+# and when profiles gained `trial` and the GS-WGAN section `critic_refresh`).
 SHIPPED_HASHES = {
-    "default": "36d2904f9b9e2d431ade43f92baebfb56e8a233391d124f0fb01ceb4a79f4598",
-    "smoke": "3d3f748139ba6c50b76961ae0a557d3d3d6ff097749258b723383303c1325112",
-    "thesis-k1500": "b7a64e595a1ef9912879fc0569fba533eb99293bb960eb8a5e55792296e19f54",
-    "thesis": "202fb34e7d3cd91fba3890b2b48d1b3fa5eb2921f309bc176afe2ea45c414c54",
-    "compare": "57daf8934ff34441aef69a6e509a95605495f1ceec90767326c1d4ca8ba260f9",
-    "eps1": "33ee178770c35c4914803b0dfb6690e9b157c2d94a6d068b828a4f1eab949cd4",
-    "eps3": "0eaf880ee37d7ceb9eee538fb59c1031b61e87dcdb2db4596d7124cc50b348cc",
-    "census-eps3": "61cf1de9eac41ecc3eb496e63a39ef625895583ece31695c62cd0f657e658ec0",
+    "default": "4c2f0fd7f180f97bf94c2e214049027f5c41006f69f504bd2915e3ed0c53c8ac",
+    "smoke": "20b141e8222f87c7c95df6790f1cbe8feb39fb01a3bf5b773ed898ff325c1e73",
+    "thesis-k1500": "d10bbacae2a3a12a95926c81fcdb9b2a8737ebc3594c29d2876bd9747bf89816",
+    "thesis": "15244aa9b4d5309892cec26d13cddea38625177853ed2f986f4bae7474929dcf",
+    "compare": "75f3ac719565be797edec2e2e29c88611d06656b69d87e5f56df0757c32367b5",
+    "eps1": "1a1997eaa589a15763d28ba230949e2f3c5ff89784ba406927c7e070c194a2c2",
+    "eps3": "76490ca5d5daca589c4a6144febb305c9a367eb87c167869eef497d63b3d0002",
+    "census-eps3": "b952d1bc34a1ddaff4f77c2f6b65019747fdec0934dae8d03c94c937dcde7d28",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
@@ -67,6 +66,9 @@ def _load_text(tmp_path, text: str) -> Profile:
     ("gan: {lr_critc: 0.1}", "gan.lr_critc: unknown key (did you mean 'lr_critic'?)"),
     ("privacy: {xyz: 1}", ("privacy.xyz: unknown key (known keys: approval_epsilon, choice_epsilon, clip, delta, "
                           "epsilon_budget, lifetime_budget, noise_multiplier, planned_releases, releases_until)")),
+    ("marginals: {rho: 0}", "marginals.rho: must be above 0 (got 0)"),
+    ("marginals: {sigma: 1.0}", ("marginals.sigma: unknown key (known keys: bins, enabled, oversample, rho, "
+                                 "selection_share, selections)")),
     ("gan: {target_prior: 1.0}", "gan.target_prior: must be below 1 (got 1.0)"),
     ("gan: {generator_ema: 1.5}", "gan.generator_ema: must be below 1 (got 1.5)"),
     ("evaluation: {share_gap_weight: -1}", "evaluation.share_gap_weight: must be at least 0"),
