@@ -50,7 +50,7 @@ timeout 150 python bench/train.py --json --device cuda -k 1000 --width 128 --ite
 work=$(mktemp -d)
 dpsynth demo-data --rows 3000 --out "$work/demo.csv"
 start=$(date +%s)
-( cd "$work" && MLFLOW_TRACKING_URI="sqlite:///$work/mlflow.db" timeout 240 \
+( cd "$work" && DPSYNTH_HOME="$work" MLFLOW_TRACKING_URI="sqlite:///$work/mlflow.db" timeout 240 \
     dpsynth experiment --config "$root/configs/cardio.yaml" --data "$work/demo.csv" --profile smoke --json \
     > "$work/experiment.log" 2>&1 ) || { tail -n 30 "$work/experiment.log"; exit 1; }
 echo "smoke experiment ($(( $(date +%s) - start )) s): $(tail -n 1 "$work/experiment.log")"

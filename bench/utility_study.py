@@ -1,6 +1,6 @@
 """Utility of finished releases at their published epsilon (docs/utility-study.md).
 
-For each release run folder given (`runs/release/<id>`, published), reads its summary (whole-release
+For each release run folder given (`<home>/runs/release/<id>`, published), reads its summary (whole-release
 epsilon, the AUC of the Algorithm 3 protocol on real test rows, the real-data AUC) and compares the
 published synthetic table (the bundle's) with the release's real test rows, which never reached
 preprocessing, the generator or the choice:
