@@ -18,9 +18,11 @@ lower bound at 95%. Five mechanisms:
 * dpautogan-gaussian-fit (`noisy_sums` of `latent_statistics` with `gaussian_bound`, sigma 1.4) and
   dpautogan-moments (`private_moments`, sigma 1.5, one call per trial): a canary pair of corner rows;
   exact is that pair's (mu = ||v(x) - v(x')|| / (sigma bound)), about 4.1; the replace-one claim must
-  cover it.
+  cover it;
+* measured-marginals (`noisy_marginal`, sigma 1.07, one call per trial): a canary row moved from one
+  level of a three-level column to another (one count down, one up); exact: mu = 1 / sigma, 4.05.
 
-The last four pass with a bound in [0.6 exact, exact]. `--halve-noise` (a check of the audit, never of
+The last five pass with a bound in [0.6 exact, exact]. `--halve-noise` (a check of the audit, never of
 a release) runs every mechanism at half its noise multiplier and judges it against the exact epsilon
 of the intended one: each audit must then refute it (bound > exact).
 

@@ -377,12 +377,12 @@ def measure(frame: pd.DataFrame, schema: DatasetSchema, plan: MeasurementPlan, s
     codes = frame_codes(schema, frame, names, plan.bins)
     measured: list[tuple[Marginal, float, np.ndarray, bool]] = []
     for marginal, sigma in zip(plan.marginals, plan.noise_multipliers):
-        measured.append((marginal, sigma, _noisy(codes, schema, marginal, sigma, plan.bins, noise), False))
+        measured.append((marginal, sigma, noisy_marginal(codes, schema, marginal, sigma, plan.bins, noise), False))
     if plan.selections:
         chosen = select_pairs(codes, schema, plan, measured, secret.numpy(f"{purpose}-selection"))
         for pair in chosen:
             sigma = plan.selected_noise_multiplier
-            measured.append((pair, sigma, _noisy(codes, schema, pair, sigma, plan.bins, noise), True))
+            measured.append((pair, sigma, noisy_marginal(codes, schema, pair, sigma, plan.bins, noise), True))
     shapes = [marginal_shape(schema, m, plan.bins) for m, *_ in measured]
     shares, total = consistent_shares([m for m, *_ in measured], shapes, [c for _, _, c, _ in measured],
                                       [s * L2_SENSITIVITY for _, s, _, _ in measured])
@@ -391,7 +391,7 @@ def measure(frame: pd.DataFrame, schema: DatasetSchema, plan: MeasurementPlan, s
     return MeasuredMarginals(released, total, plan, plan.bins)
 
 
-def _noisy(codes: dict[str, np.ndarray], schema: DatasetSchema, marginal: Marginal, sigma: float, bins: int,
+def noisy_marginal(codes: dict[str, np.ndarray], schema: DatasetSchema, marginal: Marginal, sigma: float, bins: int,
            noise: np.random.Generator) -> np.ndarray:
     """The Gaussian mechanism on one marginal: counts plus N(0, (sigma sqrt(2))^2) per cell, each draw
     rounded to an integer (so the sum is exact and shows nothing of the count but the rounded draw)."""

@@ -78,7 +78,7 @@ def _one_thread():
 # near 2.0 and 4.5.
 REDUCED = {"gswgan-sanitiser": (100_000, 0.45), "dpcgan-update": (100_000, 0.45),
            "dpautogan-update": (100_000, 0.45), "dpautogan-gaussian-fit": (100_000, 0.45),
-           "dpautogan-moments": (40_000, 0.35)}
+           "dpautogan-moments": (40_000, 0.35), "measured-marginals": (100_000, 0.45)}
 
 
 @pytest.mark.parametrize("mechanism", list(REDUCED))
