@@ -48,7 +48,7 @@ import numpy as np
 from autodp import rdp_acct, rdp_bank
 from scipy.optimize import minimize_scalar
 
-from models.checks import is_int, is_real
+from models.checks import check_extra_rho, is_int, is_real
 from models.errors import ConfigError
 
 CRITIC_DRAWS = ("per_row", "per_step")
@@ -119,12 +119,6 @@ def _query(batch_size: int, noise_multiplier: float, critic_draw: str) -> tuple[
     if critic_draw == "per_row":
         return noise_multiplier, batch_size
     return noise_multiplier / math.sqrt(batch_size), 1
-
-
-def _check_extra_rho(extra_rho: object) -> float:
-    if not is_real(extra_rho) or float(extra_rho) < 0:
-        raise ConfigError(f"the added zCDP rho must be a finite number >= 0, got {extra_rho!r}")
-    return float(extra_rho)
 
 
 def _check_iterations(iterations: object) -> int:
@@ -232,7 +226,7 @@ def epsilons_at(
     d = check_delta(delta)
     draw = _check_critic_draw(critic_draw)
     counts = [_check_iterations(t) for t in iterations_list]
-    extra = _check_extra_rho(extra_rho)
+    extra = check_extra_rho(extra_rho)
     if not any(counts) and not extra:
         return [0.0] * len(counts)
     query_sigma, per_step = _query(b, sigma, draw)
@@ -259,7 +253,7 @@ def training_rdp(discriminators: int, iterations: int, batch_size: int, noise_mu
     query_sigma, per_step = _query(b, sigma, draw)
     curve = _curve(k, query_sigma)
     orders = curve.orders.astype(float)
-    return orders, curve.rdp * float(t * per_step) + _check_extra_rho(extra_rho) * orders
+    return orders, curve.rdp * float(t * per_step) + check_extra_rho(extra_rho) * orders
 
 
 class GSWGANAccountant:

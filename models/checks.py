@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import numbers
 
+from models.errors import ConfigError
+
 
 def is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -15,3 +17,10 @@ def is_int(value: object) -> bool:
 def is_real(value: object) -> bool:
     """A finite real number that is not a bool (YAML's true would otherwise pass as 1)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def check_extra_rho(extra_rho: object) -> float:
+    """The zCDP rho an accountant adds to its curve for another mechanism on the same rows (>= 0, finite)."""
+    if not is_real(extra_rho) or float(extra_rho) < 0:
+        raise ConfigError(f"the added zCDP rho must be a finite number >= 0, got {extra_rho!r}")
+    return float(extra_rho)

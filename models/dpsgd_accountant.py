@@ -42,7 +42,8 @@ from types import ModuleType
 
 import numpy as np
 
-from models.accountant import check_delta, check_noise_multiplier, is_int, is_real
+from models.accountant import check_delta, check_noise_multiplier
+from models.checks import check_extra_rho, is_int, is_real
 from models.errors import ConfigError
 
 
@@ -217,12 +218,11 @@ def replace_one_epsilon(phases: Phase | Sequence[Phase], delta: float, conversio
     d = check_delta(delta)
     conv = _check_conversion(conversion)
     checked = _check_phases(phases)
-    if not is_real(extra_rho) or float(extra_rho) < 0:
-        raise ConfigError(f"the added zCDP rho must be a finite number >= 0, got {extra_rho!r}")
-    if not any(p.steps for p in checked) and not extra_rho:
+    extra = check_extra_rho(extra_rho)
+    if not any(p.steps for p in checked) and not extra:
         return 0.0
     grid, rdp = rdp_curve(checked, orders)
-    rdp = rdp + float(extra_rho) * grid
+    rdp = rdp + extra * grid
 
     def fits(log_d: float) -> tuple[bool, float]:
         eps = _convert(grid, rdp, math.exp(log_d), conv)
