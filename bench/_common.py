@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.config import GanConfig
-from models.gswgan import resolve_device, target_condition
-from models.networks import Generator
-from models.secret import PrivacySecret
+from dpsynth.models.config import GanConfig
+from dpsynth.models.generators.gswgan.trainer import resolve_device, target_condition
+from dpsynth.models.generators.networks import Generator
+from dpsynth.models.privacy.secret import PrivacySecret
 
 ROWS = 56_000   # Cardio's training split (0.8 of 70,000)
 WIDTH = 16      # Cardio's encoded width
@@ -73,7 +73,7 @@ def bench_gan(profile: str | None, **overrides) -> GanConfig:
     """The GAN settings a benchmark times: a profile's (configs/profiles/NAME.yaml), or the defaults."""
     gan = GanConfig()
     if profile is not None:
-        from models.config import load_profile
+        from dpsynth.models.config import load_profile
         root = Path(__file__).resolve().parent.parent
         gan = load_profile(profile, root / "configs" / "cardio.yaml").gan
     return dataclasses.replace(gan, **overrides)

@@ -1,8 +1,8 @@
-"""Privacy audit of the code that trains: an empirical lower bound on epsilon (models/audit.py).
+"""Privacy audit of the code that trains: an empirical lower bound on epsilon (models/privacy/audit.py).
 
 `--mode calibration` (white box, one query at a time): each sanitising function runs on a canary pair
 whose outputs differ by the whole sensitivity, without subsampling, so that its exact epsilon is a
-Gaussian mechanism's (models/privacy_loss.py) and is carried by events of probability 1e-4 to 1e-3, which
+Gaussian mechanism's (models/privacy/exact_loss.py) and is carried by events of probability 1e-4 to 1e-3, which
 10^6 trials per input reach. Scores are projections of the released output on the canary's direction;
 the threshold is chosen on a calibration half, and Clopper-Pearson bounds on the other half give a
 lower bound at 95%. Five mechanisms:
@@ -11,8 +11,8 @@ lower bound at 95%. Five mechanisms:
   gradient (+g on the first input, -g on the neighbour, norm 10 C), 10^6 sanitised rows per input
   (31,250 steps of B = 32), sigma = 1.07: exact 4.05 (mu = 1 / sigma); passes with a bound in
   [2.5, exact];
-* dpcgan-update: `models.dpcgan.sanitized_gradient` on a one-layer discriminator; dpautogan-update:
-  `models.dpautogan.sanitize` on per-example gradients. A canary of norm 100 C, +-g; sigma = 2.14
+* dpcgan-update: `dpsynth.models.generators.dpcgan.trainer.sanitized_gradient` on a one-layer discriminator; dpautogan-update:
+  `dpsynth.models.generators.dpautogan.trainer.sanitize` on per-example gradients. A canary of norm 100 C, +-g; sigma = 2.14
   (mu = 2C / (sigma C)): exact 4.05. Many canaries per call, each in gradient coordinates of its own,
   give many trials per call;
 * dpautogan-gaussian-fit (`noisy_sums` of `latent_statistics` with `gaussian_bound`, sigma 1.4) and
@@ -42,7 +42,7 @@ epsilon at the claimed delta, with 95% confidence. Three audits:
   (the per-row accounting): at large K the bound exceeds it, i.e. the audit catches the old bug;
 * per_step: the shared critic against its own accounting (T queries at sigma / sqrt(B)).
 
-Each carries `epsilon_exact`, the exact epsilon of the mechanism that ran (models/privacy_loss.py),
+Each carries `epsilon_exact`, the exact epsilon of the mechanism that ran (models/privacy/exact_loss.py),
 which the RDP claim overstates (K = 10, one step: exact 3.76, claim 7.69). Defaults: K = 10
 (`--discriminators`; 100 for the earlier setting), B = 32, sigma = 1.07, delta = 1e-5, T = 1
 (`--steps`), 10^5 steps per input, a tiny generator (the audit is about the query, and the planted
@@ -57,10 +57,10 @@ lower bound at 95% (pooled over `--runs` runs). Once with the sanitiser, once wi
 noise): a leak must show as a clearly higher bound. K = 1 so that the sanitiser is the only protection
 (its claim is then very large: no amplification by subsampling).
 
-Usage: ``python bench/audit.py --mode calibration [--json] [--trials 1000000] [--halve-noise]
-[--mechanisms gswgan-sanitiser ...]``; ``python bench/audit.py --mode step [--json] [--trials 100000]
+Usage: ``python -m bench.audit --mode calibration [--json] [--trials 1000000] [--halve-noise]
+[--mechanisms gswgan-sanitiser ...]``; ``python -m bench.audit --mode step [--json] [--trials 100000]
 [--steps 1 5] [--discriminators 10]`` (trials per input for one step; trials of T steps are that over
-T, so every audit runs as many steps); ``python bench/audit.py --mode train [--json] [--runs 3]``. The
+T, so every audit runs as many steps); ``python -m bench.audit --mode train [--json] [--runs 3]``. The
 last line of standard output is one JSON object: {"mode", "audits": [{"mechanism" or "sanitiser",
 "epsilon_claimed", "epsilon_lower_bound", ...}], "seconds"} (calibration adds "passed": every audit
 passed).
@@ -69,10 +69,9 @@ passed).
 from __future__ import annotations
 
 import os
-import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))
+_root = os.path.dirname(_here)
 
 import argparse
 import json
@@ -80,7 +79,7 @@ import time
 
 import torch
 
-from models.audit import (
+from dpsynth.models.privacy.audit import (
     CALIBRATION_MECHANISMS,
     StepAuditSetup,
     TrainAuditSetup,
@@ -107,7 +106,7 @@ def calibration(args) -> list[dict]:
 
 
 def train_audits(args) -> list[dict]:
-    from models.schema import DatasetSchema
+    from dpsynth.models.data.schema import DatasetSchema
 
     schema = DatasetSchema.from_yaml(os.path.join(os.path.dirname(_here), "configs", "cardio.yaml"))
     setup, audits = TrainAuditSetup(), []

@@ -13,7 +13,7 @@ training, both selection paths, the naive per-critic pretraining loop) run `--wo
 flow's process pool, so their totals are divided by it; the batched pretraining already uses every core
 and sampling is counted whole.
 
-Usage: python bench/experiment.py [--json] [--device auto|cpu|cuda]
+Usage: python -m bench.experiment [--json] [--device auto|cpu|cuda]
 The last line printed is JSON: {"naive_projected_min", "projected_full_min", "ratio", ...}.
 """
 
@@ -24,13 +24,10 @@ import contextlib
 import io
 import json
 import os
-import sys
 import time
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _root = os.path.dirname(_here)
-if _root not in sys.path:
-    sys.path.insert(0, _root)
 
 CRITICS = 1 + 250 + 500 + 750 + 1000 + 1500
 PRETRAIN_ITERATIONS = 2000
@@ -53,10 +50,10 @@ def sampling_seconds(device: str, profile: str) -> float:
 
     import torch
 
-    from models.config import load_profile
-    from models.encoding import TableEncoder
-    from models.gswgan import generator_spec, sample_encoded, target_condition
-    from models.schema import DatasetSchema
+    from dpsynth.models.config import load_profile
+    from dpsynth.models.data.encoding import TableEncoder
+    from dpsynth.models.data.schema import DatasetSchema
+    from dpsynth.models.generators.gswgan.trainer import generator_spec, sample_encoded, target_condition
 
     schema = DatasetSchema.from_yaml(Path(_root) / "configs" / "cardio.yaml")
     encoder = TableEncoder(schema)

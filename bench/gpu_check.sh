@@ -38,14 +38,14 @@ import torch
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
 print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__)
 PY
-timeout 150 python bench/pretrain.py --json --device cuda | tail -n 1 | sed 's/^/pretrain: /'
+timeout 150 python -m bench.pretrain --json --device cuda | tail -n 1 | sed 's/^/pretrain: /'
 # Per-row critics on CUDA run the tensor code's per-critic refresh (about 80 ms an iteration on an H200):
 # a few hundred iterations keep the whole check within its time.
-timeout 200 python bench/train.py --json --device cuda --iterations 300 --naive-iterations 20 | tail -n 1 \
+timeout 200 python -m bench.train --json --device cuda --iterations 300 --naive-iterations 20 | tail -n 1 \
     | sed 's/^/train: /'
 # The census-like table 128 encoded columns wide (bench/_layout.py), K = 1000 like the default release.
-timeout 150 python bench/pretrain.py --json --device cuda -k 1000 --width 128 | tail -n 1 | sed 's/^/pretrain, 128 columns: /'
-timeout 150 python bench/train.py --json --device cuda -k 1000 --width 128 --iterations 200 --naive-iterations 10 \
+timeout 150 python -m bench.pretrain --json --device cuda -k 1000 --width 128 | tail -n 1 | sed 's/^/pretrain, 128 columns: /'
+timeout 150 python -m bench.train --json --device cuda -k 1000 --width 128 --iterations 200 --naive-iterations 10 \
     | tail -n 1 | sed 's/^/train, 128 columns: /'
 work=$(mktemp -d)
 dpsynth demo-data --rows 3000 --out "$work/demo.csv"

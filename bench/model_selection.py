@@ -1,6 +1,6 @@
 """Benchmark of the logistic-regression model selection (thesis Algorithm 3): naive liblinear loop vs fast path.
 
-What is measured: for each run, the wall-clock seconds of one full `models.selection.select_model` call
+What is measured: for each run, the wall-clock seconds of one full `dpsynth.models.evaluation.selection.select_model` call
 (40 candidates: l1/l2 x 20 values of C from `regularisation_grid(seed)`; validation AUC of every candidate;
 refit of the winner on train + validation; test AUC and AUPRC), once with ``method="naive"`` (one
 scikit-learn liblinear fit per candidate, sequential, as in the thesis) and with ``method="fast"`` on the
@@ -30,7 +30,7 @@ Even runs are "real-vs-real"; odd runs mimic a synthetic-data evaluation: traini
 come from a noisier, biased copy of the generator (perturbed coefficients, jittered features, flipped
 labels, shifted shares) and the test rows from the "real" one.
 
-Usage: ``python bench/model_selection.py [--json] [--width cardio 128 256] [--rows 10000 100000] [--runs N]``
+Usage: ``python -m bench.model_selection [--json] [--width cardio 128 256] [--rows 10000 100000] [--runs N]``
 (default: cardio and 128 columns x 32,561 rows). The last line printed is JSON: {"ratio" (the smallest
 over the tables), "max_auc_diff", "max_auc_diff_exact", "tables": [per shape: "naive_s", "fast_s",
 "ratio", "max_auc_diff", ...]}.
@@ -39,12 +39,9 @@ over the tables), "max_auc_diff", "max_auc_diff_exact", "tables": [per shape: "n
 from __future__ import annotations
 
 import os
-import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _root = os.path.dirname(_here)
-if _root not in sys.path:
-    sys.path.insert(0, _root)
 
 import argparse
 import json
@@ -53,7 +50,12 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from bench._layout import wide_layout
-from models.selection import _liblinear, liblinear_objective, regularisation_grid, select_model
+from dpsynth.models.evaluation.selection import (
+    _liblinear,
+    liblinear_objective,
+    regularisation_grid,
+    select_model,
+)
 
 N_TRAIN, N_VAL, N_TEST = 56_000, 7_000, 7_000
 WIDTH_CARDIO = 16

@@ -1,5 +1,5 @@
 """Fingerprint of a release's outputs for a fixed secret: the regression check that a refactoring left
-every number unchanged (`python bench/release_fingerprint.py --profile default --profile eps1`).
+every number unchanged (`python -m bench.release_fingerprint --profile default --profile eps1`).
 
 It runs the release's stages (validate, split, preprocess, measure marginals, prepare, train, attach,
 sample, select) in one process on a generated Cardio-like table with an explicit secret, the profile's
@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.config import load_profile
-from models.demo import make_demo_table
-from models.schema import DatasetSchema
-from models.secret import PrivacySecret, store
-from tasks import evaluate, marginals, preprocess, split, training, validate
+from dpsynth.models.config import load_profile
+from dpsynth.models.data.demo import make_demo_table
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.privacy.secret import PrivacySecret, store
+from dpsynth.tasks import evaluate, marginals, preprocess, split, training, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "cardio.yaml"

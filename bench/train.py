@@ -5,7 +5,7 @@ private setting (sigma = 1.07, C = 1), the thesis networks and B = 32, r = 5, on
 with the profile's critic draw (default: a critic per sanitised row; B critics, drawn apart from the
 queried ones, refreshed r times before the query; `--profile` takes another profile's generator settings):
 
-* fast: `models.gswgan.GeneratorTrainer.run` for `--iterations` iterations (default 1,000) after the
+* fast: `dpsynth.models.generators.gswgan.trainer.GeneratorTrainer.run` for `--iterations` iterations (default 1,000) after the
   untimed iteration-0 checkpoint: resuming from it and writing the checkpoint at the end (generator,
   critics and their Adam state, epsilon) are included, as in a real run's every 1,000 iterations.
   `--iterations 20000 --checkpoint-every 1000` times a whole run as a release trains it instead: one
@@ -20,16 +20,15 @@ also fastest so). Printed: {"naive_s", "fast_s", "ratio", "projected_40k_min", .
 are seconds for the fast run's iteration count; projected_40k_min projects the fast path to 40,000
 iterations (thesis T). The last line of standard output is the JSON object.
 
-Usage: ``python bench/train.py [--json] [--device auto|cpu|cuda] [-k 1500] [--iterations 500]``
+Usage: ``python -m bench.train [--json] [--device auto|cpu|cuda] [-k 1500] [--iterations 500]``
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))
+_root = os.path.dirname(_here)
 
 import copy
 import dataclasses
@@ -55,9 +54,9 @@ from bench._common import (
     parser,
     refresh_steps,
 )
-from models.config import GanConfig, PrivacyConfig, Setting
-from models.gswgan import GeneratorTrainer, kernels_in_use, make_partition
-from models.networks import CriticStack
+from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, kernels_in_use, make_partition
+from dpsynth.models.generators.networks import CriticStack
 
 FULL_ITERATIONS = 40_000
 

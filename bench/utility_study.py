@@ -9,13 +9,13 @@ preprocessing, the generator or the choice:
   discrete columns as level codes, as the internal report shows it);
 * mean total-variation distance over the discrete columns;
 * mean Wasserstein distance over the continuous columns, values scaled to [0, 1] by the public bounds;
-* the fidelity figures that carry targets (models/fidelity.py: 1-way and 2-way total-variation distances
+* the fidelity figures that carry targets (models/evaluation/fidelity.py: 1-way and 2-way total-variation distances
   on public cells, lost levels, point-mass gaps, Spearman gap between continuous columns), each judged
   "met" or "missed" against `FIDELITY_TARGETS`; --json adds each run's whole fidelity summary.
 
 Then mean and standard deviation per profile. Internal figures: every number depends on real rows.
 
-    python bench/utility_study.py --config configs/cardio.yaml RUN_DIR [RUN_DIR ...] [--json]
+    python -m bench.utility_study --config configs/cardio.yaml RUN_DIR [RUN_DIR ...] [--json]
 """
 
 from __future__ import annotations
@@ -26,15 +26,19 @@ import sys
 from pathlib import Path
 
 _here = Path(__file__).resolve().parent
-sys.path.insert(0, str(_here.parent))
 
 import numpy as np
 import pandas as pd
 
-from models.encoding import TableEncoder
-from models.fidelity import FIDELITY_TARGETS, MISSED, fidelity_summary, fidelity_verdicts
-from models.quality import spearman_mad, spearman_matrix, tvd_by_feature, wasserstein_by_feature
-from models.schema import DatasetSchema
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.fidelity import FIDELITY_TARGETS, MISSED, fidelity_summary, fidelity_verdicts
+from dpsynth.models.evaluation.quality import (
+    spearman_mad,
+    spearman_matrix,
+    tvd_by_feature,
+    wasserstein_by_feature,
+)
 
 
 def real_test_rows(schema: DatasetSchema, run: Path) -> pd.DataFrame:

@@ -11,10 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-from models.errors import DpsynthError, StorageError
+from dpsynth.models.errors import DpsynthError, StorageError
 
 DEFAULT_CONFIG = "configs/cardio.yaml"
-GENERATOR_CHOICES = ("gswgan", "dpcgan", "dpautogan")   # models.config.GENERATORS (not imported: startup time)
+GENERATOR_CHOICES = ("gswgan", "dpcgan", "dpautogan")   # dpsynth.models.config.GENERATORS (not imported: startup time)
 # A published epsilon above this draws a warning: at that level differential privacy promises little.
 HIGH_EPSILON = 10.0
 
@@ -110,13 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     p.add_argument("--shape", choices=("plain", "hard"), default="plain",
                    help="hard: most values at 0 in columns bounded below by 0, long-tailed level shares, a "
-                        "25/75 target that depends on them (models.demo.DemoShape)")
+                        "25/75 target that depends on them (dpsynth.models.data.demo.DemoShape)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    from tasks.private_files import owner_only
+    from dpsynth.tasks.private_files import owner_only
 
     owner_only()
     args = build_parser().parse_args(argv)
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                "demo-data": cmd_demo_data}[args.command]
     try:
         if args.home:
-            from tasks.home import set_home
+            from dpsynth.tasks.home import set_home
 
             set_home(args.home)
         with command_console(args):
@@ -165,7 +165,7 @@ def command_console(args):
     """The flow commands show progress and keep libraries' output off the console (flows/console.py)."""
     if args.command not in ("release", "experiment"):
         return contextlib.nullcontext()
-    from flows.console import flow_console
+    from dpsynth.flows.console import flow_console
 
     return flow_console(args.json, args.verbose)
 
@@ -181,9 +181,9 @@ def _json_safe(value):
 
 
 def cmd_validate(args) -> None:
-    from models.schema import DatasetSchema
-    from tasks.table_io import read_table
-    from tasks.validate import check_table
+    from dpsynth.models.data.schema import DatasetSchema
+    from dpsynth.tasks.table_io import read_table
+    from dpsynth.tasks.validate import check_table
 
     schema = DatasetSchema.from_yaml(args.config)
     report = check_table(schema, read_table(args.data, schema))
@@ -194,10 +194,10 @@ def cmd_validate(args) -> None:
 
 def preflight(args, kind: str):
     """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly."""
-    from tasks.context import finished_summary, load_context, open_run
-    from tasks.decision import planned_cost
-    from tasks.table_io import read_table
-    from tasks.validate import check_table
+    from dpsynth.tasks.context import finished_summary, load_context, open_run
+    from dpsynth.tasks.decision import planned_cost
+    from dpsynth.tasks.table_io import read_table
+    from dpsynth.tasks.validate import check_table
 
     ctx = load_context(args.config, args.data, args.profile, args.out, kind, generator=args.generator,
                        publish=not getattr(args, "no_publish", False))
@@ -205,7 +205,7 @@ def preflight(args, kind: str):
         return ctx   # already published, tried or completed: the flow reuses everything and starts nothing
     prof = ctx.profile
     if kind == "release":
-        from tasks.ledger import require_lifetime_budget
+        from dpsynth.tasks.ledger import require_lifetime_budget
 
         require_lifetime_budget(prof)   # only a profile with a lifetime budget publishes
     settings = [prof.release_target()] if kind == "release" else prof.settings
@@ -213,15 +213,15 @@ def preflight(args, kind: str):
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
     if kind == "release" and not prof.trial:   # a trial enters nothing in the ledger: nothing to check
-        from models.lifetime import planned_release_cost
-        from tasks.ledger import check_lifetime, check_new_input, check_release_window
+        from dpsynth.models.privacy.lifetime import planned_release_cost
+        from dpsynth.tasks.ledger import check_lifetime, check_new_input, check_release_window
 
         check_lifetime(ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget,
                        ctx.run_id)
         check_release_window(ctx.schema.name, prof, ctx.run_id)
         if not args.allow_same_input:
             check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
-    from tasks.tracking import check_store
+    from dpsynth.tasks.tracking import check_store
 
     check_store()
     # Every check passed: the run folder (its record and its secret) exists from here on.
@@ -231,17 +231,17 @@ def preflight(args, kind: str):
 
 def cmd_release(args) -> None:
     ctx = preflight(args, "release")
-    from tasks.context import REAL_TABLE_TRIAL, finished_summary, is_demo_table
+    from dpsynth.tasks.context import REAL_TABLE_TRIAL, finished_summary, is_demo_table
 
     if ctx.profile.trial and finished_summary(ctx) is None and not is_demo_table(ctx.data_path, ctx.data_hash):
         print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
-    from flows.release import release
+    from dpsynth.flows.release import release
 
     summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir),
                       generator=args.generator, publish=not args.no_publish,
                       allow_same_input=args.allow_same_input)
     if summary.get("reused"):
-        from tasks.progress import note
+        from dpsynth.tasks.progress import note
 
         what = (f"was already published as {summary['model_uri']}" if summary.get("published", True) else
                 "had already finished as a trial (nothing published)")
@@ -280,10 +280,10 @@ def closing_lines(summary: dict) -> tuple[str, list[str]]:
 
 
 def cmd_experiment(args) -> None:
-    from flows.experiment import experiment_for_profile, plan
+    from dpsynth.flows.experiment import experiment_for_profile, plan
 
     if args.dry_run:
-        from tasks.context import load_context
+        from dpsynth.tasks.context import load_context
 
         ctx = load_context(args.config, args.data, args.profile, args.out, "experiment", generator=args.generator)
         summary = plan(ctx.profile)
@@ -301,8 +301,8 @@ def cmd_experiment(args) -> None:
 def cmd_epsilon(args) -> None:
     if args.profile is not None:
         return epsilon_of_profile(args)
-    from models.accountant import epsilon_for
-    from models.errors import ConfigError
+    from dpsynth.models.errors import ConfigError
+    from dpsynth.models.privacy.accountant import epsilon_for
 
     if args.discriminators is None or args.iterations is None:
         raise ConfigError("dpsynth epsilon needs --profile (any generator), or GS-WGAN's --discriminators and "
@@ -319,9 +319,9 @@ def cmd_epsilon(args) -> None:
 def epsilon_of_profile(args) -> None:
     """Per setting: the generator, the last checkpoint the budget allows and training's epsilon there,
     and the whole release's epsilon (with the DP choice), from the one accountant of each generator."""
-    from models.generators import generator_for
-    from models.profiles import load_named
-    from models.release_choice import whole_release_epsilon
+    from dpsynth.models.generators import generator_for
+    from dpsynth.models.privacy.release_choice import whole_release_epsilon
+    from dpsynth.models.profiles import load_named
 
     prof = load_named(args.profile, args.config)
     if args.generator:
@@ -341,9 +341,9 @@ def epsilon_of_profile(args) -> None:
 
 
 def cmd_ledger(args) -> None:
-    from models.profiles import load_named
-    from models.schema import DatasetSchema
-    from tasks.ledger import summary
+    from dpsynth.models.data.schema import DatasetSchema
+    from dpsynth.models.profiles import load_named
+    from dpsynth.tasks.ledger import summary
 
     schema = DatasetSchema.from_yaml(args.config)
     budget = load_named(args.profile, args.config).privacy.lifetime_budget if args.profile else None
@@ -371,10 +371,10 @@ def cmd_ledger(args) -> None:
 
 def _print_forecast(dataset: str, args) -> dict:
     """`dpsynth ledger --forecast N --profile P`: N more releases of P, each at its planned (largest) cost."""
-    from models.errors import ConfigError
-    from models.lifetime import planned_release_cost
-    from models.profiles import load_named
-    from tasks.ledger import forecast
+    from dpsynth.models.errors import ConfigError
+    from dpsynth.models.privacy.lifetime import planned_release_cost
+    from dpsynth.models.profiles import load_named
+    from dpsynth.tasks.ledger import forecast
 
     if args.profile is None or args.forecast < 1:
         raise ConfigError("dpsynth ledger --forecast N needs N >= 1 and --profile: the releases to forecast are "
@@ -408,8 +408,8 @@ def _print_forecast(dataset: str, args) -> dict:
 def cmd_profiles(args) -> None:
     """Every profile beside the schema: its generator(s), the release's epsilon budget, the table's lifetime
     budget, whether it is a trial, and what `dpsynth release --profile NAME` does with it."""
-    from models.errors import ConfigError
-    from models.profiles import known_profiles, load_named, profiles_folder
+    from dpsynth.models.errors import ConfigError
+    from dpsynth.models.profiles import known_profiles, load_named, profiles_folder
 
     folder = profiles_folder(args.config)
     rows = []
@@ -453,24 +453,24 @@ def cmd_profiles(args) -> None:
 
 
 def cmd_sample(args) -> None:
-    from tasks.registry import sample_from_registry
+    from dpsynth.tasks.registry import sample_from_registry
 
     path = sample_from_registry(args.model_uri, args.rows, Path(args.out), args.seed)
     print(f"wrote {args.rows} synthetic rows to {path}")
 
 
 def cmd_demo_data(args) -> None:
-    from models.demo import SHAPES, make_demo_table
-    from models.errors import ConfigError
-    from models.schema import DatasetSchema
-    from tasks.table_io import write_table
+    from dpsynth.models.data.demo import SHAPES, make_demo_table
+    from dpsynth.models.data.schema import DatasetSchema
+    from dpsynth.models.errors import ConfigError
+    from dpsynth.tasks.table_io import write_table
 
     if args.rows < 1:
         raise ConfigError("--rows must be at least 1.")
     schema = DatasetSchema.from_yaml(args.config)
     table = make_demo_table(schema, args.rows, args.seed, SHAPES[args.shape])
     path = write_table(table, args.out, separator=schema.separator)
-    from tasks.context import write_demo_sidecar
+    from dpsynth.tasks.context import write_demo_sidecar
 
     # Marks the table as made by code, so that a trial on it is known not to read real rows.
     sidecar = write_demo_sidecar(path, {"schema": schema.name, "schema_version": schema.version,

@@ -20,14 +20,14 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tasks.environment import environment
-from tasks.progress import MODE_ENV
+from dpsynth.tasks.environment import environment
+from dpsynth.tasks.progress import MODE_ENV
 
 # Prefect's console handler (its logging.yml `handlers.console`), overridable from the environment.
 PREFECT_CONSOLE_LEVEL_ENV = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
 MLFLOW_BARS_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 # Warnings raised from our own packages still show; everyone else's only under --verbose.
-OUR_MODULES = r"(models|tasks|flows)(\.|$)"
+OUR_MODULES = r"dpsynth(\.|$)"
 
 
 @contextmanager

@@ -21,16 +21,23 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner
 
-from flows import stages
-from flows.pipeline import log_training, prepare, publish_report, train_chain, wait_showing_progress
-from models.config import Profile, Setting, load_profile
-from models.generators import generator_for
-from models.secret import load as load_secret
-from tasks import tracking
-from tasks.context import close_run, finished_summary, load_context, open_run, read_run_record, remember
-from tasks.decision import decide
-from tasks.evaluate import checkpoint_runs, collect_runs, real_runs
-from tasks.stage import read_json, write_json
+from dpsynth.flows import stages
+from dpsynth.flows.pipeline import log_training, prepare, publish_report, train_chain, wait_showing_progress
+from dpsynth.models.config import Profile, Setting, load_profile
+from dpsynth.models.generators import generator_for
+from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.tasks import tracking
+from dpsynth.tasks.context import (
+    close_run,
+    finished_summary,
+    load_context,
+    open_run,
+    read_run_record,
+    remember,
+)
+from dpsynth.tasks.decision import decide
+from dpsynth.tasks.evaluate import checkpoint_runs, collect_runs, real_runs
+from dpsynth.tasks.stage import read_json, write_json
 
 
 def plan(profile: Profile) -> dict:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from flows import stages
-from models.config import Profile, Setting
-from models.schema import DatasetSchema
-from tasks.evaluate import synthetic_rows
+from dpsynth.flows import stages
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.tasks.evaluate import synthetic_rows
 
 
 def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: Path, profile: Profile) -> dict:
@@ -57,7 +57,7 @@ def wait_showing_progress(futures: list, stage: str, unit: str = "run") -> None:
     completed earlier count at once, so the first rate and time left are optimistic."""
     from prefect.futures import as_completed
 
-    from tasks.progress import Progress
+    from dpsynth.tasks.progress import Progress
 
     with Progress(stage, len(futures), unit) as shown:
         shown.update(0)
@@ -67,8 +67,8 @@ def wait_showing_progress(futures: list, stage: str, unit: str = "run") -> None:
 
 def log_training(run_id: str, chain: dict) -> None:
     """Epsilon per checkpoint and the critic's estimates (internal) to the MLflow run."""
-    from tasks import tracking
-    from tasks.stage import read_json
+    from dpsynth.tasks import tracking
+    from dpsynth.tasks.stage import read_json
 
     name = chain["setting"]
     ledger = read_json(chain["ledger"])["checkpoints"]
@@ -86,8 +86,8 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
     import pandas as pd
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from tasks import tracking
-    from tasks.prefect_summary import public_selection_records, public_summary_markdown
+    from dpsynth.tasks import tracking
+    from dpsynth.tasks.prefect_summary import public_selection_records, public_summary_markdown
 
     report = stages.write_report(run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title,
                                  release)

@@ -21,18 +21,18 @@ import pandas as pd
 import torch
 from prefect import flow, get_run_logger
 
-from flows import stages
-from flows.pipeline import log_training, prepare, publish_report, setting_chain
-from models.checkpoint_files import load_verified
-from models.errors import ReleaseNotApprovedError
-from models.generators import generator_for
-from models.lifetime import planned_release_cost, release_cost
-from models.privacy_statement import privacy_statement
-from models.secret import load as load_secret
-from tasks import ledger as ledger_mod
-from tasks import tracking
-from tasks.bundle import build_release_json, record_model_uri
-from tasks.context import (
+from dpsynth.flows import stages
+from dpsynth.flows.pipeline import log_training, prepare, publish_report, setting_chain
+from dpsynth.models.checkpoint_files import load_verified
+from dpsynth.models.errors import ReleaseNotApprovedError
+from dpsynth.models.generators import generator_for
+from dpsynth.models.privacy.lifetime import planned_release_cost, release_cost
+from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks import ledger as ledger_mod
+from dpsynth.tasks import tracking
+from dpsynth.tasks.bundle import build_release_json, record_model_uri
+from dpsynth.tasks.context import (
     REAL_TABLE_TRIAL,
     close_run,
     finished_summary,
@@ -42,14 +42,19 @@ from tasks.context import (
     read_run_record,
     remember,
 )
-from tasks.decision import decide, planned_cost
-from tasks.ledger import check_lifetime, check_new_input, check_release_window, require_lifetime_budget
-from tasks.marginals import released_parameters
-from tasks.registry import release_registered, release_tags
-from tasks.reporting import privacy_summary
-from tasks.split import SplitMissesTargetLevel
-from tasks.stage import read_json, write_json
-from tasks.training import sample_generator_file
+from dpsynth.tasks.decision import decide, planned_cost
+from dpsynth.tasks.ledger import (
+    check_lifetime,
+    check_new_input,
+    check_release_window,
+    require_lifetime_budget,
+)
+from dpsynth.tasks.marginals import released_parameters
+from dpsynth.tasks.registry import release_registered, release_tags
+from dpsynth.tasks.reporting import privacy_summary
+from dpsynth.tasks.split import SplitMissesTargetLevel
+from dpsynth.tasks.stage import read_json, write_json
+from dpsynth.tasks.training import sample_generator_file
 
 
 @flow(name="release")

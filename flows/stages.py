@@ -8,8 +8,18 @@ import functools
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import bundle, evaluate, marginals, preprocess, registry, reporting, split, training, validate
-from tasks.private_files import owner_only
+from dpsynth.tasks import (
+    bundle,
+    evaluate,
+    marginals,
+    preprocess,
+    registry,
+    reporting,
+    split,
+    training,
+    validate,
+)
+from dpsynth.tasks.private_files import owner_only
 
 
 def _task(fn, name: str):

@@ -11,7 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from models.errors import ConfigError, StorageError
+from dpsynth.models.errors import ConfigError, StorageError
 
 
 def sha256_of(path: Path) -> str:

@@ -33,8 +33,8 @@ from pydantic import (
     model_validator,
 )
 
-from models.config_validation import MAX_INT, STRICT, Name, one_line, validate
-from models.errors import ConfigError
+from dpsynth.models.config_validation import MAX_INT, STRICT, Name, one_line, validate
+from dpsynth.models.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class GanConfig:
     betas: tuple[float, float] = (0.0, 0.9)
     critic_steps: int = 5
     # How a generator step draws the critics it queries, the mechanism the accountant composes
-    # (models/accountant.py): "per_row", every sanitised row its own critic, independently (T x B
+    # (models/privacy/accountant.py): "per_row", every sanitised row its own critic, independently (T x B
     # queries at sigma); "per_step", one critic for all B rows (the thesis' Algorithm 2: T queries at
     # sigma / sqrt(B), epsilon in the hundreds; for reproducing the thesis only, `release` refuses it).
     critic_draw: str = "per_row"
@@ -61,7 +61,7 @@ class GanConfig:
     # `critic_steps` (thesis: 5). Free in privacy terms (critics are never released, and the refresh
     # schedule depends on no row: `critic_refresh`) and the main lever against stale critics at large K.
     critic_refresh_steps: int | None = None
-    # Which critics a training step refreshes (models.gswgan.GeneratorTrainer.draw_refreshed):
+    # Which critics a training step refreshes (dpsynth.models.generators.gswgan.trainer.GeneratorTrainer.draw_refreshed):
     # "independent", as many critics as the step queries, drawn from a secret stream of their own,
     # independent of the query draws, so no critic's state records which critics past rows queried (the
     # premise of the T x B composition: docs/privacy.md section 1); "drawn", the critics the step
@@ -71,11 +71,11 @@ class GanConfig:
     batch_size: int = 32
     pretrain_iterations: int = 2000
     # Precision of the throwaway generators' matrix products in pretraining, forward and backward
-    # (models.gswgan.pretrain_matmul_dtype): "float32"; "bfloat16" (float32 accumulation, mixed precision
+    # (dpsynth.models.generators.gswgan.trainer.pretrain_matmul_dtype): "float32"; "bfloat16" (float32 accumulation, mixed precision
     # as autocast); "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32
     # elsewhere. BatchNorm, the critics and Adam stay float32; training and the released generator too.
     pretrain_matmul: str = "auto"
-    # Two CPU inner loops in C (models.native_kernels): the critic updates (all r of a visit in one call,
+    # Two CPU inner loops in C (dpsynth.models.native.kernels): the critic updates (all r of a visit in one call,
     # pretraining and training) and BatchNorm + ReLU of pretraining's bfloat16 products. "torch": the
     # tensor code; "native": the C kernels, built with the system's C compiler on first use (an error if
     # none builds them); "auto": the C kernels where they build and apply (CPU, critics without
@@ -87,7 +87,7 @@ class GanConfig:
     generator_ema: float | None = None
     # "tanh": one Tanh head for every encoded column (thesis); "typed": Tanh for continuous and
     # binary columns, a softmax mapped to [-1, 1] over each one-hot group; "gumbel": relaxed samples
-    # for binary columns and one-hot groups (CTGAN's Gumbel-softmax; models.networks.apply_head).
+    # for binary columns and one-hot groups (CTGAN's Gumbel-softmax; dpsynth.models.generators.networks.apply_head).
     output_head: str = "tanh"
     # Condition G and the critics' fake rows on the (binary) target, as official GS-WGAN conditions on
     # the class label: G takes z and a label drawn with probability `target_prior` of the target's
@@ -102,7 +102,7 @@ GENERATORS = ("gswgan", "dpcgan", "dpautogan")
 
 @dataclass(frozen=True)
 class DPCGANSection:
-    """DP-CGAN's own keys (models/generators/dpcgan.py): the paper's clipping norm, the
+    """DP-CGAN's own keys (models/generators/dpcgan/adapter.py): the paper's clipping norm, the
     discriminator's per-row Poisson rate q (public: the expected batch is q times the training rows),
     a noise multiplier and step count that reach epsilon 1 to 3 on a table of tens of thousands of rows.
     Delta, the budget and the DP choice are the shared privacy keys."""
@@ -126,7 +126,7 @@ class DPCGANSection:
 
 @dataclass(frozen=True)
 class DPAutoGANSection:
-    """DP-auto-GAN's own keys (models/generators/dpautogan.py): the autoencoder phase, then
+    """DP-auto-GAN's own keys (models/generators/dpautogan/adapter.py): the autoencoder phase, then
     the WGAN phase whose critic is DP-SGD. Clipping norms follow the paper's ADULT run's scale."""
 
     autoencoder_rate: float = 0.002
@@ -174,10 +174,10 @@ class DPAutoGANSection:
 
 @dataclass(frozen=True)
 class MarginalsConfig:
-    """Measured marginals (models/marginals.py, models/release_marginals.py): every column's 1-way
+    """Measured marginals (models/marginals/measure.py, models/marginals/release.py): every column's 1-way
     marginal, every column with the target, and `selections` privately chosen pairs, measured on the
     training rows by the Gaussian mechanism; every released row is then calibrated to them
-    (models/calibration.py). Their cost is `rho`, the whole measurement's zCDP under replace-one (its
+    (models/marginals/calibration.py). Their cost is `rho`, the whole measurement's zCDP under replace-one (its
     RDP is alpha x rho), added order by order to training's RDP: a total rather than a per-marginal noise
     multiplier, so that the cost is known from the profile alone, whatever the table's width (the
     noise multiplier per marginal follows from the schema: sqrt(marginals / (2 rho (1 - share)))."""
@@ -210,7 +210,7 @@ class PrivacyConfig:
     noise_multiplier: float = 1.07
     clip: float = 1.0
     delta: float = 1e-5
-    # The release's epsilon, max(training, choice) (models/release_choice.py), is at most this: training
+    # The release's epsilon, max(training, choice) (models/privacy/release_choice.py), is at most this: training
     # stops at the last checkpoint within it; null means no budget.
     epsilon_budget: float | None = None
     # The DP choice of the released checkpoint on the real validation rows (exponential mechanism) and,
@@ -246,13 +246,13 @@ class EvaluationConfig:
     # Approval: a release whose chosen checkpoint's selection AUC (real validation rows under the honest
     # protocol) is below this registers and publishes nothing. null approves any checkpoint.
     min_release_auc: float | None = None
-    # Prefer checkpoints whose synthetic rows hold every level of every discrete column (models.choice).
+    # Prefer checkpoints whose synthetic rows hold every level of every discrete column (dpsynth.models.evaluation.choice).
     complete_levels: bool = True
     # The experiment's (non-private, internal) choice per setting prefers checkpoints whose level shares
     # are all within this of the real validation rows'; null turns the preference off.
     max_level_share_gap: float | None = 0.15
     # The release's DP choice scores a checkpoint by its AUC on real validation rows minus this weight
-    # times its largest level-share gap to them (models/release_choice.py).
+    # times its largest level-share gap to them (models/privacy/release_choice.py).
     share_gap_weight: float = 1.0
     # How the experiment picks each setting's checkpoint: "internal", by AUC on real rows (the thesis'
     # study; nothing is published); "dp", with the release's DP choice on validation rows, so each
@@ -648,7 +648,7 @@ class ProfileSpec(BaseModel):
     evaluation: EvaluationSpec
     device: Annotated[StrictStr, AfterValidator(_device)]
     model_name: Annotated[StrictStr, Field(min_length=1)] | None
-    release_rows: Count  # a public number: never the table's own size (models/privacy_statement.py)
+    release_rows: Count  # a public number: never the table's own size (models/privacy/statement.py)
     max_rows: Count | None
     workers: Annotated[int, Strict(), Field(ge=1, le=1024)]
     dask_address: Annotated[StrictStr, Field(min_length=1)] | None

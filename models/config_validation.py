@@ -1,6 +1,6 @@
 """Validation of configuration files with pydantic: shared field types, and errors as one `ConfigError`.
 
-Profiles (models/config.py) and dataset schemas (models/schema.py) describe their keys as pydantic
+Profiles (models/config.py) and dataset schemas (models/data/schema.py) describe their keys as pydantic
 models built on `STRICT` (unknown keys refused; no "5" for 5, no true for 1; no NaN or infinity).
 `validate(model, raw, where)` checks plain YAML data against one and turns every problem it finds
 into one paragraph that names the file and each bad key's dotted path, e.g.
@@ -22,7 +22,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictStr, ValidationError
 
-from models.errors import ConfigError
+from dpsynth.models.errors import ConfigError
 
 M = typing.TypeVar("M", bound=BaseModel)
 

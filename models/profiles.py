@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.config import Profile, load_profile, profile_path
-from models.errors import ConfigError
+from dpsynth.models.config import Profile, load_profile, profile_path
+from dpsynth.models.errors import ConfigError
 
 
 def profiles_folder(config_path: str | Path | None) -> Path:

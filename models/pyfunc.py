@@ -23,9 +23,9 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 
-from models.encoding import TableEncoder
-from models.generators.samplers import read_generator_file, sample_rows, sampler_from_blob
-from models.schema import DatasetSchema
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.generators.samplers import read_generator_file, sample_rows, sampler_from_blob
 
 GENERATOR_ARTIFACT = "generator"
 SCHEMA_ARTIFACT = "schema"

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.private_files import SHARED_FILE_MODE, make_shareable
-from tasks.stage import write_json
-from tasks.table_io import PARQUET_SUFFIXES, write_table
+from dpsynth.tasks.private_files import SHARED_FILE_MODE, make_shareable
+from dpsynth.tasks.stage import write_json
+from dpsynth.tasks.table_io import PARQUET_SUFFIXES, write_table
 
 SYNTHETIC_PARQUET = "synthetic.parquet"
 SYNTHETIC_CSV = "synthetic.csv"
@@ -53,9 +53,9 @@ def build_release_json(*, release_id: str, dataset: str, schema_version: int, le
     """The epsilon ledger of a release, from the training ledger (`ledger.json`'s "checkpoints").
 
     `epsilon` is the whole release's (training to the last checkpoint, with the DP choice of the
-    checkpoint and of publishing: models/release_choice.py), never the chosen checkpoint's alone.
+    checkpoint and of publishing: models/privacy/release_choice.py), never the chosen checkpoint's alone.
     `parameters` holds the accountant's inputs (e.g. K, T, batch_size, sigma, C, sampling); `statement`
-    is models.privacy_statement's `as_dict()`. Only iteration and training epsilon of each checkpoint
+    is dpsynth.models.privacy.statement's `as_dict()`. Only iteration and training epsilon of each checkpoint
     are kept (no level shares or metrics).
     """
     checkpoints = [{"iteration": int(e["iteration"]), "epsilon": _json_epsilon(e["epsilon"])} for e in ledger]

@@ -4,7 +4,7 @@ Loaded and checked once, at the edge (the command line or the flow's first step)
 
 A run's identity is random (`<dataset>-<profile>-<12 hex digits>`): nothing about the private file is
 in it. Each run folder holds `run.json` (its id, kind, the identity of its inputs and its status) and
-the run's privacy secret (models/secret.py). What the next command does:
+the run's privacy secret (models/privacy/secret.py). What the next command does:
 
 * `--out DIR` names the folder: a new run there, or the run already there resumed. A folder holding a
   run of other inputs (another table, schema or profile) is refused: its secret must never serve two
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from models.config import Profile
-from models.errors import ConfigError, MissingInputError
-from models.profiles import load_named
-from models.schema import DatasetSchema
-from tasks.stage import read_json, sha256_file, sha256_json, write_json
+from dpsynth.models.config import Profile
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import ConfigError, MissingInputError
+from dpsynth.models.profiles import load_named
+from dpsynth.tasks.stage import read_json, sha256_file, sha256_json, write_json
 
 RUN_RECORD = "run.json"
 RESUMABLE = ("running", "failed")
@@ -71,7 +71,7 @@ class RunContext:
 
 def runs_folder(kind: str) -> Path:
     """Where runs of `kind` go without --out: `<home>/runs/<kind>/` (tasks/home.py), from any folder."""
-    from tasks.home import home
+    from dpsynth.tasks.home import home
 
     return home() / "runs" / kind
 
@@ -143,8 +143,8 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
 def open_run(ctx: RunContext) -> bool:
     """Create or resume the run folder: its record (status "running") and its secret. Returns whether an
     earlier attempt of this run was found (a resume)."""
-    from models.secret import load, load_or_create, secret_path
-    from tasks.private_files import owner_only, private_dir
+    from dpsynth.models.privacy.secret import load, load_or_create, secret_path
+    from dpsynth.tasks.private_files import owner_only, private_dir
 
     owner_only()
     default_base = runs_folder(ctx.kind)

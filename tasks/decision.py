@@ -5,8 +5,8 @@ setting will cost before any work (plan and budget), and which checkpoint it pub
   not be covered (the generator's own refusals, the thesis protocol), when a release under a budget
   trains a non-private setting, or when the whole release (training with the DP choice) would exceed
   the budget.
-* `decide`: for a release, the DP choice of the checkpoint and the DP approval (models/release_choice.py)
-  with the whole release's epsilon; for an experiment, the internal choice by AUC (models/choice.py),
+* `decide`: for a release, the DP choice of the checkpoint and the DP approval (models/privacy/release_choice.py)
+  with the whole release's epsilon; for an experiment, the internal choice by AUC (models/evaluation/choice.py),
   unless the profile asks the experiment to decide as a release would (`evaluation.experiment_choice:
   dp`, for comparisons at matched whole-release epsilon).
 """
@@ -19,12 +19,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from models.config import Profile, Setting
-from models.errors import BudgetExceededError, ConfigError
-from models.generators import generator_for
-from models.generators.base import TrainingPlan
-from models.release_choice import ReleaseDecision, check_release_budget, decide_release, decision_epsilon
-from models.schema import DatasetSchema
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.generators import generator_for
+from dpsynth.models.generators.base import TrainingPlan
+from dpsynth.models.privacy.release_choice import (
+    ReleaseDecision,
+    check_release_budget,
+    decide_release,
+    decision_epsilon,
+)
 
 
 def refuse_uncovered(profile: Profile, setting: Setting) -> None:
@@ -76,11 +81,11 @@ def decide(results: pd.DataFrame, ledger: list[dict], profile: Profile, setting:
 
     `results`: the setting's selection runs, one row per checkpoint. The DP decision also needs the
     schema, the encoded rows and split (its validation facts) and the run's privacy secret."""
-    from models.choice import choose_checkpoint, selection_metric
+    from dpsynth.models.evaluation.choice import choose_checkpoint, selection_metric
 
     rows = results[results["setting"] == setting.name] if "setting" in results.columns else results
     if release or (profile.evaluation.experiment_choice == "dp" and setting.private):
-        from tasks.evaluate import validation_facts
+        from dpsynth.tasks.evaluate import validation_facts
 
         decision = decide_release(
             rows, float(ledger[-1]["epsilon"]), validation_facts(schema, encoded_path, split_path),

@@ -5,7 +5,7 @@ training and validation sets), picks the best by validation AUC, refits on both 
 test split. Under the honest protocol the test split is fixed and never trained on.
 
 Each run also records, on the real validation rows that needed no imputation, what the release's DP
-choice scores (models/release_choice.py): the classifier's concordant pairs (`real_val_pairs`) and the
+choice scores (models/privacy/release_choice.py): the classifier's concordant pairs (`real_val_pairs`) and the
 largest level-count gap to the synthetic shares (`real_val_gap_rows`). Like `real_val_auc` and
 `real_val_share_gap` (on every validation row, for the internal report), they are real-data facts that
 stay in the run folder and the internal MLflow run.
@@ -22,14 +22,14 @@ from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 
-from models.config import Profile
-from models.encoding import TableEncoder
-from models.preprocessing import stratified_split
-from models.release_choice import ValidationFacts
-from models.schema import DatasetSchema
-from models.selection import regularisation_grid, select_model
-from tasks.progress import Progress
-from tasks.stage import read_json, run_stage, write_json
+from dpsynth.models.config import Profile
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import stratified_split
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.selection import regularisation_grid, select_model
+from dpsynth.models.privacy.release_choice import ValidationFacts
+from dpsynth.tasks.progress import Progress
+from dpsynth.tasks.stage import read_json, run_stage, write_json
 
 RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
                   "test_auprc", "real_val_auc", "real_val_share_gap", "real_val_pairs", "real_val_gap_rows",
@@ -46,7 +46,7 @@ def complete_validation_rows(split: dict, complete: np.ndarray) -> np.ndarray:
 
 
 def validation_facts(schema: DatasetSchema, encoded_path: Path, split_path: Path) -> ValidationFacts:
-    """The validation facts of the release's DP decision (see models/release_choice.py)."""
+    """The validation facts of the release's DP decision (see models/privacy/release_choice.py)."""
     encoder = TableEncoder(schema)
     split = dict(np.load(split_path))
     rows = complete_validation_rows(split, np.load(complete_rows_path(encoded_path)))
@@ -146,7 +146,7 @@ def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.
     real_shares = level_share_columns(schema, encoder.decode(encoded[real["val"]]))
     # Internal, like real_val_auc: derived from the real validation rows (the experiment's choice).
     record["real_val_share_gap"] = max((abs(shares[k] - real_shares[k]) for k in shares), default=0.0)
-    # The release's DP choice score reads the complete validation rows only (models/release_choice.py).
+    # The release's DP choice score reads the complete validation rows only (models/privacy/release_choice.py).
     record["real_val_gap_rows"] = level_count_gap(schema, encoder.decode(encoded[choice_rows]), shares)
     return {**record, **shares}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from models.errors import ConfigError
+from dpsynth.models.errors import ConfigError
 
 HOME_VARIABLE = "DPSYNTH_HOME"
 DEFAULT_HOME = "~/.dpsynth"
@@ -25,7 +25,7 @@ def home_is_explicit() -> bool:
 
 def home() -> Path:
     """The home folder (absolute), created owner-only if missing."""
-    from tasks.private_files import private_dir
+    from dpsynth.tasks.private_files import private_dir
 
     return private_dir(Path(os.environ.get(HOME_VARIABLE) or DEFAULT_HOME).expanduser().resolve())
 

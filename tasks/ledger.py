@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from models.errors import BudgetExceededError, ConfigError
-from models.lifetime import LifetimeCost, ReleaseCost, lifetime_cost
-from tasks.private_files import owner_only, restrict
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.privacy.lifetime import LifetimeCost, ReleaseCost, lifetime_cost
+from dpsynth.tasks.private_files import owner_only, restrict
 
 LEDGER_FILE = "privacy-ledger.sqlite"
 COUNTED = ("publishing", "published", "refused", "aborted")
@@ -84,7 +84,7 @@ def ledger_path() -> Path:
     explicit = os.environ.get("DPSYNTH_LEDGER")
     if explicit:
         return Path(explicit)
-    from tasks.home import home, require_explicit_home_for
+    from dpsynth.tasks.home import home, require_explicit_home_for
 
     remote = os.environ.get("MLFLOW_TRACKING_URI")
     if remote:

@@ -1,4 +1,4 @@
-"""The measured marginals of a release (models/marginals.py, models/release_marginals.py), as two stages.
+"""The measured marginals of a release (models/marginals/measure.py, models/marginals/release.py), as two stages.
 
 `measure_stage` (once per run, after the split): the marginals of the generator's TRAINING rows, read
 as validated decoded values before any imputation (imputation lets one row change another's values;
@@ -19,17 +19,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.checkpoint_files import load_verified, save_verified
-from models.config import Profile, Setting
-from models.encoding import TableEncoder
-from models.generators import generator_for
-from models.generators.samplers import MARGINALS_KEY, sample_rows
-from models.marginals import NOISE_PURPOSE, measure
-from models.preprocessing import invalid_to_missing
-from models.release_marginals import measurement_plan
-from models.schema import DatasetSchema
-from models.secret import load as load_secret
-from tasks.stage import read_json, run_stage, write_json
+from dpsynth.models.checkpoint_files import load_verified, save_verified
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import invalid_to_missing
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.generators import generator_for
+from dpsynth.models.generators.samplers import MARGINALS_KEY, sample_rows
+from dpsynth.models.marginals.measure import NOISE_PURPOSE, measure
+from dpsynth.models.marginals.release import measurement_plan
+from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.tasks.stage import read_json, run_stage, write_json
 
 MEASURED_FILE = "measured.json"
 LEDGER_FILE = "ledger.json"
@@ -95,10 +95,10 @@ def _attached(entry: dict, source: Path, target: Path, carried: dict, generator,
 def released_parameters(generator_file: Path) -> dict:
     """The measurement's public numbers that follow from the schema (how many marginals, their noise
     multiplier, the selection's), read from a released generator file's plan, for release.json and the
-    registry tags beside the profile's (`models.release_marginals.public_parameters`); {} without."""
+    registry tags beside the profile's (`dpsynth.models.marginals.release.public_parameters`); {} without."""
     import torch
 
-    from models.marginals import MeasurementPlan
+    from dpsynth.models.marginals.measure import MeasurementPlan
 
     blob = torch.load(generator_file, map_location="cpu", weights_only=True)
     if MARGINALS_KEY not in blob:

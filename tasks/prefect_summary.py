@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from tasks.report import REAL_SETTING, format_number
+from dpsynth.tasks.report import REAL_SETTING, format_number
 
 # Columns of a selection run that depend on no real row: its place in the grid, training's epsilon at the
 # checkpoint, and whether the checkpoint's synthetic rows were degenerate (one class).

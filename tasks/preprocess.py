@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.config import Profile
-from models.encoding import TableEncoder
-from models.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
-from models.schema import DatasetSchema
-from tasks.stage import run_stage, write_json
+from dpsynth.models.config import Profile
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.tasks.stage import run_stage, write_json
 
 
 def gan_rows(split: dict, protocol: str) -> np.ndarray:

@@ -7,8 +7,8 @@ facts: each version's logged model is created there with no source run, its tags
 and no run is ever logged to it. Whoever may browse the registry can follow no link into the internals.
 
 A registered version holds only public things: the released generator (spec and weights, no critic),
-the dataset schema (public bounds and levels) and the code that samples it (`models/`, through
-`code_paths`). It is an MLflow pyfunc model (`models.pyfunc.SyntheticTableModel`), so anyone with the
+the dataset schema (public bounds and levels) and the code that samples it (`dpsynth.models`, through
+`code_paths`). It is an MLflow pyfunc model (`dpsynth.models.pyfunc.SyntheticTableModel`), so anyone with the
 registry samples it with `mlflow.pyfunc.load_model("models:/NAME@champion")`, without dpsynth.
 
 Budget rule (`check_budget`): a release whose epsilon exceeds the budget is refused before anything is
@@ -42,21 +42,22 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import Model, infer_signature
 from mlflow.tracking import MlflowClient
 
-import models
-from models.encoding import TableEncoder
-from models.errors import BudgetExceededError, ConfigError, MissingInputError
-from models.pyfunc import (
+import dpsynth
+from dpsynth import models
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import BudgetExceededError, ConfigError, MissingInputError
+from dpsynth.models.pyfunc import (
     GENERATOR_ARTIFACT,
     SCHEMA_ARTIFACT,
     SyntheticTableModel,
     load_generator_file,
     sample_table,
 )
-from models.schema import DatasetSchema
-from tasks.home import home
-from tasks.private_files import restrict_tree
-from tasks.table_io import PARQUET_SUFFIXES, write_table
-from tasks.tracking import local_artifacts, local_store_lock, tracking_uri
+from dpsynth.tasks.home import home
+from dpsynth.tasks.private_files import restrict_tree
+from dpsynth.tasks.table_io import PARQUET_SUFFIXES, write_table
+from dpsynth.tasks.tracking import local_artifacts, local_store_lock, tracking_uri
 
 CHAMPION = "champion"
 MODEL_ARTIFACT = "synthetic-table-model"
@@ -112,10 +113,10 @@ def code_version() -> str:
 def release_tags(*, release_id: str, profile, setting, trained_iterations: int, schema_version: int) -> dict[str, str]:
     """The standard version tags of a release, from the typed profile and the chosen checkpoint.
 
-    `profile` is a `models.config.Profile`, `setting` one of its `Setting`s. Registered versions are
+    `profile` is a `dpsynth.models.config.Profile`, `setting` one of its `Setting`s. Registered versions are
     published: their tags hold the accountant's public inputs, never a fact about the rows.
     """
-    from models.generators import generator_for
+    from dpsynth.models.generators import generator_for
 
     facts = generator_for(profile, setting).privacy_facts(profile, setting)
     parameters = {k: (repr(v) if isinstance(v, float) else str(v)) for k, v in facts.parameters.items()}
@@ -221,10 +222,13 @@ def release_registered(model_name: str, release_id: str) -> bool:
 
 
 def _staged_code(directory: Path) -> Path:
-    """A copy of the `models` package without caches: what `code_paths` ships with the model."""
-    source = Path(models.__file__).resolve().parent
-    target = directory / "models"
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.tmp"))
+    """`dpsynth/` with `dpsynth/models/` only, without caches: what `code_paths` ships with the model
+    (`dpsynth/__init__.py` imports nothing of the pipeline, so the sampler needs no Prefect or flows)."""
+    target = directory / "dpsynth"
+    target.mkdir()
+    shutil.copy2(Path(dpsynth.__file__).resolve(), target / "__init__.py")
+    shutil.copytree(Path(models.__file__).resolve().parent, target / "models",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.tmp"))
     return target
 
 
@@ -250,7 +254,7 @@ def _scrub_artifact_uris(model_dir: Path) -> None:
 
 def log_release_model(client: MlflowClient, experiment_id: str, generator_file: Path, schema_path: Path,
                       metadata: dict | None = None):
-    """Log the pyfunc model (generator + schema + `models/` code, nothing else) as a logged model in the
+    """Log the pyfunc model (generator + schema + `dpsynth.models` code, nothing else) as a logged model in the
     registry store, with no source run, and return its `models:/<model id>` URI.
 
     Saved locally and uploaded by hand rather than through `Model.log(run_id=...)`, which would link the

@@ -28,10 +28,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from models.encoding import TableEncoder, level_codes
-from models.privacy_statement import HEADING as EPSILON_HEADING
-from models.privacy_statement import PrivacyStatement
-from models.quality import (
+from dpsynth.models.data.encoding import TableEncoder, level_codes
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.quality import (
     feature_stats,
     level_frequencies,
     real_data_importance,
@@ -42,8 +41,9 @@ from models.quality import (
     tvd_by_feature,
     wasserstein_by_feature,
 )
-from models.schema import DatasetSchema
-from tasks.evaluate import RESULT_COLUMNS
+from dpsynth.models.privacy.statement import HEADING as EPSILON_HEADING
+from dpsynth.models.privacy.statement import PrivacyStatement
+from dpsynth.tasks.evaluate import RESULT_COLUMNS
 
 REAL_SETTING = "real"
 BASELINE_SETTING = "baseline"
@@ -556,7 +556,7 @@ def build_internal_report(path, *, title: str, schema: DatasetSchema, results: p
                           max_rows: int | None = 20000, seed: int = 0) -> Path:
     """Write the INTERNAL report: one self-contained HTML file (figures embedded). Returns its path.
 
-    results: one row per selection run, columns of `tasks.evaluate.RESULT_COLUMNS` (optionally
+    results: one row per selection run, columns of `dpsynth.tasks.evaluate.RESULT_COLUMNS` (optionally
     "share:<column>=<level>" columns); setting "real" is the real-vs-real baseline, a setting named
     "baseline" with non-finite epsilon the non-private GAN. chosen: {setting: {iteration, epsilon,
     test_auc}}. real_frame: the real table (decoded, schema columns) or None. synthetic_frames:

@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from models.config import Profile
-from models.encoding import TableEncoder
-from models.generators import generator_for
-from models.membership import membership_report
-from models.privacy_statement import privacy_statement
-from models.schema import DatasetSchema
-from tasks.report import build_internal_report, build_release_notes
-from tasks.stage import read_json, run_stage, write_json
-from tasks.training import sample_generator_file
+from dpsynth.models.config import Profile
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.membership import membership_report
+from dpsynth.models.generators import generator_for
+from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.report import build_internal_report, build_release_notes
+from dpsynth.tasks.stage import read_json, run_stage, write_json
+from dpsynth.tasks.training import sample_generator_file
 
 
 def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | None = None) -> dict:
@@ -72,7 +72,7 @@ def compare_generators(schema: DatasetSchema, profile: Profile, chosen: dict, re
                        synthetic: dict[str, pd.DataFrame]) -> dict:
     """Where the settings use more than one generator: per chosen setting, its generator, epsilon, test
     AUC and sample quality against the real training rows (internal: real-data statistics)."""
-    from models.quality import quality_summary
+    from dpsynth.models.evaluation.quality import quality_summary
 
     settings = {s.name: s for s in profile.settings}
     if len({profile.generator_of(s) for s in settings.values()}) < 2:
@@ -90,7 +90,7 @@ def compare_generators(schema: DatasetSchema, profile: Profile, chosen: dict, re
 
 def membership_of(encoder: TableEncoder, encoded: np.ndarray, gan_rows: np.ndarray, split: dict,
                   synthetic: dict, seed: int) -> dict:
-    """Membership inference against each chosen checkpoint's synthetic table (models/membership.py):
+    """Membership inference against each chosen checkpoint's synthetic table (models/evaluation/membership.py):
     members are the generator's training rows, non-members the test rows, the reference the validation
     rows (under the thesis protocol the generator saw every row: no non-member is left to compare)."""
     members = set(gan_rows.tolist())

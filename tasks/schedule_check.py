@@ -17,11 +17,11 @@ from zoneinfo import ZoneInfo
 import yaml
 from cronsim import CronSim
 
-from models.errors import BudgetExceededError, ConfigError
-from models.lifetime import planned_release_cost
-from models.profiles import load_named
-from models.schema import DatasetSchema
-from tasks.ledger import forecast, require_lifetime_budget
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.privacy.lifetime import planned_release_cost
+from dpsynth.models.profiles import load_named
+from dpsynth.tasks.ledger import forecast, require_lifetime_budget
 
 HORIZON = 12
 RELEASE_ENTRYPOINT = "flows/release.py:release"

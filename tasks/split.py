@@ -1,7 +1,7 @@
 """Stage 2: the train/validation/test split, row-local and secret.
 
 Each row's split (and, for small profiles, whether it is kept at all) depends on its index and the
-run's privacy secret only (models/preprocessing.py `row_local_split`): changing one row moves no other
+run's privacy secret only (models/data/preprocessing.py `row_local_split`): changing one row moves no other
 row, which the privacy argument needs, and nobody who knows the profile can tell which rows trained the
 generator. The secret is read from the run folder, never passed through Prefect.
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.config import Profile
-from models.encoding import level_codes
-from models.errors import InvalidTableError
-from models.preprocessing import row_local_split, row_local_subsample
-from models.secret import load as load_secret
-from tasks.stage import run_stage
+from dpsynth.models.config import Profile
+from dpsynth.models.data.encoding import level_codes
+from dpsynth.models.data.preprocessing import row_local_split, row_local_subsample
+from dpsynth.models.errors import InvalidTableError
+from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.tasks.stage import run_stage
 
 
 class SplitMissesTargetLevel(InvalidTableError):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from models.checkpoint_files import sha256_of
+from dpsynth.models.checkpoint_files import sha256_of
 
 MANIFEST = "manifest.json"
 
@@ -90,7 +90,7 @@ def run_stage(run_dir: Path, name: str, inputs: dict[str, Path], config: dict,
         outputs = {k: directory / v for k, v in manifest["outputs"].items()}
         if (manifest.get("inputs") == input_hashes and manifest.get("config_hash") == config_hash
                 and all(p.exists() for p in outputs.values())):
-            from tasks.progress import note
+            from dpsynth.tasks.progress import note
 
             if "/" not in name:   # one selection run of many ("evaluate-k10/003") shows on the progress display
                 note(f"{name}: reused (completed {manifest.get('started', '')[:19]}, same inputs and settings)")

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.errors import InvalidTableError, MissingInputError
-from models.schema import Column, DatasetSchema
+from dpsynth.models.data.schema import Column, DatasetSchema
+from dpsynth.models.errors import InvalidTableError, MissingInputError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 PARQUET_MAGIC = b"PAR1"
@@ -57,7 +57,7 @@ def read_table(path: str | Path, schema: DatasetSchema) -> pd.DataFrame:
 
     Raises `MissingInputError` when there is no such file and `InvalidTableError` when the file is not a
     readable table (empty, header only, wrong separator, binary, duplicated column names, ragged rows).
-    Whether the contents conform to the schema is for `tasks.validate` to judge.
+    Whether the contents conform to the schema is for `dpsynth.tasks.validate` to judge.
     """
     path = Path(path)
     if not path.exists():

@@ -16,8 +16,8 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from tasks.environment import environment
-from tasks.home import home, require_explicit_home_for
+from dpsynth.tasks.environment import environment
+from dpsynth.tasks.home import home, require_explicit_home_for
 
 DEFAULT_ARTIFACTS = "mlartifacts"
 
@@ -76,7 +76,7 @@ def check_store(timeout_seconds: int = 10) -> None:
     """Raise StorageError unless the tracking store answers now: asked before any work, so that a release
     never trains for an hour and then cannot register. One quick try (MLflow would otherwise retry an
     HTTP store for minutes)."""
-    from models.errors import StorageError
+    from dpsynth.models.errors import StorageError
 
     uri = tracking_uri()
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds)}
@@ -93,7 +93,7 @@ def check_store(timeout_seconds: int = 10) -> None:
 def use_experiment(name: str) -> str:
     """Point MLflow at the store and return the id of experiment `name` (created if needed). A local
     store holds real-data metrics and internal artifacts: it is made owner-only."""
-    from tasks.private_files import owner_only, restrict
+    from dpsynth.tasks.private_files import owner_only, restrict
 
     owner_only()
     mlflow.set_tracking_uri(tracking_uri())
@@ -171,7 +171,7 @@ def log_metric_series(run_id: str, name: str, points: list[tuple[int, float]]) -
 
 
 def log_artifact(run_id: str, path: Path, artifact_path: str | None = None) -> None:
-    from tasks.private_files import restrict_tree
+    from dpsynth.tasks.private_files import restrict_tree
 
     path = Path(path)
     client = _client()

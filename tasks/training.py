@@ -3,7 +3,7 @@ whatever the generator does before training, e.g. GS-WGAN's pretraining), train 
 checkpoint, sample every checkpoint.
 
 The privacy randomness (the partition, batches, critic draws, noise) comes from the run's privacy
-secret (models/secret.py), read here from the run folder: it never travels through Prefect, a
+secret (models/privacy/secret.py), read here from the run folder: it never travels through Prefect, a
 manifest or a log.
 """
 
@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.config import Profile, Setting
-from models.encoding import TableEncoder
-from models.generators import generator_for
-from models.generators.base import TrainingJob
-from models.generators.samplers import sample_rows
-from models.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
-from models.schema import DatasetSchema
-from models.secret import load as load_secret
-from tasks.progress import Progress, note
-from tasks.stage import read_json, run_stage, write_json
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.generators import generator_for
+from dpsynth.models.generators.base import TrainingJob
+from dpsynth.models.generators.samplers import sample_rows
+from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.tasks.progress import Progress, note
+from dpsynth.tasks.stage import read_json, run_stage, write_json
 
 LEDGER_FILE = "ledger.json"
 # Level shares of each checkpoint's output, on this many rows sampled at seed = its iteration.
@@ -159,6 +159,6 @@ def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, ledger_p
 def sample_generator_file(path: Path, schema: DatasetSchema, n_rows: int, seed: int, sha256: str | None = None,
                           generator: str | None = None):
     """n rows, decoded, from a released file (it names its generator) or a checkpoint of `generator`."""
-    from models.generators.samplers import load_sampler
+    from dpsynth.models.generators.samplers import load_sampler
 
     return sample_rows(load_sampler(path, sha256, generator), TableEncoder(schema), n_rows, seed)

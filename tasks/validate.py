@@ -30,9 +30,9 @@ import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.data_context.types.base import ProgressBarsConfig
 
-from models.errors import ConfigError, InvalidTableError
-from models.schema import DatasetSchema
-from tasks.table_io import normalize_columns
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import ConfigError, InvalidTableError
+from dpsynth.tasks.table_io import normalize_columns
 
 TABLE = "<table>"
 NUMERIC_TYPES = ["int", "float", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -304,12 +304,12 @@ def _jsonable(obj: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m tasks.validate SCHEMA.yaml OUT.json`: regenerate a committed suite."""
+    """`python -m dpsynth.tasks.validate SCHEMA.yaml OUT.json`: regenerate a committed suite."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        raise SystemExit("usage: python -m tasks.validate SCHEMA.yaml OUT.json")
+        raise SystemExit("usage: python -m dpsynth.tasks.validate SCHEMA.yaml OUT.json")
     print(write_suite(DatasetSchema.from_yaml(args[0]), args[1]))
 
 
@@ -322,8 +322,8 @@ if __name__ == "__main__":
 
 def validate_stage(run_dir, schema_path, data_path, min_rows: int = 2):
     """Stage 1: validate the input table; keep the conformed table and GX's full result internally."""
-    from tasks.stage import run_stage, write_json
-    from tasks.table_io import read_table
+    from dpsynth.tasks.stage import run_stage, write_json
+    from dpsynth.tasks.table_io import read_table
 
     schema = DatasetSchema.from_yaml(schema_path)
 

@@ -43,21 +43,21 @@ def publishing_smoke(folder: Path, **sections) -> str:
 
 @pytest.fixture(scope="session")
 def test_secret():
-    from models.secret import PrivacySecret
+    from dpsynth.models.privacy.secret import PrivacySecret
 
     return PrivacySecret.from_hex(TEST_SECRET_HEX)
 
 
 @pytest.fixture(scope="session")
 def cardio_schema():
-    from models.schema import DatasetSchema
+    from dpsynth.models.data.schema import DatasetSchema
 
     return DatasetSchema.from_yaml(CARDIO_SCHEMA)
 
 
 @pytest.fixture(scope="session")
 def demo_frame(cardio_schema):
-    from models.demo import make_demo_table
+    from dpsynth.models.data.demo import make_demo_table
 
     return make_demo_table(cardio_schema, 3000, seed=1)
 

@@ -1,8 +1,8 @@
-"""README states what epsilon covers in the words the code generates (models/privacy_statement.py), so
+"""README states what epsilon covers in the words the code generates (models/privacy/statement.py), so
 the documentation cannot drift from the mechanism that runs."""
 
-from models.config import load_profile
-from models.privacy_statement import privacy_statement
+from dpsynth.models.config import load_profile
+from dpsynth.models.privacy.statement import privacy_statement
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 

@@ -1,9 +1,9 @@
 """The DP generators behind one interface (models/generators/base.py), keyed by the profile's
 `generator` (or a setting's own; `--generator` overrides both).
 
-This module stays import-light (the pyfunc model imports `models.generators.samplers` through it):
+This module stays import-light (the pyfunc model imports `dpsynth.models.generators.samplers` through it):
 a generator's module is imported only when it is asked for. A fourth generator is one module here
-with a `GeneratorType` subclass, one line in `_MODULES`, its name in `models.config.GENERATORS` and
+with a `GeneratorType` subclass, one line in `_MODULES`, its name in `dpsynth.models.config.GENERATORS` and
 its own profile section.
 """
 
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import importlib
 
-from models.config import GENERATORS, Profile, Setting
+from dpsynth.models.config import GENERATORS, Profile, Setting
 
 # name -> (module, class)
 _MODULES = {
-    "gswgan": ("models.generators.gswgan", "GSWGAN"),
-    "dpcgan": ("models.generators.dpcgan", "DPCGAN"),
-    "dpautogan": ("models.generators.dpautogan", "DPAutoGAN"),
+    "gswgan": ("dpsynth.models.generators.gswgan.adapter", "GSWGAN"),
+    "dpcgan": ("dpsynth.models.generators.dpcgan.adapter", "DPCGAN"),
+    "dpautogan": ("dpsynth.models.generators.dpautogan.adapter", "DPAutoGAN"),
 }
 _LOADED: dict = {}
 
@@ -25,7 +25,7 @@ _LOADED: dict = {}
 def get(name: str):
     """The generator type registered under `name`."""
     if name not in _MODULES:
-        from models.errors import ConfigError
+        from dpsynth.models.errors import ConfigError
 
         raise ConfigError(f"Unknown generator {name!r}: choose one of {', '.join(GENERATORS)}.")
     if name not in _LOADED:

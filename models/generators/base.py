@@ -20,7 +20,7 @@ A generator type (one module per type beside this one, registered in `models/gen
   only where it is a replace-one curve (else None: the ledger adds that release's epsilon).
 
 Every epsilon of `plan`, `fit`'s ledger and `training_curve` includes the measured marginals where the
-profile measures them (models/release_marginals.py): their RDP is added to training's, under the
+profile measures them (models/marginals/release.py): their RDP is added to training's, under the
 generator's own accountant's adjacency, before its one conversion.
 """
 
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.config import Profile, Setting
-from models.errors import BudgetExceededError, ConfigError
-from models.schema import DatasetSchema
-from models.secret import PrivacySecret
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.privacy.secret import PrivacySecret
 
 # Every epsilon a generator reports, records or publishes is under this adjacency (GS-WGAN's accountant
 # is replace-one; the DP-SGD generators convert Opacus's add/remove-one analysis by group privacy).
@@ -126,7 +126,7 @@ class GeneratorType(ABC):
 
     def privacy_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         """Training's facts, with the measured marginals' where the profile measures them: the mechanism the
-        accountant composes is then both (models/release_marginals.py)."""
+        accountant composes is then both (models/marginals/release.py)."""
         return with_marginals(self.training_facts(profile, setting), profile)
 
     def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
@@ -151,18 +151,18 @@ class GeneratorType(ABC):
         return 0
 
     def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int):
-        """A replace-one per-row RDP curve of training (models/lifetime.py TrainingCurve), or None."""
+        """A replace-one per-row RDP curve of training (models/privacy/lifetime.py TrainingCurve), or None."""
         return
 
     def load(self, path: str | Path, sha256: str | None = None):
-        from models.generators.samplers import load_sampler
+        from dpsynth.models.generators.samplers import load_sampler
 
         return load_sampler(path, sha256, self.name)
 
 
 def with_marginals(facts: PrivacyFacts, profile: Profile) -> PrivacyFacts:
     """`facts` with the measured marginals added to the mechanism, the accountant and the parameters."""
-    from models.release_marginals import mechanism_prose, public_parameters
+    from dpsynth.models.marginals.release import mechanism_prose, public_parameters
 
     prose = mechanism_prose(profile)
     if prose is None:

@@ -7,7 +7,7 @@ GS-WGAN's, as every release before there was more than one generator), and the s
 seed) gives the same rows through the training code's sampling and through this module.
 The type is under "generator_type" (a DP-auto-GAN file's "generator" holds its generator's weights).
 A file that carries measured marginals (under "marginals", public: noisy counts and their plan) samples
-through `sample_rows`, which calibrates the generator's rows to them (models/calibration.py, no
+through `sample_rows`, which calibrates the generator's rows to them (models/marginals/calibration.py, no
 accountant either); a file without them samples as it always did.
 """
 
@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.checkpoint_files import load_verified
+from dpsynth.models.checkpoint_files import load_verified
 
 BATCH = 8192
 
 
 class GSWGANSampler:
     def __init__(self, blob: dict):
-        from models.networks import Generator
+        from dpsynth.models.generators.networks import Generator
 
         spec = blob["spec"]
         condition = spec.get("condition")
@@ -47,7 +47,7 @@ class GSWGANSampler:
 
 class DPCGANSampler:
     def __init__(self, blob: dict):
-        from models.dpcgan import CGANGeneratorSpec
+        from dpsynth.models.generators.dpcgan.trainer import CGANGeneratorSpec
 
         self.spec = CGANGeneratorSpec.from_dict(blob["spec"])
         self.net = self.spec.build()
@@ -56,7 +56,7 @@ class DPCGANSampler:
         self.width = self.spec.out_width
 
     def sample(self, n_rows: int, seed: int) -> np.ndarray:
-        from models.dpcgan import sample_encoded
+        from dpsynth.models.generators.dpcgan.trainer import sample_encoded
 
         # Labels from the public prior, as in training (the paper's p_l).
         return sample_encoded(self.net, n_rows, seed, label_prior=self.spec.label_prior, batch=BATCH)
@@ -64,7 +64,7 @@ class DPCGANSampler:
 
 class DPAutoGANSampler:
     def __init__(self, blob: dict):
-        from models.dpautogan import ReleaseSpec
+        from dpsynth.models.generators.dpautogan.trainer import ReleaseSpec
 
         spec = ReleaseSpec.from_dict(blob["spec"])
         self.decoder, self.generator = spec.build()
@@ -76,7 +76,7 @@ class DPAutoGANSampler:
         self.level_decoding = spec.level_decoding
 
     def sample(self, n_rows: int, seed: int) -> np.ndarray:
-        from models.dpautogan import sample_encoded
+        from dpsynth.models.generators.dpautogan.trainer import sample_encoded
 
         return sample_encoded(self.decoder, self.generator, n_rows, seed, batch=BATCH,
                               level_decoding=self.level_decoding)
@@ -106,20 +106,20 @@ def sampler_from_blob(blob: dict, kind: str | None = None):
 def _measured(raw: dict | None):
     if raw is None:
         return None, 1
-    from models.marginals import MeasuredMarginals
+    from dpsynth.models.marginals.measure import MeasuredMarginals
 
     return MeasuredMarginals.from_dict(raw["measured"]), int(raw["oversample"])
 
 
 def sample_rows(sampler, encoder, n_rows: int, seed: int):
     """n rows decoded to the schema: the generator's own, or, when its file carries measured marginals,
-    `oversample` x n of them calibrated down to n (models/calibration.py: post-processing of the generator
+    `oversample` x n of them calibrated down to n (models/marginals/calibration.py: post-processing of the generator
     and the noisy marginals, with its own random generator seeded from `seed`). The one sampling path of
     the bundle, the pyfunc model, the selection and the report, so all give the same rows for a seed."""
     measured = getattr(sampler, "marginals", None)
     if measured is None or n_rows == 0:
         return encoder.decode(sampler.sample(n_rows, seed))
-    from models.calibration import calibrate
+    from dpsynth.models.marginals.calibration import calibrate
 
     drawn = encoder.decode(sampler.sample(sampler.oversample * n_rows, seed))
     rng = np.random.default_rng([int(seed), CALIBRATION_STREAM])

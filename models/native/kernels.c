@@ -5,7 +5,7 @@
  *     mean D(fake) - mean D(real) + lambda * mean_i (||grad_x D(x_hat_i)|| - 1)^2,
  *     x_hat_i = alpha_i real_i + (1 - alpha_i) fake_i,
  * for w1, b1 and w2 (b2 takes no gradient: it cancels in the loss) with the formulas of
- * models/networks.py CriticStack.loss_grads_rows (w2's gradient-penalty part regrouped to reuse a product
+ * models/generators/networks.py CriticStack.loss_grads_rows (w2's gradient-penalty part regrouped to reuse a product
  * of w1's, see critic_grads), then applies torch.optim.Adam's update (its fused kernel's formulas). One
  * call replaces about 30 tensor operations per step, which at these sizes cost more in dispatch than in
  * arithmetic; the arithmetic runs on 16-float vectors along the hidden units (GCC/Clang vector
@@ -515,7 +515,7 @@ int critic_step_grads(int64_t batch, int64_t width, int64_t hidden, const float 
 /* Training's critic query: for each generated row i, the gradient of critic index[i]'s score with
  * respect to that row, grad_i = W1 (LeakyReLU'(x_i W1 + b1) w2) ([d]), written to out [n][d]; the
  * critics are read in place in the stack (w1 [K][d][H], b1 [K][H], w2 [K][H]) instead of gathered
- * copies. The formulas of models/networks.py CriticStack.input_grad. Returns 0, 1 without scratch
+ * copies. The formulas of models/generators/networks.py CriticStack.input_grad. Returns 0, 1 without scratch
  * memory, 2 when H is not a multiple of 16. */
 int critic_input_grads(int64_t n, int64_t width, int64_t hidden, const int64_t *index, const float *w1,
                        const float *b1, const float *w2, const float *x, float *out) {
@@ -583,7 +583,7 @@ int critic_input_grads(int64_t n, int64_t width, int64_t hidden, const int64_t *
  *   out [K][C][B][W] (bfloat16, rounded to nearest even)   = ReLU(beta + (y - mean) rstd gamma);
  * for the last chunk, which the backward pass reads, also in float32:
  *   last [K][B][W] = the same ReLU output, xhat [K][B][W] = (y - mean) rstd, scale [K][W] = rstd gamma.
- * The formulas of models/networks.py GeneratorStack.forward_train (mean = sum / B, var = sum of squares
+ * The formulas of models/generators/networks.py GeneratorStack.forward_train (mean = sum / B, var = sum of squares
  * of the centred values times 1/B, rstd = 1 / sqrt(var + eps)) in one pass over cache-resident data
  * instead of six passes of mixed-precision tensor operations.
  * --------------------------------------------------------------------------------------------------- */
@@ -662,7 +662,7 @@ int batchnorm_relu_bf16(int64_t n_networks, int64_t chunks, int64_t batch, int64
     return 0;
 }
 
-/* Coordinate descent for the l1 sub-problem of logistic model selection (models/selection.py _l1_cd):
+/* Coordinate descent for the l1 sub-problem of logistic model selection (models/evaluation/selection.py _l1_cd):
  *     min_u  a0.(u - w) + 0.5 (u - w)' H (u - w) + ||u||_1
  * on a dense d x d problem (d = encoded width + 1), float64. `u` holds the start and receives the result;
  * `a` holds the gradient of the smooth part at `u` (g + H (u - w)) and is kept in step with it. Each sweep

@@ -14,12 +14,12 @@ def _die() -> None:
 
 
 def _arm(stage: str) -> None:
-    import models.generators.samplers
-    import models.gswgan
-    import tasks.evaluate
+    import dpsynth.models.generators.samplers
+    import dpsynth.models.gswgan
+    import dpsynth.tasks.evaluate
 
     if stage == "pretrain":
-        real = models.gswgan.pretrain_critics
+        real = dpsynth.models.generators.gswgan.trainer.pretrain_critics
 
         def pretrain(*args, progress=None, **kwargs):
             total = args[2].pretrain_iterations
@@ -30,19 +30,19 @@ def _arm(stage: str) -> None:
 
             return real(*args, progress=halfway, **kwargs)
 
-        models.gswgan.pretrain_critics = pretrain
+        dpsynth.models.generators.gswgan.trainer.pretrain_critics = pretrain
     elif stage == "train":
-        save = models.gswgan.GeneratorTrainer._save_checkpoint
+        save = dpsynth.models.generators.gswgan.trainer.GeneratorTrainer._save_checkpoint
 
         def save_then_die(self):
             save(self)
             if self.iteration == self.gan.checkpoint_every:
                 _die()
 
-        models.gswgan.GeneratorTrainer._save_checkpoint = save_then_die
+        dpsynth.models.generators.gswgan.trainer.GeneratorTrainer._save_checkpoint = save_then_die
     else:
-        module, name = ((models.generators.samplers.GSWGANSampler, "sample") if stage == "sample" else
-                        (tasks.evaluate, "evaluate_synthetic"))
+        module, name = ((dpsynth.models.generators.samplers.GSWGANSampler, "sample") if stage == "sample" else
+                        (dpsynth.tasks.evaluate, "evaluate_synthetic"))
         real, calls = getattr(module, name), []
 
         def second_call_dies(*args, **kwargs):
@@ -55,7 +55,7 @@ def _arm(stage: str) -> None:
 
 
 if __name__ == "__main__":
-    from flows.cli import main
+    from dpsynth.flows.cli import main
 
     _arm(sys.argv[1])
     sys.exit(main(sys.argv[2:]))

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from flows.cli import main
+from dpsynth.flows.cli import main
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 SMOKE_PROFILE = CARDIO_SCHEMA.parent / "profiles" / "smoke.yaml"
@@ -188,7 +188,7 @@ def test_no_traceback_reaches_the_user_of_a_real_process(tmp_path, demo_csv):
     # The issue's own report: this profile used to end in a ZeroDivisionError traceback.
     profile = tmp_path / "bad.yaml"
     profile.write_text("gan: {checkpoint_every: 0}\n")
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "release", "--config", str(CARDIO_SCHEMA), "--data",
+    proc = subprocess.run([sys.executable, "-m", "dpsynth.flows.cli", "release", "--config", str(CARDIO_SCHEMA), "--data",
                            str(demo_csv), "--profile", str(profile), "--out", str(tmp_path / "run")],
                           capture_output=True, text=True, cwd=ROOT, check=False, timeout=300)
     assert proc.returncode == 2, proc.stderr

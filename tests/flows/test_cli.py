@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from flows.cli import main
+from dpsynth.flows.cli import main
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 
@@ -36,7 +36,7 @@ def test_demo_data_then_validate(tmp_path, capsys):
 def test_validate_bad_table_is_readable_in_a_real_process(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("age;gender\n1;2\n")
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "validate", "--config", str(CARDIO_SCHEMA),
+    proc = subprocess.run([sys.executable, "-m", "dpsynth.flows.cli", "validate", "--config", str(CARDIO_SCHEMA),
                            "--data", str(bad)], capture_output=True, text=True, cwd=ROOT, check=False)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "missing" in proc.stderr.lower()
@@ -69,7 +69,7 @@ def test_version_comes_from_the_installed_package(capsys):
 def test_every_argument_of_every_command_has_help():
     import argparse
 
-    from flows.cli import build_parser
+    from dpsynth.flows.cli import build_parser
 
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -123,7 +123,7 @@ def test_an_unknown_profile_name_lists_the_known_ones(tmp_path, demo_csv, capsys
 
 
 def test_a_release_closing_line_names_uri_bundle_and_epsilon_and_warns_above_10():
-    from flows.cli import closing_lines
+    from dpsynth.flows.cli import closing_lines
 
     summary = {"release_id": "cardio-default-0123456789ab", "epsilon": 9.994, "delta": 1e-5, "auc": 0.7912,
                "published": True, "trial": False, "model_uri": "models:/cardio-gswgan/3",

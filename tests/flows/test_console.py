@@ -9,8 +9,8 @@ import warnings
 import pytest
 from mlflow.utils.logging_utils import eprint
 
-from flows.console import PREFECT_CONSOLE_LEVEL_ENV, _prefect_console_handlers, flow_console
-from tasks.progress import MODE_ENV
+from dpsynth.flows.console import PREFECT_CONSOLE_LEVEL_ENV, _prefect_console_handlers, flow_console
+from dpsynth.tasks.progress import MODE_ENV
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def _chatter() -> list[str]:
     eprint("Successfully registered model 'cardio-gswgan'.")
     # (pytest ignores FutureWarnings: a UserWarning stands in for torch.load's weights_only warning)
     warnings.warn_explicit("weights_only=False", UserWarning, "serialization.py", 1, module="torch.serialization")
-    warnings.warn_explicit("solver did not converge", RuntimeWarning, "selection.py", 1, module="models.selection")
+    warnings.warn_explicit("solver did not converge", RuntimeWarning, "selection.py", 1, module="dpsynth.models.evaluation.selection")
     return shown
 
 

@@ -25,13 +25,13 @@ import httpx
 import pytest
 import yaml
 
-from flows.cli import main
+from dpsynth.flows.cli import main
 from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 POOL = "dpsynth-pool"
 RELEASE = ("release", "monthly-release")
 EXPERIMENT = ("experiment", "thesis-experiment")
-LINKED = ("flows", "tasks", "models", "configs", "expectations", "prefect.yaml", "pyproject.toml")
+LINKED = ("dpsynth", "flows", "tasks", "models", "configs", "expectations", "prefect.yaml", "pyproject.toml", "setup.py")
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
@@ -224,7 +224,7 @@ def test_the_experiment_deployment_runs_its_selection_runs_on_the_profiles_dask_
           Client(cluster) as client):
         client.get_task_stream()  # installs the scheduler's task-stream recorder before the run
         # The Dask worker imports the project (torch, Prefect) while the Prefect worker starts the flow run.
-        warm = client.submit(importlib.import_module, "flows.experiment", pure=False)
+        warm = client.submit(importlib.import_module, "dpsynth.flows.experiment", pure=False)
         profile = _tiny_dask_profile(tmp / "profiles", cluster.scheduler_address)
         _run_deployment(deployed, EXPERIMENT[1], {"data": str(deployed["data"]), "profile": str(profile),
                                                   "out": str(out)}, tmp / "experiment-worker.log")

@@ -7,7 +7,7 @@ import pandas as pd
 import yaml
 from mlflow.tracking import MlflowClient
 
-from flows.cli import main
+from dpsynth.flows.cli import main
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 
@@ -95,9 +95,9 @@ def test_settings_start_largest_k_first_one_after_another_on_one_worker(isolated
 def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_csv, capfd):
     """`compare` trains each generator to its budget: 1 and 3 for the whole release (training with the
     DP choice), each setting's checkpoint chosen as a release would choose it."""
-    from models.config import load_profile
-    from models.generators import generator_for
-    from models.release_choice import whole_release_epsilon
+    from dpsynth.models.config import load_profile
+    from dpsynth.models.generators import generator_for
+    from dpsynth.models.privacy.release_choice import whole_release_epsilon
 
     profile = load_profile("compare", CARDIO_SCHEMA)
     assert profile.evaluation.experiment_choice == "dp"

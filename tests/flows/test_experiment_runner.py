@@ -8,9 +8,9 @@ from prefect.context import FlowRunContext
 from prefect.task_runners import ProcessPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
-import flows.experiment as experiment_module
-from flows.experiment import experiment, task_runner_for
-from models.config import load_profile
+import dpsynth.flows.experiment as experiment_module
+from dpsynth.flows.experiment import experiment, task_runner_for
+from dpsynth.models.config import load_profile
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 

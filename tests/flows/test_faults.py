@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 import torch
 
-from flows.cli import main
-from tasks.ledger import entries as ledger_entries
-from tasks.registry import registry_client
+from dpsynth.flows.cli import main
+from dpsynth.tasks.ledger import entries as ledger_entries
+from dpsynth.tasks.registry import registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 MODEL = "cardio-gswgan"
@@ -96,19 +96,19 @@ def test_a_registry_failure_while_publishing_publishes_nothing_and_a_rerun_does(
                                                                                monkeypatch):
     from mlflow.exceptions import MlflowException
 
-    import tasks.registry
+    import dpsynth.tasks.registry
 
     def store_gone(*args, **kwargs):
         raise MlflowException("API request to http://tracking:5000 failed: connection refused")
 
-    real = tasks.registry.log_release_model
-    monkeypatch.setattr(tasks.registry, "log_release_model", store_gone)
+    real = dpsynth.tasks.registry.log_release_model
+    monkeypatch.setattr(dpsynth.tasks.registry, "log_release_model", store_gone)
     assert main(_argv(demo_csv)) == 7
     err = capfd.readouterr().err
     assert "tracking store failed" in err and "Nothing was published" in err and "Traceback" not in err
     (run,) = (isolated_workdir / "runs" / "release").iterdir()
     assert not (run / "bundle").exists() and ledger_entries("cardio") == [] and not _versions()
-    monkeypatch.setattr(tasks.registry, "log_release_model", real)   # the store answers again
+    monkeypatch.setattr(dpsynth.tasks.registry, "log_release_model", real)   # the store answers again
     assert main(_argv(demo_csv)) == 0
     assert len(_versions()) == 1 and [e.status for e in ledger_entries("cardio")] == ["published"]
     assert (run / "bundle" / "release.json").exists()
@@ -125,7 +125,7 @@ def _subprocess_env(workdir: Path, **more) -> dict:
 
 def _dpsynth(workdir: Path, argv: list[str], kill_inside: str | None = None, **env) -> subprocess.CompletedProcess:
     command = ([sys.executable, "-m", "tests.flows.kill_inside", kill_inside] if kill_inside
-               else [sys.executable, "-m", "flows.cli"])
+               else [sys.executable, "-m", "dpsynth.flows.cli"])
     return subprocess.run(command + argv, cwd=workdir, env=_subprocess_env(workdir, **env), capture_output=True,
                           text=True, timeout=600, check=False)
 
@@ -168,7 +168,7 @@ def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_
 def test_two_releases_of_the_same_table_at_once_both_publish_and_both_count(isolated_workdir, demo_csv):
     argv = _argv(demo_csv, "--json")
     env = _subprocess_env(isolated_workdir)
-    command = [sys.executable, "-m", "flows.cli"] + argv
+    command = [sys.executable, "-m", "dpsynth.flows.cli"] + argv
     started = [subprocess.Popen(command, cwd=isolated_workdir, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [process.communicate(timeout=600) for process in started]

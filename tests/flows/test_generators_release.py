@@ -13,12 +13,12 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from flows.cli import main
-from models.config import load_profile
-from models.generators import get
-from models.privacy_statement import privacy_statement
-from tasks.bundle import bundle_contains_no_real_rows
-from tasks.registry import load_released_model, registry_client
+from dpsynth.flows.cli import main
+from dpsynth.models.config import load_profile
+from dpsynth.models.generators import get
+from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.bundle import bundle_contains_no_real_rows
+from dpsynth.tasks.registry import load_released_model, registry_client
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _assert_published_is_dp_covered, _last_json, _published_texts
 
@@ -98,8 +98,8 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     # The pyfunc model samples what the bundle's generator samples, for this generator too.
     rows = load_released_model(f"models:/cardio-{generator}@champion").predict(
         pd.DataFrame({"n_rows": [40], "seed": [3]}))
-    from models.schema import DatasetSchema
-    from tasks.training import sample_generator_file
+    from dpsynth.models.data.schema import DatasetSchema
+    from dpsynth.tasks.training import sample_generator_file
 
     expected = sample_generator_file(out / "bundle" / "generator.pt", DatasetSchema.from_yaml(CARDIO_SCHEMA), 40, 3)
     pd.testing.assert_frame_equal(rows.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False)

@@ -15,18 +15,18 @@ import pandas as pd
 import pytest
 import torch
 
-from flows.cli import main
-from models.binning import frame_cells
-from models.config import load_profile
-from models.encoding import TableEncoder
-from models.generators import get
-from models.generators.samplers import MARGINALS_KEY, load_sampler
-from models.marginals import MeasuredMarginals, marginal_counts
-from models.pyfunc import load_generator_file, sample_table
-from models.secret import load as load_secret
-from tasks.marginals import measure_stage, released_parameters, training_values
-from tasks.registry import load_released_model
-from tasks.training import sample_generator_file
+from dpsynth.flows.cli import main
+from dpsynth.models.config import load_profile
+from dpsynth.models.data.binning import frame_cells
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.generators import get
+from dpsynth.models.generators.samplers import MARGINALS_KEY, load_sampler
+from dpsynth.models.marginals.measure import MeasuredMarginals, marginal_counts
+from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.models.pyfunc import load_generator_file, sample_table
+from dpsynth.tasks.marginals import measure_stage, released_parameters, training_values
+from dpsynth.tasks.registry import load_released_model
+from dpsynth.tasks.training import sample_generator_file
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _last_json
 from tests.models.test_release_marginals import first_principles_epsilon
@@ -44,7 +44,7 @@ def release_with(generator: str, profile_arg: str, data, capfd) -> tuple[dict, o
 def _shares(frame: pd.DataFrame, schema, column: str, bins: int) -> np.ndarray:
     col = schema.column(column)
     cells = frame_cells([col], frame, bins)[:, 0]
-    from models.binning import cell_count
+    from dpsynth.models.data.binning import cell_count
 
     return np.bincount(cells[cells >= 0], minlength=cell_count(col, bins)) / len(frame)
 

@@ -20,15 +20,15 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from flows.cli import main
-from models.config import load_profile
-from models.gswgan import GeneratorTrainer, kernels_in_use
-from models.privacy_statement import privacy_statement
-from models.secret import load as load_secret
-from models.secret import store
-from tasks.bundle import bundle_contains_no_real_rows
-from tasks.ledger import entries as ledger_entries
-from tasks.registry import load_released_model, registry_as_default, registry_client
+from dpsynth.flows.cli import main
+from dpsynth.models.config import load_profile
+from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, kernels_in_use
+from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.models.privacy.secret import store
+from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.bundle import bundle_contains_no_real_rows
+from dpsynth.tasks.ledger import entries as ledger_entries
+from dpsynth.tasks.registry import load_released_model, registry_as_default, registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 
@@ -187,7 +187,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert all(p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644) for p in (out / "bundle").rglob("*"))
     rows = load_released_model("models:/cardio-gswgan@champion").predict(
         pd.DataFrame({"n_rows": [50], "seed": [3]}))
-    assert len(rows) == 50 and list(rows.columns) == [c.name for c in __import__("models.schema").schema
+    assert len(rows) == 50 and list(rows.columns) == [c.name for c in __import__("dpsynth.models.data.schema").schema
                                                       .DatasetSchema.from_yaml(CARDIO_SCHEMA).columns]
 
     assert float(champion.tags["epsilon"]) == summary["epsilon"] and champion.tags["T"] == str(ledger[-1]["iteration"])
@@ -236,7 +236,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
-    done = subprocess.run([sys.executable, "-m", "flows.cli", *argv, "--allow-same-input"], cwd=isolated_workdir,
+    done = subprocess.run([sys.executable, "-m", "dpsynth.flows.cli", *argv, "--allow-same-input"], cwd=isolated_workdir,
                           env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     again = json.loads(done.stdout.strip().splitlines()[-1])

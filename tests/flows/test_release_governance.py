@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
-from flows.cli import main
-from models.config import load_profile
-from models.lifetime import planned_release_cost
-from models.secret import PrivacySecret
-from tasks import ledger
+from dpsynth.flows.cli import main
+from dpsynth.models.config import load_profile
+from dpsynth.models.privacy.lifetime import planned_release_cost
+from dpsynth.models.privacy.secret import PrivacySecret
+from dpsynth.tasks import ledger
 from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
 
 

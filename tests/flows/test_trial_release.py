@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from flows.cli import main
-from models.config import load_profile
-from models.errors import ConfigError
-from tasks.context import REAL_TABLE_TRIAL
-from tasks.ledger import entries as ledger_entries
+from dpsynth.flows.cli import main
+from dpsynth.models.config import load_profile
+from dpsynth.models.errors import ConfigError
+from dpsynth.tasks.context import REAL_TABLE_TRIAL
+from dpsynth.tasks.ledger import entries as ledger_entries
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 
 REAL_TABLE_LINE = f"dpsynth release: {REAL_TABLE_TRIAL}"
@@ -93,7 +93,7 @@ def test_no_publish_makes_a_publishing_release_a_trial_that_says_so_on_a_real_ta
     assert lines[-2] == _trial_line(summary)
     _published_nothing(isolated_workdir, summary)
     # --no-publish is part of the run's identity: the trial's folder is never resumed by a release.
-    from tasks.context import load_context
+    from dpsynth.tasks.context import load_context
 
     record = json.loads((isolated_workdir / summary["run_dir"] / "run.json").read_text())
     as_release = load_context(str(CARDIO_SCHEMA), str(demo_csv), profile, None, "release")
@@ -114,7 +114,7 @@ def test_a_publishing_profile_without_a_lifetime_budget_is_refused_before_any_wo
     assert not (isolated_workdir / "privacy-ledger.sqlite").exists()
 
     # A deployment enters at the flow: refused there too, before the run folder exists.
-    from flows.release import release
+    from dpsynth.flows.release import release
 
     with pytest.raises(ConfigError, match="privacy.lifetime_budget"):
         release(config=str(CARDIO_SCHEMA), data=str(demo_csv), profile=profile, out=str(out))

@@ -8,11 +8,11 @@ import time
 
 import pandas as pd
 
-from flows.cli import main
-from models.demo import make_demo_table
-from models.encoding import TableEncoder
-from models.schema import DatasetSchema
-from tasks.registry import load_released_model, registry_client
+from dpsynth.flows.cli import main
+from dpsynth.models.data.demo import make_demo_table
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.tasks.registry import load_released_model, registry_client
 from tests.conftest import ROOT, publishing_smoke
 
 CENSUS_SCHEMA = ROOT / "configs" / "census-demo.yaml"
@@ -52,7 +52,7 @@ def test_wide_table_releases_end_to_end(isolated_workdir, capfd):
 def test_the_harder_table_releases_with_a_dp_sgd_generator(isolated_workdir, capfd):
     """The utility study's harder table (--shape hard: mostly-zero long tails, rare levels, a 25/75 target)
     through DP-auto-GAN at smoke size: every level it emits is declared, every value inside its bounds."""
-    from models.demo import SHAPES
+    from dpsynth.models.data.demo import SHAPES
 
     schema = DatasetSchema.from_yaml(CENSUS_SCHEMA)
     data = isolated_workdir / "census-hard.csv"

@@ -10,8 +10,14 @@ import math
 import pytest
 from autodp import rdp_acct, rdp_bank
 
-from models.accountant import MECHANISM, GSWGANAccountant, epsilon_for, epsilons_at, mechanism_name
-from models.errors import ConfigError
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.privacy.accountant import (
+    MECHANISM,
+    GSWGANAccountant,
+    epsilon_for,
+    epsilons_at,
+    mechanism_name,
+)
 
 SIGMA = 1.07
 BATCH = 32

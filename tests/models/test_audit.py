@@ -1,4 +1,4 @@
-"""The privacy audit (models/audit.py): its statistics; a reduced step audit on the trainer's own query
+"""The privacy audit (models/privacy/audit.py): its statistics; a reduced step audit on the trainer's own query
 that catches the shared critic scored with the per-row accounting; reduced calibration audits of every
 sanitising function, which must show most of the exact epsilon and refute half the noise; and
 chi-square tests of GS-WGAN's secret critic draws (uniform, independent, continued across a resume)."""
@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from models.audit import StepAuditSetup, audit_scores, clopper_pearson, epsilon_from_rates, step_audit
+from dpsynth.models.privacy.audit import (
+    StepAuditSetup,
+    audit_scores,
+    clopper_pearson,
+    epsilon_from_rates,
+    step_audit,
+)
 
 
 def test_clopper_pearson_and_rate_bounds():
@@ -51,7 +57,7 @@ def test_reduced_step_audit_refutes_the_old_accounting_and_not_the_current_one()
 
 
 def test_one_run_bound_grows_with_correct_guesses_and_vanishes_at_chance():
-    from models.audit import one_run_epsilon_lower_bound, one_run_p_value
+    from dpsynth.models.privacy.audit import one_run_epsilon_lower_bound, one_run_p_value
 
     assert one_run_epsilon_lower_bound(1000, 100, 50, 1e-5) == 0.0          # chance
     weak, strong = (one_run_epsilon_lower_bound(1000, 100, v, 1e-5) for v in (70, 95))
@@ -83,7 +89,7 @@ REDUCED = {"gswgan-sanitiser": (100_000, 0.45), "dpcgan-update": (100_000, 0.45)
 
 @pytest.mark.parametrize("mechanism", list(REDUCED))
 def test_reduced_calibration_audit_has_power_and_refutes_half_the_noise(mechanism, _one_thread):
-    from models.audit import CALIBRATION_AUDITS
+    from dpsynth.models.privacy.audit import CALIBRATION_AUDITS
 
     trials, power = REDUCED[mechanism]
     audit = CALIBRATION_AUDITS[mechanism]
@@ -102,9 +108,9 @@ def test_reduced_calibration_audit_has_power_and_refutes_half_the_noise(mechanis
 def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatch, _one_thread):
     """DP-SGD's clip is one norm over all parameters. A sanitiser that clipped each parameter to C on its
     own would let the canary (spread over several parameters) move the sum by more than 2C."""
-    from models import dpautogan
-    from models.audit import dpautogan_update_audit
-    from models.dpcgan import clipped_sum
+    from dpsynth.models.generators.dpautogan import trainer as dpautogan
+    from dpsynth.models.generators.dpcgan.trainer import clipped_sum
+    from dpsynth.models.privacy.audit import dpautogan_update_audit
 
     def per_parameter(per_sample, clip):
         return {k: clipped_sum({k: g}, clip)[k] for k, g in per_sample.items()}
@@ -117,7 +123,12 @@ def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatc
 def test_the_audited_gaussian_fit_query_is_the_one_fit_gaussian_latent_runs():
     """gaussian_fit_audit calls noisy_sums on latent_statistics with gaussian_bound (vectorised over
     trials); fit_gaussian_latent must release exactly that query's noisy sums (its mean, here)."""
-    from models.dpautogan import fit_gaussian_latent, gaussian_bound, latent_statistics, noisy_sums
+    from dpsynth.models.generators.dpautogan.trainer import (
+        fit_gaussian_latent,
+        gaussian_bound,
+        latent_statistics,
+        noisy_sums,
+    )
 
     latents = torch.rand(40, 3, generator=torch.Generator().manual_seed(0)) * 2 - 1
     mean, _ = fit_gaussian_latent(latents, 1.4, torch.Generator().manual_seed(5))
@@ -131,10 +142,10 @@ DRAW_K, DRAW_STEPS = 8, 800           # 800 steps of B = 32: 25,600 draws, 400 x
 
 
 def _draw_trainer(tmp_path, name: str):
-    from models.config import GanConfig, PrivacyConfig, Setting
-    from models.gswgan import GeneratorTrainer, make_partition
-    from models.networks import CriticStack
-    from models.secret import PrivacySecret
+    from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, make_partition
+    from dpsynth.models.generators.networks import CriticStack
+    from dpsynth.models.privacy.secret import PrivacySecret
     from tests.conftest import TEST_SECRET_HEX
 
     secret = PrivacySecret.from_hex(TEST_SECRET_HEX)
@@ -150,7 +161,7 @@ def _recorded_draws(tmp_path, monkeypatch, name: str, interrupted: bool) -> np.n
     """[steps, B]: every critic draw of a training run (noise drawn from the same secret stream in
     between, as in training), interrupted after its middle checkpoint and resumed by a fresh trainer
     that loads the saved state, or not."""
-    from models.gswgan import GeneratorTrainer
+    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
 
     draws, original = [], GeneratorTrainer.draw_critics
 
@@ -207,8 +218,8 @@ def test_the_draw_tests_reject_repeated_rows_a_restarted_stream_and_a_restart_on
     """The statistics above have power: a draw where every odd row repeats the row before it, one from a
     stream restarted before every step (the same critics every step), and a resume that restarts the
     secret stream instead of loading its state, are each rejected by the statistic meant for them."""
-    from models.gswgan import GeneratorTrainer
-    from models.secret import PrivacySecret
+    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
+    from dpsynth.models.privacy.secret import PrivacySecret
     from tests.conftest import TEST_SECRET_HEX
 
     original_draw, original_load = GeneratorTrainer.draw_critics, GeneratorTrainer._load_state

@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from models.binning import cell_codes, cell_count, cell_labels, cell_values
-from models.errors import ConfigError
-from models.schema import DatasetSchema
+from dpsynth.models.data.binning import cell_codes, cell_count, cell_labels, cell_values
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import ConfigError
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 

@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.binning import cell_codes, cell_count
-from models.calibration import (
+from dpsynth.models.data.binning import cell_codes, cell_count
+from dpsynth.models.data.demo import SHAPES, make_demo_table
+from dpsynth.models.data.schema import Column, DatasetSchema
+from dpsynth.models.marginals.calibration import (
     _values_in_cells,
     _writable_cells,
     calibrate,
@@ -19,10 +21,14 @@ from models.calibration import (
     rake,
     systematic_resample,
 )
-from models.demo import SHAPES, make_demo_table
-from models.marginals import candidate_pairs, flat_cells, marginal_counts, measure, plan_for_rho
-from models.schema import Column, DatasetSchema
-from models.secret import PrivacySecret
+from dpsynth.models.marginals.measure import (
+    candidate_pairs,
+    flat_cells,
+    marginal_counts,
+    measure,
+    plan_for_rho,
+)
+from dpsynth.models.privacy.secret import PrivacySecret
 
 SECRET = PrivacySecret.from_hex("5e" * 32)
 ROWS = 4000

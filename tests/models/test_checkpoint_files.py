@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.checkpoint_files import (
+from dpsynth.models.checkpoint_files import (
     damaged_reason,
     load_latest_intact,
     previous,
@@ -72,7 +72,7 @@ def test_a_failed_write_names_the_checkpoint_file(tmp_path, monkeypatch):
     def full_disk(self, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("models.checkpoint_files._HashingWriter.write", full_disk)
+    monkeypatch.setattr("dpsynth.models.checkpoint_files._HashingWriter.write", full_disk)
     with pytest.raises(OSError) as caught:
         save_verified({"step": 2}, path, keep_previous=True)
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(path) + ".tmp"

@@ -1,4 +1,4 @@
-"""The released checkpoint's choice (models.choice)."""
+"""The released checkpoint's choice (dpsynth.models.evaluation.choice)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from models.choice import choose_checkpoint, selection_metric
+from dpsynth.models.evaluation.choice import choose_checkpoint, selection_metric
 
 
 def _results(rows):

@@ -12,10 +12,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.config import GanConfig, Profile, ProfileSpec, Setting, load_profile
-from models.config_validation import dotted, known_keys
-from models.errors import ConfigError
-from models.schema import DatasetSchema, SchemaSpec
+from dpsynth.models.config import GanConfig, Profile, ProfileSpec, Setting, load_profile
+from dpsynth.models.config_validation import dotted, known_keys
+from dpsynth.models.data.schema import DatasetSchema, SchemaSpec
+from dpsynth.models.errors import ConfigError
 from tests.conftest import CARDIO_SCHEMA
 
 # config_hash of every shipped profile as the hand-written loader computed it before pydantic: run

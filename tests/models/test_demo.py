@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.demo import make_demo_table
-from models.schema import DatasetSchema
+from dpsynth.models.data.demo import make_demo_table
+from dpsynth.models.data.schema import DatasetSchema
 
 CARDIO_YAML = Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml"
 
@@ -86,9 +86,9 @@ def test_hard_shape_makes_the_harder_table_of_the_utility_study():
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    from models.demo import SHAPES
-    from models.encoding import TableEncoder
-    from tasks.validate import check_table
+    from dpsynth.models.data.demo import SHAPES
+    from dpsynth.models.data.encoding import TableEncoder
+    from dpsynth.tasks.validate import check_table
 
     census = DatasetSchema.from_yaml(CARDIO_YAML.parent / "census-demo.yaml")
     table = make_demo_table(census, 20000, seed=5, shape=SHAPES["hard"])

@@ -1,4 +1,4 @@
-"""DP-auto-GAN (models/dpautogan.py): per-example clipping in both phases, the noise, Poisson batches,
+"""DP-auto-GAN (models/generators/dpautogan/trainer.py): per-example clipping in both phases, the noise, Poisson batches,
 the two accounted phases, exact resume in either phase, valid samples, and that the autoencoder learns.
 Tiny tables, one thread."""
 
@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from models.checkpoint_files import sidecar
-from models.dpautogan import (
+from dpsynth.models.checkpoint_files import sidecar
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.dpautogan.trainer import (
     Autoencoder,
     Critic,
     Decoder,
@@ -39,9 +40,8 @@ from models.dpautogan import (
     sanitize,
     spread_columns,
 )
-from models.dpsgd_accountant import Phase, epsilon
-from models.errors import ConfigError
-from models.secret import PrivacySecret
+from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
+from dpsynth.models.privacy.secret import PrivacySecret
 
 # Encoded layout: a continuous column, a binary column, a 3-level categorical.
 GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]

@@ -1,4 +1,4 @@
-"""DP-CGAN (models/dpcgan.py): the sanitised discriminator gradient, the mechanism the accountant counts,
+"""DP-CGAN (models/generators/dpcgan/trainer.py): the sanitised discriminator gradient, the mechanism the accountant counts,
 exact resume, valid samples, and that training learns a planted label dependency. Tiny tables only."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.checkpoint_files import sidecar
-from models.dpcgan import (
+from dpsynth.models.checkpoint_files import sidecar
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.dpcgan.trainer import (
     ConditionalDiscriminator,
     DPCGANConfig,
     DPCGANTrainer,
@@ -19,9 +20,8 @@ from models.dpcgan import (
     sample_encoded,
     sanitized_gradient,
 )
-from models.dpsgd_accountant import Phase, epsilon
-from models.errors import ConfigError
-from models.secret import PrivacySecret
+from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
+from dpsynth.models.privacy.secret import PrivacySecret
 
 # Encoded layout of the toy table: a continuous column, the binary target, a 3-level categorical.
 GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]

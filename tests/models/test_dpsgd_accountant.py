@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from autodp import rdp_acct, rdp_bank
 
-from models.dpsgd_accountant import (
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.privacy.dpsgd_accountant import (
     CONVERSIONS,
     MECHANISM,
     ORDERS,
@@ -25,7 +26,6 @@ from models.dpsgd_accountant import (
     epsilon,
     rdp_curve,
 )
-from models.errors import ConfigError
 
 DELTA = 1e-5  # both papers: DP-CGAN section 3.1/3.2, DP-auto-GAN section 5 ("we target delta = 10^-5")
 INTEGER_ORDERS = range(2, 257)  # TF Privacy's integer orders: the recomputation at integer orders
@@ -153,7 +153,7 @@ def test_no_subsampling_is_the_gaussian_mechanism():
 
 
 def test_import_does_not_load_torch():
-    code = "import sys, models.dpsgd_accountant; assert 'torch' not in sys.modules"
+    code = "import sys, dpsynth.models.privacy.dpsgd_accountant; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -317,7 +317,7 @@ def test_bad_arguments():
 
 
 def test_replace_one_epsilon_is_group_privacy_of_two_at_the_requested_delta():
-    from models.dpsgd_accountant import replace_one_epsilon
+    from dpsynth.models.privacy.dpsgd_accountant import replace_one_epsilon
 
     thyroid = Phase(32 / 3772, 1.15, 5894)
     delta = 1e-5

@@ -1,8 +1,8 @@
 import numpy as np
 import pandas as pd
 
-from models.encoding import TableEncoder
-from models.preprocessing import typed_frame
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import typed_frame
 
 
 def test_round_trip_is_exact_on_valid_rows(cardio_schema, demo_frame):

@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from models.demo import SHAPES, make_demo_table
-from models.encoding import TableEncoder
-from models.fidelity import (
+from dpsynth.models.data.demo import SHAPES, make_demo_table
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.fidelity import (
     FIDELITY_TARGETS,
     column_tvd,
     continuous_spearman_mad,
@@ -29,7 +30,6 @@ from models.fidelity import (
     scored_pairs,
     sdmetrics_quality,
 )
-from models.schema import DatasetSchema
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

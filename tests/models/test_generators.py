@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import (
+from dpsynth.models.config import (
     GENERATORS,
     DPAutoGANSection,
     DPCGANSection,
@@ -18,12 +18,12 @@ from models.config import (
     Profile,
     Setting,
 )
-from models.dpsgd_accountant import DPSGDAccountant, Phase, replace_one_epsilon
-from models.errors import BudgetExceededError, ConfigError
-from models.generators import generator_for, get
-from models.generators.base import TrainingJob
-from models.generators.samplers import load_sampler
-from models.secret import PrivacySecret
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.generators import generator_for, get
+from dpsynth.models.generators.base import TrainingJob
+from dpsynth.models.generators.samplers import load_sampler
+from dpsynth.models.privacy.dpsgd_accountant import DPSGDAccountant, Phase, replace_one_epsilon
+from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
 
 SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
@@ -90,8 +90,8 @@ def test_dp_sgd_generators_refuse_a_non_private_setting():
 
 
 def test_dpautogan_reconstruction_weights_come_from_the_schema(cardio_schema):
-    from models.encoding import TableEncoder
-    from models.generators.dpautogan import reconstruction_weights, trainer_config
+    from dpsynth.models.data.encoding import TableEncoder
+    from dpsynth.models.generators.dpautogan.adapter import reconstruction_weights, trainer_config
 
     assert reconstruction_weights(_profile("dpautogan"), cardio_schema) is None   # the paper's plain sum
     prof = _profile("dpautogan", dpautogan={"continuous_weight": 10.0, "target_weight": 5.0})
@@ -113,7 +113,7 @@ VARIANTS = {"dpautogan-gaussian": ("dpautogan", {"dpautogan": {"latent_model": "
 
 
 def _fit(tmp_path, name: str, cardio_schema, demo_frame):
-    from models.encoding import TableEncoder
+    from dpsynth.models.data.encoding import TableEncoder
 
     name, sections = VARIANTS.get(name, (name, {}))
     prof = _profile(name, **sections)
@@ -149,7 +149,8 @@ def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(t
 
 @pytest.mark.parametrize("name", ["dpcgan", "dpautogan", "dpautogan-gaussian", "dpautogan-moments"])
 def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, demo_frame):
-    from models import dpautogan, dpcgan
+    from dpsynth.models.generators.dpautogan import trainer as dpautogan
+    from dpsynth.models.generators.dpcgan import trainer as dpcgan
 
     _, _, result, generator = _fit(tmp_path, name, cardio_schema, demo_frame)
     path = tmp_path / "checkpoints" / result.ledger[-1]["generator"]

@@ -16,10 +16,11 @@ import pytest
 import torch
 from torch import nn
 
-from models import gswgan, native_kernels
-from models.config import GanConfig, PrivacyConfig, Setting
-from models.errors import BudgetExceededError, ConfigError
-from models.gswgan import (
+from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.generators.gswgan import trainer as gswgan
+from dpsynth.models.generators.gswgan.sanitizer import clip_rows, sanitize_rows
+from dpsynth.models.generators.gswgan.trainer import (
     LEDGER_FILE,
     STATE_FILE,
     GeneratorTrainer,
@@ -37,9 +38,9 @@ from models.gswgan import (
     sample_encoded,
     subset_sizes,
 )
-from models.networks import CriticStack, Generator
-from models.sanitizer import clip_rows, sanitize_rows
-from models.secret import PrivacySecret
+from dpsynth.models.generators.networks import CriticStack, Generator
+from dpsynth.models.native import kernels as native_kernels
+from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
 
 CPU = torch.device("cpu")
@@ -359,7 +360,7 @@ def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, stop_after
 
 @pytest.mark.parametrize("damage", ["truncate", "unhashed", "both"])
 def test_damaged_training_state_resumes_from_the_previous_one(tmp_path, damage):
-    from models.checkpoint_files import previous, sidecar
+    from dpsynth.models.checkpoint_files import previous, sidecar
 
     gan = GanConfig(iterations=12, checkpoint_every=4)
     base = _critics(4, gan)
@@ -391,7 +392,7 @@ def test_damaged_training_state_resumes_from_the_previous_one(tmp_path, damage):
 
 
 def test_a_damaged_generator_checkpoint_is_named_not_loaded(tmp_path):
-    from models.errors import StorageError
+    from dpsynth.models.errors import StorageError
 
     trainer = _trainer(tmp_path)
     trainer.run(0)

@@ -5,9 +5,15 @@ import math
 
 import pytest
 
-from models.accountant import epsilon_for
-from models.config import load_profile
-from models.lifetime import ReleaseCost, TrainingCurve, lifetime_cost, planned_release_cost, release_cost
+from dpsynth.models.config import load_profile
+from dpsynth.models.privacy.accountant import epsilon_for
+from dpsynth.models.privacy.lifetime import (
+    ReleaseCost,
+    TrainingCurve,
+    lifetime_cost,
+    planned_release_cost,
+    release_cost,
+)
 from tests.conftest import CARDIO_SCHEMA
 
 K, T, B, SIGMA, DELTA = 1000, 2000, 32, 1.07, 1e-5

@@ -12,11 +12,11 @@ import pytest
 import torch
 from scipy import stats
 
-from models.binning import cell_count, cell_values
-from models.demo import SHAPES, make_demo_table
-from models.dpsgd_accountant import ORDERS
-from models.errors import ConfigError
-from models.marginals import (
+from dpsynth.models.data.binning import cell_count, cell_values
+from dpsynth.models.data.demo import SHAPES, make_demo_table
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.marginals.measure import (
     L1_SENSITIVITY,
     L2_SENSITIVITY,
     SCORE_SENSITIVITY,
@@ -33,8 +33,8 @@ from models.marginals import (
     plan_for_rho,
     project_to_simplex,
 )
-from models.schema import DatasetSchema
-from models.secret import PrivacySecret
+from dpsynth.models.privacy.dpsgd_accountant import ORDERS
+from dpsynth.models.privacy.secret import PrivacySecret
 
 SECRET = PrivacySecret.from_hex("5e" * 32)
 

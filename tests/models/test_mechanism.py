@@ -4,7 +4,7 @@ The trainer is run with planted critics whose input gradient names them (critic 
 fixed vector that encodes j), so the sanitised rows of a real `GeneratorTrainer.step` show which
 critic each generated row queried. From that observed structure (one critic per row, drawn
 independently, or one critic for all rows of a step) the exact one-step privacy loss is computed
-(models/privacy_loss.py, hockey-stick divergence of the dominating pair), and the trainer's own
+(models/privacy/exact_loss.py, hockey-stick divergence of the dominating pair), and the trainer's own
 accountant must not report less after that step. The thesis' shared critic accounted as T x B
 subsampled rows (what dpsynth did before) fails this test.
 """
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from models.accountant import GSWGANAccountant, epsilon_for
-from models.config import GanConfig, PrivacyConfig, Setting
-from models.gswgan import GeneratorTrainer, make_partition
-from models.networks import CriticStack
-from models.privacy_loss import QueryMechanism, epsilon_at, hockey_stick
-from models.secret import PrivacySecret
+from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, make_partition
+from dpsynth.models.generators.networks import CriticStack
+from dpsynth.models.privacy.accountant import GSWGANAccountant, epsilon_for
+from dpsynth.models.privacy.exact_loss import QueryMechanism, epsilon_at, hockey_stick
+from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
 
 K, B, SIGMA, DELTA, WIDTH = 1000, 32, 1.07, 1e-5, 16

@@ -1,11 +1,11 @@
-"""Membership inference measures (models/membership.py): near chance for an independent sample of the
+"""Membership inference measures (models/evaluation/membership.py): near chance for an independent sample of the
 same distribution, near certain for a generator that copies its training rows."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from models.membership import auc_interval, membership_report
+from dpsynth.models.evaluation.membership import auc_interval, membership_report
 
 
 def _rows(n: int, seed: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The C kernels (models/native_kernels.py) against the tensor code they replace: the same critic
+"""The C kernels (models/native/kernels.py) against the tensor code they replace: the same critic
 gradients up to float32 rounding, torch's Adam update, exact zeros kept, the generators' bfloat16
 BatchNorm, whole pretraining and training visits within rounding of the tensor code; and how
 `gan.kernels` is resolved."""
@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import native_kernels
-from models.config import GanConfig, PrivacyConfig, Setting
-from models.errors import ConfigError
-from models.gswgan import (
+from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.gswgan.trainer import (
     GeneratorTrainer,
     build_pretrain_chunk,
     chunk_generator,
@@ -22,7 +21,9 @@ from models.gswgan import (
     make_partition,
     pretrain_critics,
 )
-from models.native_kernels import (
+from dpsynth.models.generators.networks import CriticStack, GeneratorStack, StackedAdam, Workspace
+from dpsynth.models.native import kernels as native_kernels
+from dpsynth.models.native.kernels import (
     CriticRows,
     NativeKernelError,
     batchnorm_relu_bf16,
@@ -32,8 +33,7 @@ from models.native_kernels import (
     use_native_batchnorm,
     use_native_critics,
 )
-from models.networks import CriticStack, GeneratorStack, StackedAdam, Workspace
-from models.secret import PrivacySecret
+from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
 
 pytestmark = pytest.mark.skipif(not native_kernels.available(), reason="no C compiler builds the kernel here")
@@ -329,7 +329,7 @@ def test_the_library_is_built_once_per_cache(monkeypatch, tmp_path):
 
 
 def test_a_training_profile_accepts_only_known_kernels():
-    from models.config import Profile
+    from dpsynth.models.config import Profile
     with pytest.raises(ConfigError, match="kernels"):
         Profile(name="p", settings=(Setting("k4", 4),), gan=dataclasses.replace(GanConfig(), kernels="gpu"))
 

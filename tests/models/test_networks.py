@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.networks import (
+from dpsynth.models.generators.networks import (
     CriticStack,
     Generator,
     GeneratorStack,

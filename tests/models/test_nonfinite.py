@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-from models.dpautogan import fit_gaussian_latent, private_moments, sanitize
-from models.dpcgan import clipped_sum
-from models.sanitizer import clip_rows, sanitize_rows, zero_nonfinite_rows
+from dpsynth.models.generators.dpautogan.trainer import fit_gaussian_latent, private_moments, sanitize
+from dpsynth.models.generators.dpcgan.trainer import clipped_sum
+from dpsynth.models.generators.gswgan.sanitizer import clip_rows, sanitize_rows, zero_nonfinite_rows
 
 BAD = [float("nan"), float("inf"), float("-inf")]
 

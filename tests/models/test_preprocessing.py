@@ -1,8 +1,8 @@
 import numpy as np
 import pandas as pd
 
-from models.encoding import TableEncoder
-from models.preprocessing import (
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import (
     UnitScaledImputer,
     invalid_to_missing,
     row_local_split,
@@ -10,7 +10,7 @@ from models.preprocessing import (
     stratified_split,
     typed_frame,
 )
-from models.secret import PrivacySecret
+from dpsynth.models.privacy.secret import PrivacySecret
 
 
 def test_split_is_stratified_sized_and_deterministic():

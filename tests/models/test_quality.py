@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.demo import make_demo_table
-from models.encoding import TableEncoder
-from models.quality import (
+from dpsynth.models.data.demo import make_demo_table
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.quality import (
     feature_stats,
     level_frequencies,
     quality_summary,
@@ -22,7 +23,6 @@ from models.quality import (
     tvd_by_feature,
     wasserstein_by_feature,
 )
-from models.schema import DatasetSchema
 
 CARDIO_YAML = Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml"
 

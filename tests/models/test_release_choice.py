@@ -1,4 +1,4 @@
-"""The release decision (models/release_choice.py): the DP choice, the DP approval, the whole release's
+"""The release decision (models/privacy/release_choice.py): the DP choice, the DP approval, the whole release's
 epsilon and its composition."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.errors import BudgetExceededError
-from models.release_choice import (
+from dpsynth.models.errors import BudgetExceededError
+from dpsynth.models.privacy.release_choice import (
     ValidationFacts,
     check_release_budget,
     choice_epsilon,
@@ -20,7 +20,7 @@ from models.release_choice import (
     noisy_approval,
     release_epsilon,
 )
-from models.secret import PrivacySecret
+from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
 
 SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)

@@ -1,4 +1,4 @@
-"""The measured marginals' cost in every accountant (models/release_marginals.py): the epsilon each
+"""The measured marginals' cost in every accountant (models/marginals/release.py): the epsilon each
 generator plans and records is its own accountant's conversion of training's curve PLUS the marginals'
 (replace-one for GS-WGAN, add/remove-one before the group-privacy conversion for DP-SGD), recomputed
 here from the curves themselves; zero noise is refused; a negligible measurement costs next to nothing."""
@@ -14,14 +14,14 @@ import textwrap
 import numpy as np
 import pytest
 
-from models.accountant import training_rdp
-from models.config import Profile, Setting, load_profile
-from models.errors import ConfigError
-from models.generators import get
-from models.lifetime import lifetime_cost, release_cost
-from models.marginals import MeasurementPlan
-from models.privacy_statement import privacy_statement
-from models.release_marginals import ADD_REMOVE_ONE, REPLACE_ONE, marginals_rho, measurement_plan
+from dpsynth.models.config import Profile, Setting, load_profile
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators import get
+from dpsynth.models.marginals.measure import MeasurementPlan
+from dpsynth.models.marginals.release import ADD_REMOVE_ONE, REPLACE_ONE, marginals_rho, measurement_plan
+from dpsynth.models.privacy.accountant import training_rdp
+from dpsynth.models.privacy.lifetime import lifetime_cost, release_cost
+from dpsynth.models.privacy.statement import privacy_statement
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 GENERATORS = ("gswgan", "dpcgan", "dpautogan")
@@ -58,14 +58,14 @@ def _dpsgd_curve(profile: Profile, last: int) -> tuple[np.ndarray, np.ndarray]:
     """Opacus's add/remove-one curve of training to `last`, straight from its analysis."""
     from opacus.accountants.analysis.rdp import compute_rdp
 
-    from models.dpsgd_accountant import ORDERS
+    from dpsynth.models.privacy.dpsgd_accountant import ORDERS
 
     orders = np.asarray(ORDERS)
     if profile.generator == "dpcgan":
         c = profile.dpcgan
         phases = [(c.sample_rate, c.noise_multiplier, last)]
     else:
-        from models.generators.dpautogan import phases_at
+        from dpsynth.models.generators.dpautogan.adapter import phases_at
 
         phases = [(p.sample_rate, p.noise_multiplier, p.steps) for p in phases_at(profile, last)]
     rdp = sum(np.asarray(compute_rdp(q=q, noise_multiplier=s, steps=t, orders=list(orders)))
@@ -161,8 +161,8 @@ def test_calibrated_sampling_imports_no_accountant():
     # The pyfunc model samples in an environment without autodp or Opacus.
     script = textwrap.dedent("""
         import sys
-        import models.calibration, models.generators.samplers, models.pyfunc
-        print(sorted(m for m in ("autodp", "opacus", "models.accountant", "models.dpsgd_accountant")
+        import dpsynth.models.calibration, dpsynth.models.generators.samplers, dpsynth.models.pyfunc
+        print(sorted(m for m in ("autodp", "opacus", "dpsynth.models.privacy.accountant", "dpsynth.models.privacy.dpsgd_accountant")
                      if m in sys.modules))
     """)
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,

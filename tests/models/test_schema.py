@@ -1,9 +1,9 @@
 import pytest
 import yaml
 
-from models.config import load_profile
-from models.errors import ConfigError
-from models.schema import DatasetSchema
+from dpsynth.models.config import load_profile
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import ConfigError
 from tests.conftest import CARDIO_SCHEMA
 
 
@@ -79,7 +79,7 @@ def test_bad_profiles_are_config_errors(tmp_path, text, message):
 
 @pytest.mark.parametrize("path", sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_profile_loads_and_names_its_release_setting(path):
-    from models.generators import generator_for
+    from dpsynth.models.generators import generator_for
 
     profile = load_profile(path.stem, CARDIO_SCHEMA)
     assert profile.name == path.stem

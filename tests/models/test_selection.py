@@ -8,8 +8,8 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from models import native_kernels, selection
-from models.selection import (
+from dpsynth.models.evaluation import selection
+from dpsynth.models.evaluation.selection import (
     Candidate,
     SelectionResult,
     auc_columns,
@@ -19,6 +19,7 @@ from models.selection import (
     regularisation_grid,
     select_model,
 )
+from dpsynth.models.native import kernels as native_kernels
 
 
 def _data(seed, n, noise=0.0):

@@ -8,11 +8,11 @@ import math
 import pandas as pd
 import pytest
 
-from models.config import load_profile
-from models.encoding import TableEncoder
-from models.privacy_statement import privacy_statement
-from models.pyfunc import load_generator_file, sample_table
-from tasks.bundle import (
+from dpsynth.models.config import load_profile
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.models.pyfunc import load_generator_file, sample_table
+from dpsynth.tasks.bundle import (
     build_release_json,
     bundle_contains_no_real_rows,
     real_row_matches,

@@ -5,9 +5,9 @@ table says it reads a real one."""
 import json
 import shutil
 
-from flows.cli import main
-from tasks.context import demo_sidecar, is_demo_table
-from tasks.stage import sha256_file
+from dpsynth.flows.cli import main
+from dpsynth.tasks.context import demo_sidecar, is_demo_table
+from dpsynth.tasks.stage import sha256_file
 from tests.conftest import CARDIO_SCHEMA
 
 

@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from models.config import EvaluationConfig, Profile
-from models.encoding import TableEncoder
-from models.preprocessing import stratified_split, typed_frame
-from models.release_choice import ValidationFacts, choice_scores, choice_sensitivity
-from tasks.evaluate import (
+from dpsynth.models.config import EvaluationConfig, Profile
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import stratified_split, typed_frame
+from dpsynth.models.privacy.release_choice import ValidationFacts, choice_scores, choice_sensitivity
+from dpsynth.tasks.evaluate import (
     concordant_pairs,
     evaluate_synthetic,
     level_count_gap,
@@ -110,7 +110,7 @@ def test_concordant_pairs_is_the_auc_times_the_pairs():
 
 
 def test_dp_choice_score_moves_at_most_its_sensitivity_when_one_row_is_replaced(cardio_schema, demo_frame):
-    """The score of models/release_choice.py on the validation rows that needed no imputation, for a
+    """The score of models/privacy/release_choice.py on the validation rows that needed no imputation, for a
     fixed classifier and synthetic shares: replacing any one validation row (its values, its label,
     whether it is complete) moves it by at most the sensitivity (4 + w) / n computed from n alone."""
     enc, table, encoded, _, y = _encoded(cardio_schema, demo_frame)

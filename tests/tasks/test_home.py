@@ -2,11 +2,11 @@
 
 import json
 
-from flows.cli import main
-from models.lifetime import ReleaseCost, TrainingCurve
-from tasks import ledger
-from tasks.home import home
-from tasks.tracking import tracking_uri
+from dpsynth.flows.cli import main
+from dpsynth.models.privacy.lifetime import ReleaseCost, TrainingCurve
+from dpsynth.tasks import ledger
+from dpsynth.tasks.home import home
+from dpsynth.tasks.tracking import tracking_uri
 from tests.conftest import CARDIO_SCHEMA
 
 COST = ReleaseCost(4.0, 1e-5, TrainingCurve(1000, 5000, 32, 1.07, "per_row"), 1.0, True)

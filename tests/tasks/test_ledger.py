@@ -4,9 +4,9 @@ import multiprocessing
 
 import pytest
 
-from models.errors import BudgetExceededError
-from models.lifetime import ReleaseCost, TrainingCurve, lifetime_cost
-from tasks import ledger
+from dpsynth.models.errors import BudgetExceededError
+from dpsynth.models.privacy.lifetime import ReleaseCost, TrainingCurve, lifetime_cost
+from dpsynth.tasks import ledger
 
 COST = ReleaseCost(4.0, 1e-5, TrainingCurve(1000, 5000, 32, 1.07, "per_row"), 1.0, True)
 

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from tasks.evaluate import RESULT_COLUMNS
-from tasks.prefect_summary import PUBLIC_COLUMNS, public_selection_records, public_summary_markdown
+from dpsynth.tasks.evaluate import RESULT_COLUMNS
+from dpsynth.tasks.prefect_summary import PUBLIC_COLUMNS, public_selection_records, public_summary_markdown
 
 
 def _results() -> pd.DataFrame:

@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from tasks.progress import Progress, format_duration, format_line, format_rate
+from dpsynth.tasks.progress import Progress, format_duration, format_line, format_rate
 
 
 class Clock:

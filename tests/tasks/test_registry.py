@@ -18,10 +18,10 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from models.encoding import TableEncoder
-from models.errors import BudgetExceededError, ConfigError, MissingInputError
-from models.gswgan import GeneratorSpec
-from tasks.registry import registry_client
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.errors import BudgetExceededError, ConfigError, MissingInputError
+from dpsynth.models.generators.gswgan.trainer import GeneratorSpec
+from dpsynth.tasks.registry import registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 MODEL = "cardio-gswgan"
@@ -53,14 +53,14 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def release_run(store):
-    from tasks import tracking
+    from dpsynth.tasks import tracking
 
     return tracking.start_run("cardio-release", "registry-test", {"dpsynth.kind": "release"})
 
 
 def tags_for(release_id: str, cardio_schema, epsilon_iteration: int = 20) -> dict:
-    from models.config import Profile, Setting
-    from tasks.registry import release_tags
+    from dpsynth.models.config import Profile, Setting
+    from dpsynth.tasks.registry import release_tags
 
     profile = Profile(name="test", settings=(Setting("k10", 10),))
     return release_tags(release_id=release_id, profile=profile, setting=profile.settings[0],
@@ -69,7 +69,7 @@ def tags_for(release_id: str, cardio_schema, epsilon_iteration: int = 20) -> dic
 
 def register(release_run, cardio_schema, store, name, release_id, *, epsilon=3.5, budget=10.0, seed=0,
              file_epsilon=None):
-    from tasks.registry import register_release
+    from dpsynth.tasks.registry import register_release
 
     gen = make_generator_file(store / name / f"{release_id}.pt", cardio_schema,
                               epsilon=epsilon if file_epsilon is None else file_epsilon, seed=seed)
@@ -85,8 +85,8 @@ def champion(name):
 def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_schema, store):
     import mlflow.pyfunc
 
-    from tasks.registry import RELEASE_TAG_KEYS, load_released_model, registry_as_default
-    from tasks.training import sample_generator_file
+    from dpsynth.tasks.registry import RELEASE_TAG_KEYS, load_released_model, registry_as_default
+    from dpsynth.tasks.training import sample_generator_file
 
     result = register(release_run, cardio_schema, store, MODEL, "rel-1")
     assert result["version"] == 1 and result["model_uri"] == f"models:/{MODEL}/1" and not result["reused"]
@@ -110,8 +110,8 @@ def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_
     with registry_as_default():
         local = Path(mlflow.artifacts.download_artifacts(f"models:/{MODEL}/1"))
     assert sorted(p.name for p in (local / "artifacts").iterdir()) == ["cardio.yaml", "rel-1.pt"]
-    code = local / "code" / "models"
-    assert (code / "pyfunc.py").is_file() and (code / "encoding.py").is_file()
+    code = local / "code" / "dpsynth" / "models"
+    assert (code / "pyfunc.py").is_file() and (code / "data" / "encoding.py").is_file()
     assert not list(local.rglob("__pycache__")) and not list(local.rglob("*critic*"))
 
     model = load_released_model(f"models:/{MODEL}@champion")
@@ -154,7 +154,7 @@ def test_over_budget_release_is_refused_and_champion_stays(release_run, cardio_s
 
 
 def test_budget_rule():
-    from tasks.registry import check_budget
+    from dpsynth.tasks.registry import check_budget
 
     check_budget(10.0, 10.0)
     check_budget(math.inf, None)  # no budget, passed explicitly: a non-private release is allowed
@@ -164,9 +164,9 @@ def test_budget_rule():
 
 
 def test_sample_from_registry_writes_parquet_and_csv(release_run, cardio_schema, store):
-    from tasks.registry import sample_from_registry
-    from tasks.table_io import read_table
-    from tasks.validate import check_table
+    from dpsynth.tasks.registry import sample_from_registry
+    from dpsynth.tasks.table_io import read_table
+    from dpsynth.tasks.validate import check_table
 
     name = "sampling"
     register(release_run, cardio_schema, store, name, "s-1")
@@ -187,7 +187,7 @@ def test_sample_from_registry_writes_parquet_and_csv(release_run, cardio_schema,
 
 
 def test_sample_without_a_registry_here_is_a_readable_error(tmp_path, monkeypatch):
-    from tasks.registry import sample_from_registry
+    from dpsynth.tasks.registry import sample_from_registry
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -209,12 +209,12 @@ def test_registered_model_loads_in_a_fresh_process_without_dpsynth(release_run, 
         sys.path_hooks[:] = [h for h in sys.path_hooks if "__editable__" not in (getattr(h, "__module__", "") or "")]
         sys.path[:] = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
         sys.path_importer_cache.clear()
-        assert importlib.util.find_spec("models") is None, "dpsynth's models is still importable"
-        assert importlib.util.find_spec("flows") is None and importlib.util.find_spec("tasks") is None
+        assert importlib.util.find_spec("dpsynth") is None, "dpsynth is still importable"
+        assert importlib.util.find_spec("models") is None and importlib.util.find_spec("flows") is None
         import mlflow.pyfunc, pandas as pd
         model = mlflow.pyfunc.load_model("models:/{name}@champion")
         rows = model.predict(pd.DataFrame({{"n_rows": [25], "seed": [1]}}))
-        import models
+        import dpsynth.models as models
         print(json.dumps({{"columns": list(rows.columns), "n": len(rows), "models": models.__file__,
                           "prefect": "prefect" in sys.modules, "flows": "flows" in sys.modules}}))
     """)
@@ -225,14 +225,16 @@ def test_registered_model_loads_in_a_fresh_process_without_dpsynth(release_run, 
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["columns"] == cardio_schema.column_names and out["n"] == 25
-    assert not out["models"].startswith(str(ROOT / "models")) and "/code/models/" in out["models"]
+    assert not out["models"].startswith(str(ROOT / "models")) and "/code/dpsynth/models/" in out["models"]
     assert not out["prefect"] and not out["flows"]
 
 
 def test_models_package_imports_mlflow_only_in_pyfunc():
-    modules = sorted(p.stem for p in (ROOT / "models").glob("*.py") if p.stem not in ("__init__", "pyfunc"))
+    modules = sorted(".".join(p.relative_to(ROOT / "models").with_suffix("").parts)
+                     for p in (ROOT / "models").rglob("*.py") if p.stem not in ("__init__", "pyfunc"))
+    assert "privacy.accountant" in modules and "generators.gswgan.trainer" in modules
     script = ("import importlib, sys\n"
-              f"for m in {modules!r}: importlib.import_module('models.' + m)\n"
+              f"for m in {modules!r}: importlib.import_module('dpsynth.models.' + m)\n"
               "print(sorted(k for k in sys.modules if k.split('.')[0] in ('mlflow', 'prefect')))\n")
     done = subprocess.run([sys.executable, "-c", script], check=False, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.config import load_profile
-from models.demo import make_demo_table
-from models.privacy_statement import privacy_statement
-from models.quality import feature_stats, level_frequencies
-from models.schema import DatasetSchema
-from tasks.evaluate import RESULT_COLUMNS
-from tasks.report import (
+from dpsynth.models.config import load_profile
+from dpsynth.models.data.demo import make_demo_table
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.quality import feature_stats, level_frequencies
+from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.evaluate import RESULT_COLUMNS
+from dpsynth.tasks.report import (
     build_internal_report,
     build_release_notes,
     build_release_notes_html,
@@ -272,8 +272,8 @@ def test_release_notes_of_a_non_private_release_say_so(tmp_path, schema, synth):
 
 
 def test_release_notes_of_a_conditional_generator_say_the_target_share_is_set_by_design(tmp_path, schema, synth):
-    from models.config import load_profile
-    from tasks.reporting import privacy_summary
+    from dpsynth.models.config import load_profile
+    from dpsynth.tasks.reporting import privacy_summary
 
     profile = load_profile("thesis-k1500", CARDIO_YAML)
     privacy = privacy_summary(profile, profile.settings, schema)

@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.config import GanConfig, Profile, Setting
-from models.gswgan import subset_sizes
-from models.secret import PrivacySecret, store
-from tasks.preprocess import preprocess_stage
-from tasks.split import split_stage
-from tasks.training import prepare_stage
-from tasks.validate import validate_stage
+from dpsynth.models.config import GanConfig, Profile, Setting
+from dpsynth.models.generators.gswgan.trainer import subset_sizes
+from dpsynth.models.privacy.secret import PrivacySecret, store
+from dpsynth.tasks.preprocess import preprocess_stage
+from dpsynth.tasks.split import split_stage
+from dpsynth.tasks.training import prepare_stage
+from dpsynth.tasks.validate import validate_stage
 from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
 
 K = 12

@@ -3,7 +3,7 @@
 
 import os
 
-from tasks.context import load_context, open_run
+from dpsynth.tasks.context import load_context, open_run
 from tests.conftest import CARDIO_SCHEMA
 
 

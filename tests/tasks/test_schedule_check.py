@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from models.errors import BudgetExceededError
-from models.lifetime import planned_release_cost
-from models.profiles import load_named
-from tasks import ledger
-from tasks.schedule_check import check_deployment_schedule, check_schedule, cron_runs_until
+from dpsynth.models.errors import BudgetExceededError
+from dpsynth.models.privacy.lifetime import planned_release_cost
+from dpsynth.models.profiles import load_named
+from dpsynth.tasks import ledger
+from dpsynth.tasks.schedule_check import check_deployment_schedule, check_schedule, cron_runs_until
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 MONTHLY = "0 2 1 * *"

@@ -1,6 +1,6 @@
 import json
 
-from tasks.stage import run_stage
+from dpsynth.tasks.stage import run_stage
 
 
 def _writer(calls):

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.encoding import TableEncoder
-from models.errors import DpsynthError, InvalidTableError
-from models.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
-from models.schema import DatasetSchema
-from tasks.table_io import read_table
-from tasks.validate import check_table, conform_table
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import DpsynthError, InvalidTableError
+from dpsynth.tasks.table_io import read_table
+from dpsynth.tasks.validate import check_table, conform_table
 
 SCHEMA = DatasetSchema.from_dict({
     "name": "toy", "target": "y", "id_column": "id", "separator": ";",

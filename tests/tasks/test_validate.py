@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.demo import make_demo_table
-from models.errors import InvalidTableError, MissingInputError
-from models.schema import DatasetSchema
-from tasks.table_io import file_sha256, read_table, write_table
-from tasks.validate import (
+from dpsynth.models.data.demo import make_demo_table
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import InvalidTableError, MissingInputError
+from dpsynth.tasks.table_io import file_sha256, read_table, write_table
+from dpsynth.tasks.validate import (
     TABLE,
     build_suite,
     check_table,
@@ -291,10 +291,10 @@ def test_public_dict_holds_counts_only(schema, demo):
 def test_committed_suite_matches_schema(schema, tmp_path):
     committed = json.loads(CARDIO_SUITE.read_text())
     fresh = json.loads(suite_to_json(schema))
-    # A newer GX only changes the recorded version: regenerate with `python -m tasks.validate`.
+    # A newer GX only changes the recorded version: regenerate with `python -m dpsynth.tasks.validate`.
     committed["meta"].pop("great_expectations_version")
     fresh["meta"].pop("great_expectations_version")
-    assert committed == fresh, "expectations/cardio.json is stale: python -m tasks.validate " \
+    assert committed == fresh, "expectations/cardio.json is stale: python -m dpsynth.tasks.validate " \
                                "configs/cardio.yaml expectations/cardio.json"
     written = write_suite(schema, tmp_path / "s.json")
     assert json.loads(written.read_text())["name"] == "cardio_v1"

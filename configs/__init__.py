@@ -1,0 +1,1 @@
+"""Dataset schemas (`*.yaml`) and run profiles (`profiles/*.yaml`), installed as `dpsynth.configs`."""

@@ -1,0 +1,301 @@
+"""Fidelity of a synthetic table to the real one, scored the way users of synthetic-data tools score it:
+total-variation distances of every column's and every pair of columns' cell shares, levels the synthetic
+table lost, gaps at declared point masses, and the Spearman rank-correlation gap between continuous columns.
+
+Both tables are decoded frames in the schema (column names, declared levels, numbers). Every count goes
+through `dpsynth.models.data.binning`, so the cells are public (declared levels; bins of the public bounds plus one cell
+per point mass) and never depend on either table's rows; missing or undeclared values share one extra cell.
+Internal figures: every number here depends on the real rows.
+
+`fidelity_summary` gathers the figures in one JSON-ready dictionary; `fidelity_verdicts` holds them against
+`FIDELITY_TARGETS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dpsynth.models.data.binning import DEFAULT_BINS, cell_count, cell_labels, frame_cells
+from dpsynth.models.data.schema import Column, DatasetSchema
+from dpsynth.models.evaluation.quality import spearman_mad, spearman_matrix
+
+# Share of the real rows from which a level (or continuous cell) the synthetic table lacks counts as lost.
+LOST_LEVEL_FLOOR = 0.01
+
+# Upper limits that a release's fidelity should keep, keyed by the figure of `fidelity_summary` they bound
+# (`lost_levels` by the number of lost levels).
+FIDELITY_TARGETS = {
+    "categorical_tvd_mean": 0.01,
+    "categorical_tvd_worst": 0.03,
+    "continuous_tvd_mean": 0.03,
+    "point_mass_gap_max": 0.02,
+    "lost_levels": 0,
+    "pairwise_tvd_mean": 0.05,
+    "spearman_mad_continuous": 0.05,
+}
+
+MET, MISSED, NOT_APPLICABLE = "met", "missed", "n/a"
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """A table's cell codes per column, missing values moved to an extra last cell so that codes index
+    share vectors directly."""
+
+    columns: tuple[Column, ...]
+    codes: tuple[np.ndarray, ...]
+    sizes: tuple[int, ...]  # cells per column, the extra one included
+    rows: int
+
+    def shares(self, index: int) -> np.ndarray:
+        return np.bincount(self.codes[index], minlength=self.sizes[index]) / self.rows
+
+    def joint_shares(self, first: int, second: int) -> np.ndarray:
+        joint = self.codes[first] * self.sizes[second] + self.codes[second]
+        return np.bincount(joint, minlength=self.sizes[first] * self.sizes[second]) / self.rows
+
+
+def _cells(schema: DatasetSchema, frame: pd.DataFrame, role: str, bins: int) -> _Cells:
+    missing = [name for name in schema.column_names if name not in frame.columns]
+    if missing:
+        raise ValueError(f"the {role} table lacks schema columns {missing}")
+    if len(frame) == 0:
+        raise ValueError(f"the {role} table has no rows: shares of its cells are undefined")
+    columns = tuple(schema.columns)
+    matrix = frame_cells(list(columns), frame, bins)
+    sizes = tuple(cell_count(col, bins) + 1 for col in columns)
+    codes = tuple(np.where(matrix[:, j] < 0, sizes[j] - 1, matrix[:, j]) for j in range(len(columns)))
+    return _Cells(columns, codes, sizes, len(frame))
+
+
+def _tvd(p: np.ndarray, q: np.ndarray) -> float:
+    return float(0.5 * np.abs(p - q).sum())
+
+
+# ------------------------------------------------------------------------------ figures on cells
+
+def _column_tvd(real: _Cells, synth: _Cells) -> pd.Series:
+    values = [_tvd(real.shares(j), synth.shares(j)) for j in range(len(real.columns))]
+    return pd.Series(values, index=[col.name for col in real.columns], name="tvd", dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class PairwiseTVD:
+    """2-way TVD per scored pair of columns; `pairs_total` says how many pairs the table has, so that a
+    capped score (`max_pairs`) is never read as the whole table's."""
+
+    tvd: pd.Series  # index: (first column, second column)
+    pairs_total: int
+
+    @property
+    def capped(self) -> bool:
+        return len(self.tvd) < self.pairs_total
+
+    @property
+    def mean(self) -> float | None:
+        return float(self.tvd.mean()) if len(self.tvd) else None
+
+    @property
+    def worst(self) -> float | None:
+        return float(self.tvd.max()) if len(self.tvd) else None
+
+    @property
+    def worst_pair(self) -> tuple[str, str] | None:
+        return tuple(self.tvd.idxmax()) if len(self.tvd) else None
+
+
+def scored_pairs(n_columns: int, max_pairs: int | None) -> list[tuple[int, int]]:
+    """All pairs of column positions, or `max_pairs` of them evenly spaced along that list (the same
+    pairs every time, so that two releases of one schema are scored on the same pairs)."""
+    pairs = [(i, j) for i in range(n_columns) for j in range(i + 1, n_columns)]
+    if max_pairs is None or max_pairs >= len(pairs):
+        return pairs
+    if max_pairs < 1:
+        raise ValueError(f"max_pairs must be at least 1 (got {max_pairs})")
+    # Spacing is at least 1 when max_pairs <= len(pairs), so the rounded positions are distinct.
+    positions = np.linspace(0, len(pairs) - 1, max_pairs).round().astype(int)
+    return [pairs[k] for k in positions]
+
+
+def _pairwise_tvd(real: _Cells, synth: _Cells, max_pairs: int | None) -> PairwiseTVD:
+    n = len(real.columns)
+    pairs = scored_pairs(n, max_pairs)
+    values = [_tvd(real.joint_shares(i, j), synth.joint_shares(i, j)) for i, j in pairs]
+    index = pd.MultiIndex.from_tuples([(real.columns[i].name, real.columns[j].name) for i, j in pairs],
+                                      names=["first", "second"])
+    return PairwiseTVD(pd.Series(values, index=index, name="tvd", dtype=np.float64), n * (n - 1) // 2)
+
+
+def _lost_levels(real: _Cells, synth: _Cells, floor: float, bins: int) -> list[tuple[str, str]]:
+    lost = []
+    for j, col in enumerate(real.columns):
+        real_shares, synth_shares = real.shares(j)[:-1], synth.shares(j)[:-1]  # the missing cell is no level
+        labels = cell_labels(col, bins)
+        lost += [(col.name, labels[k]) for k in np.flatnonzero((real_shares >= floor) & (synth_shares == 0))]
+    return lost
+
+
+def _point_mass_gaps(real: _Cells, synth: _Cells, bins: int) -> pd.Series:
+    gaps = {}
+    for j, col in enumerate(real.columns):
+        if not col.is_continuous:
+            continue
+        real_shares, synth_shares = real.shares(j), synth.shares(j)
+        for k, label in enumerate(cell_labels(col, bins)[bins:]):
+            gaps[f"{col.name}{label}"] = abs(float(real_shares[bins + k]) - float(synth_shares[bins + k]))
+    return pd.Series(gaps, name="point_mass_gap", dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------ public figures
+
+def column_tvd(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
+               bins: int = DEFAULT_BINS) -> pd.Series:
+    """1-way TVD, 0.5 * sum |p - q| over the column's cells, for every schema column (index: name)."""
+    return _column_tvd(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins))
+
+
+def pairwise_tvd(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_pairs: int | None = None,
+                 bins: int = DEFAULT_BINS) -> PairwiseTVD:
+    """2-way TVD over the joint cells of each pair of schema columns: what 1-way TVDs cannot see, a
+    dependence between columns that the synthetic table broke. `max_pairs` caps the work on wide tables."""
+    return _pairwise_tvd(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins), max_pairs)
+
+
+def lost_levels(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, floor: float = LOST_LEVEL_FLOOR,
+                bins: int = DEFAULT_BINS) -> list[tuple[str, str]]:
+    """(column, level) of every level or continuous cell holding at least `floor` of the real rows that
+    the synthetic table never produces: a user filtering on it would get nothing back."""
+    return _lost_levels(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins), floor, bins)
+
+
+def point_mass_gaps(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
+                    bins: int = DEFAULT_BINS) -> pd.Series:
+    """|real share - synthetic share| at each declared point mass (index: "column=value"): the spike that
+    bins of the bounds would blur (most rows at exactly 0 versus spread over the first bin)."""
+    return _point_mass_gaps(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins), bins)
+
+
+def continuous_spearman_mad(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
+                            max_rows: int | None = None) -> float | None:
+    """Mean absolute gap of the Spearman correlations between continuous columns (None with fewer than two).
+
+    The matrices are taken over the continuous columns alone, so a missing discrete value drops no row."""
+    continuous = tuple(schema.continuous)
+    if len(continuous) < 2:
+        return None
+    only_continuous = dataclasses.replace(schema, columns=continuous)
+    real_rho, _ = spearman_matrix(only_continuous, real, max_rows=max_rows)
+    synth_rho, _ = spearman_matrix(only_continuous, synth, max_rows=max_rows)
+    return spearman_mad(real_rho, synth_rho)
+
+
+def _number(value) -> float | None:
+    """A JSON-ready number: a Python float, None for NaN or nothing."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _mean_and_worst(tvd: pd.Series) -> tuple[float | None, float | None, str | None]:
+    if tvd.empty:
+        return None, None, None
+    return _number(tvd.mean()), _number(tvd.max()), str(tvd.idxmax())
+
+
+def fidelity_summary(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_pairs: int | None = None,
+                     bins: int = DEFAULT_BINS, floor: float = LOST_LEVEL_FLOOR,
+                     spearman_rows: int | None = None) -> dict:
+    """Every fidelity figure in one JSON-ready dictionary (floats, ints, text, lists; None where a figure
+    does not apply, e.g. no point mass declared). The keys of `FIDELITY_TARGETS` are among its keys."""
+    real_cells, synth_cells = _cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins)
+    tvd = _column_tvd(real_cells, synth_cells)
+    discrete = tvd[[col.name for col in schema.discrete]]
+    continuous = tvd[[col.name for col in schema.continuous]]
+    cat_mean, cat_worst, cat_worst_column = _mean_and_worst(discrete)
+    cont_mean, cont_worst, cont_worst_column = _mean_and_worst(continuous)
+    pairs = _pairwise_tvd(real_cells, synth_cells, max_pairs)
+    gaps = _point_mass_gaps(real_cells, synth_cells, bins)
+    lost = _lost_levels(real_cells, synth_cells, floor, bins)
+    return {
+        "real_rows": int(real_cells.rows),
+        "synthetic_rows": int(synth_cells.rows),
+        "column_tvd": {name: _number(value) for name, value in tvd.items()},
+        "categorical_tvd_mean": cat_mean,
+        "categorical_tvd_worst": cat_worst,
+        "categorical_tvd_worst_column": cat_worst_column,
+        "continuous_tvd_mean": cont_mean,
+        "continuous_tvd_worst": cont_worst,
+        "continuous_tvd_worst_column": cont_worst_column,
+        "pairwise_tvd_mean": _number(pairs.mean),
+        "pairwise_tvd_worst": _number(pairs.worst),
+        "pairwise_tvd_worst_pair": list(pairs.worst_pair) if pairs.worst_pair else None,
+        "pairs_scored": len(pairs.tvd),
+        "pairs_total": pairs.pairs_total,
+        "pairs_capped": pairs.capped,
+        "lost_levels": [[column, level] for column, level in lost],
+        "lost_level_floor": float(floor),
+        "point_mass_gap_max": _number(gaps.max()) if len(gaps) else None,
+        "point_mass_gaps": {label: _number(gap) for label, gap in gaps.items()},
+        "spearman_mad_continuous": _number(continuous_spearman_mad(schema, real, synth, spearman_rows)),
+        "bins": int(bins),
+    }
+
+
+def fidelity_verdicts(summary: dict, targets: dict | None = None) -> dict[str, dict]:
+    """Per target figure: {"value", "target", "verdict"}, the verdict "met" (value <= target), "missed",
+    or "n/a" where the table has nothing to score (e.g. no continuous column)."""
+    targets = FIDELITY_TARGETS if targets is None else targets
+    verdicts = {}
+    for figure, target in targets.items():
+        value = summary.get(figure)
+        if isinstance(value, list):  # lost levels: their number
+            value = len(value)
+        verdict = NOT_APPLICABLE if value is None else MET if value <= target else MISSED
+        verdicts[figure] = {"value": value, "target": target, "verdict": verdict}
+    return verdicts
+
+
+# ------------------------------------------------------------------------------ SDMetrics, when present
+
+def _sdtype(col: Column) -> str:
+    return "numerical" if col.is_continuous else "categorical"
+
+
+def sdmetrics_quality(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame) -> dict | None:
+    """SDMetrics' single-table QualityReport scores (Column Shapes, Column Pair Trends, overall; 1 is
+    best), for comparison with figures users of that library quote. None when sdmetrics is not installed:
+    it is no dependency of this project."""
+    try:
+        from sdmetrics.reports.single_table import QualityReport
+    except ImportError:
+        return None
+    names = schema.column_names
+    metadata = {"columns": {col.name: {"sdtype": _sdtype(col)} for col in schema.columns}}
+    report = QualityReport()
+    report.generate(real[names], synth[names], metadata, verbose=False)
+    scores = dict(zip(report.get_properties()["Property"], report.get_properties()["Score"]))
+    return {"column_shapes": _number(scores.get("Column Shapes")),
+            "column_pair_trends": _number(scores.get("Column Pair Trends")),
+            "overall": _number(report.get_score())}
+
+
+__all__ = [
+    "FIDELITY_TARGETS",
+    "LOST_LEVEL_FLOOR",
+    "PairwiseTVD",
+    "column_tvd",
+    "continuous_spearman_mad",
+    "fidelity_summary",
+    "fidelity_verdicts",
+    "lost_levels",
+    "pairwise_tvd",
+    "point_mass_gaps",
+    "scored_pairs",
+    "sdmetrics_quality",
+]

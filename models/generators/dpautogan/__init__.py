@@ -1,0 +1,1 @@
+"""DP-auto-GAN: adapter (the generator interface) and trainer."""

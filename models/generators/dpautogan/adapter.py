@@ -1,0 +1,209 @@
+"""DP-auto-GAN behind the generator interface (networks and trainer: models/generators/dpautogan/trainer.py).
+
+Phase 1 trains an autoencoder with DP-SGD, phase 2 a WGAN whose critic is DP-SGD; both phases' RDP
+add order by order (the paper's Lemma 1) in one accountant. A checkpoint's "iteration" is the trainer's
+step: an autoencoder update in phase 1, a generator step (with its critic updates) in phase 2. Only
+checkpoints from the end of phase 1 on are offered for selection (before it the generator is
+untrained). Every epsilon is replace-one, from Opacus's add/remove-one analysis by group privacy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.base import (
+    DPSGD_ADJACENCY,
+    DPSGD_CONVERSION,
+    NO_DONORS,
+    FitResult,
+    GeneratorType,
+    PrivacyFacts,
+    TrainingJob,
+    TrainingPlan,
+    require_private,
+    within_budget,
+)
+
+
+def reconstruction_weights(profile: Profile, schema) -> tuple[float, ...] | None:
+    """Each encoded column's weight in the reconstruction loss, from the public schema: the profile's
+    `continuous_weight` for continuous columns, `target_weight` for the target, 1 elsewhere; None when
+    all are 1 (the paper's plain sum, and the configuration earlier runs recorded)."""
+    c = profile.dpautogan
+    if c.continuous_weight == 1.0 and c.target_weight == 1.0:
+        return None
+    encoder = TableEncoder(schema)
+    weights = [1.0] * encoder.width
+    for block in encoder.blocks:
+        if block.column.kind == "continuous":
+            weights[block.start] = float(c.continuous_weight)
+    weights[encoder.target_index] = float(c.target_weight)
+    return tuple(weights)
+
+
+def moment_columns(profile: Profile, schema) -> tuple[int, ...] | None:
+    """The encoded columns of the decoded-moment fit, from the public schema: every continuous column
+    and a binary target; None when the profile asks for no moment fit."""
+    if profile.dpautogan.moment_noise is None:
+        return None
+    encoder = TableEncoder(schema)
+    columns = [block.start for block in encoder.blocks if block.column.kind == "continuous"]
+    target = [b for b in encoder.blocks if b.start <= encoder.target_index < b.stop]
+    if target and target[0].stop - target[0].start == 1:
+        columns.append(encoder.target_index)
+    if not columns:
+        raise ConfigError("dpautogan.moment_noise: the schema has no continuous column and no binary target "
+                          "for the moment fit; set moment_noise to null")
+    return tuple(columns)
+
+
+def trainer_config(profile: Profile, schema):
+    from dpsynth.models.generators.dpautogan.trainer import DPAutoGANConfig
+
+    c = profile.dpautogan
+    return DPAutoGANConfig(
+        autoencoder_batch=1, autoencoder_rate=c.autoencoder_rate, autoencoder_clip=c.autoencoder_clip,
+        autoencoder_noise=c.autoencoder_noise, autoencoder_steps=c.autoencoder_steps, critic_batch=1,
+        critic_rate=c.critic_rate, critic_clip=c.critic_clip, critic_noise=c.critic_noise,
+        critic_steps=c.critic_steps, generator_steps=c.generator_steps, generator_batch=c.generator_batch,
+        checkpoint_every=c.checkpoint_every, latent_dim=c.latent_dim, z_dim=c.z_dim, encoder_hidden=c.encoder_hidden,
+        decoder_hidden=c.decoder_hidden, generator_hidden=c.generator_hidden, critic_hidden=c.critic_hidden,
+        critic_space=c.critic_space, head=c.head, level_decoding=c.level_decoding,
+        lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
+        lr_generator=c.lr_generator, delta=profile.privacy.delta,
+        reconstruction_weights=reconstruction_weights(profile, schema), latent_model=c.latent_model,
+        latent_noise=c.latent_noise, **moment_keys(profile, schema))
+
+
+def moment_keys(profile: Profile, schema) -> dict:
+    c = profile.dpautogan
+    columns = moment_columns(profile, schema)
+    if columns is None:
+        return {}
+    return {"moment_columns": columns, "moment_noise": c.moment_noise, "moment_steps": c.moment_steps,
+            "moment_anchor": c.moment_anchor, "moment_spread": c.moment_spread}
+
+
+def phases_at(profile: Profile, step: int):
+    """The private updates of both phases after `step` steps, as the accountant composes them: the
+    critic's updates, or the Gaussian fit (the Gaussian mechanism: a sampled Gaussian at rate 1, once)."""
+    from dpsynth.models.privacy.dpsgd_accountant import Phase
+
+    c = profile.dpautogan
+    phases = [Phase(c.autoencoder_rate, c.autoencoder_noise, min(step, c.autoencoder_steps))]
+    if step > c.autoencoder_steps:
+        if c.latent_model == "gaussian":
+            phases.append(Phase(1.0, c.latent_noise, 1))
+            if c.moment_noise is not None:
+                phases.append(Phase(1.0, c.moment_noise, 1))
+        else:
+            phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
+    return phases
+
+
+def replace_one_epsilon_at(profile: Profile, step: int) -> float:
+    """The replace-one epsilon after `step` steps, with the measured marginals' add/remove-one curve added
+    to Opacus's before the conversion."""
+    from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
+    from dpsynth.models.privacy.dpsgd_accountant import replace_one_epsilon
+
+    return replace_one_epsilon(phases_at(profile, step), profile.privacy.delta,
+                               extra_rho=marginals_rho(profile, ADD_REMOVE_ONE))
+
+
+def checkpoint_steps(profile: Profile) -> list[int]:
+    """Steps the trainer checkpoints at (models/generators/dpautogan/trainer.py `_checkpoint_due`) that selection sees:
+    0, then the end of phase 1 and every checkpoint after it; with the Gaussian latent model 0 and the fit."""
+    c = profile.dpautogan
+    if c.latent_model == "gaussian":
+        return [0, c.autoencoder_steps + 1]   # the autoencoder alone samples nothing: its Gaussian fit does
+    total = c.autoencoder_steps + c.generator_steps
+    later = [s for s in range(c.autoencoder_steps + 1, total + 1) if s % c.checkpoint_every == 0 or s == total]
+    return [0, c.autoencoder_steps] + later
+
+
+class DPAutoGAN(GeneratorType):
+    name = "dpautogan"
+    label = "DP-auto-GAN"
+
+    def check(self, profile: Profile, setting: Setting, schema=None) -> None:
+        require_private(self, setting)
+
+    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan:
+        self.check(profile, setting)
+        steps = checkpoint_steps(profile)
+        epsilons = [replace_one_epsilon_at(profile, s) for s in steps]
+        return within_budget(setting, steps, epsilons, profile.budget_for(setting),
+                             profile.dpautogan.autoencoder_steps + 1,
+                             "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps")
+
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
+        from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
+
+        groups = TableEncoder(job.schema).head_groups()
+        trainer = DPAutoGANTrainer(torch.from_numpy(job.data), groups, trainer_config(job.profile, job.schema),
+                                   job.profile.seed, job.secret, job.directory / "checkpoints")
+
+        def checkpoint(step: int, _: float) -> None:
+            if progress is not None:
+                progress(step, f"epsilon {replace_one_epsilon_at(job.profile, step):.3f}")
+
+        result = trainer.run(progress=checkpoint, last_step=plan.last)
+        shown = set(plan.iterations)
+        ledger = [{"iteration": e["step"], "epsilon": replace_one_epsilon_at(job.profile, e["step"]),
+                   "epsilon_add_remove": e["epsilon"], "generator": e["release"], "sha256": e["sha256"],
+                   "phase": e["phase"]}
+                  for e in result.checkpoints if e["step"] in shown]
+        return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
+
+    def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+        c = profile.dpautogan
+        autoencoder = {"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
+                       "autoencoder_steps": c.autoencoder_steps}
+        if c.latent_model == "gaussian":
+            moments = c.moment_noise is not None
+            return PrivacyFacts(
+                generator=f"{self.label} (Gaussian latent model)",
+                mechanism=("the autoencoder by Poisson-subsampled Gaussian updates (DP-SGD; encoder and decoder "
+                           "clipped together), then one Gaussian mechanism on the sums of every training row's "
+                           "latent and its products (each row's share bounded by the latents' range [-1, 1])"
+                           + ("; then one more on the sums of the rows' continuous columns and binary target and "
+                              "their products (values clipped to [-1, 1]), to which the Gaussian is fitted through "
+                              "the decoder" if moments else "")),
+                accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis; the Gaussian fit"
+                           + (" and the moment query each" if moments else "") + " as rate 1), "
+                           "all phases added order by order, one composition per private query",
+                conversion=DPSGD_CONVERSION,
+                sampling=f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g}; "
+                         "every training row enters the Gaussian fit once"
+                         + (" and the moment query once" if moments else ""),
+                adjacency=DPSGD_ADJACENCY,
+                sanitised=("each autoencoder update clips every row's gradient and adds Gaussian noise to the sum; "
+                           "the Gaussian fit adds noise to the latents' sums"
+                           + ("; the moment query to the moments' sums" if moments else "")
+                           + "; the released decoder, mean and covariance read the data only through them; the "
+                           "Poisson batches and the noise come from a secret drawn for the run"),
+                imputation=NO_DONORS,
+                parameters={**autoencoder, "latent_model": "gaussian", "sigma_latent": c.latent_noise,
+                            **({"sigma_moments": c.moment_noise} if moments else {})})
+        return PrivacyFacts(
+            generator=self.label,
+            mechanism=("Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "
+                       "clipped together), then the WGAN critic (each real row's pair gradient clipped)"),
+            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
+                       "order (Lemma 1), one composition per private update",
+            conversion=DPSGD_CONVERSION,
+            sampling=(f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
+                      f"and a critic batch with probability q3 = {c.critic_rate:g}, independently"),
+            adjacency=DPSGD_ADJACENCY,
+            sanitised=("each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
+                       "to the sum; the released decoder and generator read the data only through them; the "
+                       "Poisson batches and the noise come from a secret drawn for the run"),
+            imputation=NO_DONORS,
+            parameters={"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
+                        "q3": c.critic_rate, "sigma3": c.critic_noise, "C3": c.critic_clip,
+                        "updates_per_generator_step": c.critic_steps, "autoencoder_steps": c.autoencoder_steps})

@@ -1,0 +1,1 @@
+"""DP-CGAN: adapter (the generator interface) and trainer."""

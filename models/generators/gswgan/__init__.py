@@ -1,0 +1,1 @@
+"""GS-WGAN (the thesis' generator): adapter (the generator interface), trainer, sanitiser."""
