@@ -51,7 +51,7 @@ from sklearn.metrics import roc_auc_score
 
 from bench._layout import wide_layout
 from dpsynth.models.evaluation.selection import (
-    _liblinear,
+    liblinear_model,
     liblinear_objective,
     regularisation_grid,
     select_model,
@@ -205,8 +205,8 @@ def _exact_reference(data, fast) -> tuple[float, str]:
     choice refitted on train + validation, and which liblinear solution has the lower objective."""
     X_train, y_train, X_val, y_val, X_test, y_test = data
     X_full, y_full = np.concatenate([X_train, X_val]), np.concatenate([y_train, y_val])
-    loose = _liblinear(fast.penalty, fast.C, 0).fit(X_full, y_full)
-    tight = _liblinear(fast.penalty, fast.C, 0).set_params(tol=1e-8, max_iter=100_000).fit(X_full, y_full)
+    loose = liblinear_model(fast.penalty, fast.C, 0).fit(X_full, y_full)
+    tight = liblinear_model(fast.penalty, fast.C, 0).set_params(tol=1e-8, max_iter=100_000).fit(X_full, y_full)
     scores = X_test.astype(np.float64) @ tight.coef_.ravel() + tight.intercept_[0]
     objective = {name: liblinear_objective(X_full, y_full, fast.penalty, fast.C, m.coef_.ravel(), m.intercept_[0])
                  for name, m in (("tol 1e-4", loose), ("tol 1e-8", tight))}

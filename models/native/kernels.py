@@ -1,6 +1,8 @@
-"""C kernels for the hottest inner loops on CPU, two of GS-WGAN and one of model selection
-(models/native/kernels.c), built on first use with the system's C compiler and loaded with ctypes; the
-tensor code (the Python loop for selection) is the reference and the fallback.
+"""C kernels for the hottest inner loops on CPU, built on first use with the system's C compiler into one
+shared library and loaded with ctypes; the tensor code (the Python loop for selection) is the reference
+and the fallback. One C file per family: GS-WGAN's critics (gswgan_critic.c), the GS-WGAN generators'
+BatchNorm (generator_batchnorm.c) and model selection's solver (logistic_selection.c); kernels.h declares
+the entry points this module binds.
 
 * `critic_updates`: r WGAN-GP updates with Adam of K critics without BatchNorm, in one call. A critic
   update of the thesis networks (16 -> 128 -> 1, B = 32) is about 30 tensor operations on a few thousand
@@ -14,8 +16,9 @@ tensor code (the Python loop for selection) is the reference and the fallback.
 * `critic_input_grads`: training's query, each generated row's gradient through its own drawn critic,
   read in place in the stack (the tensor code gathers the drawn critics first). Reference:
   `CriticStack.input_grad`.
-* `l1_cd`: coordinate descent on the d x d l1 sub-problem of logistic model selection (models/evaluation/selection.py),
-  float64, the Python loop's formulas and order; at an encoded width of 128 it was 97% of a selection run.
+* `l1_cd`: coordinate descent on the d x d l1 sub-problem of logistic model selection
+  (models/evaluation/selection/), float64, the Python loop's formulas and order; at an encoded width of
+  128 it was 97% of a selection run.
   `logistic_margins` and `logistic_gradient`: selection's two passes over the data per Newton step, on
   float32 rows with float64 sums (half the bytes of numpy's float64 products, which are bound by memory),
   and `logistic_hessian`, its Hessian for narrow tables.
@@ -30,9 +33,10 @@ machine still gives the same result.
 `gan.kernels`: "torch" (the tensor code), "native" (the C code; an error if it cannot be built),
 "auto" (the C code where it builds and applies: CPU, critics without BatchNorm; else the tensor code).
 
-The library is built once per source, compiler and CPU into `$DPSYNTH_NATIVE_CACHE` (default
-~/.cache/dpsynth/native) with `$CC` (default cc), `-O3 -march=native`: written under a temporary name
-and renamed, so concurrent processes never load a half-written file.
+The library is built once per set of sources (every C file and the header: a changed one rebuilds),
+compiler and CPU into `$DPSYNTH_NATIVE_CACHE` (default ~/.cache/dpsynth/native) with `$CC` (default cc),
+`-O3 -march=native`: written under a temporary name and renamed, so concurrent processes never load a
+half-written file.
 """
 
 from __future__ import annotations
@@ -53,10 +57,12 @@ import torch
 
 from dpsynth.models.errors import ConfigError
 
-SOURCE = Path(__file__).with_name("kernels.c")
+_HERE = Path(__file__).parent
+SOURCES = tuple(_HERE / name for name in ("gswgan_critic.c", "generator_batchnorm.c", "logistic_selection.c"))
+HEADERS = (_HERE / "kernels.h",)
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC"]
 LANES = 16   # the C code's vector width along the hidden units
-HESSIAN_MAX_D = 64   # logistic_hessian's widest table (models/native/kernels.c)
+HESSIAN_MAX_D = 64   # logistic_hessian's widest table (logistic_selection.c)
 CHOICES = ("auto", "native", "torch")
 
 _lock = threading.Lock()
@@ -93,7 +99,8 @@ def _cache_dir() -> Path:
 def _library_path(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True,
                              timeout=30).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), compiler, version, platform.machine(),
+    sources = [f"{path.name}\n{path.read_text()}" for path in (*SOURCES, *HEADERS)]
+    key = hashlib.sha256("\0".join([*sources, " ".join(FLAGS), compiler, version, platform.machine(),
                                     _cpu_signature()]).encode()).hexdigest()[:20]
     return _cache_dir() / f"dpsynth-kernels-{key}.so"
 
@@ -103,8 +110,8 @@ def _build(compiler: str, target: Path) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], check=False, capture_output=True,
-                              text=True, timeout=300)
+        done = subprocess.run([compiler, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"], check=False,
+                              capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise NativeKernelError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
         os.replace(tmp, target)
@@ -209,7 +216,7 @@ def use_native_batchnorm(choice: str, device: torch.device | str, matmul_dtype: 
 
 
 def l1_cd(H: np.ndarray, u: np.ndarray, a: np.ndarray, tol: float, max_sweeps: int) -> tuple[bool, int]:
-    """Coordinate descent sweeps on the l1 sub-problem of model selection (models/evaluation/selection.py `_l1_cd`),
+    """Coordinate descent sweeps on the l1 sub-problem of model selection (selection.l1_subproblem),
     in place on `u` and `a` (float64, contiguous; H [d, d]). Returns (converged, sweeps done)."""
     lib = _load()
     d = u.size
@@ -231,7 +238,7 @@ def _rows_and_vector(Xs: np.ndarray, v: np.ndarray, length: int) -> None:
 
 
 def logistic_margins(Xs: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Xs @ w in float64 for float32 rows Xs [n, d] (Fortran order) and a float64 w [d] (models/evaluation/selection.py)."""
+    """Xs @ w in float64 for float32 rows Xs [n, d] (Fortran order) and a float64 w [d] (model selection)."""
     lib = _load()
     _rows_and_vector(Xs, w, Xs.shape[1])
     m = np.empty(Xs.shape[0])
@@ -241,7 +248,7 @@ def logistic_margins(Xs: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def logistic_gradient(Xs: np.ndarray, m: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(-(r @ Xs), r) in float64 for float32 rows Xs [n, d] (Fortran order), with r = sigmoid(-m) made
-    from m and e = exp(-|m|) (float64 [n]) in the same call (models/evaluation/selection.py)."""
+    from m and e = exp(-|m|) (float64 [n]) in the same call (model selection)."""
     lib = _load()
     _rows_and_vector(Xs, m, Xs.shape[0])
     _rows_and_vector(Xs, e, Xs.shape[0])
@@ -254,7 +261,7 @@ def logistic_gradient(Xs: np.ndarray, m: np.ndarray, e: np.ndarray) -> tuple[np.
 
 def logistic_hessian(Xs: np.ndarray, r: np.ndarray) -> np.ndarray:
     """X^T diag(r (1 - r)) X in float64 for float32 rows Xs [n, d] (Fortran order) and r [n], both
-    triangles filled (models/evaluation/selection.py, narrow tables)."""
+    triangles filled (model selection, narrow tables)."""
     lib = _load()
     _rows_and_vector(Xs, r, Xs.shape[0])
     d = Xs.shape[1]

@@ -328,6 +328,26 @@ def test_the_library_is_built_once_per_cache(monkeypatch, tmp_path):
     assert built[0].stat().st_mtime_ns == stamp and len(list(tmp_path.glob("*.so"))) == 1
 
 
+def test_every_c_source_and_header_keys_the_library(monkeypatch, tmp_path):
+    """The library is one build of every C file in models/native/, cached under a key of all of them and
+    the shared header: a change to any one builds a new library."""
+    folder = native_kernels.SOURCES[0].parent
+    assert sorted(p.name for p in native_kernels.SOURCES) == sorted(p.name for p in folder.glob("*.c"))
+    assert sorted(p.name for p in native_kernels.HEADERS) == sorted(p.name for p in folder.glob("*.h"))
+    copies = {}
+    for path in (*native_kernels.SOURCES, *native_kernels.HEADERS):
+        copies[path.name] = tmp_path / path.name
+        copies[path.name].write_text(path.read_text())
+    monkeypatch.setattr(native_kernels, "SOURCES", tuple(copies[p.name] for p in native_kernels.SOURCES))
+    monkeypatch.setattr(native_kernels, "HEADERS", tuple(copies[p.name] for p in native_kernels.HEADERS))
+    compiler = native_kernels._compiler()
+    keys = {native_kernels._library_path(compiler)}
+    for copy in copies.values():
+        copy.write_text(copy.read_text() + "\n/* edited */\n")
+        keys.add(native_kernels._library_path(compiler))
+    assert len(keys) == 1 + len(copies)
+
+
 def test_a_training_profile_accepts_only_known_kernels():
     from dpsynth.models.config import Profile
     with pytest.raises(ConfigError, match="kernels"):

@@ -8,7 +8,6 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from dpsynth.models.evaluation import selection
 from dpsynth.models.evaluation.selection import (
     Candidate,
     SelectionResult,
@@ -19,6 +18,7 @@ from dpsynth.models.evaluation.selection import (
     regularisation_grid,
     select_model,
 )
+from dpsynth.models.evaluation.selection.l1_subproblem import l1_coordinate_descent
 from dpsynth.models.native import kernels as native_kernels
 
 
@@ -289,7 +289,7 @@ def test_c_loops_and_python_loops_give_the_same_path(penalty, monkeypatch):
     Cs = [3e-4, 0.01, 0.2, 0.9]
     native_stats: dict = {}
     W_native = fit_logistic_path(X, y, penalty, Cs, stats=native_stats)
-    monkeypatch.setattr(selection.native_kernels, "available", lambda: False)
+    monkeypatch.setattr(native_kernels, "available", lambda: False)
     python_stats: dict = {}
     W_python = fit_logistic_path(X, y, penalty, Cs, stats=python_stats)
     for C, a, b in zip(Cs, W_native, W_python):
@@ -325,8 +325,8 @@ def test_c_coordinate_descent_equals_the_python_loop():
     H = A.T @ A / 50
     g, w = rng.normal(size=12) * 3, rng.normal(size=12) * 0.1
     tol = 1e-9
-    got = selection._l1_cd(H, g, w, tol, 10_000, {}, native=True)
-    want = selection._l1_cd(H, g, w, tol, 10_000, {}, native=False)
+    got = l1_coordinate_descent(H, g, w, tol, 10_000, {}, native=True)
+    want = l1_coordinate_descent(H, g, w, tol, 10_000, {}, native=False)
 
     def objective(u):
         return float(g @ (u - w) + 0.5 * (u - w) @ H @ (u - w) + np.abs(u).sum())
