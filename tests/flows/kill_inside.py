@@ -15,7 +15,7 @@ def _die() -> None:
 
 def _arm(stage: str) -> None:
     import dpsynth.models.generators.samplers
-    import dpsynth.models.gswgan
+    import dpsynth.models.generators.gswgan.trainer
     import dpsynth.tasks.evaluate
 
     if stage == "pretrain":

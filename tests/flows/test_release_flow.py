@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from dpsynth.flows.cli import main
 from dpsynth.models.config import load_profile
+from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, kernels_in_use
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.models.privacy.secret import store
@@ -187,8 +188,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert all(p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644) for p in (out / "bundle").rglob("*"))
     rows = load_released_model("models:/cardio-gswgan@champion").predict(
         pd.DataFrame({"n_rows": [50], "seed": [3]}))
-    assert len(rows) == 50 and list(rows.columns) == [c.name for c in __import__("dpsynth.models.data.schema").schema
-                                                      .DatasetSchema.from_yaml(CARDIO_SCHEMA).columns]
+    assert len(rows) == 50 and list(rows.columns) == DatasetSchema.from_yaml(CARDIO_SCHEMA).column_names
 
     assert float(champion.tags["epsilon"]) == summary["epsilon"] and champion.tags["T"] == str(ledger[-1]["iteration"])
     statement = privacy_statement(profile, profile.release_target(), release=True)

@@ -161,7 +161,7 @@ def test_calibrated_sampling_imports_no_accountant():
     # The pyfunc model samples in an environment without autodp or Opacus.
     script = textwrap.dedent("""
         import sys
-        import dpsynth.models.calibration, dpsynth.models.generators.samplers, dpsynth.models.pyfunc
+        import dpsynth.models.marginals.calibration, dpsynth.models.generators.samplers, dpsynth.models.pyfunc
         print(sorted(m for m in ("autodp", "opacus", "dpsynth.models.privacy.accountant", "dpsynth.models.privacy.dpsgd_accountant")
                      if m in sys.modules))
     """)
