@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import as_completed
+from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner
 
 from dpsynth.flows import stages
 from dpsynth.flows.pipeline import log_training, prepare, publish_report, train_chain, wait_showing_progress
 from dpsynth.models.config import Profile, Setting, load_profile
+from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators import generator_for
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.tasks import tracking
@@ -63,11 +66,13 @@ def _one_thread_per_worker() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
 
 
-def _process_pool(workers: int) -> ProcessPoolTaskRunner:
+# TaskRunner[Any]: Prefect's TaskRunner is invariant in its future type, so flow() and with_options(), which
+# take a TaskRunner[PrefectFuture[Any]], accept no concrete runner's own type.
+def _process_pool(workers: int) -> TaskRunner[Any]:
     return ProcessPoolTaskRunner(max_workers=max(1, workers), initializer=_one_thread_per_worker)
 
 
-def task_runner_for(prof: Profile) -> TaskRunner:
+def task_runner_for(prof: Profile) -> TaskRunner[Any]:
     """The experiment's task runner for a profile: its Dask cluster when it names a scheduler address,
     otherwise a process pool of its `workers`. The one place this is decided, for every way of running."""
     if prof.dask_address:
@@ -83,7 +88,7 @@ def expected_cost(setting: Setting) -> int:
 
 
 @task(name="train-setting", cache_policy=NO_CACHE, persist_result=False)
-def run_training(run_dir, schema, paths, profile, setting) -> dict:
+def run_training(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
     return train_chain(run_dir, schema, paths, profile, setting)
 
 
@@ -118,7 +123,7 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
         waiting = sorted(prof.settings, key=expected_cost, reverse=True)
         in_flight = len(waiting) if prof.dask_address else max(1, prof.workers)
 
-        def submit_next_setting():
+        def submit_next_setting() -> PrefectFuture[dict]:
             return run_training.submit(ctx.run_dir, ctx.schema, paths, prof, waiting.pop(0))
 
         running = [submit_next_setting() for _ in range(min(in_flight, len(waiting)))]

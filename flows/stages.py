@@ -4,6 +4,8 @@ Prefect's input-hash caching is off (it hashes DataFrames and tensors non-determ
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -21,15 +23,21 @@ from dpsynth.tasks import (
 )
 from dpsynth.tasks.private_files import owner_only
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def _task(fn, name: str):
+
+# Any, not Task[P, R]: most stage functions do not yet declare what they return, and for a function that
+# returns Any, Prefect's Task.__call__ overloads pick the coroutine one (every stage result in
+# flows/pipeline.py would read as a coroutine). Task[P, R] once every stage function is annotated.
+def _task(fn: Callable[P, R], name: str) -> Any:
     @functools.wraps(fn)
-    def owner_only_stage(*args, **kwargs):
+    def owner_only_stage(*args: P.args, **kwargs: P.kwargs) -> R:
         # A task may run in a worker process (process pool, Dask) that never passed through the CLI.
         owner_only()
         return fn(*args, **kwargs)
 
-    return task(owner_only_stage, name=name, cache_policy=NO_CACHE, persist_result=False, log_prints=True)
+    return task(name=name, cache_policy=NO_CACHE, persist_result=False, log_prints=True)(owner_only_stage)
 
 
 validate_table = _task(validate.validate_stage, "validate")

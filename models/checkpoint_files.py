@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import IO, Any
 
 from dpsynth.models.errors import ConfigError, StorageError
 
@@ -41,12 +42,12 @@ class _HashingWriter:
     """A binary file that hashes what is written through it, so that a checkpoint's SHA-256 costs no
     second pass over a file of hundreds of megabytes (torch.save writes a file object front to back)."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: IO[bytes]) -> None:
         self._handle = handle
         self.name = handle.name   # the file's path, as a file object has it
         self.digest = hashlib.sha256()
 
-    def write(self, data) -> int:
+    def write(self, data: bytes) -> int:
         self.digest.update(data)
         return self._handle.write(data)
 
@@ -59,7 +60,7 @@ def spare(path: Path) -> Path:
     return path.with_name(path.stem + ".spare" + path.suffix)
 
 
-def save_verified(obj, path: Path, keep_previous: bool = False, zip_crc32: bool = True) -> str:
+def save_verified(obj: object, path: Path, keep_previous: bool = False, zip_crc32: bool = True) -> str:
     """torch.save `obj` to `path` with its hash beside it; returns the hash. `keep_previous` first moves
     the current file (and its hash) to `<stem>.prev<suffix>`; the version that was there is dropped, its
     file kept as `<stem>.spare<suffix>` for the next save to overwrite in place: allocating a file of
@@ -77,9 +78,12 @@ def save_verified(obj, path: Path, keep_previous: bool = False, zip_crc32: bool 
         os.replace(spare(path), tmp)
         mode = "r+b"
     try:
-        with open(tmp, mode) as handle, config.patch({"save.compute_crc32": zip_crc32}):
+        # torch's config modules gain patch() at import (install_config_module), which its stubs omit.
+        with open(tmp, mode) as handle, config.patch({"save.compute_crc32": zip_crc32}):  # type: ignore[attr-defined]
             writer = _HashingWriter(handle)
-            torch.save(obj, writer)
+            # torch.save takes any object with write() and flush() (its documented contract); its
+            # annotation names only paths and IO[bytes].
+            torch.save(obj, writer)  # type: ignore[arg-type]
             handle.truncate()
     except OSError as exc:
         if exc.filename is None:   # a failed write (a full disk) names no file: name the checkpoint's
@@ -119,7 +123,7 @@ def damaged_reason(path: Path, expected: str | None = None) -> str | None:
     return None
 
 
-def load_verified(path: Path, expected: str | None = None, **torch_load_args):
+def load_verified(path: Path, expected: str | None = None, **torch_load_args: Any) -> Any:
     """torch.load `path` after checking it against its recorded hash; StorageError naming it otherwise."""
     reason = damaged_reason(path, expected)
     if reason is not None:
@@ -131,12 +135,13 @@ def load_verified(path: Path, expected: str | None = None, **torch_load_args):
     return torch.load(path, **torch_load_args)
 
 
-def load_latest_intact(path: Path, **torch_load_args) -> tuple[object | None, Path | None, list[str]]:
+def load_latest_intact(path: Path, **torch_load_args: Any) -> tuple[Any, Path | None, list[str]]:
     """The newest intact version of a `keep_previous` file: (object, file used, problems met on the way);
-    (None, None, problems) when neither the file nor its previous version is intact."""
+    (None, None, problems) when neither the file nor its previous version is intact. The object is
+    whatever torch.load unpickles."""
     import torch
 
-    problems = []
+    problems: list[str] = []
     for candidate in (Path(path), previous(Path(path))):
         if not candidate.exists() and not sidecar(candidate).exists():
             continue
@@ -162,5 +167,6 @@ def resume_state(path: Path, position: str = "iteration",
         if problems:
             notes.append(f"no intact training state: training restarts from {position} 0")
     elif problems:
+        assert used is not None  # a state was loaded, so from a file
         notes.append(f"resumed from {used.name} ({position} {state[position]})")
     return state, notes

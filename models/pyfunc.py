@@ -18,10 +18,11 @@ Everything the model emits is sampled from the DP generator, so it is covered by
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.pyfunc import PythonModel, PythonModelContext
 
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
@@ -34,22 +35,23 @@ INPUT_COLUMNS = ("n_rows", "seed")
 MAX_ROWS = 10_000_000
 
 
-def load_generator_file(path: str | Path):
+def load_generator_file(path: str | Path) -> tuple[Any, dict[str, object]]:
     """A `Sampler` (models/generators/samplers.py) for a released generator file of any generator type,
-    and the file's public facts (spec, iteration, epsilon, delta, generator)."""
+    and the file's public facts (spec, iteration, epsilon, delta, generator). The generator types'
+    samplers share no base class, hence Any."""
     blob = read_generator_file(path)
     info = {k: v for k, v in blob.items() if k == "spec" or not isinstance(v, dict)}   # no weights
     return sampler_from_blob(blob), info
 
 
-def sample_table(sampler, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
+def sample_table(sampler: Any, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
     """n rows decoded to the schema, from generator inputs fixed by the seed, calibrated to the file's
     measured marginals when it carries them: the same rows as the training code's sampling of the same
     file (both go through `sample_rows`)."""
     return sample_rows(sampler, encoder, n_rows, seed)
 
 
-def _requests(model_input) -> list[tuple[int, int]]:
+def _requests(model_input: object) -> list[tuple[int, int]]:
     """(n_rows, seed) per input row; one row is the usual request, several are concatenated."""
     if isinstance(model_input, dict):
         model_input = pd.DataFrame({k: np.atleast_1d(v) for k, v in model_input.items()})
@@ -72,10 +74,10 @@ def _requests(model_input) -> list[tuple[int, int]]:
     return requests
 
 
-class SyntheticTableModel(mlflow.pyfunc.PythonModel):
+class SyntheticTableModel(PythonModel):
     """Synthetic rows in the original schema from a released DP generator."""
 
-    def load_context(self, context) -> None:
+    def load_context(self, context: PythonModelContext) -> None:
         self.generator, self.info = load_generator_file(context.artifacts[GENERATOR_ARTIFACT])
         self.schema = DatasetSchema.from_yaml(context.artifacts[SCHEMA_ARTIFACT])
         self.encoder = TableEncoder(self.schema)
@@ -83,7 +85,7 @@ class SyntheticTableModel(mlflow.pyfunc.PythonModel):
             raise ValueError(f"The generator emits {self.generator.width} encoded columns but the "
                              f"schema {self.schema.name!r} encodes to {self.encoder.width}.")
 
-    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
+    def predict(self, context: PythonModelContext, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         """`model_input`: a DataFrame with one row, columns `n_rows` and `seed`. Returns `n_rows` rows
         with the schema's columns, types, bounds and levels."""
         frames = [sample_table(self.generator, self.encoder, n, s) for n, s in _requests(model_input)]

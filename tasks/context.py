@@ -131,9 +131,12 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
         run_id = record["run_id"] if record else new_run_id(schema, prof)
     else:
         base = runs_folder(kind)
-        run_dir = _resumable_run(base, probe.identity)
-        if run_dir is not None:
-            run_id = read_run_record(run_dir)["run_id"]
+        resumable = _resumable_run(base, probe.identity)
+        if resumable is not None:
+            run_dir = resumable
+            record = read_run_record(run_dir)
+            assert record is not None  # _resumable_run found it there
+            run_id = record["run_id"]
         else:
             run_id = new_run_id(schema, prof)
             run_dir = base / run_id
@@ -172,7 +175,7 @@ def open_run(ctx: RunContext) -> bool:
     return resumed
 
 
-def remember(ctx: RunContext, **fields) -> None:
+def remember(ctx: RunContext, **fields: object) -> None:
     """Add facts to the run record (e.g. its MLflow run id, its final summary)."""
     record = read_run_record(ctx.run_dir)
     if record is not None:

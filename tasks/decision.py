@@ -30,6 +30,7 @@ from dpsynth.models.privacy.release_choice import (
     decide_release,
     decision_epsilon,
 )
+from dpsynth.models.privacy.secret import PrivacySecret
 
 
 def refuse_uncovered(profile: Profile, setting: Setting) -> None:
@@ -76,7 +77,7 @@ class Choice:
 
 def decide(results: pd.DataFrame, ledger: list[dict], profile: Profile, setting: Setting, *, release: bool,
            schema: DatasetSchema | None = None, encoded_path: Path | None = None, split_path: Path | None = None,
-           secret=None) -> Choice | None:
+           secret: PrivacySecret | None = None) -> Choice | None:
     """The checkpoint `setting` publishes (release, or experiment_choice dp) or shows (experiment).
 
     `results`: the setting's selection runs, one row per checkpoint. The DP decision also needs the
@@ -87,6 +88,8 @@ def decide(results: pd.DataFrame, ledger: list[dict], profile: Profile, setting:
     if release or (profile.evaluation.experiment_choice == "dp" and setting.private):
         from dpsynth.tasks.evaluate import validation_facts
 
+        if schema is None or encoded_path is None or split_path is None or secret is None:
+            raise ValueError("the DP decision needs the schema, the encoded rows, the split and the privacy secret")
         decision = decide_release(
             rows, float(ledger[-1]["epsilon"]), validation_facts(schema, encoded_path, split_path),
             choice_epsilon_=profile.privacy.choice_epsilon, approval_epsilon=profile.privacy.approval_epsilon,

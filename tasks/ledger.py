@@ -31,14 +31,19 @@ import json
 import math
 import os
 import sqlite3
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.privacy.lifetime import LifetimeCost, ReleaseCost, lifetime_cost
 from dpsynth.tasks.private_files import owner_only, restrict
+
+if TYPE_CHECKING:
+    from dpsynth.models.config import Profile
 
 LEDGER_FILE = "privacy-ledger.sqlite"
 COUNTED = ("publishing", "published", "refused", "aborted")
@@ -93,7 +98,8 @@ def ledger_path() -> Path:
 
 
 @contextmanager
-def _connect(write: bool = False):
+def _connect(write: bool = False) -> Iterator[sqlite3.Connection | None]:
+    """The ledger's connection; None for a reader when there is no ledger yet."""
     owner_only()
     path = ledger_path()
     if not write and not path.exists():
@@ -120,7 +126,15 @@ def _connect(write: bool = False):
             raise
 
 
-def _entries(db, dataset: str) -> list[LedgerEntry]:
+@contextmanager
+def _writing() -> Iterator[sqlite3.Connection]:
+    """The ledger (created if missing) in one exclusive transaction."""
+    with _connect(write=True) as db:
+        assert db is not None  # a writer always opens the ledger
+        yield db
+
+
+def _entries(db: sqlite3.Connection | None, dataset: str) -> list[LedgerEntry]:
     if db is None:
         return []
     rows = db.execute("SELECT release_id, dataset, status, epsilon, delta, cost, lifetime_budget, model_version, "
@@ -151,7 +165,7 @@ def _refusal(dataset: str, planned: ReleaseCost, before: LifetimeCost, after: Li
         "their privacy loss; `dpsynth ledger --config SCHEMA` lists what was spent.")
 
 
-def require_lifetime_budget(profile) -> None:
+def require_lifetime_budget(profile: Profile) -> None:
     """Refuse (ConfigError, exit 2) to publish with a profile that sets no `privacy.lifetime_budget`."""
     if profile.trial or profile.privacy.lifetime_budget is not None:
         return
@@ -183,7 +197,7 @@ def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None
     if status not in COUNTED:
         raise ValueError(f"unknown ledger status {status!r}")
     now = datetime.now(UTC).isoformat()
-    with _connect(write=True) as db:
+    with _writing() as db:
         others = [e.cost for e in _entries(db, dataset) if e.status in COUNTED and e.release_id != release_id]
         before, after = lifetime_cost(others), lifetime_cost(others + [cost])
         if budget is not None and after.epsilon > budget:
@@ -208,7 +222,7 @@ def releases_of_profile(dataset: str, profile: str, excluding: str | None = None
     return int(row[0])
 
 
-def check_release_window(dataset: str, profile, release_id: str | None = None, today: date | None = None) -> None:
+def check_release_window(dataset: str, profile: Profile, release_id: str | None = None, today: date | None = None) -> None:
     """Refuse (exit 5, before any work) a release past where the profile says its schedule ends: after
     `privacy.releases_until`, or once the table's ledger holds `privacy.planned_releases` counted releases
     made with this profile. A schedule that has ended then stops cleanly instead of spending on."""
@@ -273,14 +287,14 @@ def forecast(dataset: str, planned: ReleaseCost, releases: int, budget: float | 
 
 
 def mark_published(release_id: str, model_version: str) -> None:
-    with _connect(write=True) as db:
+    with _writing() as db:
         db.execute("UPDATE releases SET status = 'published', model_version = ?, updated = ? WHERE release_id = ?",
                    (model_version, datetime.now(UTC).isoformat(), release_id))
 
 
 def withdraw(release_id: str) -> None:
     """Take out a release entered for publication that failed before registering anything."""
-    with _connect(write=True) as db:
+    with _writing() as db:
         db.execute("DELETE FROM releases WHERE release_id = ? AND status = 'publishing'", (release_id,))
 
 
@@ -292,7 +306,7 @@ def summary(dataset: str, budget: float | None = None) -> dict:
     if budget is None:
         budget = next((e.lifetime_budget for e in reversed(rows) if e.lifetime_budget is not None), None)
 
-    def finite(value):
+    def finite(value: float | None) -> float | None:
         return None if value is None or math.isinf(value) else value
 
     return {"dataset": dataset, "ledger": str(ledger_path()), "releases": [e.as_dict() for e in rows],

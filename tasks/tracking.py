@@ -11,13 +11,18 @@ import contextlib
 import fcntl
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mlflow
 from mlflow.tracking import MlflowClient
 
 from dpsynth.tasks.environment import environment
 from dpsynth.tasks.home import home, require_explicit_home_for
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_ARTIFACTS = "mlartifacts"
 
@@ -46,12 +51,13 @@ def local_store_paths() -> list[Path]:
     if not uri.startswith("sqlite:///"):
         return []
     db = Path(uri[len("sqlite:///"):])
-    return [db, *(db.with_name(db.name + suffix) for suffix in ("-journal", "-wal", "-shm")),
-            local_artifacts(uri)]
+    artifacts = local_artifacts(uri)
+    assert artifacts is not None  # a SQLite store has them beside its database
+    return [db, *(db.with_name(db.name + suffix) for suffix in ("-journal", "-wal", "-shm")), artifacts]
 
 
 @contextlib.contextmanager
-def local_store_lock(uri: str | None = None):
+def local_store_lock(uri: str | None = None) -> Iterator[None]:
     """Hold an exclusive lock beside a local SQLite store while a client first opens it, creates an
     experiment or registers a release: MLflow creates and migrates the schema on first use, and two
     releases at once on one store would otherwise both migrate it (one fails: "Online migration expected
@@ -79,7 +85,8 @@ def check_store(timeout_seconds: int = 10) -> None:
     from dpsynth.models.errors import StorageError
 
     uri = tracking_uri()
-    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds)}
+    quick: dict[str, str | None] = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                                    "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds)}
     try:
         with environment(quick), local_store_lock():
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
@@ -110,9 +117,9 @@ def use_experiment(name: str) -> str:
         return client.create_experiment(name, artifact_location=location)
 
 
-def flat_params(prefix: str, obj) -> dict[str, str]:
+def flat_params(prefix: str, obj: object) -> dict[str, str]:
     """Nested dicts/lists to MLflow's flat string parameters."""
-    out = {}
+    out: dict[str, str] = {}
     if isinstance(obj, dict):
         for key, value in obj.items():
             out.update(flat_params(f"{prefix}.{key}" if prefix else str(key), value))
@@ -192,7 +199,7 @@ def set_tags(run_id: str, tags: dict[str, str]) -> None:
         client.set_tag(run_id, key, str(value))
 
 
-def log_table(run_id: str, frame, artifact_file: str) -> None:
+def log_table(run_id: str, frame: pd.DataFrame, artifact_file: str) -> None:
     """A table MLflow's UI can browse and compare (inf and NaN become empty cells)."""
     import numpy as np
 

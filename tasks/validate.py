@@ -21,7 +21,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
@@ -29,10 +29,16 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.expectations.metadata_types import FailureSeverity
 
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError, InvalidTableError
 from dpsynth.tasks.table_io import normalize_columns
+
+if TYPE_CHECKING:
+    from great_expectations.core import ExpectationSuiteValidationResult, ExpectationValidationResult
+
+    from dpsynth.tasks.stage import StageResult
 
 TABLE = "<table>"
 NUMERIC_TYPES = ["int", "float", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -68,11 +74,11 @@ def build_suite(schema: DatasetSchema) -> gx.ExpectationSuite:
         is_target = name == schema.target
         expectations.append(gxe.ExpectColumnToExist(column=name, meta=_meta(PROBLEM, "required column is missing")))
         if column.is_continuous:
-            low, high = column.bounds
+            low, high = column.continuous_bounds
             expectations.append(gxe.ExpectColumnValuesToBeInTypeList(
                 column=name, type_list=NUMERIC_TYPES, meta=_meta(PROBLEM, "values must be numbers")))
             expectations.append(gxe.ExpectColumnValuesToBeBetween(
-                column=name, min_value=low, max_value=high, severity="info",
+                column=name, min_value=low, max_value=high, severity=FailureSeverity.INFO,
                 meta=_meta(WILL_IMPUTE, f"values outside the public bounds [{low:g}, {high:g}] are imputed")))
         else:
             levels = list(column.levels)
@@ -281,7 +287,8 @@ def _raised(res: dict) -> bool:
     return any(isinstance(v, dict) and v.get("raised_exception") for v in info.values())
 
 
-def _run_suite(suite: gx.ExpectationSuite, table: pd.DataFrame, min_rows: int):
+def _run_suite(suite: gx.ExpectationSuite, table: pd.DataFrame,
+               min_rows: int) -> ExpectationSuiteValidationResult | ExpectationValidationResult:
     with _GX_LOCK:
         context = gx.get_context(mode="ephemeral")
         context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
@@ -320,14 +327,15 @@ if __name__ == "__main__":
 # ------------------------------------------------------------------------------------------ stage
 
 
-def validate_stage(run_dir, schema_path, data_path, min_rows: int = 2):
+def validate_stage(run_dir: Path, schema_path: str | Path, data_path: str | Path,
+                   min_rows: int = 2) -> StageResult:
     """Stage 1: validate the input table; keep the conformed table and GX's full result internally."""
     from dpsynth.tasks.stage import run_stage, write_json
     from dpsynth.tasks.table_io import read_table
 
     schema = DatasetSchema.from_yaml(schema_path)
 
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         df = read_table(data_path, schema)
         report = check_table(schema, df, min_rows=min_rows)
         table, _, _ = conform_table(schema, df)

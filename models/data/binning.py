@@ -14,6 +14,7 @@ import itertools
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from dpsynth.models.data.encoding import level_codes
 from dpsynth.models.data.schema import Column
@@ -31,12 +32,12 @@ def cell_count(col: Column, bins: int = DEFAULT_BINS) -> int:
 
 def _bin_of(col: Column, numbers: np.ndarray, bins: int) -> np.ndarray:
     """The bin of each finite number (ends clipped): the one formula for coding and for drawing values."""
-    low, high = col.bounds
+    low, high = col.continuous_bounds
     codes = np.floor((numbers - low) / (high - low) * bins)
     return np.clip(np.nan_to_num(codes, nan=0.0), 0, bins - 1).astype(np.int64)
 
 
-def cell_codes(col: Column, values, bins: int = DEFAULT_BINS) -> np.ndarray:
+def cell_codes(col: Column, values: ArrayLike, bins: int = DEFAULT_BINS) -> np.ndarray:
     """The cell of each value (int64, -1 for missing or undeclared values)."""
     if not col.is_continuous:
         return level_codes(col, np.asarray(values)).astype(np.int64)
@@ -52,7 +53,7 @@ def cell_labels(col: Column, bins: int = DEFAULT_BINS) -> list[str]:
     """A readable name per cell: the level, "[low, high)" for a bin, "=value" for a point mass."""
     if not col.is_continuous:
         return [str(level) for level in col.levels]
-    low, high = col.bounds
+    low, high = col.continuous_bounds
     edges = np.linspace(low, high, bins + 1)
     labels = [f"[{a:g}, {b:g})" for a, b in itertools.pairwise(edges)]
     labels[-1] = labels[-1][:-1] + "]"
@@ -66,13 +67,13 @@ def cell_values(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: 
     codes = np.asarray(codes, dtype=np.int64)
     if not col.is_continuous:
         return np.asarray(col.levels, dtype=object)[codes]
-    low, high = col.bounds
+    low, high = col.continuous_bounds
     width = (high - low) / bins
     step = 10.0 ** -col.decimals
     in_bin = np.minimum(codes, bins - 1)
     lower, upper = low + in_bin * width, low + (in_bin + 1) * width
 
-    def on_grid(x):
+    def on_grid(x: np.ndarray) -> np.ndarray:
         return np.round(x, col.decimals)
 
     # The bin's first and last grid values, moved inwards until the coding formula agrees (float edges).

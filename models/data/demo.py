@@ -96,7 +96,7 @@ def make_demo_table(schema: DatasetSchema, n_rows: int, seed: int = 0, shape: De
 
 
 def _continuous_values(column: Column, z: np.ndarray) -> np.ndarray:
-    low, high = column.bounds
+    low, high = column.continuous_bounds
     width = high - low
     values = np.clip(low + width * (_CENTRE + _SPREAD * z), low, high)
     values = np.round(values, column.decimals)
@@ -133,7 +133,7 @@ def _shaped_table(schema: DatasetSchema, n_rows: int, seed: int, shape: DemoShap
     for column in features:
         if column.is_continuous:
             z = _LOADING * shared + np.sqrt(1 - _LOADING**2) * rng.standard_normal(n_rows)
-            low, high = column.bounds
+            low, high = column.continuous_bounds
             if low == 0:
                 # Mostly exactly 0; otherwise a long tail (exponential, a tenth of the range on average).
                 above = rng.random(n_rows) >= shape.at_zero
@@ -175,6 +175,6 @@ def _intercept(logit: np.ndarray, share: float) -> float:
 
 
 def _on_grid(column: Column, values: np.ndarray) -> np.ndarray:
-    low, high = column.bounds
+    low, high = column.continuous_bounds
     values = np.clip(np.round(values, column.decimals), low, high)
     return values.astype(np.int64) if column.decimals <= 0 else values

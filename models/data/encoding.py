@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from dpsynth.models.data.schema import Column, DatasetSchema
 
@@ -70,7 +71,7 @@ class TableEncoder:
             col = b.column
             values = frame[col.name].to_numpy()
             if col.kind == "continuous":
-                low, high = col.bounds
+                low, high = col.continuous_bounds
                 scaled = 2.0 * (values.astype(np.float64) - low) / (high - low) - 1.0
                 out[:, b.start] = np.clip(scaled, -1.0, 1.0)
             else:
@@ -92,7 +93,7 @@ class TableEncoder:
         for b in self.blocks:
             col = b.column
             if col.kind == "continuous":
-                low, high = col.bounds
+                low, high = col.continuous_bounds
                 values = (np.clip(matrix[:, b.start], -1.0, 1.0) + 1.0) / 2.0 * (high - low) + low
                 values = np.clip(np.round(values, col.decimals), low, high)
                 columns[col.name] = values.astype(np.int64) if col.decimals == 0 else values
@@ -117,7 +118,7 @@ class TableEncoder:
         return shares
 
 
-def level_codes(col: Column, values) -> np.ndarray:
+def level_codes(col: Column, values: ArrayLike) -> np.ndarray:
     """Index of each value in the column's declared levels; -1 where it is not a level."""
     series = pd.Series(values)
     codes = np.full(len(series), -1, dtype=np.int64)

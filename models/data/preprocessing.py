@@ -34,7 +34,7 @@ def invalid_to_missing(schema: DatasetSchema, frame: pd.DataFrame) -> tuple[pd.D
     for col in schema.columns:
         if col.kind == "continuous":
             values = pd.to_numeric(frame[col.name], errors="coerce").to_numpy(dtype=np.float64)
-            low, high = col.bounds
+            low, high = col.continuous_bounds
             invalid = np.isnan(values) | (values < low) | (values > high)
             values = values.copy()
             values[invalid] = np.nan
@@ -96,7 +96,7 @@ class UnitScaledImputer:
     schema: DatasetSchema
     neighbors: int = 3
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self._imputer = KNNImputer(n_neighbors=self.neighbors)
 
     def _to_unit(self, frame: pd.DataFrame) -> np.ndarray:
@@ -104,7 +104,7 @@ class UnitScaledImputer:
         for col in self.schema.columns:
             if col.kind == "continuous":
                 values = frame[col.name].to_numpy(dtype=np.float64)
-                low, high = col.bounds
+                low, high = col.continuous_bounds
                 cols.append((values - low) / (high - low))
             else:
                 codes = level_codes(col, frame[col.name].to_numpy()).astype(np.float64)
@@ -112,11 +112,11 @@ class UnitScaledImputer:
                 cols.append(codes / (len(col.levels) - 1))
         return np.column_stack(cols)
 
-    def _from_unit(self, unit: np.ndarray, index) -> pd.DataFrame:
+    def _from_unit(self, unit: np.ndarray, index: pd.Index) -> pd.DataFrame:
         out = {}
         for j, col in enumerate(self.schema.columns):
             if col.kind == "continuous":
-                low, high = col.bounds
+                low, high = col.continuous_bounds
                 values = np.clip(np.round(unit[:, j] * (high - low) + low, col.decimals), low, high)
             else:
                 codes = np.clip(np.round(unit[:, j] * (len(col.levels) - 1)), 0, len(col.levels) - 1)

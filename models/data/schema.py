@@ -55,6 +55,13 @@ class Column:
     def encoded_width(self) -> int:
         return len(self.levels) if self.kind == "categorical" else 1
 
+    @property
+    def continuous_bounds(self) -> tuple[float, float]:
+        """(low, high) of a continuous column; a discrete column has none (ValueError)."""
+        if self.bounds is None:
+            raise ValueError(f"column {self.name!r} is {self.kind}: only a continuous column has bounds")
+        return self.bounds
+
 
 @dataclass(frozen=True)
 class DatasetSchema:
@@ -159,7 +166,8 @@ def _kind(value: object) -> str:
         return "null"
     if isinstance(value, tuple):
         return repr(list(value))
-    return {list: "a list", dict: "a mapping"}.get(type(value), repr(value))
+    names: dict[type, str] = {list: "a list", dict: "a mapping"}
+    return names.get(type(value), repr(value))
 
 
 Level = Annotated[object, PlainValidator(_level)]
@@ -184,7 +192,8 @@ class ColumnSpec(BaseModel):
 
     @field_validator("bounds")
     @classmethod
-    def _bounds_for_continuous(cls, bounds, info: ValidationInfo):
+    def _bounds_for_continuous(cls, bounds: tuple[float, float] | None,
+                               info: ValidationInfo) -> tuple[float, float] | None:
         kind = info.data.get("type")
         if kind == "continuous":
             if bounds is None:
@@ -197,7 +206,8 @@ class ColumnSpec(BaseModel):
 
     @field_validator("levels")
     @classmethod
-    def _levels_for_discrete(cls, levels, info: ValidationInfo):
+    def _levels_for_discrete(cls, levels: tuple[object, ...] | None,
+                             info: ValidationInfo) -> tuple[object, ...] | None:
         kind = info.data.get("type")
         if kind == "continuous":
             if levels is not None:
@@ -218,7 +228,7 @@ class ColumnSpec(BaseModel):
 
     @field_validator("decimals")
     @classmethod
-    def _decimals_for_continuous(cls, decimals, info: ValidationInfo):
+    def _decimals_for_continuous(cls, decimals: int | None, info: ValidationInfo) -> int | None:
         kind = info.data.get("type")
         if decimals is not None and kind not in (None, "continuous"):
             raise ValueError(f"only continuous columns take decimals (this one is {kind})")
@@ -226,7 +236,8 @@ class ColumnSpec(BaseModel):
 
     @field_validator("point_masses")
     @classmethod
-    def _point_masses_within_bounds(cls, masses, info: ValidationInfo):
+    def _point_masses_within_bounds(cls, masses: tuple[float, ...] | None,
+                                    info: ValidationInfo) -> tuple[float, ...] | None:
         if masses is None:
             return masses
         kind, bounds = info.data.get("type"), info.data.get("bounds")

@@ -96,7 +96,8 @@ def _writable_cells(col: Column, bins: int) -> np.ndarray:
     continuous column's bins narrower than its decimals' step may hold none)."""
     if not col.is_continuous:
         return np.ones(cell_count(col, bins), dtype=bool)
-    width = (col.bounds[1] - col.bounds[0]) / bins
+    low, high = col.continuous_bounds
+    width = (high - low) / bins
     if width >= (len(col.point_masses) + 1) * 10.0 ** -col.decimals:
         return np.ones(cell_count(col, bins), dtype=bool)  # every bin holds a grid value that is no point mass
     grid = _grid(col, bins)
@@ -110,7 +111,7 @@ def _grid(col: Column, bins: int) -> np.ndarray | None:
     if not col.is_continuous:
         return None
     step = 10.0 ** -col.decimals
-    low, high = col.bounds
+    low, high = col.continuous_bounds
     first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
     if last - first + 1 > _MAX_GRID:
         return None
@@ -121,7 +122,7 @@ def _target_shares(shares: np.ndarray, marginal: Sequence[str], writable: dict[s
     """The measured shares (flat) with cells that cannot be written set to 0, renormalised."""
     table = np.asarray(shares, dtype=np.float64).copy()
     for axis, name in enumerate(marginal):
-        index = [slice(None)] * table.ndim
+        index: list[slice | np.ndarray] = [slice(None)] * table.ndim
         index[axis] = ~writable[name]
         table[tuple(index)] = 0.0
     flat = table.ravel()
@@ -236,7 +237,7 @@ def move_rows(codes: np.ndarray, cols: list[int], shape: tuple[int, ...], target
         group = _groups(shape, free)
         rows, cells = _matched_moves(flat, over, under, group, copies, rng)
         if len(rows):
-            codes[np.ix_(rows, cols)] = np.stack(np.unravel_index(cells, shape), axis=1)
+            codes[np.ix_(rows, np.asarray(cols))] = np.stack(np.unravel_index(cells, shape), axis=1)
             copies[rows] = False
             moved += len(rows)
     return moved
@@ -273,7 +274,8 @@ def _matched_moves(flat: np.ndarray, over: np.ndarray, under: np.ndarray, group:
     return sources[keep_sources], slots[keep_slots]
 
 
-def _sorted_by_group(items: np.ndarray, groups: np.ndarray, later: np.ndarray, rng: np.random.Generator):
+def _sorted_by_group(items: np.ndarray, groups: np.ndarray, later: np.ndarray,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Items sorted by group, then those not `later` first, then at random."""
     order = np.lexsort((rng.random(len(items)), later, groups))
     return items[order], groups[order]

@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 from collections.abc import Iterable
+from typing import Literal
 
 import numpy as np
 from autodp import rdp_acct, rdp_bank
@@ -51,7 +53,8 @@ from scipy.optimize import minimize_scalar
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.privacy.checks import check_extra_rho, is_int, is_real
 
-CRITIC_DRAWS = ("per_row", "per_step")
+CriticDraw = Literal["per_row", "per_step"]
+CRITIC_DRAWS: tuple[CriticDraw, ...] = typing.get_args(CriticDraw)
 _MECHANISMS = {
     "per_row": ("subsampled Gaussian, one critic drawn per sanitised row (probability 1/K), sampling without "
                 "replacement (Wang et al. 2019), analytical RDP (autodp), T x B compositions"),

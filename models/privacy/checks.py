@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import TypeGuard
 
 from dpsynth.models.errors import ConfigError
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def is_real(value: object) -> bool:
+def is_real(value: object) -> TypeGuard[numbers.Real]:
     """A finite real number that is not a bool (YAML's true would otherwise pass as 1)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
 

@@ -103,16 +103,17 @@ def _check_conversion(conversion: object) -> str:
     return str(conversion)
 
 
-def _check_orders(orders: object) -> tuple[float, ...]:
+def _check_orders(orders: Iterable[object] | None) -> tuple[float, ...]:
     if orders is None:
         return ORDERS
     try:
-        values = tuple(orders)  # type: ignore[arg-type]
+        values = tuple(orders)
     except TypeError:
         raise ConfigError(f"RDP orders must be a sequence of numbers > 1, got {orders!r}") from None
-    if not values or not all(is_real(a) and float(a) > 1 for a in values):
+    above_one = [float(a) for a in values if is_real(a) and float(a) > 1]
+    if not values or len(above_one) != len(values):
         raise ConfigError(f"RDP orders must be a non-empty sequence of finite numbers > 1, got {orders!r}")
-    return tuple(float(a) for a in values)
+    return tuple(above_one)
 
 
 # ------------------------------------------------------------------------------------------- phases

@@ -107,7 +107,8 @@ def _single_query_delta(epsilon: float, q: float, mu: float) -> float:
 # ----------------------------------------------------------------------------- n queries: PLD + FFT
 
 
-def _loss_pmf(q: float, mu: float, direction: int, grid: float, pessimistic: bool):
+def _loss_pmf(q: float, mu: float, direction: int, grid: float,
+              pessimistic: bool) -> tuple[int, np.ndarray, float]:
     """The privacy loss distribution of one query on the integer grid (loss = index * grid): (offset,
     masses, infinite mass). direction +1: P against Q (x ~ P); -1: Q against P (x ~ Q)."""
     lo, hi = -_TAIL, _TAIL + mu
@@ -147,7 +148,7 @@ def _compose(offset: int, masses: np.ndarray, n: int) -> tuple[int, np.ndarray]:
     return n * offset, np.clip(out, 0.0, None)
 
 
-def _composed_delta(epsilon: float, composed, grid: float) -> float:
+def _composed_delta(epsilon: float, composed: tuple[tuple[int, np.ndarray], float], grid: float) -> float:
     (offset, masses), infinite = composed
     losses = (offset + np.arange(len(masses))) * grid
     above = losses > epsilon
@@ -155,7 +156,8 @@ def _composed_delta(epsilon: float, composed, grid: float) -> float:
     return finite + infinite
 
 
-def _composed(q: float, mu: float, n: int, grid: float, pessimistic: bool, direction: int):
+def _composed(q: float, mu: float, n: int, grid: float, pessimistic: bool,
+              direction: int) -> tuple[tuple[int, np.ndarray], float]:
     offset, masses, tail = _loss_pmf(q, mu, direction, grid, pessimistic)
     infinite = 1.0 - (1.0 - tail) ** n
     return _compose(offset, masses, n), infinite

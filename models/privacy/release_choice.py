@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from dpsynth.models.errors import BudgetExceededError
 from dpsynth.models.privacy.secret import PrivacySecret
+
+if TYPE_CHECKING:
+    from dpsynth.models.config import Profile
 
 SCORE_COLUMNS = ("real_val_pairs", "real_val_gap_rows")
 
@@ -78,13 +82,13 @@ def release_epsilon(epsilon_training: float, epsilon_choice: float, disjoint: bo
     return float(epsilon_training) + float(epsilon_choice), "sequential (the generator trained on validation rows)"
 
 
-def decision_epsilon(profile) -> float:
+def decision_epsilon(profile: Profile) -> float:
     """What a `dpsynth.models.config.Profile`'s DP choice (and approval, if any) spends on the validation rows."""
     p = profile.privacy
     return choice_epsilon(p.choice_epsilon, p.approval_epsilon, profile.evaluation.min_release_auc)
 
 
-def whole_release_epsilon(profile, training_epsilon: float) -> float:
+def whole_release_epsilon(profile: Profile, training_epsilon: float) -> float:
     """The whole release's epsilon under `profile` when training costs `training_epsilon`."""
     return release_epsilon(training_epsilon, decision_epsilon(profile), profile.protocol == "honest")[0]
 

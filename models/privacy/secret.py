@@ -24,6 +24,7 @@ import hmac
 import os
 import secrets
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -72,11 +73,11 @@ class PrivacySecret:
 
     __str__ = __repr__
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         # Never pickled into task parameters, results or caches: read it from the run folder instead.
         raise TypeError("a PrivacySecret is not serialisable; stages read it from the run folder")
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, PrivacySecret) and hmac.compare_digest(self._value, other._value)
 
     def __hash__(self) -> int:

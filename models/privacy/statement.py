@@ -1,6 +1,6 @@
 """The one statement of what epsilon covers, generated from the mechanism that actually ran.
 
-README, the internal report, the release notes, `release.json` and the registry description all take
+docs/governance.md, the internal report, the release notes, `release.json` and the registry description all take
 their text from `privacy_statement`, so they cannot disagree with each other or with the code: the
 items listed as not covered are exactly the configuration's uncovered steps (none, for a release under
 the shipped release profiles, beyond those any synthetic-data release shares).
