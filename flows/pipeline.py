@@ -81,8 +81,9 @@ def log_training(run_id: str, chain: dict) -> None:
 
 def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict,
                    chains: list[dict], results_path: Path, chosen: dict, profile: Profile, title: str,
-                   release: bool = False):
-    """The report stage, then its files to MLflow and a summary and table as Prefect artifacts."""
+                   release: bool = False, public_release=None):
+    """The report stage (a release's notes rendered from its `public_release` record), then its files to
+    MLflow and a summary and table as Prefect artifacts."""
     import pandas as pd
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
@@ -90,7 +91,7 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
     from dpsynth.tasks.prefect_summary import public_selection_records, public_summary_markdown
 
     report = stages.write_report(run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title,
-                                 release)
+                                 release, public_release)
     tracking.log_artifact(run_id, report["report"], "report")
     for key, path in report.outputs.items():
         if key.startswith("notes_"):

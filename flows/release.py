@@ -25,13 +25,11 @@ from dpsynth.flows import stages
 from dpsynth.flows.pipeline import log_training, prepare, publish_report, setting_chain
 from dpsynth.models.checkpoint_files import load_verified
 from dpsynth.models.errors import ReleaseNotApprovedError
-from dpsynth.models.generators import generator_for
 from dpsynth.models.privacy.lifetime import planned_release_cost, release_cost
 from dpsynth.models.privacy.secret import load as load_secret
-from dpsynth.models.privacy.statement import privacy_statement
 from dpsynth.tasks import ledger as ledger_mod
 from dpsynth.tasks import tracking
-from dpsynth.tasks.bundle import build_release_json, record_model_uri
+from dpsynth.tasks.bundle import record_model_uri
 from dpsynth.tasks.context import (
     REAL_TABLE_TRIAL,
     close_run,
@@ -50,8 +48,8 @@ from dpsynth.tasks.ledger import (
     require_lifetime_budget,
 )
 from dpsynth.tasks.marginals import released_parameters
-from dpsynth.tasks.registry import release_registered, release_tags
-from dpsynth.tasks.reporting import privacy_summary
+from dpsynth.tasks.public_release import PublicRelease, build_public_release
+from dpsynth.tasks.registry import release_description, release_registered, release_tags
 from dpsynth.tasks.split import SplitMissesTargetLevel
 from dpsynth.tasks.stage import read_json, write_json
 from dpsynth.tasks.training import sample_generator_file
@@ -151,14 +149,18 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)
         chosen_map = {setting.name: {"iteration": decision.iteration, "epsilon": decision.epsilon,
                                      "test_auc": float(chosen["test_auc"])}}
+        # Everything the release publishes about itself, built and guarded once: the notes, the bundle and
+        # the registry render it (a trial renders its notes only).
+        record = public_record(ctx, prof, setting, chain, ledger, decision)
         report = publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, [chain], results_path,
-                                chosen_map, prof, f"{ctx.schema.name} release {prof.name}", release=True)
+                                chosen_map, prof, f"{ctx.schema.name} release {prof.name}", release=True,
+                                public_release=record)
         # Internal facts (the data hash is a tag since the run started) stay on the internal run only.
         tracking.set_tags(run_id, {"dpsynth.report": str(report["report"])})
         # A trial stops here: nothing registered, no bundle, no alias moved, nothing in the ledger.
         published = ({"published": False, "trial": True} if trial else
                      {"published": True, "trial": False,
-                      **publish_release(ctx, prof, setting, run_id, chain, ledger, decision, report)})
+                      **publish_release(ctx, record, run_id, chain, ledger, decision, report)})
         summary = {
             "release_id": ctx.run_id,
             "run_dir": str(ctx.run_dir),
@@ -221,44 +223,33 @@ def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> P
     return target
 
 
-def publish_release(ctx, prof, setting, run_id: str, chain: dict, ledger: list[dict], decision, report) -> dict:
-    """Register the chosen generator (refused over budget) and write the published bundle."""
-    iteration = decision.iteration
+def public_record(ctx, prof, setting, chain: dict, ledger: list[dict], decision) -> PublicRelease:
+    """The release's public record, from the DP decision, the profile and the chosen checkpoint's file
+    (the measured marginals' public numbers: the released generator carries the same)."""
+    entry = next(e for e in ledger if e["iteration"] == decision.iteration)
+    measured = released_parameters(Path(chain["checkpoints"]) / entry["generator"])
+    return build_public_release(release_id=ctx.run_id, model_name=ctx.model_name, schema=ctx.schema, profile=prof,
+                                setting=setting, decision=decision, ledger=ledger, measured=measured)
+
+
+def publish_release(ctx, record: PublicRelease, run_id: str, chain: dict, ledger: list[dict], decision,
+                    report) -> dict:
+    """Register the chosen generator (refused over budget) and write the published bundle, both rendered
+    from the release's public record."""
     generator_file = released_generator_file(ctx, chain, ledger, decision)
-    statement = privacy_statement(prof, setting, release=True)
-    # The measured marginals' numbers that follow from the public schema (how many, their noise): public.
-    measured = {k: v for k, v in released_parameters(generator_file).items() if v is not None}
-    tags = {**release_tags(release_id=ctx.run_id, profile=prof, setting=setting,
-                           trained_iterations=ledger[-1]["iteration"], schema_version=ctx.schema.version),
-            **{k: (repr(v) if isinstance(v, float) else str(v)) for k, v in measured.items()}}
     # A public number of rows, sampled afresh: the checkpoint's own sample has as many rows as the training
     # split, a count epsilon does not cover.
-    synthetic = sample_generator_file(generator_file, ctx.schema, prof.release_rows, seed=prof.seed)
-    summary = privacy_summary(prof, [setting], ctx.schema)
-    facts = generator_for(prof, setting).privacy_facts(prof, setting)
-    release_json = build_release_json(
-        release_id=ctx.run_id, dataset=ctx.schema.name, schema_version=ctx.schema.version, ledger=ledger,
-        chosen_iteration=iteration, epsilon=decision.epsilon, epsilon_training=decision.epsilon_training,
-        epsilon_choice=decision.epsilon_choice, composition=decision.composition, delta=prof.privacy.delta,
-        accountant=summary["mechanism"] if setting.private else "none (non-private)",
-        parameters={"generator": facts.generator, **facts.parameters, **measured, "T": ledger[-1]["iteration"],
-                    "sampling": summary["sampling"],
-                    "choice_epsilon": prof.privacy.choice_epsilon,
-                    "approval_epsilon": (prof.privacy.approval_epsilon
-                                         if prof.evaluation.min_release_auc is not None else None)},
-        epsilon_budget=prof.budget_for(setting), rows=len(synthetic), statement=statement.as_dict())
-    bundle = stages.write_release_bundle(ctx.run_dir / "bundle", synthetic_frame=synthetic,
-                                         generator_file=generator_file, release_json=release_json,
-                                         release_notes_path=report[f"notes_{setting.name}"],
+    synthetic = sample_generator_file(generator_file, ctx.schema, record.rows, seed=ctx.profile.seed)
+    bundle = stages.write_release_bundle(ctx.run_dir / "bundle", record, synthetic_frame=synthetic,
+                                         generator_file=generator_file,
+                                         release_notes_path=report[f"notes_{record.setting}"],
                                          schema_path=ctx.schema_path, separator=ctx.schema.separator)
     bundle_dir = Path(bundle["bundle"])
     # Registered last: a failure before this point leaves the champion alias where it was.
     registered = stages.register_model(
-        run_id=run_id, model_name=ctx.model_name, generator_file=generator_file, schema_path=ctx.schema_path,
-        tags=tags, epsilon=decision.epsilon, epsilon_budget=prof.budget_for(setting),
-        description=(f"{ctx.run_id}: {facts.generator}, setting {setting.name}, iteration {iteration} "
-                     f"of {ledger[-1]['iteration']}, epsilon {decision.epsilon:.4g} at delta "
-                     f"{prof.privacy.delta:g} for the whole release.\n\n{statement.markdown()}"))
+        run_id=run_id, model_name=record.model_name, generator_file=generator_file, schema_path=ctx.schema_path,
+        tags=release_tags(record), epsilon=record.epsilon, epsilon_budget=record.epsilon_budget,
+        description=release_description(record))
     record_model_uri(bundle_dir, registered["model_uri"])
     tracking.log_artifact(run_id, bundle_dir, "bundle")
     return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"],

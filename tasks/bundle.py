@@ -11,9 +11,9 @@ A bundle holds only what the DP guarantee covers or what is public:
     RELEASE_NOTES.md                   the release notes (DP-only content)
 
 Never a real row, a real-data statistic (AUC, validation counts, imputation details), a critic or a
-discriminator loss: `write_bundle` refuses a `release_json` whose keys name such things, and
-`bundle_contains_no_real_rows` lets tests and stewards check every table in a bundle against the real
-rows.
+discriminator loss: everything `release.json` holds comes from the release's `PublicRelease`, which is
+guarded when it is made (`dpsynth.tasks.public_release.guard`), and `bundle_contains_no_real_rows`
+lets tests and stewards check every table in a bundle against the real rows.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from dpsynth.tasks.private_files import SHARED_FILE_MODE, make_shareable
+from dpsynth.tasks.public_release import PublicRelease
 from dpsynth.tasks.stage import write_json
 from dpsynth.tasks.table_io import PARQUET_SUFFIXES, write_table
 
@@ -40,48 +40,42 @@ RELEASE_NOTES = "RELEASE_NOTES.md"
 TABLE_SUFFIXES = PARQUET_SUFFIXES + (".csv", ".tsv", ".txt")
 _CSV_SEPARATORS = (",", ";", "\t", "|")
 
-# Keys of release.json that would carry real-data facts or internal model parts into the bundle.
-_STATEMENT_KEYS = ("epsilon_covers", "epsilon_does_not_cover", "internal_only")
-_FORBIDDEN_KEY = re.compile(r"auc|accuracy|real|critic|discriminator_loss|wasserstein|loss|imputation|"
-                            r"validation|data_sha|n_train|train_rows", re.IGNORECASE)
+UNIT_OF_PRIVACY = "one row; adjacency: replace one row (sensitivity 2C of a clipped row gradient)"
 
-def build_release_json(*, release_id: str, dataset: str, schema_version: int, ledger: list[dict],
-                       chosen_iteration: int, epsilon: float, epsilon_training: float, epsilon_choice: float,
-                       composition: str, delta: float, accountant: str, parameters: dict,
-                       epsilon_budget: float | None, rows: int, statement: dict,
-                       model_uri: str | None = None) -> dict:
-    """The epsilon ledger of a release, from the training ledger (`ledger.json`'s "checkpoints").
+
+def release_json(release: PublicRelease) -> dict:
+    """The epsilon ledger of a release (release.json, before registration adds its `model_uri`).
 
     `epsilon` is the whole release's (training to the last checkpoint, with the DP choice of the
     checkpoint and of publishing: models/privacy/release_choice.py), never the chosen checkpoint's alone.
-    `parameters` holds the accountant's inputs (e.g. K, T, batch_size, sigma, C, sampling); `statement`
-    is dpsynth.models.privacy.statement's `as_dict()`. Only iteration and training epsilon of each checkpoint
-    are kept (no level shares or metrics).
+    Only iteration and training epsilon of each checkpoint are listed (no level shares or metrics).
     """
-    checkpoints = [{"iteration": int(e["iteration"]), "epsilon": _json_epsilon(e["epsilon"])} for e in ledger]
-    chosen = next((c for c in checkpoints if c["iteration"] == int(chosen_iteration)), None)
-    if chosen is None:
-        raise ValueError(f"iteration {chosen_iteration} is not in the training ledger.")
-    total = _json_epsilon(epsilon)
+    checkpoints = [{"iteration": c.iteration, "epsilon": _json_epsilon(c.epsilon)} for c in release.checkpoints]
+    chosen = next(c for c in checkpoints if c["iteration"] == release.iteration)
+    total = _json_epsilon(release.epsilon)
+    parameters = {"generator": release.generator_name, **release.parameters, **release.measured,
+                  "T": release.trained_iterations, "sampling": release.sampling,
+                  "choice_epsilon": release.choice_epsilon, "approval_epsilon": release.approval_epsilon}
     return {
-        "release_id": release_id,
-        "dataset": dataset,
-        "schema_version": int(schema_version),
+        "release_id": release.release_id,
+        "dataset": release.dataset,
+        "schema_version": release.schema_version,
         "chosen_checkpoint": chosen,
         "epsilon": total,
-        "delta": float(delta),
-        "epsilon_parts": {"training_to_last_checkpoint": _json_epsilon(epsilon_training),
-                          "last_checkpoint": checkpoints[-1]["iteration"],
-                          "checkpoint_choice_and_approval": float(epsilon_choice),
-                          "composition": composition},
-        "epsilon_budget": None if epsilon_budget is None else float(epsilon_budget),
+        "delta": release.delta,
+        "epsilon_parts": {"training_to_last_checkpoint": _json_epsilon(release.epsilon_training),
+                          "last_checkpoint": release.trained_iterations,
+                          "checkpoint_choice_and_approval": release.epsilon_choice,
+                          "composition": release.composition},
+        "epsilon_budget": None if release.epsilon_budget is None else float(release.epsilon_budget),
         "private": total is not None,
-        "accountant": {"mechanism": accountant, "parameters": parameters},
-        "unit_of_privacy": "one row; adjacency: replace one row (sensitivity 2C of a clipped row gradient)",
-        **statement,
+        "accountant": {"mechanism": release.mechanism if release.private else "none (non-private)",
+                       "parameters": parameters},
+        "unit_of_privacy": UNIT_OF_PRIVACY,
+        **release.statement.as_dict(),
         "checkpoints": checkpoints,
-        "synthetic_rows": int(rows),
-        "model_uri": model_uri,
+        "synthetic_rows": release.rows,
+        "model_uri": None,
     }
 
 
@@ -91,31 +85,18 @@ def _json_epsilon(value) -> float | None:
     return None if not math.isfinite(value) else value
 
 
-def _forbidden_keys(obj, where: str = "") -> list[str]:
-    found = []
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            path = f"{where}.{key}" if where else str(key)
-            if key not in _STATEMENT_KEYS and _FORBIDDEN_KEY.search(str(key)):
-                found.append(path)
-            found += _forbidden_keys(value, path)
-    elif isinstance(obj, list):
-        for i, value in enumerate(obj):
-            found += _forbidden_keys(value, f"{where}[{i}]")
-    return found
-
-
-def write_bundle(bundle_dir: Path, *, synthetic_frame: pd.DataFrame, generator_file: Path, release_json: dict,
+def write_bundle(bundle_dir: Path, release: PublicRelease, *, synthetic_frame: pd.DataFrame, generator_file: Path,
                  release_notes_path: Path, schema_path: Path | None = None, separator: str = ",") -> dict[str, Path]:
-    """Write the release bundle into `bundle_dir` (replacing an earlier bundle there) and return its paths.
+    """Write the bundle of `release` into `bundle_dir` (replacing an earlier bundle there) and return its
+    paths: `synthetic_frame` (the release's rows), the released generator file, its notes (rendered from
+    the same record: `dpsynth.tasks.report.write_public_release_notes`) and release.json.
 
     The bundle is assembled in a sibling temporary folder and renamed into place, so a reader never
     sees half a bundle. `separator` is the CSV's (pass the schema's to match the input's format).
     """
     bundle_dir = Path(bundle_dir)
-    bad = _forbidden_keys(release_json)
-    if bad:
-        raise ValueError(f"release.json must hold only DP-covered or public facts; refusing keys {bad}.")
+    if len(synthetic_frame) != release.rows:
+        raise ValueError(f"the release publishes {release.rows} synthetic rows, not {len(synthetic_frame)}.")
     generator_file, release_notes_path = Path(generator_file), Path(release_notes_path)
     if bundle_dir.exists() and any(bundle_dir.iterdir()) and not (bundle_dir / RELEASE_JSON).exists():
         raise FileExistsError(f"{str(bundle_dir)!r} exists and is not a release bundle; not replacing it.")
@@ -132,7 +113,7 @@ def write_bundle(bundle_dir: Path, *, synthetic_frame: pd.DataFrame, generator_f
         names.append(SCHEMA)
     shutil.copyfile(release_notes_path, staging / RELEASE_NOTES)
     files = {"synthetic.csv": {"separator": separator}}
-    write_json({**release_json, "files": files}, staging / RELEASE_JSON)
+    write_json({**release_json(release), "files": files}, staging / RELEASE_JSON)
     make_shareable(staging)   # the one folder meant to be shared (its run folder stays owner-only)
     if bundle_dir.exists():
         old = bundle_dir.with_name(bundle_dir.name + ".old")

@@ -28,7 +28,6 @@ import importlib.metadata
 import math
 import os
 import shutil
-import subprocess
 import tempfile
 import warnings
 from pathlib import Path
@@ -56,6 +55,7 @@ from dpsynth.models.pyfunc import (
 )
 from dpsynth.tasks.home import home
 from dpsynth.tasks.private_files import restrict_tree
+from dpsynth.tasks.public_release import PublicRelease, code_version
 from dpsynth.tasks.table_io import PARQUET_SUFFIXES, write_table
 from dpsynth.tasks.tracking import local_artifacts, local_store_lock, tracking_uri
 
@@ -65,7 +65,8 @@ REGISTRY_VARIABLE = "DPSYNTH_REGISTRY_URI"
 # The registry store's one experiment: MLflow files logged models under an experiment; no run goes there.
 PUBLISHED_EXPERIMENT = "dpsynth-published-generators"
 _OPENED_STORES: set[str] = set()   # registry stores this process has opened (created, migrated) under the lock
-# Version tags a release carries (`release_tags` builds them; `register_release` adds what it knows).
+# Version tags a release carries (`release_tags` renders them from the release's public record;
+# `register_release` checks the epsilon against the generator file's and adds what a caller left out).
 # Published: each is public (the profile, the code) or covered by epsilon; never a hash of the private
 # file, a real-data metric, a row count or an internal path (those stay in the internal MLflow run).
 # Every release's version carries these; each generator adds its own public accountant inputs
@@ -93,46 +94,37 @@ def check_budget(epsilon: float, epsilon_budget: float | None) -> None:
 
 # ---------------------------------------------------------------------------------------------- tags
 
-def code_version() -> str:
-    """`git describe` of the project when it is a git checkout, else the installed package version."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--tags"], check=False,
-                              capture_output=True, text=True, timeout=10,
-                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
-        if done.returncode == 0 and done.stdout.strip():
-            return f"git:{done.stdout.strip()}"
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        return f"dpsynth=={importlib.metadata.version('dpsynth')}"
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def release_tags(*, release_id: str, profile, setting, trained_iterations: int, schema_version: int) -> dict[str, str]:
-    """The standard version tags of a release, from the typed profile and the chosen checkpoint.
-
-    `profile` is a `dpsynth.models.config.Profile`, `setting` one of its `Setting`s. Registered versions are
-    published: their tags hold the accountant's public inputs, never a fact about the rows.
-    """
-    from dpsynth.models.generators import generator_for
-
-    facts = generator_for(profile, setting).privacy_facts(profile, setting)
-    parameters = {k: (repr(v) if isinstance(v, float) else str(v)) for k, v in facts.parameters.items()}
-    if not setting.private:
+def release_tags(release: PublicRelease) -> dict[str, str]:
+    """The version tags of a release, rendered from its public record: the accountant's public inputs
+    and the measured marginals' numbers as text, never a fact about the rows. A non-private setting's
+    noise and clipping read "none"."""
+    parameters = {k: (repr(v) if isinstance(v, float) else str(v)) for k, v in release.parameters.items()}
+    if not release.private:
         parameters.update({k: "none" for k in ("sigma", "C") if k in parameters})
     return {
-        "release_id": release_id,
-        "generator": profile.generator_of(setting),
-        "delta": repr(profile.privacy.delta),
-        "accountant": facts.mechanism if setting.private else "none (non-private training)",
+        "release_id": release.release_id,
+        "generator": release.generator,
+        "delta": repr(release.delta),
+        "accountant": release.mechanism if release.private else "none (non-private training)",
         **parameters,
-        "T": str(int(trained_iterations)),   # what the accountant composed, not the chosen iteration
-        "schema_version": str(schema_version),
-        "setting": setting.name,
-        "profile": profile.name,
+        "T": str(int(release.trained_iterations)),   # what the accountant composed, not the chosen iteration
+        "schema_version": str(release.schema_version),
+        "setting": release.setting,
+        "profile": release.profile,
+        **{k: (repr(v) if isinstance(v, float) else str(v)) for k, v in release.measured.items()},
+        "epsilon": _epsilon_text(release.epsilon),
+        "private": str(not math.isinf(release.epsilon)).lower(),
+        "epsilon_budget": "none" if release.epsilon_budget is None else repr(float(release.epsilon_budget)),
+        "iteration": str(release.iteration),
+        "code_version": release.code_version,
     }
+
+
+def release_description(release: PublicRelease) -> str:
+    """The registered version's description: what was released, at what epsilon, and the statement."""
+    return (f"{release.release_id}: {release.generator_name}, setting {release.setting}, iteration "
+            f"{release.iteration} of {release.trained_iterations}, epsilon {release.epsilon:.4g} at delta "
+            f"{release.delta:g} for the whole release.\n\n{release.statement.markdown()}")
 
 
 def _epsilon_text(epsilon: float) -> str:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from dpsynth.models.data.binning import DEFAULT_BINS, cell_count, cell_labels, frame_cells
 from dpsynth.models.data.schema import Column, DatasetSchema
-from dpsynth.models.evaluation.quality import spearman_mad, spearman_matrix
+from dpsynth.models.evaluation.quality import spearman_mad, spearman_matrix, total_variation
 
 # Share of the real rows from which a level (or continuous cell) the synthetic table lacks counts as lost.
 LOST_LEVEL_FLOOR = 0.01
@@ -73,14 +73,10 @@ def _cells(schema: DatasetSchema, frame: pd.DataFrame, role: str, bins: int) -> 
     return _Cells(columns, codes, sizes, len(frame))
 
 
-def _tvd(p: np.ndarray, q: np.ndarray) -> float:
-    return float(0.5 * np.abs(p - q).sum())
-
-
 # ------------------------------------------------------------------------------ figures on cells
 
 def _column_tvd(real: _Cells, synth: _Cells) -> pd.Series:
-    values = [_tvd(real.shares(j), synth.shares(j)) for j in range(len(real.columns))]
+    values = [total_variation(real.shares(j), synth.shares(j)) for j in range(len(real.columns))]
     return pd.Series(values, index=[col.name for col in real.columns], name="tvd", dtype=np.float64)
 
 
@@ -125,7 +121,7 @@ def scored_pairs(n_columns: int, max_pairs: int | None) -> list[tuple[int, int]]
 def _pairwise_tvd(real: _Cells, synth: _Cells, max_pairs: int | None) -> PairwiseTVD:
     n = len(real.columns)
     pairs = scored_pairs(n, max_pairs)
-    values = [_tvd(real.joint_shares(i, j), synth.joint_shares(i, j)) for i, j in pairs]
+    values = [total_variation(real.joint_shares(i, j), synth.joint_shares(i, j)) for i, j in pairs]
     index = pd.MultiIndex.from_tuples([(real.columns[i].name, real.columns[j].name) for i, j in pairs],
                                       names=["first", "second"])
     return PairwiseTVD(pd.Series(values, index=index, name="tvd", dtype=np.float64), n * (n - 1) // 2)

@@ -9,6 +9,7 @@ the internal report only. The same functions applied to a synthetic table alone 
 - `feature_stats`: mean and standard deviation of each continuous feature (Table 7.2).
 - `wasserstein_by_feature`: 1-Wasserstein distance per continuous feature on values scaled to [0, 1]
   by the public bounds (so 0.1 means "a tenth of the declared range").
+- `total_variation`: the TVD of two share vectors (fidelity's 1- and 2-way TVDs use it too).
 - `tvd_by_feature`: total-variation distance per binary/categorical feature over its declared levels
   (plus one bucket for values outside them), in [0, 1].
 - `spearman_matrix`, `significance_stars`, `spearman_mad`: rank correlations with stars (Figure 7.3)
@@ -76,12 +77,17 @@ def _shares(col, frame: pd.DataFrame) -> np.ndarray:
     return counts / max(len(codes), 1)
 
 
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    """Total-variation distance of two share vectors over the same cells, 0.5 * sum |p - q| (in [0, 1]):
+    the one implementation behind every TVD here and in `dpsynth.models.evaluation.fidelity`."""
+    return float(0.5 * np.abs(p - q).sum())
+
+
 def tvd_by_feature(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
                    max_rows: int | None = None, seed: int = 0) -> pd.Series:
     """Total-variation distance, 0.5 * sum |p - q|, per binary/categorical feature (in [0, 1])."""
     real, synth = subsample(real, max_rows, seed), subsample(synth, max_rows, seed)
-    out = {col.name: float(0.5 * np.abs(_shares(col, real) - _shares(col, synth)).sum())
-           for col in schema.discrete}
+    out = {col.name: total_variation(_shares(col, real), _shares(col, synth)) for col in schema.discrete}
     return pd.Series(out, name="tvd", dtype=np.float64)
 
 
@@ -224,6 +230,7 @@ __all__ = [
     "spearman_mad",
     "spearman_matrix",
     "subsample",
+    "total_variation",
     "tvd_by_feature",
     "wasserstein_by_feature",
 ]

@@ -310,3 +310,15 @@ def test_utility_study_reports_fidelity_beside_its_figures(tmp_path, capsys):
     runs = json.loads(printed.strip().splitlines()[-1])["runs"]
     assert runs[0]["fidelity"]["pairs_total"] == 12 * 11 // 2
     assert "fidelity_missed" not in runs[0] and runs[0]["mean_tvd"] >= 0
+
+
+def test_a_discrete_columns_tvd_is_the_quality_modules(census):
+    """One per-column distance: fidelity's 1-way TVD of a binary or categorical column is the sample-quality
+    module's (both over the declared levels plus one cell for anything else, missing values included)."""
+    from dpsynth.models.evaluation.quality import tvd_by_feature
+
+    real, synth = make_demo_table(census, 800, seed=1), make_demo_table(census, 600, seed=2)
+    synth.loc[synth.index[:40], census.discrete[0].name] = None
+    discrete = [col.name for col in census.discrete]
+    pd.testing.assert_series_equal(column_tvd(census, real, synth)[discrete], tvd_by_feature(census, real, synth),
+                                   check_names=False, rtol=0, atol=0)

@@ -20,6 +20,7 @@ from dpsynth.models.evaluation.quality import (
     spearman_mad,
     spearman_matrix,
     subsample,
+    total_variation,
     tvd_by_feature,
     wasserstein_by_feature,
 )
@@ -157,3 +158,9 @@ def test_subsample_is_seeded_and_bounded(real):
     a, b = subsample(real, 100, seed=3), subsample(real, 100, seed=3)
     assert len(a) == 100 and a.index.equals(b.index)
     assert subsample(real, None) is real and subsample(real, 10**6) is real
+
+
+def test_total_variation_by_hand():
+    assert total_variation(np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.5, 0.3])) == pytest.approx(0.3, abs=1e-15)
+    assert total_variation(np.array([1.0, 0.0]), np.array([0.0, 1.0])) == 1.0
+    assert total_variation(np.array([0.25, 0.75]), np.array([0.25, 0.75])) == 0.0

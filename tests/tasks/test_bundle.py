@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pandas as pd
 import pytest
 
-from dpsynth.models.config import load_profile
 from dpsynth.models.data.encoding import TableEncoder
-from dpsynth.models.privacy.statement import privacy_statement
 from dpsynth.models.pyfunc import load_generator_file, sample_table
-from dpsynth.tasks.bundle import (
-    build_release_json,
-    bundle_contains_no_real_rows,
-    real_row_matches,
-    write_bundle,
-)
+from dpsynth.tasks.bundle import bundle_contains_no_real_rows, real_row_matches, write_bundle
 from tests.conftest import CARDIO_SCHEMA
+from tests.tasks.test_public_release import make_release
 from tests.tasks.test_registry import make_generator_file
-
-PROFILE = load_profile("default", CARDIO_SCHEMA)
-STATEMENT = privacy_statement(PROFILE, PROFILE.release_target(), release=True)
-LEDGER = [{"iteration": 0, "epsilon": 0.0, "generator": "generator_000000.pt"},
-          {"iteration": 20, "epsilon": 3.5, "generator": "generator_000020.pt", "level_shares": {"gender": {}}},
-          {"iteration": 40, "epsilon": 5.25, "generator": "generator_000040.pt"}]
 
 
 @pytest.fixture
@@ -35,18 +22,13 @@ def release(tmp_path, cardio_schema):
     synthetic = sample_table(gen, TableEncoder(cardio_schema), 500, seed=11)
     notes = tmp_path / "notes.md"
     notes.write_text("# Release notes\n\nepsilon 3.5 at delta 1e-5.\n")
-    ledger = build_release_json(release_id="cardio-test", dataset="cardio", schema_version=1, ledger=LEDGER,
-                                chosen_iteration=20, epsilon=5.25, epsilon_training=5.25, epsilon_choice=1.0,
-                                composition="parallel", delta=1e-5, accountant="subsampled Gaussian",
-                                parameters={"K": 10, "T": 40, "batch_size": 32, "sigma": 1.07, "C": 1.0},
-                                epsilon_budget=10.0, rows=len(synthetic), statement=STATEMENT.as_dict(),
-                                model_uri="models:/cardio-gswgan/1")
-    return {"generator": gen_file, "synthetic": synthetic, "notes": notes, "release_json": ledger}
+    record = make_release(cardio_schema, rows=len(synthetic))
+    return {"generator": gen_file, "synthetic": synthetic, "notes": notes, "record": record}
 
 
 def write(tmp_path, release, cardio_schema, name="bundle"):
-    return write_bundle(tmp_path / name, synthetic_frame=release["synthetic"], generator_file=release["generator"],
-                        release_json=release["release_json"], release_notes_path=release["notes"],
+    return write_bundle(tmp_path / name, release["record"], synthetic_frame=release["synthetic"],
+                        generator_file=release["generator"], release_notes_path=release["notes"],
                         schema_path=CARDIO_SCHEMA, separator=cardio_schema.separator)
 
 
@@ -68,9 +50,11 @@ def test_bundle_holds_table_generator_ledger_and_notes(tmp_path, release, cardio
                                        "checkpoint_choice_and_approval": 1.0, "composition": "parallel"}
     assert [c["iteration"] for c in ledger["checkpoints"]] == [0, 20, 40]
     assert all(set(c) == {"iteration", "epsilon"} for c in ledger["checkpoints"])
-    assert ledger["delta"] == 1e-5 and ledger["accountant"]["parameters"]["K"] == 10
-    assert ledger["epsilon_covers"] == STATEMENT.covers
-    assert ledger["epsilon_does_not_cover"] == list(STATEMENT.does_not_cover)
+    record = release["record"]
+    assert ledger["delta"] == 1e-5 and ledger["accountant"]["parameters"]["K"] == record.parameters["K"] == 1000
+    assert ledger["synthetic_rows"] == 500 and ledger["files"] == {"synthetic.csv": {"separator": ";"}}
+    assert ledger["epsilon_covers"] == record.statement.covers
+    assert ledger["epsilon_does_not_cover"] == list(record.statement.does_not_cover)
     assert paths["release_notes"].read_text().startswith("# Release notes")
 
     # `demo_frame` stands in for the real table: the generator's rows are not copies of it.
@@ -102,32 +86,18 @@ def test_rows_are_compared_whole(demo_frame, cardio_schema):
     assert real_row_matches(as_text, real) == 1
 
 
-def test_rewriting_replaces_the_bundle_and_keeps_out_real_data_facts(tmp_path, release, cardio_schema):
+def test_rewriting_replaces_the_bundle_and_refuses_other_rows(tmp_path, release, cardio_schema):
     paths = write(tmp_path, release, cardio_schema)
     (paths["bundle"] / "stale.csv").write_text("a,b\n1,2\n")
     again = write(tmp_path, release, cardio_schema)
     assert not (again["bundle"] / "stale.csv").exists()
     assert not list(tmp_path.glob("bundle.*"))  # no staging folders left behind
 
-    for key in ("real_auc", "critic_loss", "validation"):
-        with pytest.raises(ValueError, match=key):
-            write_bundle(tmp_path / "other", synthetic_frame=release["synthetic"],
-                         generator_file=release["generator"], release_json={**release["release_json"], key: 1},
-                         release_notes_path=release["notes"])
+    # The bundle publishes the record's rows, no more and no fewer.
+    with pytest.raises(ValueError, match="500 synthetic rows"):
+        write_bundle(tmp_path / "other", release["record"], synthetic_frame=release["synthetic"].head(499),
+                     generator_file=release["generator"], release_notes_path=release["notes"])
     (tmp_path / "not-a-bundle").mkdir()
     (tmp_path / "not-a-bundle" / "keep.txt").write_text("x")
     with pytest.raises(FileExistsError):
         write(tmp_path, release, cardio_schema, name="not-a-bundle")
-
-
-def test_non_private_epsilon_is_null_in_json():
-    ledger = [{"iteration": 0, "epsilon": math.inf}, {"iteration": 10, "epsilon": math.inf}]
-    common = {"release_id": "r", "dataset": "cardio", "schema_version": 1, "ledger": ledger, "epsilon": math.inf,
-              "epsilon_training": math.inf, "epsilon_choice": 1.0, "composition": "non-private training",
-              "delta": 1e-5, "accountant": "none", "parameters": {}, "epsilon_budget": None, "rows": 5,
-              "statement": STATEMENT.as_dict()}
-    out = build_release_json(chosen_iteration=10, **common)
-    assert out["epsilon"] is None and out["private"] is False
-    json.dumps(out, allow_nan=False)
-    with pytest.raises(ValueError):
-        build_release_json(chosen_iteration=7, **common)

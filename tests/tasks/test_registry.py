@@ -58,13 +58,15 @@ def release_run(store):
     return tracking.start_run("cardio-release", "registry-test", {"dpsynth.kind": "release"})
 
 
-def tags_for(release_id: str, cardio_schema, epsilon_iteration: int = 20) -> dict:
+def tags_for(release_id: str, cardio_schema, epsilon: float) -> dict:
+    """The tags of a release of a K = 10 GS-WGAN trained to iteration 20, where it was released."""
     from dpsynth.models.config import Profile, Setting
     from dpsynth.tasks.registry import release_tags
+    from tests.tasks.test_public_release import make_release
 
     profile = Profile(name="test", settings=(Setting("k10", 10),))
-    return release_tags(release_id=release_id, profile=profile, setting=profile.settings[0],
-                        trained_iterations=epsilon_iteration, schema_version=cardio_schema.version)
+    return release_tags(make_release(cardio_schema, profile=profile, release_id=release_id, epsilon=epsilon,
+                                     ledger=[{"iteration": 0, "epsilon": 0.0}, {"iteration": 20, "epsilon": epsilon}]))
 
 
 def register(release_run, cardio_schema, store, name, release_id, *, epsilon=3.5, budget=10.0, seed=0,
@@ -74,7 +76,7 @@ def register(release_run, cardio_schema, store, name, release_id, *, epsilon=3.5
     gen = make_generator_file(store / name / f"{release_id}.pt", cardio_schema,
                               epsilon=epsilon if file_epsilon is None else file_epsilon, seed=seed)
     return register_release(run_id=release_run, model_name=name, generator_file=gen, schema_path=CARDIO_SCHEMA,
-                            tags=tags_for(release_id, cardio_schema), description=f"release {release_id}",
+                            tags=tags_for(release_id, cardio_schema, epsilon), description=f"release {release_id}",
                             epsilon=epsilon, epsilon_budget=budget)
 
 
@@ -112,7 +114,9 @@ def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_
     assert sorted(p.name for p in (local / "artifacts").iterdir()) == ["cardio.yaml", "rel-1.pt"]
     code = local / "code" / "dpsynth" / "models"
     assert (code / "pyfunc.py").is_file() and (code / "data" / "encoding.py").is_file()
-    assert not list(local.rglob("__pycache__")) and not list(local.rglob("*critic*"))
+    assert not list(local.rglob("__pycache__"))
+    # No critic travels (the code's critic kernel source, under code/, is no trained part).
+    assert not [p for p in local.rglob("*critic*") if p.relative_to(local).parts[0] != "code"]
 
     model = load_released_model(f"models:/{MODEL}@champion")
     rows = model.predict(pd.DataFrame({"n_rows": [300], "seed": [7]}))

@@ -14,10 +14,11 @@ import pytest
 from dpsynth.models.config import load_profile
 from dpsynth.models.data.demo import make_demo_table
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.evaluation.quality import feature_stats, level_frequencies
+from dpsynth.models.evaluation.quality import feature_stats, level_frequencies, quality_summary, subsample
 from dpsynth.models.privacy.statement import privacy_statement
 from dpsynth.tasks.evaluate import RESULT_COLUMNS
 from dpsynth.tasks.report import (
+    INTERNAL_BANNER,
     build_internal_report,
     build_release_notes,
     build_release_notes_html,
@@ -86,7 +87,10 @@ PRIVACY = {"mechanism": "subsampled Gaussian, sampling without replacement", "de
            "noise_multiplier": 1.07, "clip": 1.0, "batch_size": 32, "iterations": 3000,
            "settings": {"k10": {"discriminators": 10, "private": True},
                         "baseline": {"discriminators": 1, "private": False}},
-           "validation_unexpected_rows": 4242}  # not a public key: internal report only
+           "validation_unexpected_rows": 4242,  # no label: internal report only
+           "labels": {"mechanism": "mechanism", "delta": "delta", "noise_multiplier": "noise multiplier sigma",
+                      "clip": "clipping norm C", "batch_size": "batch size B",
+                      "iterations": "generator iterations (planned)"}}
 LEDGER = [{"iteration": 0, "epsilon": 0.0}, {"iteration": 1000, "epsilon": 1.5},
           {"iteration": 2000, "epsilon": 3.25, "critic_wasserstein": 9.87654},
           {"iteration": 3000, "epsilon": 6.125}]
@@ -163,6 +167,30 @@ def test_internal_report_is_marked_internal_and_holds_the_real_data_content(inte
     assert format_number(feature_stats(schema, real).loc["age", "mean"], 3) in text  # Table 7.2
     assert "4242" in text  # every privacy key appears internally
     assert "lr_coefficient" in text and "rf_importance" in text
+
+
+def test_internal_report_shows_the_quality_modules_metrics(internal, schema, real, synth):
+    """The report lays out `quality_summary` (on the tables as it subsamples them); it computes no metric."""
+    text = html.unescape(internal[1])
+    quality = quality_summary(schema, subsample(real, 20000, 0), subsample(synth, 20000, 0), max_rows=None)
+    assert f"synthetic k10 (MAD from real {quality['spearman_mad']:.4f})" in text
+    row = (f"<tr><td>k10</td><td>{quality['mean_wasserstein']:.4f}</td><td>{quality['mean_tvd']:.4f}</td>"
+           f"<td>{quality['spearman_mad']:.4f}</td></tr>")
+    assert row in text
+    for feature, distance in quality["tvd"].items():
+        assert f"<th>{feature}</th>" in text and f"<td>{distance:.4f}</td>" in text
+    assert "labels:" not in text   # the notes' labels are no privacy parameter
+
+
+def test_internal_report_escapes_every_text(tmp_path, schema, synth):
+    privacy = {"mechanism": "<script>alert(1)</script>", "labels": {"mechanism": "mechanism"}}
+    text = build_internal_report(tmp_path / "r.html", title="a <b>bold</b> & title", schema=schema,
+                                 results=pd.DataFrame(columns=RESULT_COLUMNS), chosen={}, real_frame=None,
+                                 synthetic_frames={"k10": synth}, ledger_level_shares={}, privacy=privacy,
+                                 statement=STATEMENT).read_text()
+    assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "<title>a &lt;b&gt;bold&lt;/b&gt; &amp; title (INTERNAL)</title>" in text
+    assert text.count(f'<div class="banner">{html.escape(INTERNAL_BANNER)}</div>') == 2
 
 
 def test_internal_report_warns_about_vanished_levels(internal):
@@ -248,6 +276,16 @@ def test_release_notes_hold_the_synthetic_statistics_and_privacy_facts(notes, sc
     assert "subsampled Gaussian, sampling without replacement" in notes
     assert "| noise multiplier sigma | 1.07 |" in notes and "| batch size B | 32 |" in notes
     assert "| k10 | 10 | True |" in notes  # the settings table
+
+
+def test_release_notes_show_labelled_parameters_only(tmp_path, schema, synth):
+    """The notes publish each parameter under the label the privacy summary gives it; an unlabelled key
+    (anything the summary did not mean to publish) stays out."""
+    privacy = {**PRIVACY, "labels": {"delta": "delta", "batch_size": "the batch"}}
+    text = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=privacy,
+                               statement=STATEMENT, chosen={"k10": CHOSEN["k10"]}, ledger=LEDGER).read_text()
+    assert "| the batch | 32 |" in text and "| delta | 1e-05 |" in text
+    assert "| noise multiplier sigma |" not in text and "| 1.07 |" not in text and "| mechanism |" not in text
 
 
 def test_epsilon_statement_in_both_documents(notes, internal, tmp_path, schema, synth):

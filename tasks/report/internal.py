@@ -1,0 +1,87 @@
+"""The INTERNAL report: one self-contained HTML file for the data steward, never published.
+
+It holds real-data statistics (AUCs on the real test split, real distributions, correlations,
+importances, imputation counts), so it is marked INTERNAL at its top and bottom.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.quality import quality_summary, spearman_matrix, subsample
+from dpsynth.models.privacy.statement import PrivacyStatement
+from dpsynth.tasks.evaluate import RESULT_COLUMNS
+from dpsynth.tasks.report import sections
+from dpsynth.tasks.report.document import Document
+from dpsynth.tasks.report.levels import normalise_chosen
+
+INTERNAL_BANNER = ("INTERNAL - contains real-data statistics (AUCs measured on real data, real distributions, "
+                   "correlations, importances, imputation counts). For the data steward only: never publish. "
+                   "The publishable document is the release notes.")
+
+
+def build_internal_report(path, *, title: str, schema: DatasetSchema, results: pd.DataFrame,
+                          chosen: dict[str, dict], real_frame: pd.DataFrame | None,
+                          synthetic_frames: dict[str, pd.DataFrame],
+                          ledger_level_shares: dict[str, list[dict]], privacy: dict,
+                          statement: PrivacyStatement,
+                          imputation_counts: dict | None = None, thesis_reference: dict | None = None,
+                          membership: dict | None = None, comparison: dict | None = None,
+                          max_rows: int | None = 20000, seed: int = 0) -> Path:
+    """Write the INTERNAL report: one self-contained HTML file (figures embedded). Returns its path.
+
+    results: one row per selection run, columns of `dpsynth.tasks.evaluate.RESULT_COLUMNS` (optionally
+    "share:<column>=<level>" columns); setting "real" is the real-vs-real baseline, a setting named
+    "baseline" with non-finite epsilon the non-private GAN. chosen: {setting: {iteration, epsilon,
+    test_auc}}. real_frame: the real table (decoded, schema columns) or None. synthetic_frames:
+    {setting: synthetic table} (typically the chosen checkpoint's sample). ledger_level_shares:
+    {setting: [{iteration, level_shares: {column: {level: share}}}]}. privacy: the privacy summary
+    (`dpsynth.tasks.reporting.privacy_summary`), every key shown. imputation_counts: {column: count or
+    {kind: count}}. thesis_reference: {label: {auc, epsilon, ...}}. Quality statistics use at most
+    `max_rows` rows per table (drawn with `seed`).
+    """
+    path = Path(path)
+    chosen = normalise_chosen(chosen)
+    synthetic_frames = synthetic_frames or {}
+    ledger_level_shares = ledger_level_shares or {}
+    results = results if results is not None else pd.DataFrame(columns=RESULT_COLUMNS)
+    real = subsample(real_frame, max_rows, seed) if real_frame is not None else None
+    synths = {name: subsample(frame, max_rows, seed) for name, frame in synthetic_frames.items()}
+    # The frames are subsampled already: the metrics take them whole.
+    quality = ({name: quality_summary(schema, real, frame, max_rows=None, seed=seed) for name, frame in synths.items()}
+               if real is not None else {})
+    real_spearman = spearman_matrix(schema, real, max_rows=None) if real is not None else None
+    spearman = {name: spearman_matrix(schema, frame, max_rows=None) for name, frame in synths.items()}
+
+    doc = Document()
+    doc.paragraph(f"Dataset {schema.name} (schema version {schema.version}). Generated "
+                  f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.")
+    sections.warnings_section(doc, schema, ledger_level_shares, chosen, results, synthetic_frames)
+    sections.epsilon_statement(doc, statement)
+    sections.privacy_parameters(doc, privacy)
+    sections.chosen_checkpoints(doc, chosen)
+    if comparison:
+        sections.generators_compared(doc, comparison)
+    sections.utility_figure(doc, results, chosen, thesis_reference)
+    sections.sample_quality(doc, quality)
+    sections.distributions(doc, schema, real, synths)
+    sections.feature_moments(doc, schema, real, synths)
+    sections.correlations(doc, real_spearman, spearman, quality)
+    sections.level_shares(doc, schema, real, synths)
+    sections.feature_importance(doc, schema, real, seed)
+    sections.checkpoint_level_shares(doc, schema, ledger_level_shares, chosen)
+    if imputation_counts:
+        sections.imputation(doc, imputation_counts)
+    if membership:
+        sections.membership_inference(doc, membership)
+    if thesis_reference:
+        sections.thesis_values(doc, thesis_reference)
+    sections.selection_runs(doc, results)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc.to_html(f"{title} (INTERNAL)", INTERNAL_BANNER), encoding="utf-8")
+    return path
