@@ -104,3 +104,25 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# Markers (README, "quick checks": `python -m pytest -m "not slow and not flow"`): every test under tests/flows/
+# runs a Prefect flow end to end (`flow`); `slow` marks the few other tests that take seconds each on 2 cores
+# (reduced privacy audits, subprocess loads). The full suite, CI's, runs them all.
+SLOW_TESTS = (
+    "tests/models/test_audit.py::test_reduced_step_audit_refutes_the_old_accounting_and_not_the_current_one",
+    "tests/models/test_audit.py::test_reduced_calibration_audit_has_power_and_refutes_half_the_noise",
+    "tests/models/test_audit.py::test_critic_draws_are_uniform_and_independent_across_rows_steps_and_a_resume",
+    "tests/models/test_mechanism.py::test_sanitised_rows_are_the_gaussian_mechanism_claimed",
+    "tests/models/test_release_marginals.py::test_zero_noise_is_refused_and_negligible_noise_costs_next_to_nothing",
+    "tests/tasks/test_registry.py::test_registered_model_loads_in_a_fresh_process_without_dpsynth",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
+        if path.startswith("tests/flows/"):
+            item.add_marker(pytest.mark.flow)
+        if f"{path}::{item.name.split('[')[0]}" in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
