@@ -5,7 +5,6 @@ command line and the JSON summary line."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpsynth.models.config import GanConfig
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.trainer import resolve_device, target_condition
 from dpsynth.models.generators.networks import Generator
 from dpsynth.models.privacy.secret import PrivacySecret
@@ -76,7 +75,7 @@ def bench_gan(profile: str | None, **overrides) -> GanConfig:
         from dpsynth.models.config import load_profile
         root = Path(__file__).resolve().parent.parent
         gan = load_profile(profile, root / "configs" / "cardio.yaml").gan
-    return dataclasses.replace(gan, **overrides)
+    return gan.replace(**overrides)
 
 
 def bench_condition(gan: GanConfig):

@@ -46,7 +46,7 @@ from bench._common import (
     naive_generator,
     parser,
 )
-from dpsynth.models.config import GanConfig
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.trainer import kernels_in_use, make_partition, pretrain_critics
 
 FULL_ITERATIONS = 2000

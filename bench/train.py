@@ -31,7 +31,6 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _root = os.path.dirname(_here)
 
 import copy
-import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -54,7 +53,8 @@ from bench._common import (
     parser,
     refresh_steps,
 )
-from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.config import PrivacyConfig, Setting
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, kernels_in_use, make_partition
 from dpsynth.models.generators.networks import CriticStack
 
@@ -140,7 +140,7 @@ def measure(args, width: int | None) -> dict:
     partition = make_partition(data.shape[0], k, secret)
     gan = bench_gan(args.profile, iterations=args.iterations, checkpoint_every=args.checkpoint_every or args.iterations)
     if args.refresh_steps is not None:
-        gan = dataclasses.replace(gan, critic_refresh_steps=args.refresh_steps)
+        gan = gan.replace(critic_refresh_steps=args.refresh_steps)
     privacy = PrivacyConfig()
     setting = Setting(f"k{k}", k)
 

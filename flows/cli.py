@@ -14,7 +14,6 @@ from pathlib import Path
 from dpsynth.models.errors import DpsynthError, StorageError
 
 DEFAULT_CONFIG = "configs/cardio.yaml"
-GENERATOR_CHOICES = ("gswgan", "dpcgan", "dpautogan")   # dpsynth.models.config.GENERATORS (not imported: startup time)
 # A published epsilon above this draws a warning: at that level differential privacy promises little.
 HIGH_EPSILON = 10.0
 
@@ -29,6 +28,10 @@ def dpsynth_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The registered generators' names: the registry imports only their packages' light `__init__.py`.
+    from dpsynth.models.generators.registry import names
+
+    generators = names()
     parser = argparse.ArgumentParser(prog="dpsynth", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"dpsynth {dpsynth_version()}",
                         help="print dpsynth's version and exit")
@@ -54,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true",
                        help="print the summary as JSON on the last line; no progress (warnings still on stderr)")
         p.add_argument("--verbose", action="store_true", help="also show Prefect's, MLflow's and other libraries' logs")
-        p.add_argument("--generator", choices=GENERATOR_CHOICES, default=None,
+        p.add_argument("--generator", choices=generators, default=None,
                        help="train every setting with this generator (default: the profile's `generator`)")
         if name == "release":
             p.add_argument("--no-publish", action="store_true",
@@ -71,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None,
                    help="plan this profile's settings: training epsilon and the whole release's, per setting")
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the schema the profile sits beside")
-    p.add_argument("--generator", choices=GENERATOR_CHOICES, default=None,
+    p.add_argument("--generator", choices=generators, default=None,
                    help="plan every setting with this generator (with --profile)")
     p.add_argument("--discriminators", type=int, default=None, help="GS-WGAN's K (without --profile)")
     p.add_argument("--iterations", type=int, default=None, help="GS-WGAN's training iterations T (without --profile)")

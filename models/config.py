@@ -2,23 +2,27 @@
 
 A profile lives in `configs/profiles/NAME.yaml`; `extends: OTHER` starts from another profile and
 overrides only the keys it names (nested mappings merge). The frozen dataclasses below are what the
-code uses (and hold the defaults); the pydantic models at the end (`ProfileSpec` and its parts) say
-what each key may hold: its type, range or choices, plus the rules that tie keys together. A profile
-file is validated against them before any dataclass is built, and a profile built in code is checked
-against them too. Unknown keys are errors, so a typo never silently falls back to a default; every
-problem becomes one `ConfigError` paragraph with the key's path (models/config_validation.py).
+code uses (and hold the defaults) for the keys every profile has; each registered generator
+(models/generators/registry.py) adds its own section, the one pydantic model that holds its keys'
+defaults and rules (e.g. `gan`, GS-WGAN's). The pydantic models at the end (`profile_spec()` and its
+parts) say what each key may hold: its type, range or choices, plus the rules that tie keys together.
+A profile file is validated against them before any dataclass is built, and a profile built in code is
+checked against them too. Unknown keys are errors, so a typo never silently falls back to a default;
+every problem becomes one `ConfigError` paragraph with the key's path (models/config_validation.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -28,148 +32,25 @@ from pydantic import (
     Strict,
     StrictBool,
     StrictStr,
-    ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
-from dpsynth.models.config_validation import MAX_INT, STRICT, Name, one_line, validate
+from dpsynth.models.config_validation import (
+    MAX_INT,
+    STRICT,
+    Count,
+    Name,
+    NonNegative,
+    OpenUnit,
+    Positive,
+    Unit,
+    one_line,
+    validate,
+)
 from dpsynth.models.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class GanConfig:
-    """Networks and optimisation (thesis section 4.4 and 6.1)."""
-
-    z_dim: int = 32
-    generator_hidden: tuple[int, ...] = (128, 256)
-    critic_hidden: int = 128
-    # The thesis' critics use BatchNorm; it mixes rows inside the gradient penalty, so it is an option.
-    critic_batchnorm: bool = False
-    # "thesis": weights ~ N(0, 1) as the thesis text says; "default": PyTorch's scaled initialisation.
-    init: str = "default"
-    lr_generator: float = 1e-4
-    lr_critic: float = 1e-4
-    betas: tuple[float, float] = (0.0, 0.9)
-    critic_steps: int = 5
-    # How a generator step draws the critics it queries, the mechanism the accountant composes
-    # (models/privacy/accountant.py): "per_row", every sanitised row its own critic, independently (T x B
-    # queries at sigma); "per_step", one critic for all B rows (the thesis' Algorithm 2: T queries at
-    # sigma / sqrt(B), epsilon in the hundreds; for reproducing the thesis only, `release` refuses it).
-    critic_draw: str = "per_row"
-    # Critic updates each critic drawn in a training step gets before it is queried; null keeps
-    # `critic_steps` (thesis: 5). Free in privacy terms (critics are never released, and the refresh
-    # schedule depends on no row: `critic_refresh`) and the main lever against stale critics at large K.
-    critic_refresh_steps: int | None = None
-    # Which critics a training step refreshes (dpsynth.models.generators.gswgan.trainer.GeneratorTrainer.draw_refreshed):
-    # "independent", as many critics as the step queries, drawn from a secret stream of their own,
-    # independent of the query draws, so no critic's state records which critics past rows queried (the
-    # premise of the T x B composition: docs/privacy.md section 1); "drawn", the critics the step
-    # queries (official GS-WGAN, the thesis), for reproduction only: `release` refuses it.
-    critic_refresh: str = "independent"
-    gp_lambda: float = 10.0
-    batch_size: int = 32
-    pretrain_iterations: int = 2000
-    # Precision of the throwaway generators' matrix products in pretraining, forward and backward
-    # (dpsynth.models.generators.gswgan.trainer.pretrain_matmul_dtype): "float32"; "bfloat16" (float32 accumulation, mixed precision
-    # as autocast); "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32
-    # elsewhere. BatchNorm, the critics and Adam stay float32; training and the released generator too.
-    pretrain_matmul: str = "auto"
-    # Two CPU inner loops in C (dpsynth.models.native.kernels): the critic updates (all r of a visit in one call,
-    # pretraining and training) and BatchNorm + ReLU of pretraining's bfloat16 products. "torch": the
-    # tensor code; "native": the C kernels, built with the system's C compiler on first use (an error if
-    # none builds them); "auto": the C kernels where they build and apply (CPU, critics without
-    # BatchNorm), the tensor code elsewhere. Same formulas; results differ by float32 rounding.
-    kernels: str = "auto"
-    iterations: int = 40000
-    checkpoint_every: int = 1000
-    # Exponential moving average of G (official GS-WGAN: 0.999); null keeps the raw generator.
-    generator_ema: float | None = None
-    # "tanh": one Tanh head for every encoded column (thesis); "typed": Tanh for continuous and
-    # binary columns, a softmax mapped to [-1, 1] over each one-hot group; "gumbel": relaxed samples
-    # for binary columns and one-hot groups (CTGAN's Gumbel-softmax; dpsynth.models.generators.networks.apply_head).
-    output_head: str = "tanh"
-    # Condition G and the critics' fake rows on the (binary) target, as official GS-WGAN conditions on
-    # the class label: G takes z and a label drawn with probability `target_prior` of the target's
-    # second level, and copies it into the target column. The prior is a public design choice (GS-WGAN:
-    # uniform labels), never measured on the rows; the target share of the output is fixed by it.
-    condition_on_target: bool = False
-    target_prior: float = 0.5
-
-
-GENERATORS = ("gswgan", "dpcgan", "dpautogan")
-
-
-@dataclass(frozen=True)
-class DPCGANSection:
-    """DP-CGAN's own keys (models/generators/dpcgan/adapter.py): the paper's clipping norm, the
-    discriminator's per-row Poisson rate q (public: the expected batch is q times the training rows),
-    a noise multiplier and step count that reach epsilon 1 to 3 on a table of tens of thousands of rows.
-    Delta, the budget and the DP choice are the shared privacy keys."""
-
-    sample_rate: float = 0.002
-    clip: float = 1.1
-    noise_multiplier: float = 2.0
-    iterations: int = 8000
-    checkpoint_every: int = 400
-    z_dim: int = 32
-    generator_hidden: tuple[int, ...] = (128, 128)
-    discriminator_hidden: tuple[int, ...] = (128,)
-    head: str = "gumbel"
-    discriminator_optimizer: str = "adam"
-    lr_discriminator: float = 2e-4
-    lr_generator: float = 2e-4
-    betas: tuple[float, float] = (0.5, 0.999)
-    # Public share of target label 1 among generated rows (the paper's prior p_l), never measured.
-    label_prior: float = 0.5
-
-
-@dataclass(frozen=True)
-class DPAutoGANSection:
-    """DP-auto-GAN's own keys (models/generators/dpautogan/adapter.py): the autoencoder phase, then
-    the WGAN phase whose critic is DP-SGD. Clipping norms follow the paper's ADULT run's scale."""
-
-    autoencoder_rate: float = 0.002
-    autoencoder_clip: float = 0.1
-    autoencoder_noise: float = 2.0
-    autoencoder_steps: int = 1500
-    critic_rate: float = 0.002
-    critic_clip: float = 0.1
-    critic_noise: float = 2.0
-    critic_steps: int = 5
-    generator_steps: int = 4000
-    generator_batch: int = 128
-    checkpoint_every: int = 250
-    latent_dim: int = 12
-    z_dim: int = 32
-    encoder_hidden: tuple[int, ...] = (64,)
-    decoder_hidden: tuple[int, ...] = (64,)
-    generator_hidden: tuple[int, ...] = (64, 64)
-    critic_hidden: tuple[int, ...] = (64, 32)
-    critic_space: str = "data"
-    head: str = "typed"
-    level_decoding: str = "sample"
-    # Weights of the continuous columns and of the target in the autoencoder's reconstruction loss
-    # (every other encoded column weighs 1; 1 and 1 is the paper's plain sum).
-    continuous_weight: float = 1.0
-    target_weight: float = 1.0
-    # Phase 2: "gan" (the paper) or "gaussian" (one Gaussian-mechanism fit of the latents; the GAN keys
-    # are then unused) with noise multiplier `latent_noise`.
-    latent_model: str = "gan"
-    latent_noise: float = 20.0
-    # With the Gaussian latent model: the noise multiplier of one more query, the training rows' first
-    # and second moments on the continuous columns and the binary target, which the Gaussian is then
-    # fitted to through the decoder (`moment_steps` Adam steps, held near the private fit by
-    # `moment_anchor`); null: no moment fit.
-    moment_noise: float | None = None
-    moment_steps: int = 300
-    moment_anchor: float = 0.001
-    # null: the moments of the encoded values; k: of each continuous column centred and scaled to k standard
-    # deviations of the rows the private Gaussian decodes to (post-processing), so they fill [-1, 1].
-    moment_spread: float | None = None
-    lr_autoencoder: float = 0.005
-    lr_critic: float = 0.005
-    lr_generator: float = 0.005
+from dpsynth.models.generators.registry import DEFAULT_GENERATOR, names, registration, registrations
 
 
 @dataclass(frozen=True)
@@ -260,15 +141,39 @@ class EvaluationConfig:
     experiment_choice: str = "internal"
 
 
+class GeneratorSections(Mapping):
+    """A profile's generator sections by key (`gan`, `dpcgan`, ...): read-only and hashable, as the
+    frozen profile that holds them."""
+
+    def __init__(self, sections: Mapping[str, Any] | None = None):
+        self._sections = dict(sections or {})
+
+    def __getitem__(self, key: str):
+        return self._sections[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sections)
+
+    def __len__(self) -> int:
+        return len(self._sections)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._sections.items(), key=lambda item: item[0])))
+
+    def __repr__(self) -> str:
+        return f"GeneratorSections({self._sections!r})"
+
+
 @dataclass(frozen=True)
-class Profile:
+class _ProfileKeys:
+    """The keys of every profile, and its generators' sections (`Profile` reads and builds them)."""
+
     name: str
     seed: int = 0
     # "honest": test rows never reach preprocessing or the GAN; "thesis": the GAN trains on every row.
     protocol: str = "honest"
     split: tuple[float, float, float] = (0.8, 0.1, 0.1)
     knn_neighbors: int = 3
-    gan: GanConfig = field(default_factory=GanConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     settings: tuple[Setting, ...] = (Setting("k1000", 1000),)
     # The setting a release trains: by name, or the only setting when the profile lists one.
@@ -277,11 +182,9 @@ class Profile:
     device: str = "auto"
     # Registered model name; null gives "<dataset>-<generator>".
     model_name: str | None = None
-    # The generator type of every setting that does not name its own (models/generators/): each owns
-    # its section below (`gan` is GS-WGAN's, with privacy.noise_multiplier and privacy.clip).
-    generator: str = "gswgan"
-    dpcgan: DPCGANSection = field(default_factory=DPCGANSection)
-    dpautogan: DPAutoGANSection = field(default_factory=DPAutoGANSection)
+    # The generator type of every setting that does not name its own (models/generators/registry.py):
+    # each owns its section in `sections`.
+    generator: str = DEFAULT_GENERATOR
     marginals: MarginalsConfig = field(default_factory=MarginalsConfig)
     # Rows released in the bundle: a public number fixed in advance. Never the table's own row count,
     # which epsilon does not cover (the bundle would publish it exactly).
@@ -296,10 +199,55 @@ class Profile:
     # the internal report) and registers nothing, writes no bundle, moves no alias and enters nothing
     # in the table's privacy ledger (as `dpsynth release --no-publish` does with any profile).
     trial: bool = False
+    # Every registered generator's section by its key (`gan` is GS-WGAN's, with privacy.noise_multiplier
+    # and privacy.clip), each its generator's pydantic model; a section not given takes its defaults.
+    sections: GeneratorSections = field(default_factory=GeneratorSections)
 
     def __post_init__(self) -> None:
-        # Profiles built in code obey the same rules as profiles read from YAML (ProfileSpec below).
-        validate(ProfileSpec, self.to_dict(), where=f"profile {self.name!r}")
+        # Profiles built in code obey the same rules as profiles read from YAML (profile_spec() below).
+        # The profile keeps the validated sections: every registered one, defaults filled in.
+        spec = validate(profile_spec(), self.to_dict(), where=f"profile {self.name!r}")
+        object.__setattr__(self, "sections", GeneratorSections(
+            {r.section: getattr(spec, r.section) for r in registrations()}))
+
+    def to_dict(self) -> dict:
+        """Every key as plain data, each generator section under its key (as a profile file has them)."""
+        keys = {name: _plain(getattr(self, name)) for name in _KEYS}
+        return {**keys, **{key: section.model_dump() for key, section in self.sections.items()}}
+
+
+_KEYS = tuple(f.name for f in dataclasses.fields(_ProfileKeys) if f.name != "sections")
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+class Profile(_ProfileKeys):
+    """A run profile. A generator's section is an attribute named by its key (`profile.gan`,
+    `profile.dpcgan`), and a keyword of the constructor and of `dataclasses.replace`
+    (`Profile(name="p", gan=GanConfig(iterations=6))`)."""
+
+    def __init__(self, *args, sections: Mapping[str, Any] | None = None, **keys):
+        given = {key: keys.pop(key) for key in list(keys) if key not in _KEYS}
+        super().__init__(*args, sections=GeneratorSections({**(sections or {}), **given}), **keys)
+
+    def __getattr__(self, key: str):
+        # Only reached for names that are not fields: a generator section's key.
+        if key.startswith("__") or key == "sections":
+            raise AttributeError(key)
+        try:
+            return self.sections[key]
+        except KeyError:
+            raise AttributeError(f"profile has no key or generator section {key!r}") from None
+
+    def section(self, generator: str):
+        """The section of the generator registered as `generator` (e.g. "gswgan": `gan`)."""
+        return self.sections[registration(generator).section]
 
     def release_target(self) -> Setting:
         if self.release_setting is not None:
@@ -323,14 +271,11 @@ class Profile:
         """Every private setting on `generator` (the command line's --generator). A non-private setting
         (the thesis' baseline: GS-WGAN without clipping or noise) stays as it is: the DP-SGD generators
         train only privately."""
-        if generator not in GENERATORS:
-            raise ConfigError(f"--generator {generator!r} is not a generator: choose one of {', '.join(GENERATORS)}.")
+        if generator not in names():
+            raise ConfigError(f"--generator {generator!r} is not a generator: choose one of {', '.join(names())}.")
         settings = tuple(dataclasses.replace(s, generator=None) if s.private else
                          dataclasses.replace(s, generator=self.generator_of(s)) for s in self.settings)
         return dataclasses.replace(self, generator=generator, settings=settings)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     @property
     def config_hash(self) -> str:
@@ -356,20 +301,18 @@ def load_profile(profile: str, config_path: str | Path | None = None) -> Profile
     where = f"profile {Path(profile).stem!r} ({path})"
     # Defaults come from the dataclasses (one place): the file's keys are merged over them, so unknown
     # keys still reach validation and are refused there.
-    spec = validate(ProfileSpec, _merge(Profile(name="defaults").to_dict(), raw), where)
+    spec = validate(profile_spec(), _merge(Profile(name="defaults").to_dict(), raw), where)
     return _build(spec)
 
 
-def _build(spec: ProfileSpec) -> Profile:
-    values = spec.model_dump()
+def _build(spec: BaseModel) -> Profile:
+    values = {key: value for key, value in spec.model_dump().items() if key in _KEYS}
     return Profile(**{**values,
-                      "gan": GanConfig(**values["gan"]),
                       "privacy": PrivacyConfig(**values["privacy"]),
                       "evaluation": EvaluationConfig(**values["evaluation"]),
-                      "dpcgan": DPCGANSection(**values["dpcgan"]),
-                      "dpautogan": DPAutoGANSection(**values["dpautogan"]),
                       "marginals": MarginalsConfig(**values["marginals"]),
-                      "settings": tuple(Setting(**s) for s in values["settings"])})
+                      "settings": tuple(Setting(**s) for s in values["settings"])},
+                   sections={r.section: getattr(spec, r.section) for r in registrations()})
 
 
 def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
@@ -412,22 +355,11 @@ def _merge(base: dict, override: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------ validation
-# What a profile may say, key by key. Defaults live in the dataclasses above, so every field here is
-# required; `load_profile` fills in the defaults before validating. Ints and floats are strict (no
-# "5" for 5, no true for 1); NaN and infinity are refused.
+# What a profile may say, key by key. Defaults live in the dataclasses above (and in each generator's
+# section model), so every shared field here is required; `load_profile` fills in the defaults before
+# validating. Ints and floats are strict (no "5" for 5, no true for 1); NaN and infinity are refused.
 
-# Layer widths must fit in memory.
-MAX_UNITS = 16384
-# Checkpoints go through the accountant and model selection one by one (the thesis has 40).
-MAX_CHECKPOINTS = 10000
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
-
-Count = Annotated[int, Strict(), Field(ge=1, le=MAX_INT)]
-Units = Annotated[int, Strict(), Field(ge=1, le=MAX_UNITS)]
-Positive = Annotated[float, Strict(), Field(gt=0)]
-NonNegative = Annotated[float, Strict(), Field(ge=0)]
-OpenUnit = Annotated[float, Strict(), Field(gt=0, lt=1)]  # a probability strictly inside (0, 1)
-Unit = Annotated[float, Strict(), Field(ge=0, le=1)]
 
 
 def _device(value: str) -> str:
@@ -436,46 +368,16 @@ def _device(value: str) -> str:
     return value
 
 
-class GanSpec(BaseModel):
-    model_config = STRICT
-    z_dim: Units
-    generator_hidden: Annotated[tuple[Units, ...], Field(max_length=16)]
-    critic_hidden: Units
-    critic_batchnorm: StrictBool
-    init: Literal["default", "thesis"]
-    lr_generator: Annotated[float, Strict(), Field(gt=0, le=1)]
-    lr_critic: Annotated[float, Strict(), Field(gt=0, le=1)]
-    betas: tuple[Annotated[float, Strict(), Field(ge=0, lt=1)], Annotated[float, Strict(), Field(ge=0, lt=1)]]
-    critic_steps: Count
-    critic_draw: Literal["per_row", "per_step"]
-    critic_refresh_steps: Count | None
-    critic_refresh: Literal["independent", "drawn"]
-    gp_lambda: NonNegative
-    batch_size: Count
-    pretrain_iterations: Annotated[int, Strict(), Field(ge=0, le=MAX_INT)]
-    pretrain_matmul: Literal["auto", "float32", "bfloat16"]
-    kernels: Literal["auto", "native", "torch"]
-    iterations: Count  # declared before checkpoint_every, which is checked against it
-    checkpoint_every: Count
-    generator_ema: Annotated[float, Strict(), Field(ge=0, lt=1)] | None
-    output_head: Literal["tanh", "typed", "gumbel"]
-    condition_on_target: StrictBool
-    target_prior: OpenUnit
+def _registered(value: str) -> str:
+    known = names()
+    if value not in known:
+        listed = ", ".join(repr(n) for n in known[:-1]) + f" or {known[-1]!r}" if len(known) > 1 else repr(known[0])
+        raise ValueError(f"{value!r} is not one of {listed}")
+    return value
 
-    @field_validator("checkpoint_every")
-    @classmethod
-    def _divides_iterations(cls, every: int, info: ValidationInfo) -> int:
-        iterations = info.data.get("iterations")
-        if iterations is None:  # iterations itself is invalid and reported
-            return every
-        if every > iterations:
-            raise ValueError(f"must be at most iterations ({iterations}) (got {every})")
-        if iterations % every:
-            raise ValueError(f"iterations ({iterations}) must be a multiple of checkpoint_every (got {every})")
-        if iterations // every > MAX_CHECKPOINTS:
-            raise ValueError(f"gives {iterations // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
-                             f"(got {every} for {iterations} iterations)")
-        return every
+
+# A registered generator's name (models/generators/registry.py).
+GeneratorName = Annotated[StrictStr, AfterValidator(_registered)]
 
 
 class SettingSpec(BaseModel):
@@ -484,103 +386,8 @@ class SettingSpec(BaseModel):
     name: Name
     discriminators: Count | None = None
     private: StrictBool = True
-    generator: Literal[GENERATORS] | None = None
+    generator: GeneratorName | None = None
     epsilon_budget: Positive | None = None
-
-
-Hidden = Annotated[tuple[Units, ...], Field(min_length=1, max_length=16)]
-Rate = Annotated[float, Strict(), Field(gt=0, le=1)]
-Beta = Annotated[float, Strict(), Field(ge=0, lt=1)]
-
-
-def _steps_fit(every: int, total: int | None, what: str) -> int:
-    if total is None:   # the total itself is invalid and reported
-        return every
-    if total and total // every > MAX_CHECKPOINTS:
-        raise ValueError(f"gives {total // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
-                         f"(got {every} for {total} {what})")
-    return every
-
-
-class DPCGANSpec(BaseModel):
-    model_config = STRICT
-    sample_rate: OpenUnit
-    clip: Positive
-    noise_multiplier: Positive
-    iterations: Count
-    checkpoint_every: Count
-    z_dim: Units
-    generator_hidden: Hidden
-    discriminator_hidden: Hidden
-    head: Literal["tanh", "typed", "gumbel"]
-    discriminator_optimizer: Literal["sgd", "adam"]
-    lr_discriminator: Rate
-    lr_generator: Rate
-    betas: tuple[Beta, Beta]
-    label_prior: OpenUnit
-
-    @field_validator("checkpoint_every")
-    @classmethod
-    def _fits(cls, every: int, info: ValidationInfo) -> int:
-        iterations = info.data.get("iterations")
-        if iterations is not None and every > iterations:
-            raise ValueError(f"must be at most iterations ({iterations}) (got {every})")
-        return _steps_fit(every, iterations, "iterations")
-
-
-class DPAutoGANSpec(BaseModel):
-    model_config = STRICT
-    autoencoder_rate: OpenUnit
-    autoencoder_clip: Positive
-    autoencoder_noise: Positive
-    autoencoder_steps: Count
-    critic_rate: OpenUnit
-    critic_clip: Positive
-    critic_noise: Positive
-    critic_steps: Count
-    generator_steps: Count
-    generator_batch: Count
-    checkpoint_every: Count
-    latent_dim: Units
-    z_dim: Units
-    encoder_hidden: Hidden
-    decoder_hidden: Hidden
-    generator_hidden: Hidden
-    critic_hidden: Hidden
-    critic_space: Literal["data", "latent"]
-    head: Literal["tanh", "typed"]
-    level_decoding: Literal["argmax", "sample"]
-    continuous_weight: Positive
-    target_weight: Positive
-    latent_model: Literal["gan", "gaussian"]
-    latent_noise: Positive
-    moment_noise: Positive | None
-    moment_steps: Count
-    moment_anchor: NonNegative
-    moment_spread: Positive | None
-    lr_autoencoder: Rate
-    lr_critic: Rate
-    lr_generator: Rate
-
-    @field_validator("level_decoding")
-    @classmethod
-    def _needs_softmax(cls, decoding: str, info: ValidationInfo) -> str:
-        if decoding == "sample" and info.data.get("head") not in (None, "typed"):
-            raise ValueError("sample needs head: typed (its softmax gives each one-hot group's level probabilities)")
-        return decoding
-
-    @field_validator("moment_noise")
-    @classmethod
-    def _needs_gaussian(cls, noise: float | None, info: ValidationInfo) -> float | None:
-        if noise is not None and info.data.get("latent_model") not in (None, "gaussian"):
-            raise ValueError("a moment fit needs latent_model: gaussian (it moves the fitted Gaussian)")
-        return noise
-
-    @field_validator("checkpoint_every")
-    @classmethod
-    def _fits(cls, every: int, info: ValidationInfo) -> int:
-        total = (info.data.get("autoencoder_steps") or 0) + (info.data.get("generator_steps") or 0)
-        return _steps_fit(every, total or None, "steps")
 
 
 class MarginalsSpec(BaseModel):
@@ -634,14 +441,15 @@ class EvaluationSpec(BaseModel):
     experiment_choice: Literal["internal", "dp"]
 
 
-class ProfileSpec(BaseModel):
+class ProfileKeysSpec(BaseModel):
+    """The keys of every profile; `profile_spec()` adds one section per registered generator."""
+
     model_config = STRICT
     name: Name
     seed: Annotated[int, Strict(), Field(ge=0, le=MAX_INT)]
     protocol: Literal["honest", "thesis"]
     split: tuple[OpenUnit, OpenUnit, OpenUnit]
     knn_neighbors: Count
-    gan: GanSpec
     privacy: PrivacySpec
     settings: Annotated[tuple[SettingSpec, ...], Field(min_length=1)]
     release_setting: Name | None
@@ -653,9 +461,7 @@ class ProfileSpec(BaseModel):
     workers: Annotated[int, Strict(), Field(ge=1, le=1024)]
     dask_address: Annotated[StrictStr, Field(min_length=1)] | None
     trial: StrictBool
-    generator: Literal[GENERATORS]
-    dpcgan: DPCGANSpec
-    dpautogan: DPAutoGANSpec
+    generator: GeneratorName
     marginals: MarginalsSpec
 
     @field_validator("split")
@@ -678,9 +484,26 @@ class ProfileSpec(BaseModel):
         return settings
 
     @model_validator(mode="after")
-    def _gswgan_settings_name_k(self) -> ProfileSpec:
-        unnamed = [s.name for s in self.settings
-                   if (s.generator or self.generator) == "gswgan" and s.discriminators is None]
-        if unnamed:
-            raise ValueError(f"settings {', '.join(unnamed)}: a GS-WGAN setting needs discriminators (K)")
+    def _settings_suit_their_generators(self) -> ProfileKeysSpec:
+        # Each generator's section model says which settings it cannot train (e.g. GS-WGAN without K).
+        problems: dict[str, list[str]] = {}
+        for s in self.settings:
+            problem = registration(s.generator or self.generator).config_model().setting_problem(s)
+            if problem is not None:
+                problems.setdefault(problem, []).append(s.name)
+        if problems:
+            raise ValueError("; ".join(f"settings {', '.join(settings)}: {problem}"
+                                       for problem, settings in problems.items()))
         return self
+
+
+def profile_spec() -> type[BaseModel]:
+    """The model a profile is validated against: the shared keys, and one section per registered
+    generator (its own pydantic model, defaults included)."""
+    return _profile_spec(registrations())
+
+
+@functools.lru_cache(maxsize=8)
+def _profile_spec(found: tuple) -> type[BaseModel]:
+    sections = {r.section: (r.config_model(), r.config_model()()) for r in found}
+    return create_model("ProfileSpec", __base__=ProfileKeysSpec, **sections)

@@ -20,7 +20,7 @@ import types
 import typing
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictStr, ValidationError
 
 from dpsynth.models.errors import ConfigError
 
@@ -43,6 +43,31 @@ def _name(value: str) -> str:
 
 # A dataset's, a profile's or a setting's name: they make up run ids and folder names.
 Name = Annotated[StrictStr, AfterValidator(_name)]
+
+# Field types of the profile's keys (models/config.py and each generator's section, models/generators/).
+# Layer widths must fit in memory.
+MAX_UNITS = 16384
+# Checkpoints go through the accountant and model selection one by one (the thesis has 40).
+MAX_CHECKPOINTS = 10000
+Count = Annotated[int, Strict(), Field(ge=1, le=MAX_INT)]
+Units = Annotated[int, Strict(), Field(ge=1, le=MAX_UNITS)]
+Positive = Annotated[float, Strict(), Field(gt=0)]
+NonNegative = Annotated[float, Strict(), Field(ge=0)]
+OpenUnit = Annotated[float, Strict(), Field(gt=0, lt=1)]  # a probability strictly inside (0, 1)
+Unit = Annotated[float, Strict(), Field(ge=0, le=1)]
+Hidden = Annotated[tuple[Units, ...], Field(min_length=1, max_length=16)]
+Rate = Annotated[float, Strict(), Field(gt=0, le=1)]
+Beta = Annotated[float, Strict(), Field(ge=0, lt=1)]
+
+
+def checkpoints_fit(every: int, total: int | None, what: str) -> int:
+    """`every` (a checkpoint interval) unless `total` steps would give more than MAX_CHECKPOINTS."""
+    if total is None:   # the total itself is invalid and reported
+        return every
+    if total and total // every > MAX_CHECKPOINTS:
+        raise ValueError(f"gives {total // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
+                         f"(got {every} for {total} {what})")
+    return every
 
 # Errors listed in one message: beyond this a file is malformed throughout and more lines do not help.
 MAX_LISTED = 8

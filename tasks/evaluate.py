@@ -26,10 +26,11 @@ from dpsynth.models.config import Profile
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import stratified_split
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.evaluation.selection import regularisation_grid, select_model
+from dpsynth.models.evaluation.selection import Candidate, regularisation_grid, select_model
+from dpsynth.models.generators import get
 from dpsynth.models.privacy.release_choice import ValidationFacts
 from dpsynth.tasks.progress import Progress
-from dpsynth.tasks.stage import read_json, run_stage, write_json
+from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
 RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
                   "test_auprc", "real_val_auc", "real_val_share_gap", "real_val_pairs", "real_val_gap_rows",
@@ -100,22 +101,22 @@ def real_splits(split: dict, encoded: np.ndarray, encoder: TableEncoder, protoco
     return {"train": np.sort(train), "val": np.sort(val), "test": split["test"]}
 
 
-def selection_run(X_train, y_train, X_val, y_val, X_test, y_test, X_real_val, y_real_val, candidates,
-                  X_choice=None, y_choice=None) -> dict:
+def selection_run(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y_val: np.ndarray,
+                  X_test: np.ndarray, y_test: np.ndarray, X_real_val: np.ndarray, y_real_val: np.ndarray,
+                  candidates: list[Candidate], X_choice: np.ndarray | None = None,
+                  y_choice: np.ndarray | None = None) -> dict:
     """One Algorithm 3 run; scores the chosen classifier on the real validation rows (AUC) and, when
     given, counts its concordant pairs on the DP choice's validation rows (X_choice, y_choice)."""
     started = time.perf_counter()
     result = select_model(X_train, y_train, X_val, y_val, X_test, y_test, candidates, method="fast", n_jobs=1)
     real_val_auc = float("nan")
     if not result.degenerate:
-        real_val_auc = float(roc_auc_score(y_real_val, X_real_val.astype(np.float64) @ result.coef + result.intercept))
+        real_val_auc = float(roc_auc_score(y_real_val, result.decision_scores(X_real_val)))
     record = {"penalty": result.penalty, "C": result.C, "val_auc": result.val_auc, "test_auc": result.test_auc,
               "test_auprc": result.test_auprc, "real_val_auc": real_val_auc, "degenerate": bool(result.degenerate)}
-    if X_choice is not None:
+    if X_choice is not None and y_choice is not None:
         # A degenerate classifier scores every row alike: every pair is a tie.
-        scores = (np.zeros(len(y_choice)) if result.degenerate
-                  else X_choice.astype(np.float64) @ result.coef + result.intercept)
-        record["real_val_pairs"] = concordant_pairs(scores, y_choice)
+        record["real_val_pairs"] = concordant_pairs(result.decision_scores(X_choice), y_choice)
     return {**record, "seconds": time.perf_counter() - started}
 
 
@@ -178,12 +179,12 @@ def synthetic_rows(profile: Profile, split: dict) -> int:
     return len(split["train"]) + len(split["val"])
 
 
-def selection_run_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
+def selection_run_stage(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
                         setting_name: str, index: int, iteration: int, epsilon: float,
-                        synthetic_path: Path | None = None):
+                        synthetic_path: Path | None = None) -> StageResult:
     """One model-selection run as its own stage: checkpoint `index` of a setting (its synthetic table), or,
     with no synthetic table, index `index` of the real-vs-real baseline."""
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         encoded = np.load(encoded_path)
         split = dict(np.load(split_path))
         if synthetic_path is None:
@@ -220,15 +221,16 @@ def checkpoint_runs(ledger_path: Path, sample_dir: Path) -> list[dict]:
             for i, e in enumerate(ledger)]
 
 
-def evaluate_setting_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, ledger_path: Path,
-                           sample_dir: Path, profile: Profile, setting_name: str) -> dict:
+def evaluate_setting_stage(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path,
+                           ledger_path: Path, sample_dir: Path, profile: Profile,
+                           setting_name: str) -> dict[str, Path]:
     """Every checkpoint of a setting, one after another (the experiment flow fans these out instead)."""
     runs = selection_runs(run_dir, schema, encoded_path, split_path, profile, setting_name,
                           checkpoint_runs(ledger_path, sample_dir))
     return {"results": collect_runs(runs, Path(run_dir) / f"evaluate-{setting_name}" / "selection.parquet")}
 
 
-def selection_runs(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
+def selection_runs(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
                    setting_name: str, runs: list[dict]) -> list[Path]:
     """Selection runs one after another, on the progress display; their run.json files."""
     files = []
@@ -242,11 +244,13 @@ def selection_runs(run_dir, schema: DatasetSchema, encoded_path: Path, split_pat
 
 
 def real_runs(profile: Profile, runs: int) -> list[dict]:
-    return [{"index": i, "iteration": i * profile.gan.checkpoint_every, "epsilon": float("nan")} for i in range(runs)]
+    """The real baseline's runs, numbered as the profile's generator numbers its checkpoints."""
+    every = get(profile.generator).checkpoint_interval(profile)
+    return [{"index": i, "iteration": i * every, "epsilon": float("nan")} for i in range(runs)]
 
 
-def evaluate_real_stage(run_dir, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
-                        runs: int) -> dict:
+def evaluate_real_stage(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path,
+                        profile: Profile, runs: int) -> dict[str, Path]:
     """The real-vs-real baseline: one selection run per checkpoint index, each with that index's split."""
     files = selection_runs(run_dir, schema, encoded_path, split_path, profile, "real", real_runs(profile, runs))
     return {"results": collect_runs(files, Path(run_dir) / "evaluate-real" / "selection.parquet")}

@@ -2,28 +2,50 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from dpsynth.models.config import Profile
+from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.membership import membership_report
 from dpsynth.models.generators import generator_for
 from dpsynth.models.privacy.statement import privacy_statement
-from dpsynth.tasks.report import build_internal_report, build_release_notes
-from dpsynth.tasks.stage import read_json, run_stage, write_json
+from dpsynth.tasks.report import build_internal_report, build_release_notes, write_public_release_notes
+from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 from dpsynth.tasks.training import sample_generator_file
 
+if TYPE_CHECKING:
+    from dpsynth.tasks.public_release import PublicRelease
 
-def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | None = None) -> dict:
-    """The public description of the privacy setup, keyed as the release notes expect."""
+
+# What a reader calls the summary's own keys; a generator labels its parameters and entries itself
+# (models/generators/base.py `PrivacyFacts.labels`, `SummaryEntry`).
+SUMMARY_LABELS = {
+    "generator": "generator",
+    "mechanism": "mechanism",
+    "accountant": "accountant",
+    "conversion": "RDP to (epsilon, delta) conversion",
+    "sampling": "sampling",
+    "adjacency": "adjacency",
+    "unit": "unit of privacy",
+    "delta": "delta",
+    "epsilon_budget": "epsilon budget",
+}
+
+
+def privacy_summary(profile: Profile, settings: Sequence[Setting] | None = None,
+                    schema: DatasetSchema | None = None) -> dict:
+    """The public description of the privacy setup, keyed as the release notes expect, with "labels":
+    {key: what a reader calls it} for every key whose value is not a mapping."""
     settings = profile.settings if settings is None else settings
-    facts = generator_for(profile, settings[0]).privacy_facts(profile, settings[0])
+    generator = generator_for(profile, settings[0])
+    facts = generator.privacy_facts(profile, settings[0])
     summary = {
         "generator": facts.generator,
         "mechanism": facts.mechanism,
@@ -37,31 +59,28 @@ def privacy_summary(profile: Profile, settings=None, schema: DatasetSchema | Non
         "epsilon_budget": profile.budget_for(settings[0]),
         "settings": {s.name: _public_setting(profile, s) for s in settings},
     }
-    if profile.generator_of(settings[0]) == "gswgan":
-        summary.update(iterations=profile.gan.iterations, checkpoint_every=profile.gan.checkpoint_every)
-        if len(settings) > 1:
-            summary.pop("K")   # per setting, below
+    entries = generator.summary_entries(profile, schema)
+    summary.update({key: entry.value for key, entry in entries.items()})
+    if len(settings) > 1:
+        for key in generator.setting_parameters:   # per setting, under "settings"
+            summary.pop(key, None)
     if len({profile.generator_of(s) for s in settings}) > 1:
         summary["generator"] = "per setting"
         summary["mechanism"] = "per setting: " + "; ".join(
             f"{s.name}: {generator_for(profile, s).privacy_facts(profile, s).mechanism}" for s in settings)
-    if profile.generator_of(settings[0]) == "dpcgan":
-        level = f"{schema.target} = {schema.column(schema.target).levels[1]}" if schema else "the target's second level"
-        summary["target_labels"] = (f"set by design, not learned: each synthetic row's target is {level} with "
-                                    f"probability {profile.dpcgan.label_prior:g} (a public prior)")
-    if profile.generator_of(settings[0]) == "gswgan" and profile.gan.condition_on_target:
-        # A conditional generator's target share is its public prior, not something learned from the rows.
-        level = f"{schema.target} = {schema.column(schema.target).levels[1]}" if schema else "the target's second level"
-        summary["target_labels"] = (f"set by design, not learned: each synthetic row's target is {level} with "
-                                    f"probability {profile.gan.target_prior:g} (a public prior)")
+    labels = {**SUMMARY_LABELS, **facts.labels, **{key: entry.label for key, entry in entries.items()}}
+    unlabelled = [key for key, value in summary.items() if not isinstance(value, dict) and key not in labels]
+    if unlabelled:
+        raise ValueError(f"{generator.label} publishes parameters without a label: {', '.join(unlabelled)}")
+    summary["labels"] = {key: labels[key] for key, value in summary.items() if not isinstance(value, dict)}
     return summary
 
 
-def _public_setting(profile: Profile, setting) -> dict:
-    """A setting's public description: its generator, K for GS-WGAN, whether it is private, its budget."""
-    out = {"generator": profile.generator_of(setting), "private": setting.private}
-    if setting.discriminators is not None and out["generator"] == "gswgan":
-        out["discriminators"] = setting.discriminators
+def _public_setting(profile: Profile, setting: Setting) -> dict:
+    """A setting's public description: its generator, what that generator shows of a setting (GS-WGAN:
+    K), whether it is private, its budget."""
+    out = {"generator": profile.generator_of(setting), "private": setting.private,
+           **generator_for(profile, setting).public_setting(setting)}
     budget = profile.budget_for(setting)
     if budget is not None:
         out["epsilon_budget"] = budget
@@ -109,13 +128,15 @@ def thesis_reference(schema_path: Path, name: str) -> dict | None:
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
-def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict, chains: list[dict],
-                 results_path: Path, chosen: dict, profile: Profile, title: str, release: bool = False):
+def report_stage(run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict, chains: list[dict],
+                 results_path: Path, chosen: dict, profile: Profile, title: str, release: bool = False,
+                 public_release: PublicRelease | None = None) -> StageResult:
     """Write report.html (internal) and, per chosen setting, release notes. `release`: the run is a
-    release (its checkpoint was chosen by the DP decision), not the experiment's internal study."""
+    release (its checkpoint was chosen by the DP decision), not the experiment's internal study; its
+    notes are rendered from `public_release`, the release's public record (required with `release`)."""
     encoder = TableEncoder(schema)
 
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         results = pd.read_parquet(results_path)
         encoded = np.load(paths["encoded"])
         real_frame = encoder.decode(encoded[np.load(paths["gan_rows"])])
@@ -158,14 +179,19 @@ def report_stage(run_dir, schema_path: Path, schema: DatasetSchema, paths: dict,
                 frame = sample_generator_file(Path(chain["checkpoints"]) / entry["generator"], schema,
                                               profile.release_rows, seed=profile.seed, sha256=entry.get("sha256"),
                                               generator=chain["generator"])
-            notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
-                                        schema=schema, synthetic_frame=frame,
-                                        privacy=privacy_summary(profile, [setting], schema),
-                                        chosen={name: chosen[name]}, ledger=ledgers[name],
-                                        statement=privacy_statement(profile, setting, release=release))
+                if public_release is None:
+                    raise ValueError("a release's notes are rendered from its public record: pass public_release.")
+                notes = write_public_release_notes(directory / f"release_notes_{name}.md", public_release,
+                                                   title=f"{title}: {name}", schema=schema, synthetic_frame=frame)
+            else:
+                notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
+                                            schema=schema, synthetic_frame=frame,
+                                            privacy=privacy_summary(profile, [setting], schema),
+                                            chosen={name: chosen[name]}, ledger=ledgers[name],
+                                            statement=privacy_statement(profile, setting, release=release))
             outputs[f"notes_{name}"] = notes
         return outputs, {"settings": sorted(synthetic)}
 
     inputs = {"results": results_path, **{f"ledger_{c['setting']}": Path(c["ledger"]) for c in chains}}
-    config = {"chosen": chosen, "profile": dataclasses.asdict(profile), "title": title, "release": release}
+    config = {"chosen": chosen, "profile": profile.to_dict(), "title": title, "release": release}
     return run_stage(run_dir, "report", inputs, config, work)

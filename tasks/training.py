@@ -19,12 +19,12 @@ from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.generators import generator_for
-from dpsynth.models.generators.base import TrainingJob
+from dpsynth.models.generators import generator_for, registration
+from dpsynth.models.generators.base import GeneratorType, TrainingJob
 from dpsynth.models.generators.samplers import sample_rows
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.tasks.progress import Progress, note
-from dpsynth.tasks.stage import read_json, run_stage, write_json
+from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
 LEDGER_FILE = "ledger.json"
 # Level shares of each checkpoint's output, on this many rows sampled at seed = its iteration.
@@ -52,9 +52,8 @@ def _config(profile: Profile, setting: Setting) -> dict:
     """What a setting's training depends on: the shared keys and its generator's section, and the
     measured marginals where the profile measures them (their cost is in every checkpoint's epsilon)."""
     name = profile.generator_of(setting)
-    section = "gan" if name == "gswgan" else name
     measured = {"marginals": dataclasses.asdict(profile.marginals)} if profile.marginals.enabled else {}
-    return {"seed": profile.seed, "generator": name, section: dataclasses.asdict(getattr(profile, section)),
+    return {"seed": profile.seed, "generator": name, registration(name).section: profile.section(name).model_dump(),
             "setting": dataclasses.asdict(setting), "privacy": dataclasses.asdict(profile.privacy), **measured}
 
 
@@ -65,12 +64,12 @@ def stage_name(profile: Profile, setting: Setting, step: str) -> str:
     return f"{step}-{setting.name}"
 
 
-def prepare_stage(run_dir, schema: DatasetSchema, table_path: Path, encoded_path: Path, gan_rows_path: Path,
-                  profile: Profile, setting: Setting):
+def prepare_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, encoded_path: Path, gan_rows_path: Path,
+                  profile: Profile, setting: Setting) -> StageResult:
     """Impute the training rows within the groups the generator allows, then its own preparation."""
     generator = generator_for(profile, setting)
 
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         rows = np.load(gan_rows_path)
         secret = load_secret(run_dir)
         groups = generator.donor_groups(len(rows), profile, setting, secret)
@@ -93,7 +92,7 @@ def prepare_stage(run_dir, schema: DatasetSchema, table_path: Path, encoded_path
                      {"table": table_path, "encoded": encoded_path, "gan_rows": gan_rows_path}, config, work)
 
 
-def _with_level_shares(ledger: list[dict], generator, checkpoints: Path, encoder: TableEncoder) -> list[dict]:
+def _with_level_shares(ledger: list[dict], generator: GeneratorType, checkpoints: Path, encoder: TableEncoder) -> list[dict]:
     """Each checkpoint's level shares (synthetic rows only: free), where the generator did not record them."""
     out = []
     for entry in ledger:
@@ -104,11 +103,12 @@ def _with_level_shares(ledger: list[dict], generator, checkpoints: Path, encoder
     return out
 
 
-def train_stage(run_dir, schema: DatasetSchema, prepare_dir: Path, profile: Profile, setting: Setting):
+def train_stage(run_dir: Path, schema: DatasetSchema, prepare_dir: Path, profile: Profile,
+                setting: Setting) -> StageResult:
     """Train to the last checkpoint the plan allows (within the budget); resumes from its own last one."""
     generator = generator_for(profile, setting)
 
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         plan = generator.plan(profile, setting)
         job = TrainingJob(profile, setting, schema, np.load(prepare_dir / "train_rows.npy"), load_secret(run_dir),
                           directory)
@@ -132,15 +132,15 @@ def train_stage(run_dir, schema: DatasetSchema, prepare_dir: Path, profile: Prof
                      {"train_rows": prepare_dir / "train_rows.npy"}, _config(profile, setting), work)
 
 
-def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, ledger_path: Path, n_rows: int,
-                 profile: Profile, setting: Setting):
+def sample_stage(run_dir: Path, schema: DatasetSchema, checkpoints_dir: Path, ledger_path: Path, n_rows: int,
+                 profile: Profile, setting: Setting) -> StageResult:
     """Sample n rows at every checkpoint, decoded to the schema (synthetic: covered by the DP guarantee)."""
     encoder = TableEncoder(schema)
     generator = generator_for(profile, setting)
 
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         ledger = read_json(ledger_path)["checkpoints"]
-        files = {}
+        files: dict[str, Path] = {}
         with Progress(f"sampling {setting.name}", len(ledger), "checkpoint") as shown:
             shown.update(0)
             for entry in ledger:
@@ -157,7 +157,7 @@ def sample_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, ledger_p
 
 
 def sample_generator_file(path: Path, schema: DatasetSchema, n_rows: int, seed: int, sha256: str | None = None,
-                          generator: str | None = None):
+                          generator: str | None = None) -> pd.DataFrame:
     """n rows, decoded, from a released file (it names its generator) or a checkpoint of `generator`."""
     from dpsynth.models.generators.samplers import load_sampler
 

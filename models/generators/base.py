@@ -1,7 +1,7 @@
 """The generator interface: everything the stages, the DP choice, the report, the bundle, the registry
 and the pyfunc model need from a DP generator, so that none of them names one.
 
-A generator type (one module per type beside this one, registered in `models/generators/__init__.py`):
+A generator type (the adapter of one package beside this one, registered in models/generators/registry.py):
 
 * `plan(profile, setting)`: the checkpoints it will train and the training epsilon at each, under
   replace-one adjacency at the profile's delta, stopped at the last checkpoint within the setting's
@@ -12,10 +12,13 @@ A generator type (one module per type beside this one, registered in `models/gen
 * `prepare(job)` (optional, e.g. GS-WGAN's pretraining of its critics) and `fit(job, prepared, last)`:
   training on the encoded rows to the planned last checkpoint, resumable, with a ledger of generator
   checkpoints and their replace-one epsilons;
-* `load(path)`: a `Sampler` for a checkpoint file (models/generators/samplers.py, light enough for
-  the pyfunc model);
+* `load(path)`: a `Sampler` for a checkpoint file (its package's sampler.py through
+  models/generators/samplers.py, light enough for the pyfunc model);
 * `privacy_facts(profile, setting)`: the public description of the mechanism, from which the one
-  statement of what epsilon covers, the release notes, release.json and the registry tags are built;
+  statement of what epsilon covers, the release notes, release.json and the registry tags are built,
+  every public parameter with its label for a reader;
+* `summary_entries`, `setting_parameters`, `public_setting`: what the privacy summary (the release
+  notes, the report) says of this generator beyond its parameters, and per setting;
 * `training_curve`: the per-row RDP curve the lifetime ledger may compose with other releases' curves,
   only where it is a replace-one curve (else None: the ledger adds that release's epsilon).
 
@@ -80,6 +83,15 @@ class PrivacyFacts:
     sanitised: str        # how training's steps are sanitised (for the privacy statement)
     imputation: str       # how a training row's gaps are filled under the honest protocol
     parameters: dict      # public accountant inputs: release.json, registry tags, notes
+    labels: dict          # {parameter: what a reader calls it}, for every key of `parameters`
+
+
+@dataclass(frozen=True)
+class SummaryEntry:
+    """One public fact the privacy summary shows beside the mechanism's parameters, with its label."""
+
+    label: str
+    value: object
 
 
 @dataclass
@@ -159,6 +171,23 @@ class GeneratorType(ABC):
 
         return load_sampler(path, sha256, self.name)
 
+    @abstractmethod
+    def checkpoint_interval(self, profile: Profile) -> int:
+        """Training steps between two checkpoints (the real baseline's runs are numbered by it)."""
+
+    # Keys of `privacy_facts(...).parameters` that describe one setting: a summary of several settings
+    # shows them per setting (`public_setting`) instead.
+    setting_parameters: tuple[str, ...] = ()
+
+    def public_setting(self, setting: Setting) -> dict:
+        """What the privacy summary shows of one setting beyond its generator, privacy and budget."""
+        return {}
+
+    def summary_entries(self, profile: Profile, schema: DatasetSchema | None = None) -> dict[str, SummaryEntry]:
+        """Public facts the privacy summary adds after the settings (e.g. the planned schedule, how the
+        target column is set), each from the profile and the public schema only."""
+        return {}
+
 
 def with_marginals(facts: PrivacyFacts, profile: Profile) -> PrivacyFacts:
     """`facts` with the measured marginals added to the mechanism, the accountant and the parameters."""
@@ -167,11 +196,22 @@ def with_marginals(facts: PrivacyFacts, profile: Profile) -> PrivacyFacts:
     prose = mechanism_prose(profile)
     if prose is None:
         return facts
+    from dpsynth.models.marginals.release import PUBLIC_LABELS
+
+    measured = public_parameters(profile)
     return dataclasses.replace(
         facts, mechanism=f"{facts.mechanism}; then {prose}",
         accountant=(f"{facts.accountant}; the measured marginals' RDP (order x rho, under this accountant's "
                     "adjacency) added to training's at every order before the one conversion"),
-        parameters={**facts.parameters, **public_parameters(profile)})
+        parameters={**facts.parameters, **measured},
+        labels={**facts.labels, **{key: PUBLIC_LABELS[key] for key in measured}})
+
+
+def target_prior_entry(prior: float, schema: DatasetSchema | None) -> SummaryEntry:
+    """How a generator that conditions on the target sets it: by its public prior, never learned."""
+    level = f"{schema.target} = {schema.column(schema.target).levels[1]}" if schema else "the target's second level"
+    return SummaryEntry("target column", f"set by design, not learned: each synthetic row's target is {level} "
+                                         f"with probability {prior:g} (a public prior)")
 
 
 def within_budget(setting: Setting, iterations: list[int], epsilons: list[float], budget: float | None,

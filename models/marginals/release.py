@@ -72,6 +72,17 @@ def public_parameters(profile: Profile) -> dict:
             "marginals_bins": m.bins, "marginals_oversample": m.oversample}
 
 
+# What a reader calls each key of `public_parameters` (the release notes' labels).
+PUBLIC_LABELS = {
+    "marginals": "measured marginals",
+    "marginals_rho": "measured marginals' zCDP rho",
+    "marginals_selections": "privately chosen marginal pairs",
+    "marginals_selection_share": "share of rho spent choosing pairs",
+    "marginals_bins": "bins per continuous column (marginals)",
+    "marginals_oversample": "rows drawn per released row (calibration)",
+}
+
+
 MECHANISM_PROSE = ("the 1-way marginal of every column and the 2-way marginal of every column with the target"
                    "{selected}, counted on the training rows over public cells and released by the Gaussian "
                    "mechanism (replace-one L2 sensitivity sqrt(2) per marginal; zCDP rho = {rho:g} in all), "

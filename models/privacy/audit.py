@@ -16,17 +16,25 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from scipy.stats import beta
 
-from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.config import PrivacyConfig, Setting
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.networks import CriticStack
-from dpsynth.models.privacy.accountant import epsilon_for
+from dpsynth.models.privacy.accountant import CRITIC_DRAWS, CriticDraw, epsilon_for
 from dpsynth.models.privacy.secret import PrivacySecret
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpsynth.models.data.schema import DatasetSchema
 
 
 def clopper_pearson(successes: int, trials: int, confidence: float) -> tuple[float, float]:
@@ -87,12 +95,14 @@ def audit_scores(statistics: dict[str, tuple[np.ndarray, np.ndarray]], delta: fl
     """Lower bound from test scores: for each statistic, scores of trials on the first input (higher:
     more likely the first) and on the second. The statistic and its threshold are chosen on the first
     half of the trials; the bound is computed on the other half only."""
-    best = None
+    best: tuple[float, str, float, np.ndarray, np.ndarray] | None = None
     for name, (first, second) in statistics.items():
         a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
         bound, threshold = _calibrate(a[:len(a) // 2], b[:len(b) // 2], delta, confidence)
         if best is None or bound > best[0]:
             best = (bound, name, threshold, a[len(a) // 2:], b[len(b) // 2:])
+    if best is None:
+        raise ValueError("no statistic to audit")
     _, name, threshold, test_a, test_b = best
     tp, fp = int((test_a > threshold).sum()), int((test_b > threshold).sum())
     bound = epsilon_from_rates(tp, len(test_a), fp, len(test_b), delta, confidence)
@@ -161,16 +171,19 @@ def canary_critics(setup: StepAuditSetup, first_input: bool, norm: float) -> Cri
     return _linear_critics(upstream, setup.hidden, 10.0 * max(norm, setup.clip))
 
 
-def sanitised_projections(setup: StepAuditSetup, critic_draw: str, first_input: bool, trials: int, steps: int,
-                          secret: PrivacySecret, workdir: Path, critics: CriticStack | None = None) -> np.ndarray:
+def sanitised_projections(setup: StepAuditSetup, critic_draw: CriticDraw, first_input: bool, trials: int,
+                          steps: int, secret: PrivacySecret, workdir: Path,
+                          critics: CriticStack | None = None) -> np.ndarray:
     """[trials, steps, B]: the first coordinate of every sanitised row of trials x steps queries of the
     trainer (`GeneratorTrainer.draw_critics`, then `generator_step`: the functions `step` calls, without
     the critic refresh, which planted critics do not need). `critics`: `planted_critics` unless given."""
     from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, make_partition
 
     k, b = setup.discriminators, setup.batch_size
-    gan = GanConfig(z_dim=4, generator_hidden=(16,), critic_hidden=setup.hidden, batch_size=b, lr_critic=0.0,
-                    critic_refresh_steps=1, critic_draw=critic_draw, iterations=1, checkpoint_every=1)
+    # Frozen critics (lr 0): outside what a profile may say, so built without the profile's validation.
+    gan = GanConfig.model_construct(z_dim=4, generator_hidden=(16,), critic_hidden=setup.hidden, batch_size=b,
+                                    lr_critic=0.0, critic_refresh_steps=1, critic_draw=critic_draw, iterations=1,
+                                    checkpoint_every=1)
     data = torch.rand(2 * k, setup.width, generator=torch.Generator().manual_seed(0)) * 2 - 1
     privacy = PrivacyConfig(noise_multiplier=setup.noise_multiplier, clip=setup.clip, delta=setup.delta)
     critics = planted_critics(setup, first_input) if critics is None else critics
@@ -198,17 +211,20 @@ def step_audit(setup: StepAuditSetup, trials: int, steps: int, seed: int = 0) ->
     from dpsynth.models.privacy.exact_loss import QueryMechanism
 
     noise_std = 2.0 * setup.noise_multiplier * setup.clip
-    observed = {}
+    observed: dict[tuple[str, bool], np.ndarray] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for draw in ("per_row", "per_step"):
+        for draw in CRITIC_DRAWS:
             for first in (True, False):
                 secret = PrivacySecret.from_hex(f"{seed:016x}{steps:016x}{int(first):016x}{len(draw):016x}")
                 observed[draw, first] = sanitised_projections(setup, draw, first, trials, steps, secret,
                                                               Path(tmp) / f"{draw}-{int(first)}")
 
-    def statistics(draw):
-        return {name: tuple(mixture_log_likelihood_ratio(observed[draw, first], 1.0 / setup.discriminators,
-                                                         2 * setup.clip, noise_std, shared) for first in (True, False))
+    def statistics(draw: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        def ratio(first: bool, shared: bool) -> np.ndarray:
+            return mixture_log_likelihood_ratio(observed[draw, first], 1.0 / setup.discriminators,
+                                                2 * setup.clip, noise_std, shared)
+
+        return {name: (ratio(True, shared), ratio(False, shared))
                 for name, shared in (("a critic per row", False), ("one critic per step", True))}
 
     audits = []
@@ -254,7 +270,7 @@ def _noise_multiplier(noise_multiplier: float, halve_noise: bool) -> float:
 
 def _calibration_result(mechanism: str, first: np.ndarray, second: np.ndarray, exact: float, claimed: float,
                         delta: float, noise_multiplier: float, halve_noise: bool, required: float,
-                        started: float, **extra) -> dict:
+                        started: float, **extra: object) -> dict:
     """The audit of scores (higher: more likely the first input), judged against the exact epsilon: with
     the intended noise the bound must lie in [required, exact] (and the claim cover the exact epsilon);
     with half the noise it must exceed the exact epsilon."""
@@ -326,7 +342,8 @@ def dpcgan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, nois
     +2 n C e_i on the neighbour (norm about n C, n = `canary_norm`): its clipped gradient puts +-C on
     weight i; the background rows and the fake rows are zero on the canaries' columns. Weight i of the
     released gradient is trial i. Exact: the Gaussian mechanism with mu = 2C / (sigma C)."""
-    from dpsynth.models.generators.dpcgan.trainer import ConditionalDiscriminator, sanitized_gradient
+    from dpsynth.models.generators.dpcgan.networks import ConditionalDiscriminator
+    from dpsynth.models.generators.dpcgan.trainer import sanitized_gradient
 
     started = time.perf_counter()
     m, extra = canaries_per_call, 4
@@ -382,7 +399,7 @@ def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, n
     give sqrt s C. The background rows' gradients (norms 0.5 C to 3 C) lie in one more parameter. Trial
     i: the released gradient's projection on (e_i, ..., e_i) / sqrt s. Exact: the Gaussian mechanism with
     mu = 2C / (sigma C)."""
-    from dpsynth.models.generators.dpautogan.trainer import sanitize
+    from dpsynth.models.generators.dpsgd import sanitize
 
     started = time.perf_counter()
     m = canaries_per_call
@@ -409,7 +426,7 @@ def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, n
     claimed = _replace_one_claim(noise_multiplier, delta)
     return _calibration_result("dpautogan-update", scores[True], scores[False], exact, claimed, delta,
                                noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
-                               started, function="dpsynth.models.generators.dpautogan.trainer.sanitize", canaries=_dpsgd_pair_note(m),
+                               started, function="dpsynth.models.generators.dpsgd.sanitize", canaries=_dpsgd_pair_note(m),
                                calls_per_input=calls, background_rows=background_rows, canary_norm=canary_norm,
                                parameters_per_canary=spread, exact_of="the Gaussian mechanism, mu = 2C / (sigma C)")
 
@@ -446,7 +463,11 @@ def gaussian_fit_audit(trials: int = 1_000_000, halve_noise: bool = False, noise
     dimension give `chunk` independent runs in one call. Score: the noisy sums' projection on
     v(x) - v(x'). Exact: the Gaussian mechanism with mu = ||v(x) - v(x')|| / (sigma bound), of this
     pair; the claim (replace-one, the worst pair) must cover it."""
-    from dpsynth.models.generators.dpautogan.trainer import gaussian_bound, latent_statistics, noisy_sums
+    from dpsynth.models.generators.dpautogan.latent_gaussian import (
+        gaussian_bound,
+        latent_statistics,
+        noisy_sums,
+    )
 
     started = time.perf_counter()
     d = latent_dim
@@ -469,7 +490,7 @@ def gaussian_fit_audit(trials: int = 1_000_000, halve_noise: bool = False, noise
     claimed = _replace_one_claim(noise_multiplier, delta)
     return _calibration_result("dpautogan-gaussian-fit", scores[True], scores[False], exact, claimed, delta,
                                noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
-                               started, function="dpsynth.models.generators.dpautogan.trainer.noisy_sums(latent_statistics(.), sigma, "
+                               started, function="dpsynth.models.generators.dpautogan.latent_gaussian.noisy_sums(latent_statistics(.), sigma, "
                                "gaussian_bound(d)), the query of fit_gaussian_latent", latent_dim=d, rows=rows,
                                pair=[canary[True].tolist(), canary[False].tolist()],
                                exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound)"
@@ -485,7 +506,7 @@ def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, no
     first input, (-3, -3, 1) on the neighbour: clipped to (+-1, +-1, 1), so a missing clip would show.
     Score: the output's projection on v(x) - v(x'). Exact: this pair's Gaussian mechanism, mu =
     ||v(x) - v(x')|| / (sigma bound)."""
-    from dpsynth.models.generators.dpautogan.trainer import private_moments
+    from dpsynth.models.generators.dpautogan.latent_gaussian import private_moments
 
     started = time.perf_counter()
     binary = [False, False, True]
@@ -507,7 +528,7 @@ def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, no
     claimed = _replace_one_claim(noise_multiplier, delta)
     return _calibration_result("dpautogan-moments", scores[True], scores[False], exact, claimed, delta,
                                noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
-                               started, function="dpsynth.models.generators.dpautogan.trainer.private_moments", rows=rows, binary=binary,
+                               started, function="dpsynth.models.generators.dpautogan.latent_gaussian.private_moments", rows=rows, binary=binary,
                                pair=[raw[True].tolist(), raw[False].tolist()],
                                exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound)"
                                f" = {ratio:.4f} / sigma")
@@ -550,13 +571,16 @@ def measured_marginal_audit(trials: int = 1_000_000, halve_noise: bool = False, 
                                exact_of="the Gaussian mechanism, mu = sqrt(2) / (sigma sqrt(2)) = 1 / sigma")
 
 
-CALIBRATION_AUDITS = {"gswgan-sanitiser": gswgan_sanitiser_audit, "dpcgan-update": dpcgan_update_audit,
-                      "dpautogan-update": dpautogan_update_audit, "dpautogan-gaussian-fit": gaussian_fit_audit,
-                      "dpautogan-moments": decoded_moments_audit, "measured-marginals": measured_marginal_audit}
+# Each called as audit(trials=..., halve_noise=..., seed=...), its other parameters left at their defaults.
+CALIBRATION_AUDITS: dict[str, Callable[..., dict]] = {
+    "gswgan-sanitiser": gswgan_sanitiser_audit, "dpcgan-update": dpcgan_update_audit,
+    "dpautogan-update": dpautogan_update_audit, "dpautogan-gaussian-fit": gaussian_fit_audit,
+    "dpautogan-moments": decoded_moments_audit, "measured-marginals": measured_marginal_audit}
 CALIBRATION_MECHANISMS = tuple(CALIBRATION_AUDITS)
 
 
-def calibration_audits(trials: int = 1_000_000, halve_noise: bool = False, mechanisms=CALIBRATION_MECHANISMS,
+def calibration_audits(trials: int = 1_000_000, halve_noise: bool = False,
+                       mechanisms: Sequence[str] = CALIBRATION_MECHANISMS,
                        seed: int = 0) -> list[dict]:
     """The calibration audit of each mechanism in `mechanisms`, `trials` per input, one intra-op thread."""
     before = torch.get_num_threads()
@@ -621,17 +645,18 @@ class TrainAuditSetup:
     guesses: int = 40            # guesses made on each side (the k+ highest and k- lowest scores)
 
 
-def canary_rows(schema, n: int, rng: np.random.Generator):
+def canary_rows(schema: DatasetSchema, n: int, rng: np.random.Generator) -> pd.DataFrame:
     """Distinct extreme, schema-valid rows: every continuous column at one of its public bounds, every
     discrete column at a level drawn uniformly (the base table's levels are skewed towards the first)."""
     import pandas as pd
 
-    seen, rows = set(), []
+    seen: set[tuple[object, ...]] = set()
+    rows: list[dict[str, object]] = []
     while len(rows) < n:
-        row = {}
+        row: dict[str, object] = {}
         for col in schema.columns:
             if col.kind == "continuous":
-                row[col.name] = col.bounds[int(rng.integers(2))]
+                row[col.name] = col.continuous_bounds[int(rng.integers(2))]
             else:
                 row[col.name] = col.levels[int(rng.integers(len(col.levels)))]
         key = tuple(row.values())
@@ -641,12 +666,11 @@ def canary_rows(schema, n: int, rng: np.random.Generator):
     return pd.DataFrame(rows)[schema.column_names]
 
 
-def train_audit(schema, setup: TrainAuditSetup, private: bool, seed: int = 0) -> dict:
+def train_audit(schema: DatasetSchema, setup: TrainAuditSetup, private: bool, seed: int = 0) -> dict:
     """One training run with canaries (Steinke, Nasr and Jagielski 2023): train the shipped generator on
     the table with the included canaries, score every canary by how close the synthetic rows come to it,
     guess the k highest as included and the k lowest as excluded, and turn the correct guesses into an
     epsilon lower bound at 95%. `private` False switches the sanitiser off (no clipping, no noise)."""
-    import dataclasses as dc
 
     import pandas as pd
     from sklearn.neighbors import NearestNeighbors
@@ -668,9 +692,9 @@ def train_audit(schema, setup: TrainAuditSetup, private: bool, seed: int = 0) ->
     included = rng.random(setup.canaries) < 0.5
     table = pd.concat([base, canaries[included]], ignore_index=True)
     data = torch.from_numpy(encoder.encode(table).astype(np.float32))
-    gan = dc.replace(GanConfig(), condition_on_target=True, output_head="gumbel", critic_refresh_steps=5,
-                     generator_ema=0.999, pretrain_iterations=setup.pretrain_iterations,
-                     iterations=setup.iterations, checkpoint_every=setup.iterations)
+    gan = GanConfig(condition_on_target=True, output_head="gumbel", critic_refresh_steps=5,
+                    generator_ema=0.999, pretrain_iterations=setup.pretrain_iterations,
+                    iterations=setup.iterations, checkpoint_every=setup.iterations)
     condition = target_condition(gan, encoder.target_index, "binary")
     secret = PrivacySecret.from_hex(f"{seed:032x}{int(private):032x}")
     partition = make_partition(len(table), setup.discriminators, secret)

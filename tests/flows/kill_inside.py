@@ -14,7 +14,7 @@ def _die() -> None:
 
 
 def _arm(stage: str) -> None:
-    import dpsynth.models.generators.samplers
+    import dpsynth.models.generators.gswgan.sampler
     import dpsynth.models.generators.gswgan.trainer
     import dpsynth.tasks.evaluate
 
@@ -41,7 +41,7 @@ def _arm(stage: str) -> None:
 
         dpsynth.models.generators.gswgan.trainer.GeneratorTrainer._save_checkpoint = save_then_die
     else:
-        module, name = ((dpsynth.models.generators.samplers.GSWGANSampler, "sample") if stage == "sample" else
+        module, name = ((dpsynth.models.generators.gswgan.sampler.GSWGANSampler, "sample") if stage == "sample" else
                         (dpsynth.tasks.evaluate, "evaluate_synthetic"))
         real, calls = getattr(module, name), []
 

@@ -108,14 +108,14 @@ def test_reduced_calibration_audit_has_power_and_refutes_half_the_noise(mechanis
 def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatch, _one_thread):
     """DP-SGD's clip is one norm over all parameters. A sanitiser that clipped each parameter to C on its
     own would let the canary (spread over several parameters) move the sum by more than 2C."""
-    from dpsynth.models.generators.dpautogan import trainer as dpautogan
-    from dpsynth.models.generators.dpcgan.trainer import clipped_sum
+    from dpsynth.models.generators import dpsgd
+    from dpsynth.models.generators.dpsgd import clipped_sum
     from dpsynth.models.privacy.audit import dpautogan_update_audit
 
     def per_parameter(per_sample, clip):
         return {k: clipped_sum({k: g}, clip)[k] for k, g in per_sample.items()}
 
-    monkeypatch.setattr(dpautogan, "clipped_sum", per_parameter)
+    monkeypatch.setattr(dpsgd, "clipped_sum", per_parameter)
     audit = dpautogan_update_audit(trials=100_000, seed=1)
     assert audit["epsilon_lower_bound"] > audit["epsilon_exact"] and not audit["passed"]
 
@@ -123,7 +123,7 @@ def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatc
 def test_the_audited_gaussian_fit_query_is_the_one_fit_gaussian_latent_runs():
     """gaussian_fit_audit calls noisy_sums on latent_statistics with gaussian_bound (vectorised over
     trials); fit_gaussian_latent must release exactly that query's noisy sums (its mean, here)."""
-    from dpsynth.models.generators.dpautogan.trainer import (
+    from dpsynth.models.generators.dpautogan.latent_gaussian import (
         fit_gaussian_latent,
         gaussian_bound,
         latent_statistics,
@@ -142,7 +142,8 @@ DRAW_K, DRAW_STEPS = 8, 800           # 800 steps of B = 32: 25,600 draws, 400 x
 
 
 def _draw_trainer(tmp_path, name: str):
-    from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+    from dpsynth.models.config import PrivacyConfig, Setting
+    from dpsynth.models.generators.gswgan.config import GanConfig
     from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, make_partition
     from dpsynth.models.generators.networks import CriticStack
     from dpsynth.models.privacy.secret import PrivacySecret

@@ -1,4 +1,4 @@
-"""DP-auto-GAN (models/generators/dpautogan/trainer.py): per-example clipping in both phases, the noise, Poisson batches,
+"""DP-auto-GAN (models/generators/dpautogan/): per-example clipping in both phases, the noise, Poisson batches,
 the two accounted phases, exact resume in either phase, valid samples, and that the autoencoder learns.
 Tiny tables, one thread."""
 
@@ -13,33 +13,31 @@ from torch import nn
 
 from dpsynth.models.checkpoint_files import sidecar
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.dpautogan.trainer import (
-    Autoencoder,
-    Critic,
-    Decoder,
-    DPAutoGANConfig,
-    DPAutoGANTrainer,
-    GaussianLatent,
-    LatentGenerator,
-    ReleaseSpec,
-    autoencoder_per_example,
-    critic_per_pair,
-    draw_levels,
+from dpsynth.models.generators.dpautogan.autoencoder import autoencoder_per_example, reconstruction_loss
+from dpsynth.models.generators.dpautogan.config import DPAutoGANConfig
+from dpsynth.models.generators.dpautogan.latent_gan import critic_per_pair, position_latents
+from dpsynth.models.generators.dpautogan.latent_gaussian import (
     fit_gaussian_latent,
     gaussian_bound,
     latent_statistics,
-    load_release,
     match_decoded_moments,
     moment_bound,
     moment_spread_from,
     moment_statistics,
-    position_latents,
     private_moments,
-    reconstruction_loss,
-    sample_encoded,
-    sanitize,
     spread_columns,
 )
+from dpsynth.models.generators.dpautogan.networks import (
+    Autoencoder,
+    Critic,
+    Decoder,
+    GaussianLatent,
+    LatentGenerator,
+    ReleaseSpec,
+)
+from dpsynth.models.generators.dpautogan.sampler import draw_levels, load_release, sample_encoded
+from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
+from dpsynth.models.generators.dpsgd import sanitize
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
 
@@ -62,12 +60,20 @@ def toy_table(n: int, seed: int = 0) -> torch.Tensor:
     return torch.cat([x[:, None], y[:, None], cat], 1)
 
 
+DELTA = 1e-5
+
+
 def small_config(**overrides) -> DPAutoGANConfig:
-    base = {"autoencoder_batch": 16, "autoencoder_clip": 1.0, "autoencoder_noise": 1.0, "autoencoder_steps": 4,
-            "critic_batch": 12, "critic_clip": 0.5, "critic_noise": 1.5, "critic_steps": 2, "generator_steps": 3,
+    base = {"autoencoder_rate": 0.25, "autoencoder_clip": 1.0, "autoencoder_noise": 1.0, "autoencoder_steps": 4,
+            "critic_rate": 0.2, "critic_clip": 0.5, "critic_noise": 1.5, "critic_steps": 2, "generator_steps": 3,
             "generator_batch": 8, "checkpoint_every": 2, "latent_dim": 3, "z_dim": 4, "encoder_hidden": (8,),
             "decoder_hidden": (8,), "generator_hidden": (8,), "critic_hidden": (8,)}
     return DPAutoGANConfig(**{**base, **overrides})
+
+
+def make_trainer(data, config: DPAutoGANConfig, seed: int, secret, directory, **run) -> DPAutoGANTrainer:
+    """The trainer as the adapter builds it: the section, and the run's delta (and schema-derived values)."""
+    return DPAutoGANTrainer(data, GROUPS, config, seed, secret, directory, delta=DELTA, **run)
 
 
 def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -123,8 +129,8 @@ def test_per_example_gradients_match_one_row_at_a_time(weights):
 def test_bad_configuration_is_refused(tmp_path, test_secret):
     with pytest.raises(ConfigError, match="critic_space"):
         small_config(critic_space="both")
-    with pytest.raises(ConfigError, match="exceeds"):
-        DPAutoGANTrainer(toy_table(10), GROUPS, small_config(), 0, test_secret, tmp_path)
+    with pytest.raises(ConfigError, match="critic_rate: must be below 1"):
+        small_config(critic_rate=1.0)
 
 
 # ------------------------------------------------------------------------- clipping and noise
@@ -194,7 +200,7 @@ def test_noise_is_one_draw_of_sigma_c_over_the_expected_batch():
 
 @pytest.mark.parametrize("phase", ["autoencoder", "critic"])
 def test_update_applies_exactly_the_sanitised_gradient(tmp_path, test_secret, phase):
-    trainer = DPAutoGANTrainer(toy_table(80), GROUPS, small_config(), 0, test_secret, tmp_path)
+    trainer = make_trainer(toy_table(80), small_config(), 0, test_secret, tmp_path)
     net, update = ((trainer.autoencoder, trainer.autoencoder_update) if phase == "autoencoder"
                    else (trainer.critic, lambda: trainer.critic_update(0)))
     optimizer = trainer.opt_ae if phase == "autoencoder" else trainer.opt_critic
@@ -216,9 +222,9 @@ def test_update_applies_exactly_the_sanitised_gradient(tmp_path, test_secret, ph
 
 
 def test_poisson_batches_from_the_secret_in_both_phases(tmp_path, test_secret):
-    n, cfg = 200, small_config(autoencoder_batch=20, critic_batch=30, autoencoder_steps=40, critic_steps=4,
+    n, cfg = 200, small_config(autoencoder_rate=0.1, critic_rate=0.15, autoencoder_steps=40, critic_steps=4,
                                generator_steps=10, checkpoint_every=50)
-    result = DPAutoGANTrainer(toy_table(n), GROUPS, cfg, 0, test_secret, tmp_path).run()
+    result = make_trainer(toy_table(n), cfg, 0, test_secret, tmp_path).run()
     ae_sizes = [u.real_rows for u in result.updates if u.phase == "autoencoder"]
     critic_sizes = [u.real_rows for u in result.updates if u.phase == "critic"]
     assert len(ae_sizes) == 40 and len(critic_sizes) == 40
@@ -226,7 +232,7 @@ def test_poisson_batches_from_the_secret_in_both_phases(tmp_path, test_secret):
         assert len(set(sizes)) > 5  # a fixed-size batch would give one size
         assert abs(np.mean(sizes) - batch) < 0.2 * batch
     replay = test_secret.torch("dpautogan-sampling")
-    expected = [int((torch.rand(n, generator=replay) < q).sum()) for q in [20 / n] * 40 + [30 / n] * 40]
+    expected = [int((torch.rand(n, generator=replay) < q).sum()) for q in [0.1] * 40 + [0.15] * 40]
     assert ae_sizes + critic_sizes == expected
 
 
@@ -234,25 +240,25 @@ def test_poisson_batches_from_the_secret_in_both_phases(tmp_path, test_secret):
 def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, test_secret, space):
     n = 60
     cfg = small_config(critic_space=space)
-    trainer = DPAutoGANTrainer(toy_table(n), GROUPS, cfg, 0, test_secret, tmp_path)
+    trainer = make_trainer(toy_table(n), cfg, 0, test_secret, tmp_path)
     result = trainer.run()
     ran = [u.phase for u in result.updates]
     assert ran == ["autoencoder"] * 4 + ["critic"] * 6  # 3 GAN steps of 2 critic updates
-    phase1 = Phase(cfg.autoencoder_batch / n, cfg.autoencoder_noise, 4)
-    phase2 = Phase(cfg.critic_batch / n, cfg.critic_noise, 6)
+    phase1 = Phase(cfg.autoencoder_rate, cfg.autoencoder_noise, 4)
+    phase2 = Phase(cfg.critic_rate, cfg.critic_noise, 6)
     assert trainer.accountant.phases == (phase1, phase2)
     assert [(e["step"], e["phase"]) for e in result.checkpoints] == \
         [(0, "autoencoder"), (2, "autoencoder"), (4, "autoencoder"), (6, "gan"), (7, "gan")]
     eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
     assert eps[0] == 0.0
-    assert eps[2] == pytest.approx(epsilon(Phase(phase1.sample_rate, phase1.noise_multiplier, 2), cfg.delta))
-    assert eps[4] == pytest.approx(epsilon([phase1], cfg.delta))
-    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], cfg.delta))
-    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], cfg.delta))
+    assert eps[2] == pytest.approx(epsilon(Phase(phase1.sample_rate, phase1.noise_multiplier, 2), DELTA))
+    assert eps[4] == pytest.approx(epsilon([phase1], DELTA))
+    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], DELTA))
+    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], DELTA))
     # What a miscount would report instead: a critic update counted twice, or phase 1 left out.
     doubled = Phase(phase2.sample_rate, phase2.noise_multiplier, 12)
-    assert eps[7] < epsilon([phase1, doubled], cfg.delta) - 0.05
-    assert eps[7] > epsilon([phase2], cfg.delta) + 0.05
+    assert eps[7] < epsilon([phase1, doubled], DELTA) - 0.05
+    assert eps[7] > epsilon([phase2], DELTA) + 0.05
     blob = torch.load(tmp_path / result.checkpoints[-1]["release"], weights_only=False)
     assert blob["epsilon"] == eps[7] and blob["adjacency"] == "add/remove-one"
 
@@ -272,13 +278,13 @@ def _states_equal(a: DPAutoGANTrainer, b: DPAutoGANTrainer) -> None:
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_secret, stop_after):
     cfg = small_config(autoencoder_steps=5, generator_steps=4)  # checkpoints at 0, 2, 4, 5, 6, 8, 9
     data = toy_table(60)
-    whole = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    whole = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole")
     whole_result = whole.run()
-    first = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    first = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
     first.run(stop_after=stop_after)  # 3: between the checkpoints at 2 and 4; 6 then 1 more: past 6
     if stop_after == 6:
         first.step()  # a GAN step after the last checkpoint, lost in the interruption
-    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
     result = resumed.run()
     assert resumed.step_index == 9 and resumed.accountant.phases == whole.accountant.phases
     _states_equal(whole, resumed)
@@ -288,17 +294,17 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_se
 
 def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(tmp_path, test_secret):
     cfg, data = small_config(), toy_table(60)
-    whole = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    whole = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole")
     whole.run()
-    cut = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    cut = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
     cut.run(stop_after=6)  # checkpoints at 4 (end of phase 1) and 6 (in phase 2)
     state = tmp_path / "cut" / "training_state.pt"
     state.write_bytes(state.read_bytes()[:-10])
-    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
     resumed.run()
     assert any("resumed from training_state.prev.pt (step 4)" in note for note in resumed.resume_notes)
     _states_equal(whole, resumed)
-    other = DPAutoGANTrainer(data, GROUPS, small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
+    other = make_trainer(data, small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
     with pytest.raises(ConfigError, match="another configuration"):
         other.run()
 
@@ -308,7 +314,7 @@ def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(t
 
 @pytest.mark.parametrize("space", ["data", "latent"])
 def test_sampled_rows_are_in_range_with_valid_one_hot_groups(tmp_path, test_secret, space):
-    trainer = DPAutoGANTrainer(toy_table(60), GROUPS, small_config(critic_space=space), 5, test_secret, tmp_path)
+    trainer = make_trainer(toy_table(60), small_config(critic_space=space), 5, test_secret, tmp_path)
     last = trainer.run().checkpoints[-1]
     assert sidecar(tmp_path / last["release"]).read_text().strip() == last["sha256"]
     decoder, generator, blob = load_release(tmp_path / last["release"], last["sha256"])
@@ -367,14 +373,15 @@ def test_draw_levels_follows_each_rows_own_probabilities():
 
 def test_reconstruction_weights_are_checked_and_reach_the_autoencoders_update(tmp_path, test_secret):
     with pytest.raises(ConfigError, match="finite numbers > 0"):
-        small_config(reconstruction_weights=(1.0, 0.0, 1.0, 1.0, 1.0))
-    with pytest.raises(ConfigError, match="4 weights for 5 encoded columns"):
-        DPAutoGANTrainer(toy_table(60), GROUPS, small_config(reconstruction_weights=(1.0,) * 4), 5, test_secret,
-                         tmp_path / "short")
+        make_trainer(toy_table(60), small_config(), 5, test_secret, tmp_path / "zero",
+                     reconstruction_weights=(1.0, 0.0, 1.0, 1.0, 1.0))
+    with pytest.raises(ConfigError, match=r"5 finite numbers > 0 expected, one per encoded column \(got 4\)"):
+        make_trainer(toy_table(60), small_config(), 5, test_secret, tmp_path / "short",
+                     reconstruction_weights=(1.0,) * 4)
     runs = {}
     for name, weights in (("plain", None), ("ones", (1.0,) * WIDTH), ("weighted", (10.0, 5.0, 1.0, 1.0, 1.0))):
-        trainer = DPAutoGANTrainer(toy_table(60), GROUPS, small_config(reconstruction_weights=weights), 5,
-                                   test_secret, tmp_path / name)
+        trainer = make_trainer(toy_table(60), small_config(), 5, test_secret, tmp_path / name,
+                               reconstruction_weights=weights)
         trainer.autoencoder_update()
         runs[name] = torch.cat([p.detach().reshape(-1) for p in trainer.autoencoder.parameters()])
     assert torch.equal(runs["plain"], runs["ones"])
@@ -383,8 +390,8 @@ def test_reconstruction_weights_are_checked_and_reach_the_autoencoders_update(tm
 
 def test_sampled_level_decoding_needs_the_softmax_head_and_old_files_keep_argmax():
     with pytest.raises(ConfigError, match="level_decoding: sample needs head: typed"):
-        small_config(head="tanh")
-    with pytest.raises(ConfigError, match="level_decoding must be one of"):
+        small_config(head="tanh", level_decoding="sample")
+    with pytest.raises(ConfigError, match="level_decoding: 'mode' is not one of"):
         small_config(level_decoding="mode")
     assert small_config(head="tanh", level_decoding="argmax").head == "tanh"
     old = ReleaseSpec(WIDTH, 3, 4, (8,), (8,), "typed", tuple(GROUPS)).to_dict()
@@ -399,13 +406,12 @@ def _reconstruction_error(trainer: DPAutoGANTrainer, rows: torch.Tensor) -> floa
 
 def test_private_autoencoder_learns_to_reconstruct(tmp_path, test_secret):
     data = toy_table(256)
-    cfg = small_config(autoencoder_batch=64, autoencoder_clip=1.0, autoencoder_noise=0.3, autoencoder_steps=150,
-                       generator_steps=0, checkpoint_every=150, lr_autoencoder=0.02, encoder_hidden=(16,),
-                       decoder_hidden=(16,))
-    trainer = DPAutoGANTrainer(data, GROUPS, cfg, 0, test_secret, tmp_path)
+    cfg = small_config(autoencoder_rate=0.25, autoencoder_clip=1.0, autoencoder_noise=0.3, autoencoder_steps=150,
+                       checkpoint_every=150, lr_autoencoder=0.02, encoder_hidden=(16,), decoder_hidden=(16,))
+    trainer = make_trainer(data, cfg, 0, test_secret, tmp_path)
     untrained = _reconstruction_error(trainer, data)
     assert untrained > 0.3
-    trainer.run()
+    trainer.run(last_step=150)   # phase 1 only
     assert trainer.accountant.steps == 150
     assert _reconstruction_error(trainer, data) < 0.1 * untrained
 
@@ -440,7 +446,7 @@ def test_gaussian_fit_adds_one_draw_of_sigma_times_the_bound_to_the_sums():
 def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tmp_path, test_secret):
     cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4)
     data = toy_table(60)
-    trainer = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path)
+    trainer = make_trainer(data, cfg, 5, test_secret, tmp_path)
     assert cfg.total_steps == 5
     trainer.run(stop_after=4)
     assert trainer.phase == "gaussian"
@@ -452,7 +458,7 @@ def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tm
     result = trainer.run()
     assert torch.equal(trainer.gaussian.mean, expected_mean) and torch.equal(trainer.gaussian.scale, expected_scale)
     assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == \
-        [(16 / 60, 1.0, 4), (1.0, 3.0, 1)]
+        [(0.25, 1.0, 4), (1.0, 3.0, 1)]
     assert [(e["step"], e["phase"]) for e in result.checkpoints] == [(0, "autoencoder"), (2, "autoencoder"),
                                                                    (4, "autoencoder"), (5, "gaussian")]
     decoder, latent, _ = load_release(tmp_path / result.checkpoints[-1]["release"])
@@ -460,7 +466,7 @@ def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tm
     rows = sample_encoded(decoder, latent, 400, seed=2, level_decoding="sample")
     assert np.all(np.abs(rows) <= 1) and set(np.unique(rows[:, 1:])) == {-1.0, 1.0}
     # The critic and the GAN's generator never moved: phase 2 read the data only through the fit.
-    fresh = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "fresh")
+    fresh = make_trainer(data, cfg, 5, test_secret, tmp_path / "fresh")
     for net in ("critic", "generator"):
         for k, v in getattr(fresh, net).state_dict().items():
             assert torch.equal(v, getattr(trainer, net).state_dict()[k])
@@ -469,9 +475,9 @@ def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tm
 def test_gaussian_latent_model_resumes_to_the_same_release(tmp_path, test_secret):
     cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4)
     data = toy_table(60)
-    whole = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole").run()
-    DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run(stop_after=3)
-    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run()
+    whole = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole").run()
+    make_trainer(data, cfg, 5, test_secret, tmp_path / "cut").run(stop_after=3)
+    resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut").run()
     assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == \
         [(e["step"], e["sha256"]) for e in whole.checkpoints]
 
@@ -541,10 +547,10 @@ def test_the_moment_fit_moves_the_gaussian_towards_the_target_moments():
 
 @pytest.mark.parametrize("spread", [None, 3.0])
 def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_path, test_secret, spread):
-    cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4, moment_columns=(0, 1),
-                       moment_noise=5.0, moment_steps=20, moment_spread=spread)
+    cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4, moment_noise=5.0,
+                       moment_steps=20, moment_spread=spread)
     data = toy_table(60)
-    trainer = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    trainer = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole", moment_columns=(0, 1))
     trainer.run(stop_after=4)
     # What the last step must do, from the same streams: the Gaussian fit, then the moment query (the
     # secret's noise, in that order), then the fit through the frozen decoder (the seed's stream).
@@ -568,35 +574,38 @@ def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_pat
     torch.testing.assert_close(trainer.gaussian.mean, mean, rtol=0, atol=1e-7)
     torch.testing.assert_close(trainer.gaussian.scale, scale, rtol=0, atol=1e-7)
     assert not torch.allclose(mean, mean0)
-    phases = [Phase(16 / 60, 1.0, 4), Phase(1.0, 3.0, 1), Phase(1.0, 5.0, 1)]
+    phases = [Phase(0.25, 1.0, 4), Phase(1.0, 3.0, 1), Phase(1.0, 5.0, 1)]
     assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == \
         [(p.sample_rate, p.noise_multiplier, p.steps) for p in phases]
     assert result.checkpoints[-1]["step"] == 5 and result.checkpoints[-1]["epsilon"] == \
-        pytest.approx(epsilon(phases, cfg.delta), rel=1e-9)
+        pytest.approx(epsilon(phases, DELTA), rel=1e-9)
     # an interrupted run resumes to the same release
-    DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run(stop_after=4)
-    resumed = DPAutoGANTrainer(data, GROUPS, cfg, 5, test_secret, tmp_path / "cut").run()
+    make_trainer(data, cfg, 5, test_secret, tmp_path / "cut", moment_columns=(0, 1)).run(stop_after=4)
+    resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut", moment_columns=(0, 1)).run()
     assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == \
         [(e["step"], e["sha256"]) for e in result.checkpoints]
 
 
-def test_the_moment_fit_is_checked():
-    with pytest.raises(ConfigError, match="moment_columns needs latent_model gaussian"):
-        small_config(moment_columns=(0,))
-    with pytest.raises(ConfigError, match="moment_noise must be a finite number > 0"):
-        small_config(latent_model="gaussian", moment_columns=(0,), moment_noise=0.0)
-    with pytest.raises(ConfigError, match="moment_spread must be a finite number > 0 or null"):
-        small_config(latent_model="gaussian", moment_columns=(0,), moment_spread=0.0)
+def test_the_moment_fit_is_checked(tmp_path, test_secret):
+    with pytest.raises(ConfigError, match="moment_noise: a moment fit needs latent_model: gaussian"):
+        small_config(moment_noise=5.0)
+    with pytest.raises(ConfigError, match="moment_noise: must be above 0"):
+        small_config(latent_model="gaussian", moment_noise=0.0)
+    with pytest.raises(ConfigError, match="moment_spread: must be above 0"):
+        small_config(latent_model="gaussian", moment_noise=5.0, moment_spread=0.0)
+    with pytest.raises(ConfigError, match="needs dpautogan.latent_model gaussian and dpautogan.moment_noise"):
+        make_trainer(toy_table(20), small_config(latent_model="gaussian"), 0, test_secret, tmp_path,
+                     moment_columns=(0,))
     with pytest.raises(ConfigError, match="below 5"):
-        DPAutoGANTrainer(toy_table(20), GROUPS, small_config(latent_model="gaussian", moment_columns=(0, 7)), 0,
-                         None, "unused")
+        make_trainer(toy_table(20), small_config(latent_model="gaussian", moment_noise=5.0), 0, test_secret,
+                     tmp_path, moment_columns=(0, 7))
 
 
 def test_latent_model_is_checked():
-    with pytest.raises(ConfigError, match="latent_model must be one of"):
+    with pytest.raises(ConfigError, match="latent_model: 'vae' is not one of"):
         small_config(latent_model="vae")
-    with pytest.raises(ConfigError, match="latent_noise must be a finite number > 0"):
-        small_config(latent_model="gaussian", latent_noise=0)
+    with pytest.raises(ConfigError, match="latent_noise: must be above 0"):
+        small_config(latent_model="gaussian", latent_noise=0.0)
 
 
 def test_a_rows_fake_latent_depends_on_its_position_and_the_update_only():
@@ -616,11 +625,11 @@ def test_a_rows_fake_latent_depends_on_its_position_and_the_update_only():
 def test_critic_phase_sampling_moves_no_other_pair_and_no_seeded_draw(tmp_path, test_secret):
     """Two secrets draw different Poisson batches; the seeded stream (the generator's latents) must end
     the GAN phase in the same state, and each sampled row's fake must be its position's."""
-    cfg = small_config(autoencoder_steps=1, generator_steps=3, critic_steps=2, critic_batch=20,
+    cfg = small_config(autoencoder_steps=1, generator_steps=3, critic_steps=2, critic_rate=0.2,
                        checkpoint_every=100)
     states, sizes = [], []
     for i, secret in enumerate([test_secret, PrivacySecret.from_hex("cd" * 32)]):
-        trainer = DPAutoGANTrainer(toy_table(100), GROUPS, cfg, 0, secret, tmp_path / f"r{i}")
+        trainer = make_trainer(toy_table(100), cfg, 0, secret, tmp_path / f"r{i}")
         infos = trainer.step()   # the autoencoder's update
         for _ in range(3):
             infos += trainer.step()

@@ -1,4 +1,4 @@
-"""DP-CGAN (models/generators/dpcgan/trainer.py): the sanitised discriminator gradient, the mechanism the accountant counts,
+"""DP-CGAN (models/generators/dpcgan/): the sanitised discriminator gradient, the mechanism the accountant counts,
 exact resume, valid samples, and that training learns a planted label dependency. Tiny tables only."""
 
 from __future__ import annotations
@@ -11,15 +11,10 @@ from torch.nn import functional as F
 
 from dpsynth.models.checkpoint_files import sidecar
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.dpcgan.trainer import (
-    ConditionalDiscriminator,
-    DPCGANConfig,
-    DPCGANTrainer,
-    load_generator,
-    per_sample_gradients,
-    sample_encoded,
-    sanitized_gradient,
-)
+from dpsynth.models.generators.dpcgan.config import DPCGANConfig
+from dpsynth.models.generators.dpcgan.networks import ConditionalDiscriminator
+from dpsynth.models.generators.dpcgan.sampler import load_generator, sample_encoded
+from dpsynth.models.generators.dpcgan.trainer import DPCGANTrainer, per_sample_gradients, sanitized_gradient
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
 
@@ -43,10 +38,20 @@ def toy_table(n: int, seed: int = 0) -> torch.Tensor:
     return torch.cat([x[:, None], y[:, None], cat], 1)
 
 
+DELTA = 1e-5
+
+
 def small_config(**overrides) -> DPCGANConfig:
-    base = {"expected_batch": 16, "clip": 1.0, "noise_multiplier": 1.0, "iterations": 6, "checkpoint_every": 2,
-            "z_dim": 4, "generator_hidden": (16,), "discriminator_hidden": (16,)}
+    """The paper's optimisers (SGD for D, Adam for G) and "typed" head, on a tiny network."""
+    base = {"sample_rate": 0.25, "clip": 1.0, "noise_multiplier": 1.0, "iterations": 6, "checkpoint_every": 2,
+            "z_dim": 4, "generator_hidden": (16,), "discriminator_hidden": (16,), "head": "typed",
+            "discriminator_optimizer": "sgd", "lr_discriminator": 0.05}
     return DPCGANConfig(**{**base, **overrides})
+
+
+def make_trainer(data, target: int, config: DPCGANConfig, seed: int, secret, directory) -> DPCGANTrainer:
+    """The trainer as the adapter builds it: the section, and the run's delta."""
+    return DPCGANTrainer(data, target, GROUPS, config, seed, secret, directory, delta=DELTA)
 
 
 def discriminator(seed: int = 0, hidden=(16,)) -> ConditionalDiscriminator:
@@ -76,11 +81,11 @@ def test_discriminator_passes_opacus_validator_and_batchnorm_would_not():
 
 def test_target_column_must_be_binary(tmp_path, test_secret):
     with pytest.raises(ConfigError, match="binary"):
-        DPCGANTrainer(toy_table(40), 0, GROUPS, small_config(), 0, test_secret, tmp_path)
+        make_trainer(toy_table(40), 0, small_config(), 0, test_secret, tmp_path)
     bad = toy_table(40)
     bad[3, TARGET] = 0.5
     with pytest.raises(ConfigError, match="-1 or \\+1"):
-        DPCGANTrainer(bad, TARGET, GROUPS, small_config(), 0, test_secret, tmp_path)
+        make_trainer(bad, TARGET, small_config(), 0, test_secret, tmp_path)
 
 
 # ------------------------------------------------------------------------- clipping and noise
@@ -165,8 +170,8 @@ def test_noise_is_one_draw_on_the_real_part_only():
 
 def test_poisson_batches_from_the_secret_and_one_accounted_query_per_update(tmp_path, test_secret):
     n, batch, updates, sigma = 200, 20, 60, 1.3
-    cfg = small_config(expected_batch=batch, noise_multiplier=sigma, iterations=updates, checkpoint_every=30)
-    trainer = DPCGANTrainer(toy_table(n), TARGET, GROUPS, cfg, 0, test_secret, tmp_path)
+    cfg = small_config(sample_rate=batch / n, noise_multiplier=sigma, iterations=updates, checkpoint_every=30)
+    trainer = make_trainer(toy_table(n), TARGET, cfg, 0, test_secret, tmp_path)
     result = trainer.run()
     sizes = [s.real_rows for s in result.steps]
     assert len(sizes) == updates
@@ -182,34 +187,35 @@ def test_poisson_batches_from_the_secret_and_one_accounted_query_per_update(tmp_
     eps = [e["epsilon"] for e in result.checkpoints]
     assert [e["iteration"] for e in result.checkpoints] == [0, 30, 60]
     assert eps[0] == 0.0
-    assert eps[1] == pytest.approx(epsilon(Phase(batch / n, sigma, 30), cfg.delta))
-    assert eps[2] == pytest.approx(epsilon(Phase(batch / n, sigma, 60), cfg.delta))
-    assert eps[2] < epsilon(Phase(batch / n, sigma, 120), cfg.delta)  # what a double count would report
+    assert eps[1] == pytest.approx(epsilon(Phase(batch / n, sigma, 30), DELTA))
+    assert eps[2] == pytest.approx(epsilon(Phase(batch / n, sigma, 60), DELTA))
+    assert eps[2] < epsilon(Phase(batch / n, sigma, 120), DELTA)  # what a double count would report
 
 
 def test_update_applies_the_sanitised_sum_over_the_expected_batch(tmp_path, test_secret):
     """The divisor is the public expected batch size, never the drawn one (which would leak it), and the
     optimiser applies exactly the sanitised gradient (SGD: the step is -lr times it)."""
-    cfg = small_config(expected_batch=16, noise_multiplier=2.0, lr_discriminator=0.1)
-    trainer = DPCGANTrainer(toy_table(80), TARGET, GROUPS, cfg, 0, test_secret, tmp_path)
+    cfg = small_config(sample_rate=0.2, noise_multiplier=2.0, lr_discriminator=0.1)
+    trainer = make_trainer(toy_table(80), TARGET, cfg, 0, test_secret, tmp_path)
+    assert trainer.expected_batch == pytest.approx(16)
     drawn = set()
     for _ in range(4):
         before = {k: v.detach().clone() for k, v in trainer.discriminator.named_parameters()}
         rows, parts = trainer.discriminator_step()
         drawn.add(rows)
         summed = flat(parts.real_sum) + flat(parts.noise) + flat(parts.fake_sum)
-        torch.testing.assert_close(flat(parts.total) * cfg.expected_batch, summed, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(flat(parts.total) * trainer.expected_batch, summed, rtol=1e-5, atol=1e-6)
         step = {k: (before[k] - v.detach()) / cfg.lr_discriminator
                 for k, v in trainer.discriminator.named_parameters()}
         torch.testing.assert_close(flat(step), flat(parts.total), rtol=1e-4, atol=1e-5)
-    assert len(drawn) > 1 and drawn != {cfg.expected_batch}
+    assert len(drawn) > 1 and drawn != {16}
 
 
 def test_another_secret_draws_other_batches(tmp_path, test_secret):
     cfg = small_config(iterations=10, checkpoint_every=10)
     other = PrivacySecret.from_hex("a7" * 32)
-    a = DPCGANTrainer(toy_table(80), TARGET, GROUPS, cfg, 0, test_secret, tmp_path / "a").run()
-    b = DPCGANTrainer(toy_table(80), TARGET, GROUPS, cfg, 0, other, tmp_path / "b").run()
+    a = make_trainer(toy_table(80), TARGET, cfg, 0, test_secret, tmp_path / "a").run()
+    b = make_trainer(toy_table(80), TARGET, cfg, 0, other, tmp_path / "b").run()
     assert [s.real_rows for s in a.steps] != [s.real_rows for s in b.steps]
 
 
@@ -227,13 +233,13 @@ def _states_equal(a: DPCGANTrainer, b: DPCGANTrainer) -> None:
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_secret):
     cfg = small_config()
     data = toy_table(60)
-    whole = DPCGANTrainer(data, TARGET, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    whole = make_trainer(data, TARGET, cfg, 5, test_secret, tmp_path / "whole")
     whole_result = whole.run()
 
-    first = DPCGANTrainer(data, TARGET, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    first = make_trainer(data, TARGET, cfg, 5, test_secret, tmp_path / "cut")
     first.run(stop_after=3)  # interrupted between the checkpoints at 2 and 4
     assert first.iteration == 3
-    resumed = DPCGANTrainer(data, TARGET, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    resumed = make_trainer(data, TARGET, cfg, 5, test_secret, tmp_path / "cut")
     result = resumed.run()
     assert resumed.iteration == 6 and resumed.accountant.steps == 6
     _states_equal(whole, resumed)
@@ -244,28 +250,28 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_se
 def test_resume_skips_a_damaged_latest_state(tmp_path, test_secret):
     cfg = small_config()
     data = toy_table(60)
-    whole = DPCGANTrainer(data, TARGET, GROUPS, cfg, 5, test_secret, tmp_path / "whole")
+    whole = make_trainer(data, TARGET, cfg, 5, test_secret, tmp_path / "whole")
     whole.run()
-    cut = DPCGANTrainer(data, TARGET, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    cut = make_trainer(data, TARGET, cfg, 5, test_secret, tmp_path / "cut")
     cut.run(last_iteration=4)
     state = tmp_path / "cut" / "training_state.pt"
     state.write_bytes(state.read_bytes()[:-10])  # truncated: its hash no longer matches
-    resumed = DPCGANTrainer(data, TARGET, GROUPS, cfg, 5, test_secret, tmp_path / "cut")
+    resumed = make_trainer(data, TARGET, cfg, 5, test_secret, tmp_path / "cut")
     resumed.run()
     assert any("resumed from training_state.prev.pt (iteration 2)" in note for note in resumed.resume_notes)
     _states_equal(whole, resumed)
 
 
 def test_resume_refuses_another_configuration(tmp_path, test_secret):
-    DPCGANTrainer(toy_table(60), TARGET, GROUPS, small_config(), 5, test_secret, tmp_path).run(last_iteration=2)
-    other = DPCGANTrainer(toy_table(60), TARGET, GROUPS, small_config(clip=2.0), 5, test_secret, tmp_path)
+    make_trainer(toy_table(60), TARGET, small_config(), 5, test_secret, tmp_path).run(last_iteration=2)
+    other = make_trainer(toy_table(60), TARGET, small_config(clip=2.0), 5, test_secret, tmp_path)
     with pytest.raises(ConfigError, match="another configuration"):
         other.run()
 
 
 @pytest.mark.parametrize("head", ["typed", "gumbel"])
 def test_sampled_rows_are_valid_and_carry_the_requested_label(tmp_path, test_secret, head):
-    trainer = DPCGANTrainer(toy_table(60), TARGET, GROUPS, small_config(head=head), 5, test_secret, tmp_path)
+    trainer = make_trainer(toy_table(60), TARGET, small_config(head=head), 5, test_secret, tmp_path)
     ledger = trainer.run().checkpoints
     last = ledger[-1]
     assert sidecar(tmp_path / last["generator"]).read_text().strip() == last["sha256"]
@@ -294,10 +300,10 @@ def _label_gaps(gen) -> tuple[float, float]:
 
 
 def test_training_learns_the_planted_label_dependency(tmp_path, test_secret):
-    cfg = DPCGANConfig(expected_batch=64, clip=1.0, noise_multiplier=0.8, iterations=300, checkpoint_every=300,
+    cfg = small_config(sample_rate=0.25, clip=1.0, noise_multiplier=0.8, iterations=300, checkpoint_every=300,
                        z_dim=8, generator_hidden=(32,), discriminator_hidden=(32,), discriminator_optimizer="adam",
                        lr_discriminator=2e-3, lr_generator=2e-3)
-    trainer = DPCGANTrainer(toy_table(256), TARGET, GROUPS, cfg, 0, test_secret, tmp_path)
+    trainer = make_trainer(toy_table(256), TARGET, cfg, 0, test_secret, tmp_path)
     before = _label_gaps(trainer.generator)
     assert max(abs(g) for g in before) < 0.3  # the untrained generator ignores the label
     trainer.run()

@@ -9,18 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from dpsynth.models.config import (
-    GENERATORS,
-    DPAutoGANSection,
-    DPCGANSection,
-    GanConfig,
-    PrivacyConfig,
-    Profile,
-    Setting,
-)
+from dpsynth.models.config import PrivacyConfig, Profile, Setting
 from dpsynth.models.errors import BudgetExceededError, ConfigError
-from dpsynth.models.generators import generator_for, get
+from dpsynth.models.generators import generator_for, get, names
 from dpsynth.models.generators.base import TrainingJob
+from dpsynth.models.generators.dpautogan.config import DPAutoGANConfig
+from dpsynth.models.generators.dpcgan.config import DPCGANConfig
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.samplers import load_sampler
 from dpsynth.models.privacy.dpsgd_accountant import DPSGDAccountant, Phase, replace_one_epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
@@ -33,17 +28,28 @@ def _profile(generator: str, budget: float | None = None, **sections) -> Profile
     return Profile(name="t", generator=generator, settings=(Setting("s", 4),),
                    privacy=PrivacyConfig(epsilon_budget=budget),
                    gan=GanConfig(pretrain_iterations=2, iterations=6, checkpoint_every=3, batch_size=8),
-                   dpcgan=DPCGANSection(**{"sample_rate": 0.05, "iterations": 6, "checkpoint_every": 3,
+                   dpcgan=DPCGANConfig(**{"sample_rate": 0.05, "iterations": 6, "checkpoint_every": 3,
                                            **sections.get("dpcgan", {})}),
-                   dpautogan=DPAutoGANSection(**{"autoencoder_rate": 0.05, "critic_rate": 0.05,
+                   dpautogan=DPAutoGANConfig(**{"autoencoder_rate": 0.05, "critic_rate": 0.05,
                                                  "autoencoder_steps": 4, "generator_steps": 4, "critic_steps": 2,
                                                  "checkpoint_every": 2, **sections.get("dpautogan", {})}))
 
 
-def test_every_generator_a_profile_may_name_is_registered():
-    assert {get(name).name for name in GENERATORS} == set(GENERATORS)
+def test_the_registry_finds_the_built_in_packages_and_each_profile_has_their_sections():
+    assert {"gswgan", "dpcgan", "dpautogan"} <= set(names())
+    assert {get(name).name for name in names()} == set(names())
     with pytest.raises(ConfigError, match="Unknown generator"):
         get("ctgan")
+    profile = Profile(name="p")
+    assert profile.section("gswgan") is profile.gan and profile.section("dpcgan") is profile.dpcgan
+    assert isinstance(profile.dpautogan, DPAutoGANConfig) and profile.gan == GanConfig()
+    # A section is a keyword of the constructor and of dataclasses.replace, validated as a profile file.
+    shorter = dataclasses.replace(profile, gan=GanConfig(iterations=6, checkpoint_every=3))
+    assert shorter.gan.iterations == 6 and shorter.dpcgan == profile.dpcgan
+    with pytest.raises(ConfigError, match="gan.checkpoint_every: iterations \\(6\\) must be a multiple"):
+        profile.gan.replace(iterations=6, checkpoint_every=4)
+    with pytest.raises(ConfigError, match="gans: unknown key"):
+        Profile(name="p", gans=GanConfig())
 
 
 def test_a_setting_may_name_its_own_generator_and_budget():
@@ -91,7 +97,7 @@ def test_dp_sgd_generators_refuse_a_non_private_setting():
 
 def test_dpautogan_reconstruction_weights_come_from_the_schema(cardio_schema):
     from dpsynth.models.data.encoding import TableEncoder
-    from dpsynth.models.generators.dpautogan.adapter import reconstruction_weights, trainer_config
+    from dpsynth.models.generators.dpautogan.adapter import reconstruction_weights
 
     assert reconstruction_weights(_profile("dpautogan"), cardio_schema) is None   # the paper's plain sum
     prof = _profile("dpautogan", dpautogan={"continuous_weight": 10.0, "target_weight": 5.0})
@@ -102,7 +108,6 @@ def test_dpautogan_reconstruction_weights_come_from_the_schema(cardio_schema):
     for index, weight in enumerate(weights):
         expected = 5.0 if index == encoder.target_index else 10.0 if index in continuous else 1.0
         assert weight == expected
-    assert trainer_config(prof, cardio_schema).reconstruction_weights == weights
 
 
 # "dpautogan-gaussian": DP-auto-GAN with the Gaussian latent model in place of the GAN; "dpautogan-moments":
@@ -149,8 +154,9 @@ def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(t
 
 @pytest.mark.parametrize("name", ["dpcgan", "dpautogan", "dpautogan-gaussian", "dpautogan-moments"])
 def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, demo_frame):
-    from dpsynth.models.generators.dpautogan import trainer as dpautogan
-    from dpsynth.models.generators.dpcgan import trainer as dpcgan
+    from dpsynth.models.generators.dpautogan import networks as dpautogan_networks
+    from dpsynth.models.generators.dpautogan import sampler as dpautogan
+    from dpsynth.models.generators.dpcgan import sampler as dpcgan
 
     _, _, result, generator = _fit(tmp_path, name, cardio_schema, demo_frame)
     path = tmp_path / "checkpoints" / result.ledger[-1]["generator"]
@@ -162,7 +168,7 @@ def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, 
         decoder, gen, blob = dpautogan.load_release(path)
         decoding = blob["spec"]["level_decoding"]
         assert decoding == "sample"   # the profile's default reaches the released file
-        assert isinstance(gen, dpautogan.GaussianLatent) == name.startswith("dpautogan-")
+        assert isinstance(gen, dpautogan_networks.GaussianLatent) == name.startswith("dpautogan-")
         expected = dpautogan.sample_encoded(decoder, gen, 300, 7, level_decoding=decoding)
     np.testing.assert_array_equal(rows, expected)
     # A released file names its generator; the light loader (the pyfunc model's) then needs no hint.

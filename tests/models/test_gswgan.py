@@ -6,7 +6,6 @@ Small problems (K <= 4, a few iterations, 2,000 random rows of width 16) so the 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import json
 import math
@@ -16,9 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.config import PrivacyConfig, Setting
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.generators.gswgan import trainer as gswgan
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.sanitizer import clip_rows, sanitize_rows
 from dpsynth.models.generators.gswgan.trainer import (
     LEDGER_FILE,
@@ -185,7 +185,7 @@ def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
     """Critic k's r updates are plain WGAN-GP Adam steps (reproduced here with autograd and
     torch.optim.Adam from the same random draws); the other critics and G's weights do not move.
     The tensor code here; the C kernel computes the same up to rounding (tests/models/test_native_kernels.py)."""
-    trainer = _trainer(tmp_path, gan=dataclasses.replace(GAN, kernels="torch"))
+    trainer = _trainer(tmp_path, gan=GAN.replace(kernels="torch"))
     k, r, b = 1, GAN.critic_steps, GAN.batch_size
     before = [p.clone() for p in trainer.critics.params]
     gen_copy = copy.deepcopy(trainer.generator)
@@ -598,7 +598,7 @@ def _labelled_data(seed: int = 0, rows: int = N_ROWS) -> torch.Tensor:
 
 
 def test_conditional_training_sanitises_the_generated_columns_only(tmp_path):
-    gan = dataclasses.replace(GAN, condition_on_target=True)
+    gan = GAN.replace(condition_on_target=True)
     privacy = PrivacyConfig(noise_multiplier=1e-9, clip=0.05)
     partition = make_partition(N_ROWS, 4, SECRET)
     trainer = GeneratorTrainer(_labelled_data(), partition, _critics(4, gan), gan, privacy, Setting("k4", 4), [],
@@ -675,7 +675,7 @@ def test_the_seeded_stream_advances_the_same_whatever_the_secret_draws(tmp_path,
     """The latents the released generator is trained on come from the seeded stream; if how far a step
     advanced it depended on the secret critic draws (how many distinct critics, whether a larger subset
     is among them), later latents would carry those draws outside the sanitised rows."""
-    gan = dataclasses.replace(GAN, critic_refresh=refresh, kernels="torch")
+    gan = GAN.replace(critic_refresh=refresh, kernels="torch")
     secrets_ = [SECRET, PrivacySecret.from_hex("ab" * 32)]
     first_draws = [_uneven_trainer(tmp_path, s, f"draws{i}", gan).draw_critics() for i, s in enumerate(secrets_)]
     assert torch.unique(first_draws[0]).numel() != torch.unique(first_draws[1]).numel()
@@ -698,7 +698,7 @@ def test_the_refresh_schedule_is_independent_of_the_query_draws(tmp_path):
 
     steps, k = 3000, 10
     for refresh in ("independent", "drawn"):
-        gan = dataclasses.replace(GAN, critic_draw="per_step", critic_refresh=refresh)
+        gan = GAN.replace(critic_draw="per_step", critic_refresh=refresh)
         trainer = _trainer(tmp_path, k=k, gan=gan, name=refresh)
         table = np.zeros((k, k))
         for _ in range(steps):

@@ -5,14 +5,13 @@ BatchNorm, whole pretraining and training visits within rounding of the tensor c
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
 
-from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.config import PrivacyConfig, Setting
 from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.trainer import (
     GeneratorTrainer,
     build_pretrain_chunk,
@@ -351,7 +350,7 @@ def test_every_c_source_and_header_keys_the_library(monkeypatch, tmp_path):
 def test_a_training_profile_accepts_only_known_kernels():
     from dpsynth.models.config import Profile
     with pytest.raises(ConfigError, match="kernels"):
-        Profile(name="p", settings=(Setting("k4", 4),), gan=dataclasses.replace(GanConfig(), kernels="gpu"))
+        Profile(name="p", settings=(Setting("k4", 4),), gan=GanConfig().replace(kernels="gpu"))
 
 
 def test_an_unusable_cache_folder_builds_in_a_private_temporary_one(monkeypatch, tmp_path):

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth.models.config import GanConfig, Profile, Setting
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.trainer import subset_sizes
 from dpsynth.models.privacy.secret import PrivacySecret, store
 from dpsynth.tasks.preprocess import preprocess_stage

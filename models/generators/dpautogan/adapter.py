@@ -28,6 +28,15 @@ from dpsynth.models.generators.base import (
     within_budget,
 )
 
+# What a reader calls each public parameter (the release notes' labels).
+LABELS = {
+    "q1": "autoencoder sampling rate q1", "sigma1": "autoencoder noise multiplier sigma1",
+    "C1": "autoencoder clipping norm C1", "q3": "critic sampling rate q3", "sigma3": "critic noise multiplier sigma3",
+    "C3": "critic clipping norm C3", "updates_per_generator_step": "critic updates per generator step",
+    "autoencoder_steps": "autoencoder steps", "latent_model": "latent model",
+    "sigma_latent": "Gaussian fit's noise multiplier", "sigma_moments": "moment query's noise multiplier",
+}
+
 
 def reconstruction_weights(profile: Profile, schema) -> tuple[float, ...] | None:
     """Each encoded column's weight in the reconstruction loss, from the public schema: the profile's
@@ -59,33 +68,6 @@ def moment_columns(profile: Profile, schema) -> tuple[int, ...] | None:
         raise ConfigError("dpautogan.moment_noise: the schema has no continuous column and no binary target "
                           "for the moment fit; set moment_noise to null")
     return tuple(columns)
-
-
-def trainer_config(profile: Profile, schema):
-    from dpsynth.models.generators.dpautogan.trainer import DPAutoGANConfig
-
-    c = profile.dpautogan
-    return DPAutoGANConfig(
-        autoencoder_batch=1, autoencoder_rate=c.autoencoder_rate, autoencoder_clip=c.autoencoder_clip,
-        autoencoder_noise=c.autoencoder_noise, autoencoder_steps=c.autoencoder_steps, critic_batch=1,
-        critic_rate=c.critic_rate, critic_clip=c.critic_clip, critic_noise=c.critic_noise,
-        critic_steps=c.critic_steps, generator_steps=c.generator_steps, generator_batch=c.generator_batch,
-        checkpoint_every=c.checkpoint_every, latent_dim=c.latent_dim, z_dim=c.z_dim, encoder_hidden=c.encoder_hidden,
-        decoder_hidden=c.decoder_hidden, generator_hidden=c.generator_hidden, critic_hidden=c.critic_hidden,
-        critic_space=c.critic_space, head=c.head, level_decoding=c.level_decoding,
-        lr_autoencoder=c.lr_autoencoder, lr_critic=c.lr_critic,
-        lr_generator=c.lr_generator, delta=profile.privacy.delta,
-        reconstruction_weights=reconstruction_weights(profile, schema), latent_model=c.latent_model,
-        latent_noise=c.latent_noise, **moment_keys(profile, schema))
-
-
-def moment_keys(profile: Profile, schema) -> dict:
-    c = profile.dpautogan
-    columns = moment_columns(profile, schema)
-    if columns is None:
-        return {}
-    return {"moment_columns": columns, "moment_noise": c.moment_noise, "moment_steps": c.moment_steps,
-            "moment_anchor": c.moment_anchor, "moment_spread": c.moment_spread}
 
 
 def phases_at(profile: Profile, step: int):
@@ -145,8 +127,10 @@ class DPAutoGAN(GeneratorType):
         from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
 
         groups = TableEncoder(job.schema).head_groups()
-        trainer = DPAutoGANTrainer(torch.from_numpy(job.data), groups, trainer_config(job.profile, job.schema),
-                                   job.profile.seed, job.secret, job.directory / "checkpoints")
+        trainer = DPAutoGANTrainer(torch.from_numpy(job.data), groups, job.profile.dpautogan, job.profile.seed,
+                                   job.secret, job.directory / "checkpoints", delta=job.profile.privacy.delta,
+                                   reconstruction_weights=reconstruction_weights(job.profile, job.schema),
+                                   moment_columns=moment_columns(job.profile, job.schema))
 
         def checkpoint(step: int, _: float) -> None:
             if progress is not None:
@@ -189,7 +173,8 @@ class DPAutoGAN(GeneratorType):
                            "Poisson batches and the noise come from a secret drawn for the run"),
                 imputation=NO_DONORS,
                 parameters={**autoencoder, "latent_model": "gaussian", "sigma_latent": c.latent_noise,
-                            **({"sigma_moments": c.moment_noise} if moments else {})})
+                            **({"sigma_moments": c.moment_noise} if moments else {})},
+                labels=LABELS)
         return PrivacyFacts(
             generator=self.label,
             mechanism=("Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "
@@ -206,4 +191,8 @@ class DPAutoGAN(GeneratorType):
             imputation=NO_DONORS,
             parameters={"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
                         "q3": c.critic_rate, "sigma3": c.critic_noise, "C3": c.critic_clip,
-                        "updates_per_generator_step": c.critic_steps, "autoencoder_steps": c.autoencoder_steps})
+                        "updates_per_generator_step": c.critic_steps, "autoencoder_steps": c.autoencoder_steps},
+            labels=LABELS)
+
+    def checkpoint_interval(self, profile: Profile) -> int:
+        return profile.dpautogan.checkpoint_every

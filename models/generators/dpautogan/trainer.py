@@ -14,7 +14,8 @@ per generator step; the generator's step (-mean D(De(G(z)))) reads no data and i
 (Lemma 1): the autoencoder's RDP (T1 steps at q1, psi1) and the critic's (T2 t_D steps at q3, psi3) are
 added order by order and converted once. De and G are released; En and D are not.
 
-What this module implements, and where it differs.
+What this package implements (this module trains; networks.py, autoencoder.py, latent_gan.py,
+latent_gaussian.py hold the pieces, sampler.py samples), and where it differs.
 
 * Phase 1 clips and noises the gradient of ALL autoencoder weights, encoder and decoder together (one
   joint per-example norm). Algorithm 3 (lines 9-10) uses the encoder's gradient without clipping or
@@ -64,7 +65,7 @@ What this module implements, and where it differs.
 Randomness. Poisson batches ("dpautogan-sampling") and noise ("dpautogan-noise") come from the run's
 `PrivacySecret` (models/privacy/secret.py); initialisation and the generator's z from the profile seed.
 
-Adjacency caveat, for the wiring to come. Opacus's RDP analysis of the sampled Gaussian mechanism, used
+Adjacency. Opacus's RDP analysis of the sampled Gaussian mechanism, used
 by the accountant, holds under add/remove-one adjacency. dpsynth's unit of privacy elsewhere (GS-WGAN's
 accountant, the release statement) is replace-one. Replacing a row is a removal then an addition, so an
 add/remove (epsilon, delta) gives replace-one only through group privacy of size two, (2 epsilon,
@@ -73,7 +74,8 @@ add/remove (epsilon, delta) gives replace-one only through group privacy of size
 "add/remove-one") must not be reported as replace-one, nor their RDP added to a replace-one curve
 (models/privacy/lifetime.py).
 
-Beyond the paper, all off by default in `DPAutoGANConfig` (profiles choose them):
+Beyond the paper, all off by default (profiles choose them; the adapter derives the run values
+`reconstruction_weights` and `moment_columns` from the public schema and passes them with delta):
 * `reconstruction_weights`: each encoded column's weight in the reconstruction loss (the adapter derives
   them from the public schema: continuous columns and the target). A wide table's many one-hot columns
   otherwise drown its few continuous ones and the target.
@@ -102,519 +104,44 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
-from torch.nn import functional as F
 
 from dpsynth.models.checkpoint_files import (
-    load_verified,
     resume_state,
     save_training_state,
     save_verified,
     write_text_atomic,
 )
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.dpcgan.trainer import clipped_sum
-from dpsynth.models.generators.gswgan.sanitizer import zero_nonfinite_rows
-from dpsynth.models.generators.networks import (
-    LEAKY_SLOPE,
-    OutputHead,
-    binary_columns,
-    init_generator_,
-    one_hot_groups,
+from dpsynth.models.generators.dpautogan.autoencoder import autoencoder_per_example
+from dpsynth.models.generators.dpautogan.config import DPAutoGANConfig
+from dpsynth.models.generators.dpautogan.latent_gan import critic_per_pair, position_latents
+from dpsynth.models.generators.dpautogan.latent_gaussian import (
+    fit_gaussian_latent,
+    match_decoded_moments,
+    moment_spread_from,
+    private_moments,
 )
-from dpsynth.models.privacy.counter_random import normals, stream_base
+from dpsynth.models.generators.dpautogan.networks import (
+    Autoencoder,
+    Critic,
+    GaussianLatent,
+    LatentGenerator,
+    ReleaseSpec,
+    check_groups,
+)
+from dpsynth.models.generators.dpsgd import SanitizedGradient, apply_gradient, poisson_batch, sanitize
+from dpsynth.models.generators.networks import binary_columns, init_generator_
 from dpsynth.models.privacy.secret import PrivacySecret
 
 STATE_FILE = "training_state.pt"
 LEDGER_FILE = "ledger.json"
-HEADS = ("tanh", "typed")
-CRITIC_SPACES = ("data", "latent")
-# How a sampled row's discrete columns become levels: the decoder's most likely level, or a level drawn
-# from the decoder's probabilities. Argmax loses every level that is never the most likely one for any
-# latent (rare levels of a wide column); drawing keeps each level at the share the decoder gives it.
-LEVEL_DECODINGS = ("argmax", "sample")
-# What phase 2 fits to the private autoencoder's latents: the paper's WGAN (a private critic, many
-# updates), or one Gaussian: the latents' sums and sums of products released once by the Gaussian
-# mechanism, and latents drawn from N(mean, covariance) clipped to the encoder's range.
-LATENT_MODELS = ("gan", "gaussian")
 ADJACENCY = "add/remove-one"
-# Keeps BCE's logarithms finite where a Tanh or softmax output saturates at exactly 0 or 1.
-_PROB_EPS = 1e-6
 
-
-# ---------------------------------------------------------------------------------------------------
-# Networks
-# ---------------------------------------------------------------------------------------------------
-
-def _mlp(width: int, hidden: tuple[int, ...], out: int) -> list[nn.Module]:
-    """Linear / LayerNorm / LeakyReLU(0.2) hidden layers, then a Linear to `out`. LayerNorm, not
-    BatchNorm: it works on one row at a time, so a row's per-example gradient (and its clipped
-    contribution) does not depend on the other rows of the batch."""
-    layers: list[nn.Module] = []
-    for h in hidden:
-        layers += [nn.Linear(width, h), nn.LayerNorm(h), nn.LeakyReLU(LEAKY_SLOPE)]
-        width = h
-    layers.append(nn.Linear(width, out))
-    return layers
-
-
-def _check_groups(groups, width: int) -> tuple[tuple[int, int, str], ...]:
-    checked = tuple((int(g[0]), int(g[1]), str(g[2]) if len(g) > 2 else "") for g in groups)
-    if any(not 0 <= a < b <= width for a, b, _ in checked):
-        raise ConfigError(f"the encoding's blocks must lie within the encoded width {width}, got {checked}")
-    return checked
-
-
-class Autoencoder(nn.Module):
-    """Encoder rows -> latents in [-1, 1] (Tanh); decoder latents -> rows through `OutputHead`."""
-
-    def __init__(self, width: int, latent_dim: int, encoder_hidden: tuple[int, ...],
-                 decoder_hidden: tuple[int, ...], head: str, groups):
-        super().__init__()
-        self.encoder = nn.Sequential(*_mlp(width, encoder_hidden, latent_dim), nn.Tanh())
-        self.decoder = Decoder(latent_dim, decoder_hidden, width, head, groups)
-
-    def forward(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.encoder(rows))
-
-
-class Decoder(nn.Module):
-    """Latents -> encoded rows in [-1, 1]; "typed" keeps each one-hot group a distribution."""
-
-    def __init__(self, latent_dim: int, hidden: tuple[int, ...], width: int, head: str, groups):
-        super().__init__()
-        if head not in HEADS:
-            raise ConfigError(f"the decoder's head must be one of {', '.join(HEADS)}, got {head!r}")
-        self.body = nn.Sequential(*_mlp(latent_dim, hidden, width))
-        self.head = OutputHead(head, _check_groups(groups, width))
-
-    def forward(self, latents: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(latents))
-
-
-class LatentGenerator(nn.Module):
-    """z -> latents in [-1, 1] (the encoder's range). Trained without privacy: it reads no data."""
-
-    def __init__(self, z_dim: int, hidden: tuple[int, ...], latent_dim: int):
-        super().__init__()
-        self.z_dim = z_dim
-        self.body = nn.Sequential(*_mlp(z_dim, hidden, latent_dim), nn.Tanh())
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.body(z)
-
-
-class GaussianLatent(nn.Module):
-    """z ~ N(0, I) -> mean + scale z, clipped to the encoder's range [-1, 1]: the "gaussian" latent model.
-    `mean` and `scale` (a Cholesky factor of the covariance) are buffers, set by `fit_gaussian_latent`."""
-
-    def __init__(self, latent_dim: int):
-        super().__init__()
-        self.z_dim = latent_dim
-        self.register_buffer("mean", torch.zeros(latent_dim))
-        self.register_buffer("scale", torch.eye(latent_dim))
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return (self.mean + z @ self.scale.T).clamp(-1.0, 1.0)
-
-
-def latent_statistics(latents: torch.Tensor) -> torch.Tensor:
-    """One row per latent: the latent and the upper triangle (diagonal included) of its outer product."""
-    return moment_statistics(latents, [False] * latents.shape[1])
-
-
-def gaussian_bound(latent_dim: int) -> float:
-    """The largest norm of one row's `latent_statistics`: latents lie in [-1, 1], so each of the d + d(d + 1)/2
-    entries is at most 1 in size. Adding or removing a row moves the sums by at most this much."""
-    return moment_bound(latent_dim, 0)
-
-
-def noisy_sums(stats: torch.Tensor, noise_multiplier: float, bound: float, rng: torch.Generator) -> torch.Tensor:
-    """The Gaussian mechanism on per-row statistics of norm at most `bound`: their float64 sums plus one
-    N(0, (sigma x bound)^2) draw per entry from `rng`."""
-    sums = stats.double().sum(0)
-    return sums + torch.randn(sums.shape, generator=rng, dtype=torch.float64) * noise_multiplier * bound
-
-
-def fit_gaussian_latent(latents: torch.Tensor, noise_multiplier: float,
-                        rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Gaussian mechanism on the latents' sums: N(0, (sigma x bound)^2) added once to each entry of
-    the summed statistics (float64), then mean and covariance from the noisy sums divided by the number
-    of rows (fixed between replace-one neighbours), the covariance projected onto the positive definite
-    matrices (eigenvalues at least 1e-6). Returns the mean and a Cholesky factor of the covariance."""
-    n, d = latents.shape
-    # A row with a NaN latent (a diverged encoder) would carry NaN into the sums: zeroed, it stays in bound.
-    sums = noisy_sums(latent_statistics(zero_nonfinite_rows(latents.double())), noise_multiplier,
-                      gaussian_bound(d), rng)
-    mean = sums[:d] / n
-    upper = torch.triu_indices(d, d)
-    second = torch.zeros(d, d, dtype=torch.float64)
-    second[upper[0], upper[1]] = sums[d:] / n
-    second = second + second.T - torch.diag(second.diagonal())
-    values, vectors = torch.linalg.eigh(second - torch.outer(mean, mean))
-    covariance = vectors @ torch.diag(values.clamp(min=1e-6)) @ vectors.T
-    return mean.float(), torch.linalg.cholesky(covariance).float()
-
-
-def moment_statistics(rows: torch.Tensor, binary: list[bool]) -> torch.Tensor:
-    """One row per data row: its values, their pairwise products and the squares of the columns that are
-    not binary (a binary column is +-1, so its square is 1 on every row and tells nothing)."""
-    m = rows.shape[1]
-    upper = torch.triu_indices(m, m)
-    keep = [(i != j) or not binary[i] for i, j in zip(upper[0].tolist(), upper[1].tolist())]
-    upper = upper[:, torch.tensor(keep, dtype=torch.bool)]
-    return torch.cat([rows, rows[:, upper[0]] * rows[:, upper[1]]], 1)
-
-
-def moment_bound(n_columns: int, n_binary: int) -> float:
-    """The largest norm of one row's `moment_statistics` once its values are clipped to [-1, 1]: every
-    entry is at most 1 in size."""
-    m = n_columns
-    return math.sqrt(m + m * (m - 1) / 2 + (m - n_binary))
-
-
-def spread_columns(rows: torch.Tensor, center: torch.Tensor | None, width: torch.Tensor | None) -> torch.Tensor:
-    """(rows - center) / width per column, clipped to [-1, 1]; without a center and width the rows clipped."""
-    if center is not None:
-        rows = (rows - center) / width
-    return rows.clamp(-1.0, 1.0)
-
-
-def moment_spread_from(decoded: torch.Tensor, binary: list[bool], spread: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """A center and width per column from decoded rows (a function of private outputs only): each
-    non-binary column centred at its mean and `spread` standard deviations wide on either side, so that
-    the clipped values use [-1, 1] (the public bounds are wide, and the rows' values fill a small part
-    of them: their products would sit below the moment query's noise); binary columns as they are."""
-    center = decoded.double().mean(0)
-    width = spread * decoded.double().std(0).clamp(min=1e-3)
-    keep = torch.tensor(binary, dtype=torch.bool)
-    center[keep], width[keep] = 0.0, 1.0
-    return center, width
-
-
-def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: float, rng: torch.Generator,
-                    center: torch.Tensor | None = None, width: torch.Tensor | None = None) -> torch.Tensor:
-    """The Gaussian mechanism on the sums of the rows' `moment_statistics` (values spread by `center` and
-    `width` when given, which must not depend on the rows themselves, then clipped to [-1, 1], so one row
-    moves the sums by at most `moment_bound`): N(0, (sigma x bound)^2) once per entry, float64, divided by
-    the number of rows (fixed between replace-one neighbours)."""
-    stats = moment_statistics(zero_nonfinite_rows(spread_columns(rows.double(), center, width)), binary)
-    return noisy_sums(stats, noise_multiplier, moment_bound(rows.shape[1], sum(binary)), rng) / rows.shape[0]
-
-
-def match_decoded_moments(decoder: Decoder, mean: torch.Tensor, scale: torch.Tensor, columns: tuple[int, ...],
-                          binary: list[bool], targets: torch.Tensor, steps: int, anchor: float,
-                          rng: torch.Generator, draws: int = 16384, center: torch.Tensor | None = None,
-                          width: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Post-processing of private outputs only: move the Gaussian latent's mean and Cholesky factor so
-    that the decoded rows' expected `moment_statistics` on `columns` come close to `targets` (the private
-    moments), by `steps` Adam steps on fixed N(0, I) draws from `rng`, plus `anchor` times the squared
-    distance to the start (the private fit). A drawn binary column's expectation given z is the decoder's
-    output, so the expected moments of drawn rows are those of the decoder's outputs. The latents are
-    clipped to [-1, 1] as the sampler clips them (the gradient passes the clip unchanged). `center` and
-    `width`: the spread the query used (`private_moments`)."""
-    eps = torch.randn(draws, mean.shape[0], generator=rng)
-    mu, factor = mean.clone().requires_grad_(True), scale.clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([mu, factor], lr=0.01)
-    wanted = targets.float()
-    trainable = [p.requires_grad for p in decoder.parameters()]
-    for p in decoder.parameters():
-        p.requires_grad_(False)
-    try:
-        for _ in range(steps):
-            z = mu + eps @ torch.tril(factor).T
-            z = z + (z.clamp(-1.0, 1.0) - z).detach()
-            got = moment_statistics(spread_columns(decoder(z)[:, list(columns)], center, width), binary).mean(0)
-            loss = ((got - wanted) ** 2).sum() + anchor * (((mu - mean) ** 2).sum()
-                                                           + ((torch.tril(factor) - scale) ** 2).sum())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    finally:
-        for p, was in zip(decoder.parameters(), trainable):
-            p.requires_grad_(was)
-    return mu.detach(), torch.tril(factor.detach())
-
-
-class Critic(nn.Module):
-    """Rows (or latents) -> one WGAN score per row; linear output."""
-
-    def __init__(self, in_width: int, hidden: tuple[int, ...]):
-        super().__init__()
-        self.body = nn.Sequential(*_mlp(in_width, hidden, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x).squeeze(-1)
-
-
-def reconstruction_loss(recon: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """The paper's binary cross entropy on [0, 1]-scaled values, summed over columns (each times its
-    weight, when given): one value per row."""
-    p = ((recon + 1.0) * 0.5).clamp(_PROB_EPS, 1.0 - _PROB_EPS)
-    t = ((rows + 1.0) * 0.5).clamp(0.0, 1.0)
-    loss = F.binary_cross_entropy(p, t, reduction="none")
-    return (loss if weights is None else loss * weights).sum(-1)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Per-example gradients and the sanitised sum
-# ---------------------------------------------------------------------------------------------------
-
-def _per_example(module: nn.Module, loss_one: Callable, *batched: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-example gradients of `loss_one(params, *one_row_each)` for every trainable parameter of
-    `module`: shape [rows, *parameter shape]. An empty batch gives zero rows."""
-    params = {k: v.detach() for k, v in module.named_parameters() if v.requires_grad}
-    if batched[0].shape[0] == 0:
-        return {k: v.new_zeros((0, *v.shape)) for k, v in params.items()}
-    return vmap(grad(loss_one), in_dims=(None,) + (0,) * len(batched))(params, *batched)
-
-
-def autoencoder_per_example(ae: Autoencoder, rows: torch.Tensor,
-                            weights: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Each row's gradient of its (weighted) reconstruction loss, for encoder AND decoder weights."""
-
-    def loss_one(p, row):
-        recon = functional_call(ae, p, (row.unsqueeze(0),))
-        return reconstruction_loss(recon, row.unsqueeze(0), weights).squeeze(0)
-
-    return _per_example(ae, loss_one, rows)
-
-
-def critic_per_pair(critic: Critic, real: torch.Tensor, fake: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Each (real row j, fake row j) pair's gradient of D(fake_j) - D(real_j): the paper's microbatch of
-    one real example with its own fake, clipped as ONE vector (Algorithm 4, lines 8-11)."""
-    if real.shape[0] != fake.shape[0]:
-        raise ValueError(f"one fake per real example: got {real.shape[0]} real and {fake.shape[0]} fake rows")
-
-    def loss_one(p, r, f):
-        scores = functional_call(critic, p, (torch.stack([r, f]),))
-        return scores[1] - scores[0]
-
-    return _per_example(critic, loss_one, real, fake.detach())
-
-
-@dataclass
-class SanitizedGradient:
-    """One private update's gradient, per parameter name: `total` = (clipped_sum + noise) / expected batch."""
-
-    clipped_sum: dict[str, torch.Tensor]
-    noise: dict[str, torch.Tensor]
-    total: dict[str, torch.Tensor]
-
-
-def sanitize(per_example: dict[str, torch.Tensor], clip: float, noise_multiplier: float,
-             expected_batch: float, noise_rng: torch.Generator | None) -> SanitizedGradient:
-    """DP-SGD's sanitised mean: each example clipped to `clip` (joint norm over all parameters), summed,
-    ONE draw of N(0, (noise_multiplier clip)^2 I) from `noise_rng` in parameter order, divided by the
-    public expected batch q m (the drawn batch size is not public)."""
-    summed = clipped_sum(per_example, clip)
-    std = noise_multiplier * clip
-    noise = {k: (torch.randn(g.shape, generator=noise_rng, dtype=g.dtype).mul_(std) if std > 0
-                 else torch.zeros_like(g)) for k, g in summed.items()}
-    total = {k: (summed[k] + noise[k]) / expected_batch for k in summed}
-    return SanitizedGradient(summed, noise, total)
-
-
-def position_latents(key: int, update: int, positions: torch.Tensor, z_dim: int) -> torch.Tensor:
-    """Standard normal latents [len(positions), z_dim], one vector per (update, row position): a fixed
-    function of (key, update, position), drawn by a counter-based generator (SplitMix64 on the counter,
-    Box-Muller on two 53-bit uniforms).
-
-    The critic pairs each sampled real row with the fake made from its own position's latent. Drawing
-    the fakes in sampled order from a stream instead would make every later row's fake, and everything
-    the stream draws afterwards, depend on whether row i was sampled: adding or removing a row would
-    move every pair after it, and later updates would depend on a sampling outcome that subsampling's
-    amplification must keep hidden from them. Here a row's pair depends on that row, its position (its
-    identity: replace-one neighbours share positions) and the update only, and no stream advances."""
-    pos = positions.detach().cpu().numpy().astype(np.uint64)
-    base = stream_base(key, update)
-    with np.errstate(over="ignore"):
-        index = base + pos[:, None] * np.uint64(z_dim) + np.arange(z_dim, dtype=np.uint64)[None, :]
-    return torch.from_numpy(normals(index).astype(np.float32)).reshape(len(pos), z_dim)
-
-
-def poisson_batch(n_rows: int, sample_rate: float, rng: torch.Generator) -> torch.Tensor:
-    """Indices of a Poisson batch: each row independently with probability `sample_rate`."""
-    return (torch.rand(n_rows, generator=rng) < sample_rate).nonzero().squeeze(1)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Configuration and the released model's spec
-# ---------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DPAutoGANConfig:
-    """One DP-auto-GAN run. Defaults follow the paper's ADULT run at epsilon 0.51 (appendix B.1): the
-    autoencoder 106 -> 60 -> 15, batch 64, C 0.012, psi 2.5, Adam lr 0.005, 10,000 steps; the critic
-    batch 128, C 0.022, psi 7.5, RMSprop lr 0.005, 15 critic updates per generator step, 15,000 critic
-    updates. The clipping norms were tuned to the paper's scaling; re-pick them for another table."""
-
-    autoencoder_batch: int = 64
-    autoencoder_clip: float = 0.012
-    autoencoder_noise: float = 2.5
-    autoencoder_steps: int = 10_000
-    critic_batch: int = 128
-    critic_clip: float = 0.022
-    critic_noise: float = 7.5
-    critic_steps: int = 15
-    generator_steps: int = 1_000
-    generator_batch: int = 128
-    checkpoint_every: int = 500
-    latent_dim: int = 15
-    z_dim: int = 64
-    encoder_hidden: tuple[int, ...] = (60,)
-    decoder_hidden: tuple[int, ...] = (60,)
-    generator_hidden: tuple[int, ...] = (64, 64)
-    critic_hidden: tuple[int, ...] = (70, 35)
-    critic_space: str = "data"
-    head: str = "typed"
-    level_decoding: str = "sample"
-    lr_autoencoder: float = 0.005
-    lr_critic: float = 0.005
-    lr_generator: float = 0.005
-    delta: float = 1e-5
-    # Fixed, public sampling rates q1 and q3; null derives them from the batches (batch / n, as the
-    # paper). Given, the accountant's inputs are all public and the divisors are q n; the batches unused.
-    autoencoder_rate: float | None = None
-    critic_rate: float | None = None
-    # Each encoded column's weight in the reconstruction loss; None weighs all alike (the paper). Summed
-    # BCE lets a wide table's many one-hot columns drown its few continuous ones and the target.
-    reconstruction_weights: tuple[float, ...] | None = None
-    latent_model: str = "gan"
-    # The Gaussian fit's noise multiplier: noise sigma x the bound on one row's statistics (`gaussian_bound`).
-    latent_noise: float = 20.0
-    # With the Gaussian latent model: encoded columns whose first and second moments the decoded rows are
-    # fitted to (the schema's continuous columns and binary target); None: no moment fit. The moments are
-    # one more Gaussian-mechanism query (noise multiplier `moment_noise`, `moment_bound`), then
-    # `moment_steps` Adam steps move the Gaussian's mean and factor, held near the fit by `moment_anchor`.
-    moment_columns: tuple[int, ...] | None = None
-    moment_noise: float = 20.0
-    moment_steps: int = 300
-    moment_anchor: float = 1e-3
-    # None: the moments of the encoded values as they are. A number k: of each non-binary column centred
-    # and scaled to k standard deviations of the rows the fitted Gaussian decodes to (`moment_spread_from`).
-    moment_spread: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("autoencoder_batch", "autoencoder_steps", "critic_batch", "critic_steps", "generator_batch",
-                     "checkpoint_every", "latent_dim", "z_dim"):
-            _require_int(name, getattr(self, name), 1)
-        _require_int("generator_steps", self.generator_steps, 0)
-        for name in ("autoencoder_clip", "autoencoder_noise", "critic_clip", "critic_noise", "lr_autoencoder",
-                     "lr_critic", "lr_generator"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"dpautogan.{name} must be a finite number > 0, got {value!r}")
-        if not 0 < self.delta < 1:
-            raise ConfigError(f"dpautogan.delta must be in (0, 1), got {self.delta!r}")
-        for name in ("autoencoder_rate", "critic_rate"):
-            value = getattr(self, name)
-            if value is not None and not 0 < value <= 1:
-                raise ConfigError(f"dpautogan.{name} must be in (0, 1], got {value!r}")
-        if self.head not in HEADS:
-            raise ConfigError(f"dpautogan.head must be one of {', '.join(HEADS)}, got {self.head!r}")
-        check_level_decoding(self.level_decoding, self.head)
-        if self.latent_model not in LATENT_MODELS:
-            raise ConfigError(f"dpautogan.latent_model must be one of {', '.join(LATENT_MODELS)}, "
-                              f"got {self.latent_model!r}")
-        if not isinstance(self.latent_noise, (int, float)) or not math.isfinite(self.latent_noise) \
-                or self.latent_noise <= 0:
-            raise ConfigError(f"dpautogan.latent_noise must be a finite number > 0, got {self.latent_noise!r}")
-        if self.moment_columns is not None:
-            columns = tuple(int(c) for c in self.moment_columns)
-            if self.latent_model != "gaussian" or not columns or len(set(columns)) != len(columns):
-                raise ConfigError("dpautogan.moment_columns needs latent_model gaussian and distinct columns")
-            object.__setattr__(self, "moment_columns", columns)
-            for name in ("moment_noise", "moment_anchor"):
-                value = getattr(self, name)
-                if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or \
-                        (name == "moment_noise" and value == 0):
-                    raise ConfigError(f"dpautogan.{name} must be a finite number "
-                                      f"{'> 0' if name == 'moment_noise' else '>= 0'}, got {value!r}")
-            _require_int("moment_steps", self.moment_steps, 1)
-            spread = self.moment_spread
-            if spread is not None and (not isinstance(spread, (int, float)) or not math.isfinite(spread) or spread <= 0):
-                raise ConfigError(f"dpautogan.moment_spread must be a finite number > 0 or null, got {spread!r}")
-        if self.critic_space not in CRITIC_SPACES:
-            raise ConfigError(f"dpautogan.critic_space must be one of {', '.join(CRITIC_SPACES)}, "
-                              f"got {self.critic_space!r}")
-        for name in ("encoder_hidden", "decoder_hidden", "generator_hidden", "critic_hidden"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        if self.reconstruction_weights is not None:
-            weights = tuple(float(w) for w in self.reconstruction_weights)
-            if not weights or not all(math.isfinite(w) and w > 0 for w in weights):
-                raise ConfigError("dpautogan.reconstruction_weights must be finite numbers > 0, one per encoded column")
-            object.__setattr__(self, "reconstruction_weights", weights)
-
-    @property
-    def phase2_steps(self) -> int:
-        """The GAN's generator steps, or the Gaussian's one fit."""
-        return 1 if self.latent_model == "gaussian" else self.generator_steps
-
-    @property
-    def total_steps(self) -> int:
-        return self.autoencoder_steps + self.phase2_steps
-
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-
-def check_level_decoding(level_decoding: str, head: str) -> None:
-    if level_decoding not in LEVEL_DECODINGS:
-        raise ConfigError(f"dpautogan.level_decoding must be one of {', '.join(LEVEL_DECODINGS)}, "
-                          f"got {level_decoding!r}")
-    if level_decoding == "sample" and head != "typed":
-        raise ConfigError("dpautogan.level_decoding: sample needs head: typed (its softmax gives each one-hot "
-                          "group's level probabilities)")
-
-
-def _require_int(name: str, value, least: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise ConfigError(f"dpautogan.{name} must be an integer >= {least}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class ReleaseSpec:
-    """Everything needed to rebuild the released decoder and generator, stored beside their weights."""
-
-    width: int
-    latent_dim: int
-    z_dim: int
-    decoder_hidden: tuple[int, ...]
-    generator_hidden: tuple[int, ...]
-    head: str
-    groups: tuple[tuple[int, int, str], ...]
-    # Files written before these options existed decoded by argmax and had a GAN's generator.
-    level_decoding: str = "argmax"
-    latent_model: str = "gan"
-
-    def build(self) -> tuple[Decoder, LatentGenerator | GaussianLatent]:
-        latent = (GaussianLatent(self.latent_dim) if self.latent_model == "gaussian"
-                  else LatentGenerator(self.z_dim, self.generator_hidden, self.latent_dim))
-        return Decoder(self.latent_dim, self.decoder_hidden, self.width, self.head, self.groups), latent
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(decoder_hidden=list(self.decoder_hidden), generator_hidden=list(self.generator_hidden),
-                 groups=[list(g) for g in self.groups])
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ReleaseSpec:
-        return cls(int(d["width"]), int(d["latent_dim"]), int(d["z_dim"]), tuple(d["decoder_hidden"]),
-                   tuple(d["generator_hidden"]), d["head"], tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]),
-                   d.get("level_decoding", "argmax"), d.get("latent_model", "gan"))
-
-
-# ---------------------------------------------------------------------------------------------------
-# Training
-# ---------------------------------------------------------------------------------------------------
 
 @dataclass
 class UpdateInfo:
@@ -637,29 +164,22 @@ class DPAutoGANTrainer:
     and returns the ledger of released (decoder, generator) checkpoints with their epsilons."""
 
     def __init__(self, data: torch.Tensor, groups, config: DPAutoGANConfig, seed: int, secret: PrivacySecret,
-                 checkpoint_dir: str | Path):
+                 checkpoint_dir: str | Path, *, delta: float, reconstruction_weights: tuple[float, ...] | None = None,
+                 moment_columns: tuple[int, ...] | None = None):
         self.config = cfg = config
+        self.delta = float(delta)
         self.data = torch.as_tensor(data, dtype=torch.float32)
         n, width = self.data.shape
-        for name, rate in (("autoencoder_batch", cfg.autoencoder_rate), ("critic_batch", cfg.critic_rate)):
-            if rate is None and getattr(cfg, name) > n:
-                raise ConfigError(f"dpautogan.{name} ({getattr(cfg, name)}) exceeds the {n} training rows")
-        self.ae_rate = cfg.autoencoder_batch / n if cfg.autoencoder_rate is None else float(cfg.autoencoder_rate)
-        self.critic_rate = cfg.critic_batch / n if cfg.critic_rate is None else float(cfg.critic_rate)
+        self.ae_rate, self.critic_rate = float(cfg.autoencoder_rate), float(cfg.critic_rate)
         # The sanitised sums' divisors: the expected batches q n (never a drawn batch's size).
-        self.ae_divisor = cfg.autoencoder_batch if cfg.autoencoder_rate is None else self.ae_rate * n
-        self.critic_divisor = cfg.critic_batch if cfg.critic_rate is None else self.critic_rate * n
-        self.loss_weights = None
-        if cfg.reconstruction_weights is not None:
-            if len(cfg.reconstruction_weights) != width:
-                raise ConfigError(f"dpautogan.reconstruction_weights has {len(cfg.reconstruction_weights)} "
-                                  f"weights for {width} encoded columns")
-            self.loss_weights = torch.tensor(cfg.reconstruction_weights, dtype=torch.float32)
-        self._binary = set(binary_columns(_check_groups(groups, width)))
-        if cfg.moment_columns is not None and max(cfg.moment_columns) >= width:
-            raise ConfigError(f"dpautogan.moment_columns must be encoded columns below {width}")
+        self.ae_divisor, self.critic_divisor = self.ae_rate * n, self.critic_rate * n
+        self.reconstruction_weights = _reconstruction_weights(reconstruction_weights, width)
+        self.loss_weights = (None if self.reconstruction_weights is None else
+                             torch.tensor(self.reconstruction_weights, dtype=torch.float32))
+        self._binary = set(binary_columns(check_groups(groups, width)))
+        self.moment_columns = _moment_columns(moment_columns, cfg, width)
         self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
-                                _check_groups(groups, width), cfg.level_decoding, cfg.latent_model)
+                                check_groups(groups, width), cfg.level_decoding, cfg.latent_model)
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(int(seed))
@@ -697,7 +217,7 @@ class DPAutoGANTrainer:
         index = poisson_batch(self.data.shape[0], self.ae_rate, self.sampling_rng)
         per_example = autoencoder_per_example(self.autoencoder, self.data[index], self.loss_weights)
         parts = sanitize(per_example, cfg.autoencoder_clip, cfg.autoencoder_noise, self.ae_divisor, self.noise_rng)
-        _apply(self.autoencoder, parts.total, self.opt_ae)
+        apply_gradient(self.autoencoder, parts.total, self.opt_ae)
         return int(index.numel()), parts
 
     # -- phase 2 ---------------------------------------------------------------------------------
@@ -725,7 +245,7 @@ class DPAutoGANTrainer:
             real, fake = self.critic_inputs(self.data[index], fake_latents)
         parts = sanitize(critic_per_pair(self.critic, real, fake), cfg.critic_clip, cfg.critic_noise,
                          self.critic_divisor, self.noise_rng)
-        _apply(self.critic, parts.total, self.opt_critic)
+        apply_gradient(self.critic, parts.total, self.opt_critic)
         return int(index.numel()), parts
 
     def generator_update(self) -> float:
@@ -753,7 +273,7 @@ class DPAutoGANTrainer:
         (`private_moments`, noise from the run's secret), then the Gaussian moved towards them
         (`match_decoded_moments`, post-processing, its draws from the seed's stream)."""
         cfg = self.config
-        columns = cfg.moment_columns
+        columns = self.moment_columns
         binary = [c in self._binary for c in columns]
         center = width = None
         if cfg.moment_spread is not None:   # from rows the private Gaussian and decoder make: post-processing
@@ -785,7 +305,7 @@ class DPAutoGANTrainer:
             rows = self.gaussian_fit()
             self.accountant.step()
             done.append(UpdateInfo("gaussian", rows))
-            if cfg.moment_columns is not None:
+            if self.moment_columns is not None:
                 self.accountant.begin_phase(1.0, cfg.moment_noise)
                 rows = self.moment_fit()
                 self.accountant.step()
@@ -806,20 +326,20 @@ class DPAutoGANTrainer:
     def epsilon(self) -> float:
         """Epsilon (add/remove-one, classic conversion) of all private updates so far, both phases' RDP
         added order by order and converted once (Lemma 1)."""
-        return self.accountant.epsilon(self.config.delta, "classic")
+        return self.accountant.epsilon(self.delta, "classic")
 
     def _save_checkpoint(self) -> None:
         step, eps = self.step_index, self.epsilon()
         release = self.dir / f"release_{step:06d}.pt"
         digest = save_verified({"spec": self.spec.to_dict(), "decoder": self.autoencoder.decoder.state_dict(),
                                 "generator": self.released_latent().state_dict(), "step": step, "epsilon": eps,
-                                "delta": self.config.delta, "adjacency": ADJACENCY}, release)
+                                "delta": self.delta, "adjacency": ADJACENCY}, release)
         self.ledger = [e for e in self.ledger if e["step"] < step] + [
             {"step": step,
              "phase": "autoencoder" if step <= self.config.autoencoder_steps else self.config.latent_model,
              "epsilon": eps, "release": release.name, "sha256": digest}]
         state = {
-            "step": step, "config": self.config.to_dict(), "rows": int(self.data.shape[0]),
+            "step": step, **self._written_for(),
             "autoencoder": self.autoencoder.state_dict(), "generator": self.generator.state_dict(),
             "critic": self.critic.state_dict(), "gaussian": self.gaussian.state_dict(),
             "opt_ae": self.opt_ae.state_dict(), "opt_critic": self.opt_critic.state_dict(),
@@ -832,10 +352,16 @@ class DPAutoGANTrainer:
         write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": ADJACENCY,
                                       "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
 
+    def _written_for(self) -> dict:
+        """What a training state must have been written for to be resumed here."""
+        return {"config": self.config.model_dump(), "delta": self.delta,
+                "reconstruction_weights": self.reconstruction_weights, "moment_columns": self.moment_columns,
+                "rows": int(self.data.shape[0])}
+
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it)."""
         state, self.resume_notes = resume_state(
-            self.dir / STATE_FILE, "step", written_for={"config": self.config.to_dict(), "rows": self.data.shape[0]})
+            self.dir / STATE_FILE, "step", written_for=self._written_for())
         if state is None:
             return False
         self.step_index = state["step"]
@@ -873,96 +399,24 @@ class DPAutoGANTrainer:
         return TrainingResult(list(self.ledger), time.perf_counter() - start, updates)
 
 
-def _apply(module: nn.Module, total: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer) -> None:
-    """Step `optimizer` with exactly the sanitised gradient (any stale gradient is overwritten)."""
-    for name, p in module.named_parameters():
-        p.grad = total[name]
-    optimizer.step()
+def _reconstruction_weights(weights, width: int) -> tuple[float, ...] | None:
+    """Each encoded column's weight in the reconstruction loss (None: all alike, the paper)."""
+    if weights is None:
+        return None
+    weights = tuple(float(w) for w in weights)
+    if len(weights) != width or not all(math.isfinite(w) and w > 0 for w in weights):
+        raise ConfigError(f"dpautogan reconstruction weights: {width} finite numbers > 0 expected, one per "
+                          f"encoded column (got {len(weights)})")
+    return weights
 
 
-# ---------------------------------------------------------------------------------------------------
-# Sampling
-# ---------------------------------------------------------------------------------------------------
-
-def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, nn.Module, dict]:
-    """A released checkpoint's decoder and latent model (generator or Gaussian), checked against its
-    SHA-256 (ledger's, else sidecar's)."""
-    blob = load_verified(Path(path), sha256, map_location="cpu", weights_only=False)
-    decoder, generator = ReleaseSpec.from_dict(blob["spec"]).build()
-    decoder.load_state_dict(blob["decoder"])
-    generator.load_state_dict(blob["generator"])
-    return decoder.eval(), generator.eval(), blob
-
-
-def sample_encoded(decoder: Decoder, generator: LatentGenerator | GaussianLatent, n_rows: int, seed: int,
-                   batch: int = 8192, level_decoding: str = "argmax") -> np.ndarray:
-    """n encoded rows in [-1, 1]: z ~ N(0, I) from `seed` -> generator -> decoder; with `level_decoding`
-    "sample", each discrete column then gets a level drawn from the decoder's probabilities (uniforms
-    from the same stream, after each batch's z; see `draw_levels`)."""
-    check_level_decoding(level_decoding, decoder.head.kind)
-    rng = torch.Generator().manual_seed(int(seed))
-    groups = one_hot_groups(decoder.head.groups) if level_decoding == "sample" else []
-    binary = binary_columns(decoder.head.groups) if level_decoding == "sample" else []
-    parts = []
-    with torch.no_grad():
-        for start in range(0, n_rows, batch):
-            z = torch.randn(min(batch, n_rows - start), generator.z_dim, generator=rng)
-            rows = decoder(generator(z))
-            if groups or binary:
-                uniforms = torch.rand(rows.shape[0], len(groups) + len(binary), generator=rng)
-                rows = draw_levels(rows, groups, binary, uniforms)
-            parts.append(rows.numpy())
-    width = decoder.body[-1].out_features
-    return np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.float32)
-
-
-def draw_levels(rows: torch.Tensor, groups, binary, uniforms: torch.Tensor) -> torch.Tensor:
-    """Rows whose discrete columns are replaced by +-1 draws from the decoder's probabilities, one uniform
-    per row and column (the groups' first, then the binary columns'). A one-hot group (a softmax mapped
-    to [-1, 1]) gets level k where its cumulative probability first exceeds the uniform; a binary column
-    x (trained by cross entropy on (x + 1) / 2) is +1 with probability (x + 1) / 2."""
-    out = rows.clone()
-    for g, (start, stop) in enumerate(groups):
-        cumulative = torch.cumsum((rows[:, start:stop] + 1.0) * 0.5, dim=1)
-        # Scaled by the row's total so rounding never leaves a uniform above the last level's sum.
-        threshold = uniforms[:, g:g + 1] * cumulative[:, -1:]
-        level = (cumulative <= threshold).sum(dim=1).clamp(max=stop - start - 1)
-        block = torch.full_like(rows[:, start:stop], -1.0)
-        block[torch.arange(rows.shape[0]), level] = 1.0
-        out[:, start:stop] = block
-    for b, column in enumerate(binary):
-        positive = uniforms[:, len(groups) + b] < (rows[:, column] + 1.0) * 0.5
-        out[:, column] = torch.where(positive, 1.0, -1.0)
-    return out
-
-
-__all__ = [
-    "Autoencoder",
-    "Critic",
-    "DPAutoGANConfig",
-    "DPAutoGANTrainer",
-    "Decoder",
-    "GaussianLatent",
-    "LatentGenerator",
-    "ReleaseSpec",
-    "SanitizedGradient",
-    "TrainingResult",
-    "UpdateInfo",
-    "autoencoder_per_example",
-    "critic_per_pair",
-    "draw_levels",
-    "fit_gaussian_latent",
-    "gaussian_bound",
-    "latent_statistics",
-    "load_release",
-    "match_decoded_moments",
-    "moment_bound",
-    "moment_spread_from",
-    "moment_statistics",
-    "poisson_batch",
-    "private_moments",
-    "reconstruction_loss",
-    "sample_encoded",
-    "sanitize",
-    "spread_columns",
-]
+def _moment_columns(columns, config: DPAutoGANConfig, width: int) -> tuple[int, ...] | None:
+    """The encoded columns of the decoded-moment fit (None: no fit), checked against the section."""
+    if columns is None:
+        return None
+    columns = tuple(int(c) for c in columns)
+    if config.latent_model != "gaussian" or config.moment_noise is None:
+        raise ConfigError("a decoded-moment fit needs dpautogan.latent_model gaussian and dpautogan.moment_noise")
+    if not columns or len(set(columns)) != len(columns) or not all(0 <= c < width for c in columns):
+        raise ConfigError(f"the moment fit's columns must be distinct encoded columns below {width} (got {columns})")
+    return columns

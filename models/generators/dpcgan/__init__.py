@@ -1,1 +1,10 @@
-"""DP-CGAN: adapter (the generator interface) and trainer."""
+"""DP-CGAN: a conditional GAN whose discriminator alone reads rows, through DP-SGD. Its profile section
+is `dpcgan`."""
+
+from dpsynth.models.generators.registry import Registration
+
+GENERATOR = Registration(
+    name="dpcgan", section="dpcgan",
+    config="dpsynth.models.generators.dpcgan.config:DPCGANConfig",
+    adapter="dpsynth.models.generators.dpcgan.adapter:DPCGAN",
+    sampler="dpsynth.models.generators.dpcgan.sampler:DPCGANSampler")

@@ -21,23 +21,17 @@ from dpsynth.models.generators.base import (
     FitResult,
     GeneratorType,
     PrivacyFacts,
+    SummaryEntry,
     TrainingJob,
     TrainingPlan,
     require_private,
+    target_prior_entry,
     within_budget,
 )
 
-
-def trainer_config(profile: Profile):
-    from dpsynth.models.generators.dpcgan.trainer import DPCGANConfig
-
-    c = profile.dpcgan
-    return DPCGANConfig(expected_batch=1, sample_rate=c.sample_rate, clip=c.clip, noise_multiplier=c.noise_multiplier,
-                        iterations=c.iterations, checkpoint_every=c.checkpoint_every, z_dim=c.z_dim,
-                        generator_hidden=c.generator_hidden, discriminator_hidden=c.discriminator_hidden, head=c.head,
-                        discriminator_optimizer=c.discriminator_optimizer, lr_discriminator=c.lr_discriminator,
-                        lr_generator=c.lr_generator, betas=c.betas, label_prior=c.label_prior,
-                        delta=profile.privacy.delta)
+# What a reader calls each public parameter (the release notes' labels).
+LABELS = {"q": "sampling rate q", "sigma": "noise multiplier sigma", "C": "clipping norm C",
+          "label_prior": "label prior (share of target label 1)"}
 
 
 def replace_one_epsilon_at(profile: Profile, updates: int) -> float:
@@ -76,8 +70,8 @@ class DPCGAN(GeneratorType):
 
         encoder = TableEncoder(job.schema)
         trainer = DPCGANTrainer(torch.from_numpy(job.data), encoder.target_index, encoder.head_groups(),
-                                trainer_config(job.profile), job.profile.seed, job.secret,
-                                job.directory / "checkpoints")
+                                job.profile.dpcgan, job.profile.seed, job.secret, job.directory / "checkpoints",
+                                delta=job.profile.privacy.delta)
 
         def checkpoint(iteration: int, _: float) -> None:
             if progress is not None:
@@ -104,5 +98,13 @@ class DPCGAN(GeneratorType):
                        "(post-processing); the Poisson batches and the noise come from a secret drawn for the run"),
             imputation=NO_DONORS,
             parameters={"q": c.sample_rate, "sigma": c.noise_multiplier, "C": c.clip,
-                        "label_prior": c.label_prior})
+                        "label_prior": c.label_prior},
+            labels=LABELS)
+
+    def checkpoint_interval(self, profile: Profile) -> int:
+        return profile.dpcgan.checkpoint_every
+
+    def summary_entries(self, profile: Profile, schema=None) -> dict[str, SummaryEntry]:
+        # Every synthetic row's label is drawn from the public prior, as in training.
+        return {"target_labels": target_prior_entry(profile.dpcgan.label_prior, schema)}
 

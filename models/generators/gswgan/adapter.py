@@ -18,11 +18,18 @@ from dpsynth.models.generators.base import (
     FitResult,
     GeneratorType,
     PrivacyFacts,
+    SummaryEntry,
     TrainingJob,
     TrainingPlan,
+    target_prior_entry,
 )
 from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
 from dpsynth.models.privacy.accountant import mechanism_name
+
+# What a reader calls each public parameter (the release notes' labels).
+LABELS = {"K": "discriminators K", "batch_size": "batch size B", "sigma": "noise multiplier sigma",
+          "C": "clipping norm C", "discriminator_draw": "discriminator draw",
+          "discriminator_refresh": "discriminator refresh schedule"}
 
 
 def _budgeted(profile: Profile, setting: Setting):
@@ -34,6 +41,8 @@ class GSWGAN(GeneratorType):
     name = "gswgan"
     label = "GS-WGAN"
     prepare_name = "pretrain"
+    # K is a setting's: a summary of several settings shows it per setting.
+    setting_parameters = ("K",)
 
     def check(self, profile: Profile, setting: Setting, schema=None) -> None:
         if setting.discriminators is None:
@@ -164,5 +173,21 @@ class GSWGAN(GeneratorType):
             imputation="the KNN imputation of a training row uses donors of its own discriminator's subset only",
             parameters={"K": setting.discriminators, "batch_size": gan.batch_size,
                         "sigma": privacy.noise_multiplier, "C": privacy.clip,
-                        "discriminator_draw": gan.critic_draw, "discriminator_refresh": gan.critic_refresh})
+                        "discriminator_draw": gan.critic_draw, "discriminator_refresh": gan.critic_refresh},
+            labels=LABELS)
+
+    def checkpoint_interval(self, profile: Profile) -> int:
+        return profile.gan.checkpoint_every
+
+    def public_setting(self, setting: Setting) -> dict:
+        return {"discriminators": setting.discriminators} if setting.discriminators is not None else {}
+
+    def summary_entries(self, profile: Profile, schema=None) -> dict[str, SummaryEntry]:
+        gan = profile.gan
+        entries = {"iterations": SummaryEntry("generator iterations (planned)", gan.iterations),
+                   "checkpoint_every": SummaryEntry("checkpoint every (iterations)", gan.checkpoint_every)}
+        if gan.condition_on_target:
+            # A conditional generator's target share is its public prior, not something learned from the rows.
+            entries["target_labels"] = target_prior_entry(gan.target_prior, schema)
+        return entries
 

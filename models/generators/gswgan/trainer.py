@@ -45,8 +45,9 @@ from dpsynth.models.checkpoint_files import (
     save_verified,
     write_text_atomic,
 )
-from dpsynth.models.config import GanConfig, PrivacyConfig, Setting
+from dpsynth.models.config import PrivacyConfig, Setting
 from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.sanitizer import sanitize_rows
 from dpsynth.models.generators.networks import (
     CriticStack,

@@ -1,0 +1,53 @@
+"""The base of every generator's profile section: one pydantic model per generator, which the profile
+loader validates YAML against, `Profile` holds, and the generator's trainer reads.
+
+Every field has its default (the profile's defaults live in the models); fields opt in to strictness as
+the rest of the profile does (models/config_validation.py `STRICT`). Built in code with a bad value, a
+section raises the same one-paragraph `ConfigError` as a profile file, naming the key's path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError, create_model
+
+from dpsynth.models.config_validation import STRICT, validate
+
+
+class _ConfigErrors(type(BaseModel)):
+    """Turns a section's ValidationError, when built in code (`GanConfig(...)`), into the ConfigError a
+    profile file gets. A metaclass rather than `__init__`: pydantic calls a model's own `__init__` when
+    the model is a field of another one (the profile), whose errors must stay pydantic's to be listed."""
+
+    def __call__(cls, **values: Any):
+        try:
+            return super().__call__(**values)
+        except ValidationError:
+            # Validated again under its section key, so that the message names the key's whole path.
+            key = _section_key(cls)
+            validate(create_model("Section", __config__=STRICT, **{key: (cls, ...)}), {key: values},
+                     where=f"profile section {key!r}")
+            raise
+
+
+class SectionConfig(BaseModel, metaclass=_ConfigErrors):
+    model_config = STRICT
+
+    def replace(self, **changes: Any):
+        """A copy with `changes`, validated (as `dataclasses.replace` for the other profile sections)."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    @classmethod
+    def setting_problem(cls, setting) -> str | None:
+        """Why a setting on this generator is not a usable setting (a SettingSpec), or None."""
+        return None
+
+
+def _section_key(model: type[SectionConfig]) -> str:
+    from dpsynth.models.generators.registry import registrations
+
+    for registration in registrations():
+        if registration.config_model() is model:
+            return registration.section
+    return model.__name__
