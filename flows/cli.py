@@ -216,7 +216,7 @@ def preflight(args, kind: str):
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
     if kind == "release" and not prof.trial:   # a trial enters nothing in the ledger: nothing to check
-        from dpsynth.models.privacy.lifetime import planned_release_cost
+        from dpsynth.tasks.decision import planned_release_cost
         from dpsynth.tasks.ledger import check_lifetime, check_new_input, check_release_window
 
         check_lifetime(ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget,
@@ -375,8 +375,8 @@ def cmd_ledger(args) -> None:
 def _print_forecast(dataset: str, args) -> dict:
     """`dpsynth ledger --forecast N --profile P`: N more releases of P, each at its planned (largest) cost."""
     from dpsynth.models.errors import ConfigError
-    from dpsynth.models.privacy.lifetime import planned_release_cost
     from dpsynth.models.profiles import load_named
+    from dpsynth.tasks.decision import planned_release_cost
     from dpsynth.tasks.ledger import forecast
 
     if args.profile is None or args.forecast < 1:

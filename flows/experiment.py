@@ -55,7 +55,8 @@ def plan(profile: Profile) -> dict:
             "generators": {s.name: profile.generator_of(s) for s in profile.settings},
             "last_iterations": {name: p.last for name, p in plans.items()},
             "discriminators": [s.discriminators for s in profile.settings],
-            "pretrain_iterations": profile.gan.pretrain_iterations}
+            # Work before training, in each generator's own units (GS-WGAN: pretraining iterations per critic).
+            "prepare_units": {s.name: generator_for(profile, s).prepare_units(profile) for s in profile.settings}}
 
 
 def _one_thread_per_worker() -> None:

@@ -24,14 +24,16 @@ from prefect import flow, get_run_logger
 from dpsynth.flows import stages
 from dpsynth.flows.pipeline import log_training, prepare, publish_report, setting_chain
 from dpsynth.models.checkpoint_files import load_verified
+from dpsynth.models.config import Profile, Setting
 from dpsynth.models.errors import ReleaseNotApprovedError
-from dpsynth.models.privacy.lifetime import planned_release_cost, release_cost
+from dpsynth.models.privacy.release_choice import ReleaseDecision
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.tasks import ledger as ledger_mod
 from dpsynth.tasks import tracking
 from dpsynth.tasks.bundle import record_model_uri
 from dpsynth.tasks.context import (
     REAL_TABLE_TRIAL,
+    RunContext,
     close_run,
     finished_summary,
     is_demo_table,
@@ -40,7 +42,7 @@ from dpsynth.tasks.context import (
     read_run_record,
     remember,
 )
-from dpsynth.tasks.decision import decide, planned_cost
+from dpsynth.tasks.decision import decide, planned_cost, planned_release_cost, release_cost_of
 from dpsynth.tasks.ledger import (
     check_lifetime,
     check_new_input,
@@ -51,7 +53,7 @@ from dpsynth.tasks.marginals import released_parameters
 from dpsynth.tasks.public_release import PublicRelease, build_public_release
 from dpsynth.tasks.registry import release_description, release_registered, release_tags
 from dpsynth.tasks.split import SplitMissesTargetLevel
-from dpsynth.tasks.stage import read_json, write_json
+from dpsynth.tasks.stage import StageResult, read_json, write_json
 from dpsynth.tasks.training import sample_generator_file
 
 
@@ -118,15 +120,16 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         tracking.log_metric_series(run_id, "selection.test_auc", list(zip(results["iteration"], results["test_auc"])))
         tracking.log_artifact(run_id, chain["results"], "internal")
 
-        decision = decide(results, ledger, prof, setting, release=True, schema=ctx.schema,
-                          encoded_path=paths["encoded"], split_path=paths["split"],
-                          secret=load_secret(ctx.run_dir)).release
+        choice = decide(results, ledger, prof, setting, release=True, schema=ctx.schema,
+                        encoded_path=paths["encoded"], split_path=paths["split"], secret=load_secret(ctx.run_dir))
+        assert choice is not None and choice.release is not None  # a release always takes the DP decision
+        decision = choice.release
         write_json(decision.__dict__, ctx.run_dir / "decision.json")
         if not trial:
             # Entered before anything about the decision shows: a refusal costs what a release does, and a
             # release past the table's lifetime budget is refused whatever the decision was.
             ledger_mod.enter(ctx.schema.name, ctx.run_id,
-                             release_cost(prof, setting, ledger[-1]["iteration"], decision.epsilon),
+                             release_cost_of(prof, setting, ledger[-1]["iteration"], decision.epsilon),
                              prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused",
                              input_sha256=ctx.data_hash, profile=prof.name)
             entered = decision.approved
@@ -144,11 +147,12 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
                 f"{prof.evaluation.min_release_auc} (AUC on real validation rows, with noise); {outcome} "
                 f"{decision.epsilon:.4g}.")
         chosen = results[results["iteration"] == decision.iteration].iloc[0]
+        auc = float(chosen["test_auc"])
         real_auc = float(pd.read_parquet(real["results"])["test_auc"].iloc[0])
         results_path = ctx.run_dir / "results.parquet"
         pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)
         chosen_map = {setting.name: {"iteration": decision.iteration, "epsilon": decision.epsilon,
-                                     "test_auc": float(chosen["test_auc"])}}
+                                     "test_auc": auc}}
         # Everything the release publishes about itself, built and guarded once: the notes, the bundle and
         # the registry render it (a trial renders its notes only).
         record = public_record(ctx, prof, setting, chain, ledger, decision)
@@ -170,13 +174,13 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
             "epsilon_training": decision.epsilon_training,
             "epsilon_choice": decision.epsilon_choice,
             "delta": prof.privacy.delta,
-            "auc": float(chosen["test_auc"]),
+            "auc": auc,
             "real_auc": real_auc,
             "report": str(report["report"]),
             **published,
             "mlflow_run_id": run_id,
         }
-        tracking.log_metrics(run_id, {"release.auc": summary["auc"], "real.auc": real_auc})
+        tracking.log_metrics(run_id, {"release.auc": auc, "real.auc": real_auc})
         if not trial:
             ledger_mod.mark_published(ctx.run_id, f"{ctx.model_name}/{published['model_version']}")
         summary = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in summary.items()}
@@ -205,7 +209,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         raise
 
 
-def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> Path:
+def released_generator_file(ctx: RunContext, chain: dict, ledger: list[dict], decision: ReleaseDecision) -> Path:
     """The chosen checkpoint's generator, stamped with the whole release's epsilon (the checkpoint file
     records training's epsilon at that iteration only), in the run folder's release/ folder."""
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
@@ -223,7 +227,8 @@ def released_generator_file(ctx, chain: dict, ledger: list[dict], decision) -> P
     return target
 
 
-def public_record(ctx, prof, setting, chain: dict, ledger: list[dict], decision) -> PublicRelease:
+def public_record(ctx: RunContext, prof: Profile, setting: Setting, chain: dict, ledger: list[dict],
+                  decision: ReleaseDecision) -> PublicRelease:
     """The release's public record, from the DP decision, the profile and the chosen checkpoint's file
     (the measured marginals' public numbers: the released generator carries the same)."""
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
@@ -232,8 +237,8 @@ def public_record(ctx, prof, setting, chain: dict, ledger: list[dict], decision)
                                 setting=setting, decision=decision, ledger=ledger, measured=measured)
 
 
-def publish_release(ctx, record: PublicRelease, run_id: str, chain: dict, ledger: list[dict], decision,
-                    report) -> dict:
+def publish_release(ctx: RunContext, record: PublicRelease, run_id: str, chain: dict, ledger: list[dict],
+                    decision: ReleaseDecision, report: StageResult) -> dict:
     """Register the chosen generator (refused over budget) and write the published bundle, both rendered
     from the release's public record."""
     generator_file = released_generator_file(ctx, chain, ledger, decision)

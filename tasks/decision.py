@@ -24,13 +24,16 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.generators import generator_for
 from dpsynth.models.generators.base import TrainingPlan
+from dpsynth.models.privacy.budget import check_release_budget, fits
+from dpsynth.models.privacy.lifetime import ReleaseCost, release_cost
 from dpsynth.models.privacy.release_choice import (
     ReleaseDecision,
-    check_release_budget,
     decide_release,
     decision_epsilon,
+    whole_release_epsilon,
 )
 from dpsynth.models.privacy.secret import PrivacySecret
+from dpsynth.models.privacy.statement import PrivacyStatement, privacy_statement
 
 
 def refuse_uncovered(profile: Profile, setting: Setting) -> None:
@@ -53,12 +56,33 @@ def planned_cost(profile: Profile, setting: Setting, release: bool,
         refuse_uncovered(profile, setting)
     plan = generator.plan(profile, setting)
     budget = profile.budget_for(setting)
-    if release and not setting.private and budget is not None:
+    if release and not setting.private and not fits(math.inf, budget):
         raise BudgetExceededError(f"Setting {setting.name!r} is not private (epsilon = infinity), above the "
                                   f"budget {budget}; a release under a budget must train a private setting.")
     if release and setting.private:
         check_release_budget(plan.epsilon, decision_epsilon(profile), profile.protocol == "honest", budget)
     return plan
+
+
+def release_cost_of(profile: Profile, setting: Setting, trained_iterations: int, epsilon: float) -> ReleaseCost:
+    """What a release of `setting` trained to `trained_iterations` and published at whole-release `epsilon`
+    enters in the table's lifetime ledger: its generator's replace-one training curve where it has one."""
+    curve = (generator_for(profile, setting).training_curve(profile, setting, int(trained_iterations))
+             if setting.private else None)
+    return release_cost(profile, setting, epsilon, curve)
+
+
+def planned_release_cost(profile: Profile, setting: Setting) -> ReleaseCost:
+    """The most a release of `setting` can cost: training to the last checkpoint its budget allows, and the
+    DP choice (what the lifetime budget checks before any work)."""
+    plan = generator_for(profile, setting).plan(profile, setting)
+    return release_cost_of(profile, setting, plan.last, whole_release_epsilon(profile, plan.epsilon))
+
+
+def statement_for(profile: Profile, setting: Setting, *, release: bool) -> PrivacyStatement:
+    """The one statement of what epsilon covers, from the facts of the generator that trains `setting`."""
+    facts = generator_for(profile, setting).privacy_facts(profile, setting)
+    return privacy_statement(profile, setting, facts, release=release)
 
 
 @dataclass(frozen=True)

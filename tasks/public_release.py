@@ -21,7 +21,8 @@ from pathlib import Path
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.privacy.release_choice import ReleaseDecision
-from dpsynth.models.privacy.statement import PrivacyStatement, privacy_statement
+from dpsynth.models.privacy.statement import PrivacyStatement
+from dpsynth.tasks.decision import statement_for
 
 # Key names that would carry real-data facts or internal model parts into what is published.
 FORBIDDEN_KEY = re.compile(r"auc|accuracy|real|critic|discriminator_loss|wasserstein|loss|imputation|"
@@ -70,7 +71,7 @@ class PublicRelease:
     rows: int                   # synthetic rows published (the profile's release_rows: a public number)
     code_version: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         guard(self)
 
     @property
@@ -79,7 +80,7 @@ class PublicRelease:
         return self.checkpoints[-1].iteration
 
 
-def _forbidden_keys(obj, where: str = "") -> list[str]:
+def _forbidden_keys(obj: object, where: str = "") -> list[str]:
     found = []
     if isinstance(obj, dict):
         for key, value in obj.items():
@@ -152,7 +153,7 @@ def build_public_release(*, release_id: str, model_name: str, schema: DatasetSch
         choice_epsilon=profile.privacy.choice_epsilon,
         approval_epsilon=(profile.privacy.approval_epsilon if profile.evaluation.min_release_auc is not None
                           else None),
-        privacy=copy.deepcopy(summary), statement=privacy_statement(profile, setting, release=True),
+        privacy=copy.deepcopy(summary), statement=statement_for(profile, setting, release=True),
         rows=int(profile.release_rows), code_version=code_version())
 
 

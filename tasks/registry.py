@@ -11,7 +11,7 @@ the dataset schema (public bounds and levels) and the code that samples it (`dps
 `code_paths`). It is an MLflow pyfunc model (`dpsynth.models.pyfunc.SyntheticTableModel`), so anyone with the
 registry samples it with `mlflow.pyfunc.load_model("models:/NAME@champion")`, without dpsynth.
 
-Budget rule (`check_budget`): a release whose epsilon exceeds the budget is refused before anything is
+Budget rule (models/privacy/budget.py `check_registration`, the last guard): a release whose epsilon exceeds the budget is refused before anything is
 written, so the previous `champion` stays. Infinity (a non-private generator) exceeds every finite
 budget; with `epsilon_budget=None`, which the caller must pass explicitly, there is no budget and any
 epsilon, including infinity, is registered (its tags then say `private=false`, `epsilon=inf`). An
@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
@@ -37,15 +38,18 @@ import mlflow.pyfunc
 import pandas as pd
 import torch
 import yaml
+from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.models import Model, infer_signature
+from mlflow.pyfunc import PyFuncModel
 from mlflow.tracking import MlflowClient
 
 import dpsynth
 from dpsynth import models
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.errors import BudgetExceededError, ConfigError, MissingInputError
+from dpsynth.models.errors import ConfigError, MissingInputError
+from dpsynth.models.privacy.budget import check_registration
 from dpsynth.models.pyfunc import (
     GENERATOR_ARTIFACT,
     SCHEMA_ARTIFACT,
@@ -73,23 +77,6 @@ _OPENED_STORES: set[str] = set()   # registry stores this process has opened (cr
 # (GS-WGAN: K, sigma, C, batch_size, discriminator_draw; DP-CGAN: q, sigma, C; DP-auto-GAN: q1, ...).
 RELEASE_TAG_KEYS = ("release_id", "generator", "epsilon", "delta", "accountant", "T", "schema_version", "code_version")
 SAMPLE_SUFFIXES = PARQUET_SUFFIXES + (".csv",)
-
-
-# ------------------------------------------------------------------------------------------ budget
-
-def check_budget(epsilon: float, epsilon_budget: float | None) -> None:
-    """Raise `BudgetExceededError` unless a release of `epsilon` is allowed under `epsilon_budget`."""
-    if epsilon is None or (isinstance(epsilon, float) and math.isnan(epsilon)):
-        raise BudgetExceededError("The release's epsilon is unknown (not a number): nothing is registered.")
-    if epsilon_budget is None:
-        return
-    if epsilon > epsilon_budget:
-        what = ("a non-private generator (epsilon = infinity)" if math.isinf(epsilon)
-                else f"epsilon {epsilon:.4g}")
-        raise BudgetExceededError(
-            f"Refusing to register {what}: it exceeds the privacy budget of {epsilon_budget:g}. Nothing was "
-            "registered and the current champion is unchanged. Release an earlier checkpoint, or raise "
-            "'privacy.epsilon_budget' in the profile if that budget was set too low.")
 
 
 # ---------------------------------------------------------------------------------------------- tags
@@ -167,7 +154,7 @@ def _published_experiment(client: MlflowClient) -> str:
 
 
 @contextlib.contextmanager
-def registry_as_default():
+def registry_as_default() -> Iterator[None]:
     """MLflow's process-wide URIs on the registry store for the block (so `models:/NAME@champion` loads
     from it), then back as they were. MLflow writes them into os.environ too, where the internal store's
     URI is read: leaving them would send internal runs to the registry."""
@@ -190,13 +177,13 @@ def registry_as_default():
                 os.environ[key] = value
 
 
-def load_released_model(model_uri: str):
+def load_released_model(model_uri: str) -> PyFuncModel:
     """The registered pyfunc model at `model_uri` (e.g. models:/cardio-gswgan@champion), from the registry."""
     with registry_as_default():
         return mlflow.pyfunc.load_model(model_uri)
 
 
-def find_release_version(client: MlflowClient, model_name: str, release_id: str):
+def find_release_version(client: MlflowClient, model_name: str, release_id: str) -> ModelVersion | None:
     """The registered version of `model_name` tagged with `release_id`, or None."""
     quoted = model_name.replace("'", "\\'")
     versions = client.search_model_versions(f"name = '{quoted}'")
@@ -245,7 +232,7 @@ def _scrub_artifact_uris(model_dir: Path) -> None:
 
 
 def log_release_model(client: MlflowClient, experiment_id: str, generator_file: Path, schema_path: Path,
-                      metadata: dict | None = None):
+                      metadata: dict | None = None) -> str:
     """Log the pyfunc model (generator + schema + `dpsynth.models` code, nothing else) as a logged model in the
     registry store, with no source run, and return its `models:/<model id>` URI.
 
@@ -309,7 +296,7 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
     recorded_eps = recorded.get("epsilon")
     if recorded_eps is not None and not math.isnan(float(recorded_eps)):
         epsilon = max(float(epsilon), float(recorded_eps))
-    check_budget(float(epsilon), epsilon_budget)
+    check_registration(float(epsilon), epsilon_budget)
 
     client = registry_client()
     experiment_id = _published_experiment(client)   # takes the store's lock itself: not under it below

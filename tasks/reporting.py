@@ -15,7 +15,7 @@ from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.membership import membership_report
 from dpsynth.models.generators import generator_for
-from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.report import build_internal_report, build_release_notes, write_public_release_notes
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 from dpsynth.tasks.training import sample_generator_file
@@ -160,7 +160,7 @@ def report_stage(run_dir: Path, schema_path: Path, schema: DatasetSchema, paths:
         report = build_internal_report(directory / "report.html", title=title, schema=schema,
                                        results=results, chosen=chosen, real_frame=real_frame,
                                        synthetic_frames=synthetic, ledger_level_shares=ledgers, privacy=privacy,
-                                       statement=privacy_statement(profile, shown, release=release),
+                                       statement=statement_for(profile, shown, release=release),
                                        imputation_counts=imputation,
                                        thesis_reference=thesis_reference(schema_path, schema.name),
                                        membership=membership, comparison=comparison,
@@ -188,7 +188,7 @@ def report_stage(run_dir: Path, schema_path: Path, schema: DatasetSchema, paths:
                                             schema=schema, synthetic_frame=frame,
                                             privacy=privacy_summary(profile, [setting], schema),
                                             chosen={name: chosen[name]}, ledger=ledgers[name],
-                                            statement=privacy_statement(profile, setting, release=release))
+                                            statement=statement_for(profile, setting, release=release))
             outputs[f"notes_{name}"] = notes
         return outputs, {"settings": sorted(synthetic)}
 

@@ -19,8 +19,8 @@ from cronsim import CronSim
 
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import BudgetExceededError, ConfigError
-from dpsynth.models.privacy.lifetime import planned_release_cost
 from dpsynth.models.profiles import load_named
+from dpsynth.tasks.decision import planned_release_cost
 from dpsynth.tasks.ledger import forecast, require_lifetime_budget
 
 HORIZON = 12

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dpsynth.models.config import load_profile
-from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.decision import statement_for
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 README = ROOT / "README.md"
@@ -48,7 +48,7 @@ def _one_line(text: str) -> str:
 
 def _default_release_statement():
     profile = load_profile("default", CARDIO_SCHEMA)
-    return privacy_statement(profile, profile.release_target(), release=True)
+    return statement_for(profile, profile.release_target(), release=True)
 
 
 def _uncovered_head(item: str) -> str:

@@ -21,6 +21,8 @@ import math
 
 import pandas as pd
 
+from dpsynth.models.privacy.budget import fits
+
 
 def selection_metric(protocol: str) -> str:
     """The AUC a checkpoint is chosen by: on real validation rows under the honest protocol (the test
@@ -36,7 +38,7 @@ def choose_checkpoint(results: pd.DataFrame, metric: str, tolerance: float,
     "real_val_share_gap"."""
     rows = results.dropna(subset=[metric])
     if epsilon_budget is not None:
-        rows = rows[rows["epsilon"] <= epsilon_budget]
+        rows = rows[rows["epsilon"].map(lambda e: fits(float(e), epsilon_budget))]
     if rows.empty:
         return None
     shares = [c for c in rows.columns if c.startswith("share:")]

@@ -3,9 +3,10 @@ and the pyfunc model need from a DP generator, so that none of them names one.
 
 A generator type (the adapter of one package beside this one, registered in models/generators/registry.py):
 
-* `plan(profile, setting)`: the checkpoints it will train and the training epsilon at each, under
-  replace-one adjacency at the profile's delta, stopped at the last checkpoint within the setting's
-  budget, before any data is read (the command line's preflight and the lifetime ledger use it);
+* `schedule(profile, setting)`: every checkpoint its section asks for and the training epsilon at each,
+  under replace-one adjacency at the profile's delta, with no budget applied; `plan` (not overridden)
+  cuts it at the setting's budget in models/privacy/budget.py, the one place an epsilon meets a budget,
+  before any data is read (the command line's preflight and the lifetime ledger use it);
 * `donor_groups`: which training rows may impute each other's gaps (honest protocol): rows whose
   influence on each other the mechanism already covers, or none (each row's gaps filled from the
   public bounds alone);
@@ -22,7 +23,7 @@ A generator type (the adapter of one package beside this one, registered in mode
 * `training_curve`: the per-row RDP curve the lifetime ledger may compose with other releases' curves,
   only where it is a replace-one curve (else None: the ledger adds that release's epsilon).
 
-Every epsilon of `plan`, `fit`'s ledger and `training_curve` includes the measured marginals where the
+Every epsilon of `schedule`, `fit`'s ledger and `training_curve` includes the measured marginals where the
 profile measures them (models/marginals/release.py): their RDP is added to training's, under the
 generator's own accountant's adjacency, before its one conversion.
 """
@@ -38,7 +39,8 @@ import numpy as np
 
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.privacy.budget import Schedule, TrainingPlan, cut_to_budget
 from dpsynth.models.privacy.secret import PrivacySecret
 
 # Every epsilon a generator reports, records or publishes is under this adjacency (GS-WGAN's accountant
@@ -52,22 +54,6 @@ DPSGD_CONVERSION = ("classic at the add/remove-one delta d with (1 + e^eps) d <=
 DPSGD_ADJACENCY = f"{ADJACENCY} (group privacy of two add/remove-one steps)"
 NO_DONORS = "no row imputes another: a training row's gaps take the middle of their public range"
 
-
-@dataclass(frozen=True)
-class TrainingPlan:
-    """Checkpoint iterations to train (0 first) and training's epsilon at each, within the budget."""
-
-    iterations: tuple[int, ...]
-    epsilons: tuple[float, ...]
-    stopped_by_budget: bool = False
-
-    @property
-    def last(self) -> int:
-        return self.iterations[-1]
-
-    @property
-    def epsilon(self) -> float:
-        return self.epsilons[-1]
 
 
 @dataclass(frozen=True)
@@ -125,7 +111,16 @@ class GeneratorType(ABC):
     prepare_name: str = "prepare"
 
     @abstractmethod
-    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan: ...
+    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
+        """Every checkpoint the section asks for and training's replace-one epsilon at each (measured
+        marginals included), with no budget applied: models/privacy/budget.py cuts it."""
+
+    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan:
+        """The schedule cut at the setting's budget, after the generator's own checks. A non-private setting
+        (epsilon infinity: an experiment's baseline) trains its whole schedule; a release refuses it."""
+        self.check(profile, setting)
+        budget = profile.budget_for(setting) if setting.private else None
+        return cut_to_budget(self.schedule(profile, setting), budget, setting.name)
 
     @abstractmethod
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
@@ -213,21 +208,6 @@ def target_prior_entry(prior: float, schema: DatasetSchema | None) -> SummaryEnt
     return SummaryEntry("target column", f"set by design, not learned: each synthetic row's target is {level} "
                                          f"with probability {prior:g} (a public prior)")
 
-
-def within_budget(setting: Setting, iterations: list[int], epsilons: list[float], budget: float | None,
-                  first_trained: int, hint: str) -> TrainingPlan:
-    """The plan up to the last checkpoint within `budget`; an error when not even `first_trained`
-    (the first checkpoint with a trained generator) fits."""
-    if budget is None:
-        return TrainingPlan(tuple(iterations), tuple(epsilons))
-    allowed = [i for i, e in enumerate(epsilons) if e <= budget]
-    kept = allowed[-1] + 1 if allowed else 0
-    if kept == 0 or iterations[kept - 1] < first_trained:
-        first = next(i for i, t in enumerate(iterations) if t >= first_trained)
-        raise BudgetExceededError(
-            f"Setting {setting.name!r}: even the first trained checkpoint (iteration {iterations[first]}) costs "
-            f"epsilon {epsilons[first]:.2f}, above the budget {budget:g}. Raise the budget, or {hint}.")
-    return TrainingPlan(tuple(iterations[:kept]), tuple(epsilons[:kept]), kept < len(iterations))
 
 
 def require_private(generator: GeneratorType, setting: Setting) -> None:

@@ -110,27 +110,13 @@ def lifetime_cost(costs: list[ReleaseCost]) -> LifetimeCost:
     return LifetimeCost(min(basic, composed), delta, basic, len(costs))
 
 
-def release_cost(profile: Profile, setting: Setting, trained_iterations: int, epsilon: float) -> ReleaseCost:
-    """The cost of a release of `setting` trained to `trained_iterations`, whose whole-release epsilon
-    (training with the DP choice, models/privacy/release_choice.py) is `epsilon`."""
-    from dpsynth.models.generators import generator_for
+def release_cost(profile: Profile, setting: Setting, epsilon: float, curve: TrainingCurve | None) -> ReleaseCost:
+    """The cost of a release of `setting` whose whole-release epsilon (training with the DP choice,
+    models/privacy/release_choice.py) is `epsilon`; `curve`: its generator's replace-one training curve
+    to the trained checkpoint, or None where the generator has none (the release then adds its epsilon)."""
     from dpsynth.models.privacy.release_choice import decision_epsilon
 
     privacy = profile.privacy
-    spent = decision_epsilon(profile)
     if not setting.private:
         return ReleaseCost(math.inf, privacy.delta)
-    # Only a replace-one curve may be added to other releases' (GS-WGAN's); a generator without one
-    # adds its published epsilon.
-    curve = generator_for(profile, setting).training_curve(profile, setting, int(trained_iterations))
-    return ReleaseCost(float(epsilon), privacy.delta, curve, spent, profile.protocol == "honest")
-
-
-def planned_release_cost(profile: Profile, setting: Setting) -> ReleaseCost:
-    """The most a release of `setting` can cost: training to the last checkpoint its budget allows, and
-    the DP choice (what the budget checks before any work)."""
-    from dpsynth.models.generators import generator_for
-    from dpsynth.models.privacy.release_choice import whole_release_epsilon
-
-    plan = generator_for(profile, setting).plan(profile, setting)
-    return release_cost(profile, setting, plan.last, whole_release_epsilon(profile, plan.epsilon))
+    return ReleaseCost(float(epsilon), privacy.delta, curve, decision_epsilon(profile), profile.protocol == "honest")

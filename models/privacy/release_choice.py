@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from dpsynth.models.errors import BudgetExceededError
 from dpsynth.models.privacy.secret import PrivacySecret
 
 if TYPE_CHECKING:
@@ -93,16 +92,6 @@ def whole_release_epsilon(profile: Profile, training_epsilon: float) -> float:
     return release_epsilon(training_epsilon, decision_epsilon(profile), profile.protocol == "honest")[0]
 
 
-def check_release_budget(epsilon_training_last: float, epsilon_choice: float, disjoint: bool,
-                         budget: float | None) -> float:
-    """The planned release epsilon; raises `BudgetExceededError` when it is above the budget."""
-    total, _ = release_epsilon(epsilon_training_last, epsilon_choice, disjoint)
-    if budget is not None and total > budget:
-        raise BudgetExceededError(
-            f"The release would cost epsilon {total:.4g} (training {epsilon_training_last:.4g}, DP choice "
-            f"{epsilon_choice:.4g}), above the budget {budget:g}. Lower privacy.choice_epsilon or "
-            "privacy.approval_epsilon, or raise the budget.")
-    return total
 
 
 def choice_sensitivity(rows: int, share_gap_weight: float) -> float:

@@ -9,8 +9,12 @@ the shipped release profiles, beyond those any synthetic-data release shares).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dpsynth.models.config import Profile, Setting
+
+if TYPE_CHECKING:  # the facts come from the caller: privacy/ never looks a generator up
+    from dpsynth.models.generators.base import PrivacyFacts
 
 HEADING = "What epsilon covers, and what it does not"
 
@@ -31,14 +35,13 @@ class PrivacyStatement:
         return "\n".join(lines + ["", self.internal_only])
 
 
-def privacy_statement(profile: Profile, setting: Setting, *, release: bool) -> PrivacyStatement:
-    """The statement for `setting` trained under `profile`; `release`: a release (DP choice of the
-    checkpoint and of publishing) rather than the experiment's internal study."""
-    from dpsynth.models.generators import generator_for
+def privacy_statement(profile: Profile, setting: Setting, facts: PrivacyFacts, *, release: bool) -> PrivacyStatement:
+    """The statement for `setting` trained under `profile` by the mechanism `facts` describes (its generator's
+    `privacy_facts`); `release`: a release (DP choice of the checkpoint and of publishing) rather than the
+    experiment's internal study."""
     from dpsynth.models.marginals.release import mechanism_prose
 
     protocol = profile.protocol
-    facts = generator_for(profile, setting).privacy_facts(profile, setting)
     missing: list[str] = []
     if not setting.private:
         covers = ("Nothing: this generator was trained without clipping or noise (a non-private baseline, "

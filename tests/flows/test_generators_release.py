@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 from dpsynth.flows.cli import main
 from dpsynth.models.config import load_profile
 from dpsynth.models.generators import get
-from dpsynth.models.privacy.statement import privacy_statement
 from dpsynth.tasks.bundle import bundle_contains_no_real_rows
+from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.registry import load_released_model, registry_client
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _assert_published_is_dp_covered, _last_json, _published_texts
@@ -66,7 +66,7 @@ def test_release_with_another_generator(isolated_workdir, demo_csv, demo_frame, 
     assert champion.tags["generator"] == generator and float(champion.tags["epsilon"]) == summary["epsilon"]
     assert champion.tags["iteration"] == str(summary["iteration"])
     assert "K" not in champion.tags and "discriminator_draw" not in champion.tags
-    statement = privacy_statement(profile, setting, release=True)
+    statement = statement_for(profile, setting, release=True)
     assert get(generator).label in statement.covers and statement.covers in champion.description
     release = json.loads((out / "bundle" / "release.json").read_text())
     facts = get(generator).privacy_facts(profile, setting)

@@ -26,8 +26,8 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, kernels_in_use
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.models.privacy.secret import store
-from dpsynth.models.privacy.statement import privacy_statement
 from dpsynth.tasks.bundle import bundle_contains_no_real_rows
+from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.ledger import entries as ledger_entries
 from dpsynth.tasks.registry import load_released_model, registry_as_default, registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
@@ -191,7 +191,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert len(rows) == 50 and list(rows.columns) == DatasetSchema.from_yaml(CARDIO_SCHEMA).column_names
 
     assert float(champion.tags["epsilon"]) == summary["epsilon"] and champion.tags["T"] == str(ledger[-1]["iteration"])
-    statement = privacy_statement(profile, profile.release_target(), release=True)
+    statement = statement_for(profile, profile.release_target(), release=True)
     assert statement.covers in champion.description
 
     bundle = out / "bundle"

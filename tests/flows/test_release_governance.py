@@ -10,9 +10,9 @@ import yaml
 
 from dpsynth.flows.cli import main
 from dpsynth.models.config import load_profile
-from dpsynth.models.privacy.lifetime import planned_release_cost
 from dpsynth.models.privacy.secret import PrivacySecret
 from dpsynth.tasks import ledger
+from dpsynth.tasks.decision import planned_release_cost
 from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
 
 

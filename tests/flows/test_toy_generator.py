@@ -75,7 +75,7 @@ TOY_PACKAGE = {
         from dpsynth.models.data.binning import cell_codes, cell_count, cell_values
         from dpsynth.models.data.encoding import TableEncoder
         from dpsynth.models.generators.base import (ADJACENCY, NO_DONORS, FitResult, GeneratorType, PrivacyFacts,
-                                                    require_private, within_budget)
+                                                    Schedule, require_private)
         from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
         from dpsynth.models.privacy.accountant import epsilon_for
 
@@ -99,12 +99,11 @@ TOY_PACKAGE = {
             def check(self, profile, setting, schema=None):
                 require_private(self, setting)
 
-            def plan(self, profile, setting):
-                self.check(profile, setting)
+            def schedule(self, profile, setting):
                 measured = marginals_rho(profile, REPLACE_ONE)
-                epsilons = [replace_one_epsilon(profile, measured),
-                            replace_one_epsilon(profile, measured + profile.toy.rho)]
-                return within_budget(setting, [0, 1], epsilons, profile.budget_for(setting), 1, "lower toy.rho")
+                epsilons = (replace_one_epsilon(profile, measured),
+                            replace_one_epsilon(profile, measured + profile.toy.rho))
+                return Schedule((0, 1), epsilons, 1, "lower toy.rho")
 
             def checkpoint_interval(self, profile):
                 return 1

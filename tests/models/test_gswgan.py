@@ -27,11 +27,11 @@ from dpsynth.models.generators.gswgan.trainer import (
     _cpu_has_native_bfloat16,
     _sample_local_rows,
     build_pretrain_chunk,
+    checkpoint_epsilons,
     chunk_generator,
     critic_chunks,
     load_generator,
     make_partition,
-    planned_iterations,
     pretrain_critics,
     pretrain_draws,
     pretrain_matmul_dtype,
@@ -40,6 +40,7 @@ from dpsynth.models.generators.gswgan.trainer import (
 )
 from dpsynth.models.generators.networks import CriticStack, Generator
 from dpsynth.models.native import kernels as native_kernels
+from dpsynth.models.privacy.budget import Schedule, cut_to_budget
 from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
 
@@ -311,8 +312,8 @@ def test_baseline_setting_adds_no_noise_and_costs_infinite_epsilon(tmp_path):
     assert raw.norm(dim=1).max() > 0
     # the RNG is not used for noise: the next draw equals the copy's next draw
     assert torch.equal(torch.rand(3, generator=trainer.rng), torch.rand(3, generator=rng_copy))
-    last, eps = planned_iterations(GAN, PRIVACY, setting)
-    assert last == GAN.iterations and all(math.isinf(e) for e in eps)
+    steps, eps = checkpoint_epsilons(GAN, PRIVACY, setting)
+    assert steps[-1] == GAN.iterations and all(math.isinf(e) for e in eps)
     result = trainer.run(8)
     assert all(math.isinf(c["epsilon"]) for c in result.checkpoints)
     assert trainer.accountant.iterations == 0
@@ -415,6 +416,16 @@ def test_finished_run_is_not_trained_again(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ budget
+
+def planned_iterations(gan, privacy, setting):
+    """The last iteration and the epsilons of GS-WGAN's schedule cut at `privacy.epsilon_budget` (the one
+    cut, models/privacy/budget.py)."""
+    steps, eps = checkpoint_epsilons(gan, privacy, setting)
+    budget = privacy.epsilon_budget if setting.private else None
+    plan = cut_to_budget(Schedule(tuple(steps), tuple(eps), gan.checkpoint_every, "lower the cost"), budget,
+                         setting.name)
+    return plan.last, list(plan.epsilons)
+
 
 def test_planned_iterations_stops_at_last_checkpoint_under_budget():
     gan = GanConfig(iterations=5000, checkpoint_every=1000)

@@ -11,9 +11,8 @@ from dpsynth.models.privacy.lifetime import (
     ReleaseCost,
     TrainingCurve,
     lifetime_cost,
-    planned_release_cost,
-    release_cost,
 )
+from dpsynth.tasks.decision import planned_release_cost, release_cost_of
 from tests.conftest import CARDIO_SCHEMA
 
 K, T, B, SIGMA, DELTA = 1000, 2000, 32, 1.07, 1e-5
@@ -68,5 +67,5 @@ def test_costs_survive_the_ledger_round_trip_and_plans_bound_releases():
     setting = profile.release_target()
     planned = planned_release_cost(profile, setting)
     assert planned.epsilon <= profile.privacy.epsilon_budget and planned.training.discriminators == 1000
-    shorter = release_cost(profile, setting, 1000, epsilon_for(1000, 1000, 32, 1.07, 1e-5))
+    shorter = release_cost_of(profile, setting, 1000, epsilon_for(1000, 1000, 32, 1.07, 1e-5))
     assert lifetime_cost([shorter]).epsilon < lifetime_cost([planned]).epsilon

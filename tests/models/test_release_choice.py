@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from dpsynth.models.errors import BudgetExceededError
+from dpsynth.models.privacy.budget import check_release_budget
 from dpsynth.models.privacy.release_choice import (
     ValidationFacts,
-    check_release_budget,
     choice_epsilon,
     choice_scores,
     decide_release,

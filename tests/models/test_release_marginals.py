@@ -20,8 +20,8 @@ from dpsynth.models.generators import get
 from dpsynth.models.marginals.measure import MeasurementPlan
 from dpsynth.models.marginals.release import ADD_REMOVE_ONE, REPLACE_ONE, marginals_rho, measurement_plan
 from dpsynth.models.privacy.accountant import training_rdp
-from dpsynth.models.privacy.lifetime import lifetime_cost, release_cost
-from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.models.privacy.lifetime import lifetime_cost
+from dpsynth.tasks.decision import release_cost_of, statement_for
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 GENERATORS = ("gswgan", "dpcgan", "dpautogan")
@@ -133,7 +133,7 @@ def test_zero_noise_is_refused_and_negligible_noise_costs_next_to_nothing(tmp_pa
 def test_lifetime_curve_of_a_gswgan_release_includes_the_marginals():
     profile, setting = _smoke("gswgan", rho=0.5)
     plan = get("gswgan").plan(profile, setting)
-    cost = release_cost(profile, setting, plan.last, plan.epsilon)
+    cost = release_cost_of(profile, setting, plan.last, plan.epsilon)
     orders, curve = cost.rdp()
     t, choice = cost.training, cost.choice_epsilon
     _, train = training_rdp(t.discriminators, t.iterations, t.batch_size, t.noise_multiplier, t.critic_draw)
@@ -152,7 +152,7 @@ def test_facts_and_statement_name_the_marginals():
         facts = get(generator).privacy_facts(profile, setting)
         assert facts.parameters["marginals_rho"] == 0.05 and facts.parameters["marginals_selections"] == 1
         assert "measured marginals" in facts.accountant
-        assert "the measured marginals" in privacy_statement(profile, setting, release=True).covers
+        assert "the measured marginals" in statement_for(profile, setting, release=True).covers
         off = dataclasses.replace(profile, marginals=dataclasses.replace(profile.marginals, enabled=False))
         assert not any(k.startswith("marginals") for k in get(generator).privacy_facts(off, setting).parameters)
 

@@ -158,13 +158,13 @@ def test_over_budget_release_is_refused_and_champion_stays(release_run, cardio_s
 
 
 def test_budget_rule():
-    from dpsynth.tasks.registry import check_budget
+    from dpsynth.models.privacy.budget import check_registration
 
-    check_budget(10.0, 10.0)
-    check_budget(math.inf, None)  # no budget, passed explicitly: a non-private release is allowed
+    check_registration(10.0, 10.0)
+    check_registration(math.inf, None)  # no budget, passed explicitly: a non-private release is allowed
     for eps, budget in ((10.01, 10.0), (math.inf, 1e9), (math.nan, None)):
         with pytest.raises(BudgetExceededError):
-            check_budget(eps, budget)
+            check_registration(eps, budget)
 
 
 def test_sample_from_registry_writes_parquet_and_csv(release_run, cardio_schema, store):

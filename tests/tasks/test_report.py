@@ -15,7 +15,7 @@ from dpsynth.models.config import load_profile
 from dpsynth.models.data.demo import make_demo_table
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.quality import feature_stats, level_frequencies, quality_summary, subsample
-from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.evaluate import RESULT_COLUMNS
 from dpsynth.tasks.report import (
     INTERNAL_BANNER,
@@ -30,7 +30,7 @@ from dpsynth.tasks.report import (
 
 CARDIO_YAML = Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml"
 _DEFAULT = load_profile("default", CARDIO_YAML)
-STATEMENT = privacy_statement(_DEFAULT, _DEFAULT.release_target(), release=True)
+STATEMENT = statement_for(_DEFAULT, _DEFAULT.release_target(), release=True)
 INF = float("inf")
 NAN = float("nan")
 

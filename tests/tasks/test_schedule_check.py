@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from dpsynth.models.errors import BudgetExceededError
-from dpsynth.models.privacy.lifetime import planned_release_cost
 from dpsynth.models.profiles import load_named
 from dpsynth.tasks import ledger
+from dpsynth.tasks.decision import planned_release_cost
 from dpsynth.tasks.schedule_check import check_deployment_schedule, check_schedule, cron_runs_until
 from tests.conftest import CARDIO_SCHEMA, ROOT
 

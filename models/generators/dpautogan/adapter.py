@@ -22,10 +22,10 @@ from dpsynth.models.generators.base import (
     FitResult,
     GeneratorType,
     PrivacyFacts,
+    Schedule,
     TrainingJob,
     TrainingPlan,
     require_private,
-    within_budget,
 )
 
 # What a reader calls each public parameter (the release notes' labels).
@@ -115,13 +115,11 @@ class DPAutoGAN(GeneratorType):
     def check(self, profile: Profile, setting: Setting, schema=None) -> None:
         require_private(self, setting)
 
-    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan:
-        self.check(profile, setting)
+    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
         steps = checkpoint_steps(profile)
         epsilons = [replace_one_epsilon_at(profile, s) for s in steps]
-        return within_budget(setting, steps, epsilons, profile.budget_for(setting),
-                             profile.dpautogan.autoencoder_steps + 1,
-                             "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps")
+        return Schedule(tuple(steps), tuple(epsilons), profile.dpautogan.autoencoder_steps + 1,
+                        "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps")
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
         from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer

@@ -21,12 +21,12 @@ from dpsynth.models.generators.base import (
     FitResult,
     GeneratorType,
     PrivacyFacts,
+    Schedule,
     SummaryEntry,
     TrainingJob,
     TrainingPlan,
     require_private,
     target_prior_entry,
-    within_budget,
 )
 
 # What a reader calls each public parameter (the release notes' labels).
@@ -55,15 +55,14 @@ class DPCGAN(GeneratorType):
             raise ConfigError(f"DP-CGAN conditions on a binary target; {schema.target!r} is "
                               f"{schema.column(schema.target).kind}.")
 
-    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan:
-        self.check(profile, setting)
+    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
         c = profile.dpcgan
         iterations = list(range(0, c.iterations + 1, c.checkpoint_every))
         if iterations[-1] != c.iterations:
             iterations.append(c.iterations)
         epsilons = [replace_one_epsilon_at(profile, t) for t in iterations]
-        return within_budget(setting, iterations, epsilons, profile.budget_for(setting), 1,
-                             "raise dpcgan.noise_multiplier, or lower dpcgan.sample_rate or dpcgan.checkpoint_every")
+        return Schedule(tuple(iterations), tuple(epsilons), 1,
+                        "raise dpcgan.noise_multiplier, or lower dpcgan.sample_rate or dpcgan.checkpoint_every")
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
         from dpsynth.models.generators.dpcgan.trainer import DPCGANTrainer

@@ -4,7 +4,6 @@ the critics its rows query (models/generators/gswgan/trainer.py), accounted by m
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from dpsynth.models.generators.base import (
     FitResult,
     GeneratorType,
     PrivacyFacts,
+    Schedule,
     SummaryEntry,
     TrainingJob,
     TrainingPlan,
@@ -30,11 +30,6 @@ from dpsynth.models.privacy.accountant import mechanism_name
 LABELS = {"K": "discriminators K", "batch_size": "batch size B", "sigma": "noise multiplier sigma",
           "C": "clipping norm C", "discriminator_draw": "discriminator draw",
           "discriminator_refresh": "discriminator refresh schedule"}
-
-
-def _budgeted(profile: Profile, setting: Setting):
-    """The privacy keys with the setting's own budget (a setting may override the profile's)."""
-    return dataclasses.replace(profile.privacy, epsilon_budget=profile.budget_for(setting))
 
 
 class GSWGAN(GeneratorType):
@@ -61,14 +56,12 @@ class GSWGAN(GeneratorType):
                     "release refuses it. Use critic_refresh: independent, or run it as an experiment.")
         return None
 
-    def plan(self, profile: Profile, setting: Setting) -> TrainingPlan:
-        from dpsynth.models.generators.gswgan.trainer import planned_iterations
+    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
+        from dpsynth.models.generators.gswgan.trainer import checkpoint_epsilons
 
-        self.check(profile, setting)
-        last, eps = planned_iterations(profile.gan, _budgeted(profile, setting), setting,
-                                       marginals_rho(profile, REPLACE_ONE))
-        every = profile.gan.checkpoint_every
-        return TrainingPlan(tuple(range(0, last + 1, every)), tuple(eps), last < profile.gan.iterations)
+        steps, eps = checkpoint_epsilons(profile.gan, profile.privacy, setting, marginals_rho(profile, REPLACE_ONE))
+        return Schedule(tuple(steps), tuple(eps), profile.gan.checkpoint_every,
+                        "use more discriminators, fewer iterations between checkpoints or a larger noise multiplier")
 
     def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int):
         from dpsynth.models.privacy.lifetime import TrainingCurve
@@ -130,7 +123,7 @@ class GSWGAN(GeneratorType):
         state = torch.load(prepared / "critics.pt", map_location=device, weights_only=False)
         critics = CriticStack.from_params([p.to(device) for p in state["params"]], state["batchnorm"])
         trainer = GeneratorTrainer(torch.from_numpy(job.data), np.load(prepared / "partition.npy"), critics,
-                                   prof.gan, _budgeted(prof, setting), setting, encoder.head_groups(), prof.seed,
+                                   prof.gan, prof.privacy, setting, encoder.head_groups(), prof.seed,
                                    job.directory / "checkpoints", device, job.secret,
                                    level_share_fn=encoder.level_shares, condition=self._condition(job),
                                    marginals_rho=marginals_rho(prof, REPLACE_ONE) if setting.private else 0.0)

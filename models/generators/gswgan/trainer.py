@@ -46,7 +46,7 @@ from dpsynth.models.checkpoint_files import (
     write_text_atomic,
 )
 from dpsynth.models.config import PrivacyConfig, Setting
-from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.sanitizer import sanitize_rows
 from dpsynth.models.generators.networks import (
@@ -390,27 +390,16 @@ class TrainingResult:
     metrics: list[dict] = field(default_factory=list)
 
 
-def planned_iterations(gan: GanConfig, privacy: PrivacyConfig, setting: Setting,
-                       extra_rho: float = 0.0) -> tuple[int, list[float]]:
-    """Last iteration to train and the epsilon at each checkpoint up to it, with `extra_rho` (replace-one
-    zCDP of the measured marginals, read from the same rows) composed into every checkpoint's.
-
-    With a budget, training stops at the last checkpoint whose epsilon is within it, never past it.
-    """
+def checkpoint_epsilons(gan: GanConfig, privacy: PrivacyConfig, setting: Setting,
+                        extra_rho: float = 0.0) -> tuple[list[int], list[float]]:
+    """Every checkpoint of the section and training's epsilon at each, with `extra_rho` (replace-one zCDP of
+    the measured marginals, read from the same rows) composed into every checkpoint's; no budget applied
+    (models/privacy/budget.py cuts the schedule). A non-private setting costs infinity throughout."""
     steps = list(range(0, gan.iterations + 1, gan.checkpoint_every))
     if not setting.private:
-        return gan.iterations, [math.inf] * len(steps)
-    eps = epsilons_at(setting.discriminators, steps, gan.batch_size, privacy.noise_multiplier, privacy.delta,
-                      gan.critic_draw, extra_rho)
-    if privacy.epsilon_budget is None:
-        return gan.iterations, eps
-    allowed = [t for t, e in zip(steps, eps) if e <= privacy.epsilon_budget]
-    if len(allowed) <= 1:
-        raise BudgetExceededError(
-            f"Setting {setting.name!r}: even the first checkpoint (iteration {gan.checkpoint_every}) costs "
-            f"epsilon {eps[1]:.2f}, above the budget {privacy.epsilon_budget}. Raise the budget, or use more "
-            "discriminators, fewer iterations between checkpoints or a larger noise multiplier.")
-    return allowed[-1], eps[: len(allowed)]
+        return steps, [math.inf] * len(steps)
+    return steps, epsilons_at(setting.discriminators, steps, gan.batch_size, privacy.noise_multiplier,
+                              privacy.delta, gan.critic_draw, extra_rho)
 
 
 def _first_slots(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
