@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
 from dpsynth.tasks import (
@@ -27,10 +27,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-# Any, not Task[P, R]: most stage functions do not yet declare what they return, and for a function that
-# returns Any, Prefect's Task.__call__ overloads pick the coroutine one (every stage result in
-# flows/pipeline.py would read as a coroutine). Task[P, R] once every stage function is annotated.
-def _task(fn: Callable[P, R], name: str) -> Any:
+# Every stage function declares what it returns: for one returning Any, Prefect's Task.__call__ overloads
+# would pick the coroutine one (its results would read as coroutines).
+def _task(fn: Callable[P, R], name: str) -> Task[P, R]:
     @functools.wraps(fn)
     def owner_only_stage(*args: P.args, **kwargs: P.kwargs) -> R:
         # A task may run in a worker process (process pool, Dask) that never passed through the CLI.

@@ -79,7 +79,7 @@ def release_json(release: PublicRelease) -> dict:
     }
 
 
-def _json_epsilon(value) -> float | None:
+def _json_epsilon(value: float) -> float | None:
     """JSON has no infinity: a non-private checkpoint's epsilon is written as null."""
     value = float(value)
     return None if not math.isfinite(value) else value
@@ -146,13 +146,9 @@ def _read_any_table(path: Path, columns: list[str]) -> pd.DataFrame | None:
     try:
         if path.suffix.lower() in PARQUET_SUFFIXES:
             return pd.read_parquet(path)
-        best = None
-        for sep in _CSV_SEPARATORS:  # the separator under which the most real columns appear
-            frame = pd.read_csv(path, sep=sep)
-            hits = len(set(map(str, frame.columns)) & set(columns))
-            if best is None or hits > best[0]:
-                best = (hits, frame)
-        return best[1]
+        frames = [pd.read_csv(path, sep=sep) for sep in _CSV_SEPARATORS]
+        # The separator under which the most real columns appear (the first of equals).
+        return max(frames, key=lambda frame: len(set(map(str, frame.columns)) & set(columns)))
     except (OSError, ValueError, pd.errors.ParserError, ImportError):
         return None
 

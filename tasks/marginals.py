@@ -25,11 +25,12 @@ from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import invalid_to_missing
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators import generator_for
+from dpsynth.models.generators.base import GeneratorType
 from dpsynth.models.generators.samplers import MARGINALS_KEY, sample_rows
 from dpsynth.models.marginals.measure import NOISE_PURPOSE, measure
 from dpsynth.models.marginals.release import measurement_plan
 from dpsynth.models.privacy.secret import load as load_secret
-from dpsynth.tasks.stage import read_json, run_stage, write_json
+from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
 MEASURED_FILE = "measured.json"
 LEDGER_FILE = "ledger.json"
@@ -44,10 +45,11 @@ def training_values(schema: DatasetSchema, table: pd.DataFrame, rows: np.ndarray
     return values.reset_index(drop=True)
 
 
-def measure_stage(run_dir, schema: DatasetSchema, table_path: Path, gan_rows_path: Path, profile: Profile):
+def measure_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, gan_rows_path: Path,
+                  profile: Profile) -> StageResult:
     """Measure the profile's marginals on the generator's training rows (noisy values only)."""
 
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         plan = measurement_plan(profile, schema)
         values = training_values(schema, pd.read_parquet(table_path), np.load(gan_rows_path))
         measured = measure(values, schema, plan, load_secret(run_dir), NOISE_PURPOSE)
@@ -62,13 +64,13 @@ def measure_stage(run_dir, schema: DatasetSchema, table_path: Path, gan_rows_pat
     return run_stage(run_dir, "marginals", {"table": table_path, "gan_rows": gan_rows_path}, config, work)
 
 
-def attach_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, ledger_path: Path, marginals_path: Path,
-                 profile: Profile, setting: Setting):
+def attach_stage(run_dir: Path, schema: DatasetSchema, checkpoints_dir: Path, ledger_path: Path, marginals_path: Path,
+                 profile: Profile, setting: Setting) -> StageResult:
     """Copies of the setting's checkpoint files carrying the measured marginals, and their ledger."""
     generator = generator_for(profile, setting)
     encoder = TableEncoder(schema)
 
-    def work(directory: Path):
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         recorded = read_json(ledger_path)
         carried = {"measured": read_json(marginals_path), "oversample": profile.marginals.oversample}
         target = directory / "checkpoints"
@@ -82,7 +84,8 @@ def attach_stage(run_dir, schema: DatasetSchema, checkpoints_dir: Path, ledger_p
                      {"oversample": profile.marginals.oversample, "generator": generator.name}, work)
 
 
-def _attached(entry: dict, source: Path, target: Path, carried: dict, generator, encoder: TableEncoder) -> dict:
+def _attached(entry: dict, source: Path, target: Path, carried: dict, generator: GeneratorType,
+              encoder: TableEncoder) -> dict:
     """One checkpoint's copy with the marginals, and its ledger entry (new hash, calibrated level shares)."""
     blob = load_verified(source / entry["generator"], entry.get("sha256"), map_location="cpu", weights_only=False)
     blob[MARGINALS_KEY] = carried

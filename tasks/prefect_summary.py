@@ -19,7 +19,7 @@ from dpsynth.tasks.report import REAL_SETTING, format_number
 PUBLIC_COLUMNS = ("setting", "iteration", "index", "epsilon", "degenerate")
 
 
-def _public_value(value):
+def _public_value(value: object) -> object:
     if isinstance(value, float):
         return None if math.isnan(value) else ("inf" if math.isinf(value) else value)
     if hasattr(value, "item"):   # numpy scalars

@@ -25,7 +25,7 @@ from dpsynth.models.config import Profile
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.tasks.stage import run_stage, write_json
+from dpsynth.tasks.stage import StageResult, run_stage, write_json
 
 
 def gan_rows(split: dict, protocol: str) -> np.ndarray:
@@ -42,8 +42,9 @@ def imputation_scopes(split: dict, protocol: str) -> list[np.ndarray]:
     return [np.sort(split[name]) for name in ("train", "val", "test")]
 
 
-def preprocess_stage(run_dir, schema: DatasetSchema, table_path: Path, split_path: Path, profile: Profile):
-    def work(directory: Path):
+def preprocess_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, split_path: Path,
+                     profile: Profile) -> StageResult:
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         table = pd.read_parquet(table_path)
         split = dict(np.load(split_path))
         numeric, invalid_counts = invalid_to_missing(schema, table.iloc[split["rows"]])

@@ -131,7 +131,7 @@ class Progress:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._open_line:
             self.stream.write("\n")
             self.stream.flush()

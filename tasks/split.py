@@ -16,9 +16,10 @@ import pandas as pd
 from dpsynth.models.config import Profile
 from dpsynth.models.data.encoding import level_codes
 from dpsynth.models.data.preprocessing import row_local_split, row_local_subsample
+from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import InvalidTableError
 from dpsynth.models.privacy.secret import load as load_secret
-from dpsynth.tasks.stage import run_stage
+from dpsynth.tasks.stage import StageResult, run_stage
 
 
 class SplitMissesTargetLevel(InvalidTableError):
@@ -27,7 +28,7 @@ class SplitMissesTargetLevel(InvalidTableError):
     retrying with new secrets would probe the rows for free."""
 
 
-def check_split(schema, target: np.ndarray, parts: dict[str, np.ndarray]) -> None:
+def check_split(schema: DatasetSchema, target: np.ndarray, parts: dict[str, np.ndarray]) -> None:
     """Every split needs every target level: a table too small for that cannot be trained and evaluated."""
     column = schema.column(schema.target)
     codes = level_codes(column, target)
@@ -39,8 +40,8 @@ def check_split(schema, target: np.ndarray, parts: dict[str, np.ndarray]) -> Non
                 f"{schema.target!r} = {', '.join(missing)}. Use a larger table (a few hundred rows at least).")
 
 
-def split_stage(run_dir, schema, table_path: Path, profile: Profile):
-    def work(directory: Path):
+def split_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, profile: Profile) -> StageResult:
+    def work(directory: Path) -> tuple[dict[str, Path], dict]:
         secret = load_secret(run_dir)
         target = pd.read_parquet(table_path, columns=[schema.target])[schema.target].to_numpy()
         n_rows = len(target)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from dpsynth.models.checkpoint_files import sha256_of
 
@@ -38,11 +39,11 @@ def sha256_path(path: Path) -> str:
     return digest.hexdigest()
 
 
-def sha256_json(obj) -> str:
+def sha256_json(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def write_json(obj, path: Path) -> Path:
+def write_json(obj: object, path: Path) -> Path:
     """Write JSON atomically (temporary file, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +53,7 @@ def write_json(obj, path: Path) -> Path:
     return path
 
 
-def _json_default(value):
+def _json_default(value: object) -> object:
     if hasattr(value, "item"):
         return value.item()
     if isinstance(value, Path):
@@ -60,7 +61,7 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def read_json(path: Path):
+def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 

@@ -92,7 +92,8 @@ def prepare_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, encode
                      {"table": table_path, "encoded": encoded_path, "gan_rows": gan_rows_path}, config, work)
 
 
-def _with_level_shares(ledger: list[dict], generator: GeneratorType, checkpoints: Path, encoder: TableEncoder) -> list[dict]:
+def _with_level_shares(ledger: list[dict], generator: GeneratorType, checkpoints: Path,
+                       encoder: TableEncoder) -> list[dict]:
     """Each checkpoint's level shares (synthetic rows only: free), where the generator did not record them."""
     out = []
     for entry in ledger:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import SupportsFloat
 
 import numpy as np
 import pandas as pd
@@ -190,12 +191,12 @@ def continuous_spearman_mad(schema: DatasetSchema, real: pd.DataFrame, synth: pd
     return spearman_mad(real_rho, synth_rho)
 
 
-def _number(value) -> float | None:
+def _number(value: SupportsFloat | None) -> float | None:
     """A JSON-ready number: a Python float, None for NaN or nothing."""
     if value is None:
         return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def _mean_and_worst(tvd: pd.Series) -> tuple[float | None, float | None, str | None]:

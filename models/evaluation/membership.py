@@ -71,7 +71,7 @@ def dcr_member_share(synthetic: np.ndarray, members: np.ndarray, non_members: np
 def nearest_synthetic_attack(synthetic: np.ndarray, members: np.ndarray, non_members: np.ndarray) -> AttackAUC:
     nn = NearestNeighbors(n_neighbors=1).fit(synthetic)
 
-    def score(rows):
+    def score(rows: np.ndarray) -> np.ndarray:
         return -nn.kneighbors(rows)[0][:, 0]   # the closer its nearest synthetic row, the likelier a member
 
     return auc_interval(score(members), score(non_members))
@@ -88,7 +88,7 @@ def density_ratio_attack(synthetic: np.ndarray, reference: np.ndarray, members: 
     syn = KernelDensity(bandwidth=_bandwidth(synthetic)).fit(synthetic)
     ref = KernelDensity(bandwidth=_bandwidth(reference)).fit(reference)
 
-    def score(rows):
+    def score(rows: np.ndarray) -> np.ndarray:
         return syn.score_samples(rows) - ref.score_samples(rows)
 
     return auc_interval(score(members), score(non_members))

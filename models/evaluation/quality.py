@@ -31,7 +31,7 @@ from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 
 from dpsynth.models.data.encoding import TableEncoder, level_codes
-from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.data.schema import Column, DatasetSchema
 
 OUTSIDE_LEVELS = "<other>"
 
@@ -53,8 +53,8 @@ def feature_stats(schema: DatasetSchema, frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=["mean", "std"])
 
 
-def _scaled(col, frame: pd.DataFrame) -> np.ndarray:
-    low, high = col.bounds
+def _scaled(col: Column, frame: pd.DataFrame) -> np.ndarray:
+    low, high = col.continuous_bounds
     values = pd.to_numeric(frame[col.name], errors="coerce").dropna().to_numpy(dtype=np.float64)
     return (values - low) / (high - low)
 
@@ -70,7 +70,7 @@ def wasserstein_by_feature(schema: DatasetSchema, real: pd.DataFrame, synth: pd.
     return pd.Series(out, name="wasserstein", dtype=np.float64)
 
 
-def _shares(col, frame: pd.DataFrame) -> np.ndarray:
+def _shares(col: Column, frame: pd.DataFrame) -> np.ndarray:
     """Shares of the declared levels, then of values outside them (missing values count there too)."""
     codes = level_codes(col, frame[col.name].to_numpy())
     counts = np.bincount(np.where(codes < 0, len(col.levels), codes), minlength=len(col.levels) + 1)

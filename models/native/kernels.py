@@ -325,6 +325,8 @@ def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_
     last step before that update ([K])."""
     lib = _load()
     w1, b1, w2 = params[:3]
+    # the real rows, their row index (None: the rows lie in consecutive blocks), the strides per critic and step
+    real_at: tuple[ctypes.c_void_p, ctypes.c_void_p | None, int, int]
     if isinstance(rows, CriticRows):
         k, steps, b = rows.real_rows.shape
         width = rows.data.shape[1]

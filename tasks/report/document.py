@@ -8,6 +8,7 @@ Markdown (published) or HTML.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -59,9 +60,12 @@ class Image:
         return base64.b64encode(self.png).decode("ascii")
 
 
+Block = Heading | Paragraph | WarningLine | Bullets | Table | Image
+
+
 @dataclass
 class Document:
-    blocks: list = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
 
     def heading(self, level: int, text: str) -> None:
         self.blocks.append(Heading(level, text))
@@ -72,7 +76,7 @@ class Document:
     def warning(self, text: str) -> None:
         self.blocks.append(WarningLine(text))
 
-    def bullets(self, items) -> None:
+    def bullets(self, items: Iterable[str]) -> None:
         self.blocks.append(Bullets(tuple(items)))
 
     def table(self, table: Table) -> None:
@@ -117,7 +121,7 @@ def _environment() -> Environment:
 
 
 def _table_markdown(table: Table) -> str:
-    def cell(text) -> str:
+    def cell(text: object) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
     lines = []

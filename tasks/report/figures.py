@@ -90,7 +90,8 @@ def histogram_figure(schema: DatasetSchema, real: pd.DataFrame | None, synth: pd
     fig = Figure(figsize=(3.0 * max(len(columns), 1), 2.8), layout="constrained")
     for i, col in enumerate(columns):
         ax = fig.add_subplot(1, max(len(columns), 1), i + 1)
-        bins = np.linspace(col.bounds[0], col.bounds[1], 41)
+        low, high = col.continuous_bounds
+        bins = np.linspace(low, high, 41).tolist()
         if real is not None:
             values = pd.to_numeric(real[col.name], errors="coerce").dropna()
             ax.hist(values, bins=bins, density=True, color="gray", alpha=0.5, label="real")

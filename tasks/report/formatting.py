@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import SupportsFloat
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ import pandas as pd
 from dpsynth.tasks.report.document import Table
 
 
-def format_number(value, digits: int = 4) -> str:
+def format_number(value: object, digits: int = 4) -> str:
     """Fixed-point text for a number: '' for missing, 'inf' for infinity, integers as they are."""
     if value is None:
         return ""
@@ -28,21 +29,24 @@ def format_number(value, digits: int = 4) -> str:
     return str(value)
 
 
-def format_general(value) -> str:
+def format_general(value: object) -> str:
     """A finite float in its shortest form (1e-05, 1.07), anything else as `format_number` writes it."""
     if isinstance(value, (float, np.floating)) and math.isfinite(value):
         return f"{float(value):g}"
     return format_number(value)
 
 
-def is_finite(value) -> bool:
+def is_finite(value: SupportsFloat | str | None) -> bool:
+    """Whether `value` reads as a finite number (None, NaN, infinities and other text do not)."""
+    if value is None:
+        return False
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
 
 
-def frame_table(frame: pd.DataFrame, digits: int | dict = 4, index: bool = True, caption: str = "",
+def frame_table(frame: pd.DataFrame, digits: int | dict[str, int] = 4, index: bool = True, caption: str = "",
                 index_name: str = "") -> Table:
     """A DataFrame as a table; `digits` per column when a dict (4 for columns it does not name)."""
     header = ([index_name or (frame.index.name or "")] if index else []) + [str(c) for c in frame.columns]

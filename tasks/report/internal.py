@@ -24,7 +24,7 @@ INTERNAL_BANNER = ("INTERNAL - contains real-data statistics (AUCs measured on r
                    "The publishable document is the release notes.")
 
 
-def build_internal_report(path, *, title: str, schema: DatasetSchema, results: pd.DataFrame,
+def build_internal_report(path: str | Path, *, title: str, schema: DatasetSchema, results: pd.DataFrame,
                           chosen: dict[str, dict], real_frame: pd.DataFrame | None,
                           synthetic_frames: dict[str, pd.DataFrame],
                           ledger_level_shares: dict[str, list[dict]], privacy: dict,

@@ -7,6 +7,8 @@ warns about every one, those at a chosen checkpoint first.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import SupportsInt
 
 import pandas as pd
 
@@ -25,7 +27,7 @@ def flatten_level_shares(level_shares: dict[str, dict[str, float]]) -> dict[str,
             for col, levels in level_shares.items() for level, share in levels.items()}
 
 
-def normalise_chosen(chosen) -> dict[str, dict]:
+def normalise_chosen(chosen: Mapping[str, Mapping[str, object] | pd.Series | None] | None) -> dict[str, dict]:
     """{setting: plain dict} from dicts or pandas Series (as `choose_checkpoint` returns); drops None."""
     out = {}
     for setting, entry in (chosen or {}).items():
@@ -52,7 +54,7 @@ def vanished_levels(schema: DatasetSchema, ledger_level_shares: dict, chosen: di
     chosen = normalise_chosen(chosen)
     found: dict[tuple, dict] = {}
 
-    def add(setting, iteration, column, level, source):
+    def add(setting: str, iteration: SupportsInt, column: str, level: object, source: str) -> None:
         key = (setting, int(iteration), column, str(level))
         if key not in found:
             found[key] = {"setting": setting, "iteration": int(iteration), "column": column, "level": str(level),

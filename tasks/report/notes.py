@@ -99,19 +99,20 @@ def release_notes_document(schema: DatasetSchema, synthetic_frame: pd.DataFrame,
     doc.heading(1, "Schema (public)")
     doc.table(Table(["column", "type", "bounds or levels", "unit"],
                     [[c.name, c.kind + (" (target)" if c.name == schema.target else ""),
-                      (f"[{format_general(c.bounds[0])}, {format_general(c.bounds[1])}]" if c.is_continuous
+                      (f"[{format_general(c.continuous_bounds[0])}, {format_general(c.continuous_bounds[1])}]"
+                       if c.is_continuous
                        else ", ".join(map(str, c.levels))), c.unit] for c in schema.columns]))
     return doc
 
 
-def _write(path, text: str) -> Path:
+def _write(path: str | Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
 
 
-def build_release_notes(path, *, title: str, schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: dict,
+def build_release_notes(path: str | Path, *, title: str, schema: DatasetSchema, synthetic_frame: pd.DataFrame, privacy: dict,
                         chosen: dict, ledger: list[dict], statement: PrivacyStatement) -> Path:
     """Write the published release notes as Markdown. DP-covered and public content only.
 
@@ -123,14 +124,14 @@ def build_release_notes(path, *, title: str, schema: DatasetSchema, synthetic_fr
     return _write(path, doc.to_markdown(title))
 
 
-def build_release_notes_html(path, *, title: str, schema: DatasetSchema, synthetic_frame: pd.DataFrame,
+def build_release_notes_html(path: str | Path, *, title: str, schema: DatasetSchema, synthetic_frame: pd.DataFrame,
                              privacy: dict, chosen: dict, ledger: list[dict], statement: PrivacyStatement) -> Path:
     """The same release notes as one HTML file."""
     doc = release_notes_document(schema, synthetic_frame, privacy, chosen, ledger, statement)
     return _write(path, doc.to_html(title))
 
 
-def write_public_release_notes(path, release: PublicRelease, *, title: str, schema: DatasetSchema,
+def write_public_release_notes(path: str | Path, release: PublicRelease, *, title: str, schema: DatasetSchema,
                                synthetic_frame: pd.DataFrame) -> Path:
     """A release's notes (RELEASE_NOTES.md of its bundle), rendered from its public record: the released
     checkpoint at the whole release's epsilon, the training ledger, the record's privacy summary and

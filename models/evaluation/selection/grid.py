@@ -24,7 +24,7 @@ class Candidate:
     penalty: str
     C: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.penalty not in PENALTIES:
             raise ValueError(f"penalty must be one of {PENALTIES}, got {self.penalty!r}")
         if not (self.C > 0 and math.isfinite(self.C)):

@@ -23,7 +23,8 @@ def l1_optimality(g: np.ndarray, w: np.ndarray) -> float:
     return float(np.max(np.abs(v)))
 
 
-def _polish(H, a, u, support, tol):
+def _polish(H: list[list[float]], a: list[float], u: list[float], support: list[int],
+            tol: float) -> tuple[np.ndarray, np.ndarray] | None:
     """Exact minimiser of the l1 sub-problem if the signs of u on `support` are the optimal ones.
 
     On a fixed sign pattern s the sub-problem is smooth: solve H_SS du_S = -(a_S + s_S). Accept the result
@@ -71,7 +72,8 @@ def l1_coordinate_descent(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: floa
     return np.array(u)
 
 
-def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray):
+def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray,
+               support: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool] | None:
     """Move toward the minimiser of the l1 sub-problem on the face of u's sign pattern (there it is a
     smooth quadratic: H_SS du = -(a_S + s_S)), stopping where the first coordinate reaches zero (it is set
     to exactly zero and leaves the support). Returns (u, a, reached), reached: the face's minimiser
@@ -112,7 +114,8 @@ def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray)
     return u_new, a_new, hit < 0
 
 
-def _coordinate_descent_native(H, g, w, tol, max_sweeps, stats):
+def _coordinate_descent_native(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: int,
+                               stats: dict) -> np.ndarray:
     """C coordinate descent in chunks of `FACE_STEP_EVERY` sweeps; between chunks, once the support has
     settled, a step on the face of the current sign pattern (`_face_step`)."""
     H = np.ascontiguousarray(H, dtype=np.float64)

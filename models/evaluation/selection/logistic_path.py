@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs
@@ -101,7 +102,7 @@ def _cho_solve(factor: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _solve_l2(prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | None, tol: float, max_iter: int,
-              stats: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+              stats: dict) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Damped Newton for 0.5||w||^2 + C L(w) from w; S is a (possibly stale) unscaled Hessian of L.
     Returns w, S and the Cholesky factor of I + C S (kept while S is: stale steps cost d^2, not d^3)."""
     eye = np.eye(prob.d1)
@@ -154,7 +155,7 @@ def _solve_l2(prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | No
 
 
 def _solve_l1(prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | None, tol: float, max_iter: int,
-              stats: dict) -> tuple[np.ndarray, np.ndarray]:
+              stats: dict) -> tuple[np.ndarray, np.ndarray | None]:
     """Proximal Newton (newGLMNET) for ||w||_1 + C L(w) from w; S is a (possibly stale) Hessian of L."""
     d1 = prob.d1
     m = prob.margins(w)
@@ -246,14 +247,14 @@ def solve_path(prob: LogisticProblem, penalty: str, Cs: Sequence[float], tol: fl
                w0: np.ndarray | None, stats: dict) -> np.ndarray:
     """`fit_logistic_path` on a prepared problem, under the caller's BLAS limit: the solutions [len(Cs), d1]
     in the order of `Cs`, solved along increasing C, each warm-started from the last by a predictor."""
-    Cs = np.asarray(Cs, dtype=np.float64)
-    order = np.argsort(Cs, kind="stable")
-    W = np.empty((Cs.size, prob.d1))
+    cs = np.asarray(Cs, dtype=np.float64)
+    order = np.argsort(cs, kind="stable")
+    W = np.empty((cs.size, prob.d1))
     w = np.zeros(prob.d1) if w0 is None else np.array(w0, dtype=np.float64)
     S = factor = None
     prev_C = None
     for i in order:
-        C = float(Cs[i])
+        C = float(cs[i])
         if penalty == "l2":
             if prev_C is not None and S is not None and C != prev_C:
                 # first-order predictor along the path, linear in log C (the path flattens as C grows):
@@ -271,7 +272,7 @@ def solve_path(prob: LogisticProblem, penalty: str, Cs: Sequence[float], tol: fl
     return W
 
 
-def one_blas_thread():
+def one_blas_thread() -> AbstractContextManager[object]:
     """Hold BLAS to one thread. The controller is made once: making it scans every loaded library, about
     17 ms, which was a tenth of a whole selection run on a small table."""
     global _threadpools

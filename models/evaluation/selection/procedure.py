@@ -10,14 +10,19 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import rankdata
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from dpsynth.models.evaluation.selection.grid import PENALTIES, Candidate
 from dpsynth.models.evaluation.selection.logistic_path import one_blas_thread, solve_path
 from dpsynth.models.evaluation.selection.logistic_problem import LogisticProblem
+
+if TYPE_CHECKING:
+    from sklearn.linear_model import LogisticRegression
 
 
 @dataclass
@@ -43,7 +48,13 @@ class SelectionResult:
 
     @property
     def candidate(self) -> Candidate | None:
-        return None if self.penalty is None else Candidate(self.penalty, self.C)
+        return None if self.penalty is None or self.C is None else Candidate(self.penalty, self.C)
+
+    def decision_scores(self, X: np.ndarray) -> np.ndarray:
+        """The chosen classifier's scores of the rows of X; a degenerate result scores every row alike (0)."""
+        if self.coef is None or self.intercept is None:
+            return np.zeros(len(X))
+        return X.astype(np.float64) @ self.coef + self.intercept
 
 
 def auc_columns(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -63,7 +74,7 @@ def auc_columns(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return (ranks[y].sum(axis=0) - n1 * (n1 + 1) / 2.0) / (n1 * n0)
 
 
-def _as_xy(X, y, name):
+def _as_xy(X: ArrayLike, y: ArrayLike, name: str) -> tuple[np.ndarray, np.ndarray]:
     X = np.asarray(X)
     y = np.asarray(y).ravel()
     if X.ndim != 2:
@@ -87,7 +98,7 @@ def _best_index(aucs: Sequence[float]) -> int:
     return best
 
 
-def liblinear_model(penalty: str, C: float, random_state: int | None):
+def liblinear_model(penalty: str, C: float, random_state: int | None) -> LogisticRegression:
     """The thesis' model of one candidate, unfitted: scikit-learn's LogisticRegression with liblinear
     (``l1_ratio`` 0 or 1; scikit-learn 1.8+ deprecates ``penalty=``)."""
     from sklearn.linear_model import LogisticRegression
@@ -96,12 +107,14 @@ def liblinear_model(penalty: str, C: float, random_state: int | None):
                               random_state=random_state)
 
 
-def _naive_val_auc(X_train, y_train, X_val, y_val, cand: Candidate, random_state) -> float:
+def _naive_val_auc(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y_val: np.ndarray, cand: Candidate,
+                   random_state: int | None) -> float:
     model = liblinear_model(cand.penalty, cand.C, random_state).fit(X_train, y_train)
     return float(roc_auc_score(y_val, model.decision_function(X_val)))
 
 
-def _degenerate(X_test, y_test, candidates, method, t0) -> SelectionResult:
+def _degenerate(X_test: np.ndarray, y_test: np.ndarray, candidates: Sequence[Candidate], method: str,
+                t0: float) -> SelectionResult:
     return SelectionResult(
         penalty=None, C=None, val_auc=float("nan"), test_auc=0.5,
         test_auprc=float(np.mean(y_test)), seconds=time.perf_counter() - t0,
@@ -109,13 +122,15 @@ def _degenerate(X_test, y_test, candidates, method, t0) -> SelectionResult:
     )
 
 
-def _fast_selection(X_train, y_train, X_val, y_val, X_full, y_full, candidates, n_jobs, tol):
+def _fast_selection(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y_val: np.ndarray,
+                    X_full: np.ndarray, y_full: np.ndarray, candidates: Sequence[Candidate], n_jobs: int | None,
+                    tol: float) -> tuple[int, list[float], np.ndarray, float]:
     prob = LogisticProblem(X_train, y_train)
     pens = sorted({c.penalty for c in candidates}, key=PENALTIES.index)
     by_pen = {p: [i for i, c in enumerate(candidates) if c.penalty == p] for p in pens}
     stats: dict = {}
 
-    def path(p):
+    def path(p: str) -> tuple[str, np.ndarray]:
         return p, solve_path(prob, p, [candidates[i].C for i in by_pen[p]], tol, 200, None, {})
 
     if n_jobs is not None and n_jobs != 1 and len(pens) > 1:
@@ -136,7 +151,8 @@ def _fast_selection(X_train, y_train, X_val, y_val, X_full, y_full, candidates, 
     return best, val_aucs, w[:-1].copy(), float(w[-1])
 
 
-def select_model(X_train, y_train, X_val, y_val, X_test, y_test, candidates: Sequence[Candidate], *,
+def select_model(X_train: ArrayLike, y_train: ArrayLike, X_val: ArrayLike, y_val: ArrayLike, X_test: ArrayLike,
+                 y_test: ArrayLike, candidates: Sequence[Candidate], *,
                  method: str = "fast", n_jobs: int | None = 1, random_state: int | None = 0,
                  tol: float = 1e-10) -> SelectionResult:
     """Algorithm 3: choose the candidate with the best validation AUC, refit on train + val, score on test.
