@@ -68,14 +68,10 @@ passed).
 
 from __future__ import annotations
 
-import os
-
-_here = os.path.dirname(os.path.abspath(__file__))
-_root = os.path.dirname(_here)
-
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 
@@ -88,6 +84,8 @@ from dpsynth.models.privacy.audit import (
     step_audit,
     train_audit,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_TRIALS = {"step": 100_000, "calibration": 1_000_000}
 
@@ -108,7 +106,7 @@ def calibration(args) -> list[dict]:
 def train_audits(args) -> list[dict]:
     from dpsynth.models.data.schema import DatasetSchema
 
-    schema = DatasetSchema.from_yaml(os.path.join(os.path.dirname(_here), "configs", "cardio.yaml"))
+    schema = DatasetSchema.from_yaml(ROOT / "configs" / "cardio.yaml")
     setup, audits = TrainAuditSetup(), []
     for private in (True, False):
         runs = [train_audit(schema, setup, private, seed=args.seed + i) for i in range(args.runs)]

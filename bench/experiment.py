@@ -23,11 +23,10 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import time
+from pathlib import Path
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_root = os.path.dirname(_here)
+ROOT = Path(__file__).resolve().parent.parent
 
 CRITICS = 1 + 250 + 500 + 750 + 1000 + 1500
 PRETRAIN_ITERATIONS = 2000
@@ -46,18 +45,21 @@ def _quiet(fn, argv):
 def sampling_seconds(device: str, profile: str) -> float:
     """Sample, decode and write one checkpoint's 63,000 rows (identical for both paths)."""
     import tempfile
-    from pathlib import Path
 
     import torch
 
     from dpsynth.models.config import load_profile
     from dpsynth.models.data.encoding import TableEncoder
     from dpsynth.models.data.schema import DatasetSchema
-    from dpsynth.models.generators.gswgan.trainer import generator_spec, sample_encoded, target_condition
+    from dpsynth.models.generators.gswgan.generator_files import (
+        generator_spec,
+        sample_encoded,
+        target_condition,
+    )
 
-    schema = DatasetSchema.from_yaml(Path(_root) / "configs" / "cardio.yaml")
+    schema = DatasetSchema.from_yaml(ROOT / "configs" / "cardio.yaml")
     encoder = TableEncoder(schema)
-    gan = load_profile(profile, Path(_root) / "configs" / "cardio.yaml").gan
+    gan = load_profile(profile, ROOT / "configs" / "cardio.yaml").gan
     condition = target_condition(gan, encoder.target_index, "binary")
     gen = generator_spec(gan, encoder.width, encoder.head_groups(), condition).build()
     gen.to("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")

@@ -38,11 +38,6 @@ over the tables), "max_auc_diff", "max_auc_diff_exact", "tables": [per shape: "n
 
 from __future__ import annotations
 
-import os
-
-_here = os.path.dirname(os.path.abspath(__file__))
-_root = os.path.dirname(_here)
-
 import argparse
 import json
 

@@ -25,8 +25,6 @@ import json
 import sys
 from pathlib import Path
 
-_here = Path(__file__).resolve().parent
-
 import numpy as np
 import pandas as pd
 
