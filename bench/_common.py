@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from dpsynth.models.generators.gswgan.config import GanConfig
-from dpsynth.models.generators.gswgan.trainer import resolve_device, target_condition
+from dpsynth.models.generators.gswgan.devices import resolve_device
+from dpsynth.models.generators.gswgan.generator_files import target_condition
 from dpsynth.models.generators.networks import Generator
 from dpsynth.models.privacy.secret import PrivacySecret
 

@@ -4,7 +4,7 @@ What is measured, on the same data (56,000 rows of width 16, like Cardio's encod
 the thesis networks (generator 32 -> 128 -> 256 -> 16 with BatchNorm, critic 16 -> 128 -> 1, B = 32,
 r = 5 critic steps per generator step):
 
-* fast: `dpsynth.models.generators.gswgan.trainer.pretrain_critics` for all K critics (default 1,500), `--iterations` iterations
+* fast: `dpsynth.models.generators.gswgan.pretraining.pretrain_critics` for all K critics (default 1,500), `--iterations` iterations
   (default 8), wall clock of the whole call (chunk set-up included). A second call with 2 iterations
   separates the one-off set-up from the cost per iteration for the projection.
 * naive: what the official GS-WGAN pretrain.py does, one critic at a time: an `nn.Module` critic and
@@ -22,11 +22,6 @@ Usage: ``python -m bench.pretrain [--json] [--device auto|cpu|cuda] [-k 1500] [-
 """
 
 from __future__ import annotations
-
-import os
-
-_here = os.path.dirname(os.path.abspath(__file__))
-_root = os.path.dirname(_here)
 
 import numpy as np
 import torch
@@ -47,7 +42,9 @@ from bench._common import (
     parser,
 )
 from dpsynth.models.generators.gswgan.config import GanConfig
-from dpsynth.models.generators.gswgan.trainer import kernels_in_use, make_partition, pretrain_critics
+from dpsynth.models.generators.gswgan.devices import kernels_in_use
+from dpsynth.models.generators.gswgan.partition import make_partition
+from dpsynth.models.generators.gswgan.pretraining import pretrain_critics
 
 FULL_ITERATIONS = 2000
 SHORT_ITERATIONS = 2

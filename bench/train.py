@@ -25,11 +25,6 @@ Usage: ``python -m bench.train [--json] [--device auto|cpu|cuda] [-k 1500] [--it
 
 from __future__ import annotations
 
-import os
-
-_here = os.path.dirname(os.path.abspath(__file__))
-_root = os.path.dirname(_here)
-
 import copy
 import tempfile
 from pathlib import Path
@@ -55,7 +50,9 @@ from bench._common import (
 )
 from dpsynth.models.config import PrivacyConfig, Setting
 from dpsynth.models.generators.gswgan.config import GanConfig
-from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, kernels_in_use, make_partition
+from dpsynth.models.generators.gswgan.devices import kernels_in_use
+from dpsynth.models.generators.gswgan.partition import make_partition
+from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
 from dpsynth.models.generators.networks import CriticStack
 
 FULL_ITERATIONS = 40_000

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from dpsynth.models.errors import DpsynthError, StorageError
 
@@ -415,7 +416,7 @@ def cmd_profiles(args) -> None:
     from dpsynth.models.profiles import known_profiles, load_named, profiles_folder
 
     folder = profiles_folder(args.config)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in known_profiles(args.config):
         try:
             prof = load_named(name, args.config)

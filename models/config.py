@@ -50,7 +50,13 @@ from dpsynth.models.config_validation import (
     validate,
 )
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.registry import DEFAULT_GENERATOR, names, registration, registrations
+from dpsynth.models.generators.registry import (
+    DEFAULT_GENERATOR,
+    Registration,
+    names,
+    registration,
+    registrations,
+)
 
 
 @dataclass(frozen=True)
@@ -232,9 +238,9 @@ class Profile(_ProfileKeys):
     `profile.dpcgan`), and a keyword of the constructor and of `dataclasses.replace`
     (`Profile(name="p", gan=GanConfig(iterations=6))`)."""
 
-    def __init__(self, *args, sections: Mapping[str, Any] | None = None, **keys):
+    def __init__(self, *, sections: Mapping[str, Any] | None = None, **keys: Any) -> None:
         given = {key: keys.pop(key) for key in list(keys) if key not in _KEYS}
-        super().__init__(*args, sections=GeneratorSections({**(sections or {}), **given}), **keys)
+        super().__init__(sections=GeneratorSections({**(sections or {}), **given}), **keys)
 
     def __getattr__(self, key: str):
         # Only reached for names that are not fields: a generator section's key.
@@ -341,7 +347,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
 
 
 def _yaml_kind(value) -> str:
-    return {list: "a list", str: "a text value"}.get(type(value), f"a {type(value).__name__}")
+    kinds: dict[type, str] = {list: "a list", str: "a text value"}
+    return kinds.get(type(value), f"a {type(value).__name__}")
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -504,6 +511,6 @@ def profile_spec() -> type[BaseModel]:
 
 
 @functools.lru_cache(maxsize=8)
-def _profile_spec(found: tuple) -> type[BaseModel]:
-    sections = {r.section: (r.config_model(), r.config_model()()) for r in found}
+def _profile_spec(found: tuple[Registration, ...]) -> type[BaseModel]:
+    sections: dict[str, Any] = {r.section: (r.config_model(), r.config_model()()) for r in found}
     return create_model("ProfileSpec", __base__=ProfileKeysSpec, **sections)

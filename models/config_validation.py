@@ -18,11 +18,14 @@ import difflib
 import re
 import types
 import typing
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictStr, ValidationError
 
 from dpsynth.models.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 M = typing.TypeVar("M", bound=BaseModel)
 
@@ -99,9 +102,9 @@ def describe(exc: ValidationError, model: type[BaseModel], where: str) -> str:
     return f"{where}: " + "; ".join(lines) + "."
 
 
-def _without_echoes(errors: list[dict]) -> list[dict]:
+def _without_echoes(errors: list[ErrorDetails]) -> list[ErrorDetails]:
     """Drop a list's length error when one of its items failed: the item is the problem to fix."""
-    def echoes(error: dict) -> bool:
+    def echoes(error: ErrorDetails) -> bool:
         loc = tuple(error["loc"])
         return error["type"] in ("too_short", "too_long") and any(
             len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors)
@@ -109,7 +112,7 @@ def _without_echoes(errors: list[dict]) -> list[dict]:
     return [e for e in errors if not echoes(e)]
 
 
-def _line(error: dict, model: type[BaseModel]) -> str:
+def _line(error: ErrorDetails, model: type[BaseModel]) -> str:
     loc = tuple(error["loc"])
     if error["type"] == "invalid_key":  # a key that is not text (YAML `1:`)
         return _with_path(loc[:-1], f"key {_shown(loc[-1])}: keys must be text")
@@ -146,7 +149,7 @@ def dotted(loc: tuple) -> str:
     return out
 
 
-def _problem(error: dict, model: type[BaseModel], loc: tuple) -> str:
+def _problem(error: ErrorDetails, model: type[BaseModel], loc: tuple) -> str:
     kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
     if kind == "value_error":  # our own validators: their message is already the user's wording
         return str(ctx.get("error", error["msg"]))
@@ -224,7 +227,7 @@ def known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     return list(found.model_fields) if found else []
 
 
-def _step(annotation: object, part) -> object:
+def _step(annotation: object, part: str | int) -> object:
     """The annotation one level down: a model's field by name, a list's or a mapping's values."""
     model = _model_in(annotation)
     if model is not None:

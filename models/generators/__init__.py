@@ -15,15 +15,16 @@ from dpsynth.models.generators.registry import names, refresh, registration, reg
 
 if TYPE_CHECKING:
     from dpsynth.models.config import Profile, Setting
+    from dpsynth.models.generators.base import GeneratorType
 
 __all__ = ["generator_for", "get", "names", "refresh", "registration", "registrations"]
 
 
-def get(name: str):
+def get(name: str) -> GeneratorType:
     """The generator type registered under `name` (ConfigError for an unknown name)."""
     return registration(name).adapter_instance()
 
 
-def generator_for(profile: Profile, setting: Setting):
+def generator_for(profile: Profile, setting: Setting) -> GeneratorType:
     """The generator type that trains `setting` under `profile`."""
     return get(profile.generator_of(setting))

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +44,13 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.privacy.budget import Schedule, TrainingPlan, cut_to_budget
 from dpsynth.models.privacy.secret import PrivacySecret
+
+if TYPE_CHECKING:
+    from dpsynth.models.generators.samplers import Sampler
+    from dpsynth.models.privacy.lifetime import TrainingCurve
+
+# `progress(units done, text)`: how `prepare` and `fit` report as they advance.
+Progress = Callable[[int, str], None]
 
 # Every epsilon a generator reports, records or publishes is under this adjacency (GS-WGAN's accountant
 # is replace-one; the DP-SGD generators convert Opacus's add/remove-one analysis by group privacy).
@@ -123,7 +132,8 @@ class GeneratorType(ABC):
         return cut_to_budget(self.schedule(profile, setting), budget, setting.name)
 
     @abstractmethod
-    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan,
+            progress: Progress | None = None) -> FitResult:
         """Train to `plan.last`, resuming from the job directory's checkpoints. `progress(iteration,
         text)` as training advances."""
 
@@ -149,7 +159,7 @@ class GeneratorType(ABC):
         another (each gap gets the middle of its public range)."""
         return None
 
-    def prepare(self, job: TrainingJob, progress=None) -> tuple[dict, dict]:
+    def prepare(self, job: TrainingJob, progress: Progress | None = None) -> tuple[dict, dict]:
         """Work before training on the prepared rows (files, info); nothing by default."""
         return {}, {}
 
@@ -157,11 +167,11 @@ class GeneratorType(ABC):
         """Units of work `prepare` reports progress in (0: no progress display)."""
         return 0
 
-    def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int):
+    def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int) -> TrainingCurve | None:
         """A replace-one per-row RDP curve of training (models/privacy/lifetime.py TrainingCurve), or None."""
-        return
+        return None
 
-    def load(self, path: str | Path, sha256: str | None = None):
+    def load(self, path: str | Path, sha256: str | None = None) -> Sampler:
         from dpsynth.models.generators.samplers import load_sampler
 
         return load_sampler(path, sha256, self.name)

@@ -28,6 +28,8 @@ The tests check these passes against autograd and `torch.optim.Adam` on per-netw
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -39,6 +41,10 @@ from dpsynth.models.native.kernels import batchnorm_relu_bf16
 BN_EPS = 1e-5
 LEAKY_SLOPE = 0.2
 
+
+# A block of encoded columns as the output head sees it: (start, stop), or (start, stop, kind) as
+# `TableEncoder.head_groups` gives it (the kind tells a binary column from a continuous one).
+HeadGroup: TypeAlias = tuple[int, int] | tuple[int, int, str]
 
 # Temperature of the "gumbel" head's relaxed samples (CTGAN's Gumbel-softmax uses 0.2).
 GUMBEL_TAU = 0.2
@@ -85,6 +91,8 @@ def apply_head(logits: torch.Tensor, kind: str, groups, noise: torch.Tensor | No
     out = torch.tanh(logits)
     multi = one_hot_groups(groups)
     if kind == "gumbel":
+        if noise is None:
+            raise ValueError('the "gumbel" head needs its noise: one Uniform(0, 1) per encoded column')
         u = noise.clamp(_UNIFORM_EPS, 1.0 - _UNIFORM_EPS)
         binary = binary_columns(groups)
         if binary:
@@ -174,9 +182,10 @@ class Generator(nn.Module):
     head also reads one uniform per encoded column from the latent (`draw_latent`)."""
 
     def __init__(self, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str = "tanh",
-                 groups: list[tuple[int, int]] | None = None, condition: tuple[int, float] | None = None):
+                 groups: Sequence[HeadGroup] | None = None, condition: tuple[int, float] | None = None):
         super().__init__()
         self.z_dim = z_dim
+        self.out_width = out_width
         self.condition = (int(condition[0]), float(condition[1])) if condition is not None else None
         self.layout = LatentLayout(z_dim, self.condition, head_noise_width(head, out_width))
         layers, width = [], self.layout.body_width
@@ -213,6 +222,7 @@ class Generator(nn.Module):
         h = layout.body(z)
         for i in range(0, len(mods) - 1, 3):
             lin, bn = mods[i], mods[i + 1]
+            assert isinstance(lin, nn.Linear) and isinstance(bn, nn.BatchNorm1d)  # the body `__init__` builds
             # The Linear's bias only shifts the batch mean (BatchNorm removes it): added to the mean only.
             y = torch.mm(h, lin.weight.t())
             width = y.shape[1]
@@ -229,6 +239,7 @@ class Generator(nn.Module):
                 yv.mul_(scale)
             h = y.relu_()
         out = mods[-1]
+        assert isinstance(out, nn.Linear)
         logits = torch.addmm(out.bias, h, out.weight.t())
         return layout.impose_label_(self.head(logits, layout.noise(z)), z)
 
@@ -236,21 +247,24 @@ class Generator(nn.Module):
 def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: torch.Tensor, batch: int) -> None:
     """BatchNorm's running-statistics update for `len(means)` consecutive training-mode batches (the
     unbiased variance, as BatchNorm keeps)."""
+    running_mean, running_var, tracked = bn.running_mean, bn.running_var, bn.num_batches_tracked
+    if running_mean is None or running_var is None or tracked is None:
+        raise ValueError("a BatchNorm without running statistics has none to update")
     chunks = means.shape[0]
     if bn.momentum is None:  # cumulative moving average: apply the calls one by one
         unbiased = centred_sq / max(batch - 1, 1)
         for j in range(chunks):
-            bn.num_batches_tracked.add_(1)
-            factor = 1.0 / float(bn.num_batches_tracked)
-            bn.running_mean.lerp_(means[j], factor)
-            bn.running_var.lerp_(unbiased[j], factor)
+            tracked.add_(1)
+            factor = 1.0 / float(tracked)
+            running_mean.lerp_(means[j], factor)
+            running_var.lerp_(unbiased[j], factor)
         return
     m = bn.momentum
     weights = _momentum_weights(chunks, m, batch, means.dtype, means.device)
     keep = (1.0 - m) ** chunks
-    bn.running_mean.addmv_(means.t(), weights[0], beta=keep)
-    bn.running_var.addmv_(centred_sq.t(), weights[1], beta=keep)
-    bn.num_batches_tracked.add_(chunks)
+    running_mean.addmv_(means.t(), weights[0], beta=keep)
+    running_var.addmv_(centred_sq.t(), weights[1], beta=keep)
+    tracked.add_(chunks)
 
 
 _CONSTANTS: dict = {}   # small constant tensors, by (name, shape parameters, dtype, device)
@@ -268,7 +282,7 @@ def _momentum_weights(chunks: int, momentum: float, batch: int, dtype, device) -
     return w
 
 
-def init_generator_(gen: Generator, scheme: str, rng: torch.Generator) -> None:
+def init_generator_(gen: nn.Module, scheme: str, rng: torch.Generator) -> None:
     """"thesis": every weight and bias ~ N(0, 1) (thesis 4.4); "default": PyTorch's scaled uniform
     initialisation, drawn from `rng` so that the seed fixes it."""
     with torch.no_grad():
@@ -463,7 +477,7 @@ class GeneratorStack:
     """
 
     def __init__(self, k: int, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
-                 groups: list[tuple[int, int]], scheme: str, rng: torch.Generator,
+                 groups: Sequence[HeadGroup], scheme: str, rng: torch.Generator,
                  device: torch.device | str = "cpu", condition: tuple[int, float] | None = None,
                  matmul_dtype: torch.dtype | None = None, native_batchnorm: bool = False):
         self.head, self.groups = head, [tuple(g) for g in groups]
@@ -648,7 +662,7 @@ class StackedAdam:
     which computes what `torch.optim.Adam` computes)."""
 
     def __init__(self, params: list[torch.Tensor], lr: float, betas: tuple[float, float], eps: float = 1e-8):
-        self.lr, self.betas, self.eps = lr, tuple(betas), eps
+        self.lr, self.betas, self.eps = lr, betas, eps
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
         self.steps = np.zeros(params[0].shape[0], dtype=np.int64)

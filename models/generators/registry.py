@@ -18,8 +18,15 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dpsynth.models.generators.base import GeneratorType
+    from dpsynth.models.generators.samplers import Sampler
+    from dpsynth.models.generators.section import SectionConfig
 
 ENTRY_POINT_GROUP = "dpsynth.generators"
 BUILT_IN_PACKAGE = "dpsynth.models.generators"
@@ -27,7 +34,7 @@ BUILT_IN_PACKAGE = "dpsynth.models.generators"
 DEFAULT_GENERATOR = "gswgan"
 
 
-def _resolve(reference: str):
+def _resolve(reference: str) -> Any:
     """The object a "module:attribute" reference names."""
     module, _, attribute = reference.partition(":")
     return getattr(importlib.import_module(module), attribute)
@@ -44,26 +51,26 @@ class Registration:
     sampler: str    # "module:Class" of its Sampler: built from a generator file's contents (`blob`)
     _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
-    def config_model(self):
+    def config_model(self) -> type[SectionConfig]:
         """The pydantic model of its profile section."""
         return self._load("config", self.config)
 
-    def adapter_instance(self):
+    def adapter_instance(self) -> GeneratorType:
         """Its GeneratorType (imports its adapter module, not yet its trainer)."""
         if "instance" not in self._loaded:
             self._loaded["instance"] = self._load("adapter", self.adapter)()
         return self._loaded["instance"]
 
-    def sampler_class(self):
+    def sampler_class(self) -> Callable[[dict[str, Any]], Sampler]:
         return self._load("sampler", self.sampler)
 
-    def _load(self, what: str, reference: str):
+    def _load(self, what: str, reference: str) -> Any:
         if what not in self._loaded:
             self._loaded[what] = _resolve(reference)
         return self._loaded[what]
 
 
-def _registration_in(found, origin: str) -> Registration:
+def _registration_in(found: object, origin: str) -> Registration:
     """A package's `GENERATOR`, or a Registration named directly by an entry point."""
     registration = getattr(found, "GENERATOR", found)
     if not isinstance(registration, Registration):

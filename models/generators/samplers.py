@@ -16,12 +16,19 @@ accountant either); a file without them samples as it always did.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
 from dpsynth.models.checkpoint_files import load_verified
 from dpsynth.models.generators.registry import DEFAULT_GENERATOR, names, registration
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpsynth.models.data.encoding import TableEncoder
+    from dpsynth.models.marginals.measure import MeasuredMarginals
 
 # Key of a generator file's measured marginals: {"measured": MeasuredMarginals.to_dict(), "oversample": k}.
 MARGINALS_KEY = "marginals"
@@ -30,7 +37,17 @@ MARGINALS_KEY = "marginals"
 CALIBRATION_STREAM = 0xCA11B
 
 
-def sampler_from_blob(blob: dict, kind: str | None = None):
+class Sampler(Protocol):
+    """A generator package's sampler (its `sampler.py`), built from a generator file's contents, with the
+    file's measured marginals attached by `sampler_from_blob`."""
+
+    marginals: MeasuredMarginals | None
+    oversample: int
+
+    def sample(self, n_rows: int, seed: int) -> np.ndarray: ...
+
+
+def sampler_from_blob(blob: dict[str, Any], kind: str | None = None) -> Sampler:
     """`kind`: the generator type when the caller knows it (a training checkpoint does not record it).
     The sampler carries the file's measured marginals (or None) as `marginals` and `oversample`."""
     kind = kind or blob.get("generator_type", DEFAULT_GENERATOR)
@@ -41,7 +58,7 @@ def sampler_from_blob(blob: dict, kind: str | None = None):
     return sampler
 
 
-def _measured(raw: dict | None):
+def _measured(raw: dict[str, Any] | None) -> tuple[MeasuredMarginals | None, int]:
     if raw is None:
         return None, 1
     from dpsynth.models.marginals.measure import MeasuredMarginals
@@ -49,7 +66,7 @@ def _measured(raw: dict | None):
     return MeasuredMarginals.from_dict(raw["measured"]), int(raw["oversample"])
 
 
-def sample_rows(sampler, encoder, n_rows: int, seed: int):
+def sample_rows(sampler: Sampler, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
     """n rows decoded to the schema: the generator's own, or, when its file carries measured marginals,
     `oversample` x n of them calibrated down to n (models/marginals/calibration.py: post-processing of the generator
     and the noisy marginals, with its own random generator seeded from `seed`). The one sampling path of
@@ -71,5 +88,5 @@ def read_generator_file(path: str | Path, sha256: str | None = None) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def load_sampler(path: str | Path, sha256: str | None = None, kind: str | None = None):
+def load_sampler(path: str | Path, sha256: str | None = None, kind: str | None = None) -> Sampler:
     return sampler_from_blob(read_generator_file(path, sha256), kind)

@@ -8,25 +8,33 @@ section raises the same one-paragraph `ConfigError` as a profile file, naming th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ValidationError, create_model
 
 from dpsynth.models.config_validation import STRICT, validate
 
+if TYPE_CHECKING:
+    from pydantic._internal._model_construction import ModelMetaclass
 
-class _ConfigErrors(type(BaseModel)):
+    from dpsynth.models.config import SettingSpec
+else:
+    ModelMetaclass = type(BaseModel)   # public only as this
+
+
+class _ConfigErrors(ModelMetaclass):
     """Turns a section's ValidationError, when built in code (`GanConfig(...)`), into the ConfigError a
     profile file gets. A metaclass rather than `__init__`: pydantic calls a model's own `__init__` when
     the model is a field of another one (the profile), whose errors must stay pydantic's to be listed."""
 
-    def __call__(cls, **values: Any):
+    def __call__(cls, **values: Any) -> Any:
         try:
             return super().__call__(**values)
         except ValidationError:
             # Validated again under its section key, so that the message names the key's whole path.
             key = _section_key(cls)
-            validate(create_model("Section", __config__=STRICT, **{key: (cls, ...)}), {key: values},
+            fields: dict[str, Any] = {key: (cls, ...)}
+            validate(create_model("Section", __config__=STRICT, **fields), {key: values},
                      where=f"profile section {key!r}")
             raise
 
@@ -34,17 +42,17 @@ class _ConfigErrors(type(BaseModel)):
 class SectionConfig(BaseModel, metaclass=_ConfigErrors):
     model_config = STRICT
 
-    def replace(self, **changes: Any):
+    def replace(self, **changes: Any) -> Self:
         """A copy with `changes`, validated (as `dataclasses.replace` for the other profile sections)."""
         return type(self)(**{**self.model_dump(), **changes})
 
     @classmethod
-    def setting_problem(cls, setting) -> str | None:
+    def setting_problem(cls, setting: SettingSpec) -> str | None:
         """Why a setting on this generator is not a usable setting (a SettingSpec), or None."""
         return None
 
 
-def _section_key(model: type[SectionConfig]) -> str:
+def _section_key(model: type) -> str:
     from dpsynth.models.generators.registry import registrations
 
     for registration in registrations():

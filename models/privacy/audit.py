@@ -177,7 +177,8 @@ def sanitised_projections(setup: StepAuditSetup, critic_draw: CriticDraw, first_
     """[trials, steps, B]: the first coordinate of every sanitised row of trials x steps queries of the
     trainer (`GeneratorTrainer.draw_critics`, then `generator_step`: the functions `step` calls, without
     the critic refresh, which planted critics do not need). `critics`: `planted_critics` unless given."""
-    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, make_partition
+    from dpsynth.models.generators.gswgan.partition import make_partition
+    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
 
     k, b = setup.discriminators, setup.batch_size
     # Frozen critics (lr 0): outside what a profile may say, so built without the profile's validation.
@@ -677,13 +678,10 @@ def train_audit(schema: DatasetSchema, setup: TrainAuditSetup, private: bool, se
 
     from dpsynth.models.data.demo import make_demo_table
     from dpsynth.models.data.encoding import TableEncoder
-    from dpsynth.models.generators.gswgan.trainer import (
-        GeneratorTrainer,
-        make_partition,
-        pretrain_critics,
-        sample_encoded,
-        target_condition,
-    )
+    from dpsynth.models.generators.gswgan.generator_files import sample_encoded, target_condition
+    from dpsynth.models.generators.gswgan.partition import make_partition
+    from dpsynth.models.generators.gswgan.pretraining import pretrain_critics
+    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
 
     rng = np.random.default_rng(seed)
     encoder = TableEncoder(schema)

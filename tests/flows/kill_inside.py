@@ -14,12 +14,13 @@ def _die() -> None:
 
 
 def _arm(stage: str) -> None:
+    import dpsynth.models.generators.gswgan.pretraining
     import dpsynth.models.generators.gswgan.sampler
     import dpsynth.models.generators.gswgan.trainer
     import dpsynth.tasks.evaluate
 
     if stage == "pretrain":
-        real = dpsynth.models.generators.gswgan.trainer.pretrain_critics
+        real = dpsynth.models.generators.gswgan.pretraining.pretrain_critics
 
         def pretrain(*args, progress=None, **kwargs):
             total = args[2].pretrain_iterations
@@ -30,7 +31,7 @@ def _arm(stage: str) -> None:
 
             return real(*args, progress=halfway, **kwargs)
 
-        dpsynth.models.generators.gswgan.trainer.pretrain_critics = pretrain
+        dpsynth.models.generators.gswgan.pretraining.pretrain_critics = pretrain
     elif stage == "train":
         save = dpsynth.models.generators.gswgan.trainer.GeneratorTrainer._save_checkpoint
 

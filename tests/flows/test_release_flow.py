@@ -23,7 +23,8 @@ from mlflow.tracking import MlflowClient
 from dpsynth.flows.cli import main
 from dpsynth.models.config import load_profile
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, kernels_in_use
+from dpsynth.models.generators.gswgan.devices import kernels_in_use
+from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.models.privacy.secret import store
 from dpsynth.tasks.bundle import bundle_contains_no_real_rows

@@ -144,7 +144,8 @@ DRAW_K, DRAW_STEPS = 8, 800           # 800 steps of B = 32: 25,600 draws, 400 x
 def _draw_trainer(tmp_path, name: str):
     from dpsynth.models.config import PrivacyConfig, Setting
     from dpsynth.models.generators.gswgan.config import GanConfig
-    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, make_partition
+    from dpsynth.models.generators.gswgan.partition import make_partition
+    from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
     from dpsynth.models.generators.networks import CriticStack
     from dpsynth.models.privacy.secret import PrivacySecret
     from tests.conftest import TEST_SECRET_HEX

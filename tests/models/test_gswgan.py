@@ -19,25 +19,19 @@ from dpsynth.models.config import PrivacyConfig, Setting
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.generators.gswgan import trainer as gswgan
 from dpsynth.models.generators.gswgan.config import GanConfig
-from dpsynth.models.generators.gswgan.sanitizer import clip_rows, sanitize_rows
-from dpsynth.models.generators.gswgan.trainer import (
-    LEDGER_FILE,
-    STATE_FILE,
-    GeneratorTrainer,
-    _cpu_has_native_bfloat16,
-    _sample_local_rows,
+from dpsynth.models.generators.gswgan.devices import _cpu_has_native_bfloat16, pretrain_matmul_dtype
+from dpsynth.models.generators.gswgan.generator_files import load_generator, sample_encoded
+from dpsynth.models.generators.gswgan.partition import make_partition, sample_local_rows, subset_sizes
+from dpsynth.models.generators.gswgan.pretraining import (
     build_pretrain_chunk,
-    checkpoint_epsilons,
     chunk_generator,
     critic_chunks,
-    load_generator,
-    make_partition,
     pretrain_critics,
     pretrain_draws,
-    pretrain_matmul_dtype,
-    sample_encoded,
-    subset_sizes,
 )
+from dpsynth.models.generators.gswgan.sanitizer import clip_rows, sanitize_rows
+from dpsynth.models.generators.gswgan.schedule import checkpoint_epsilons
+from dpsynth.models.generators.gswgan.trainer import LEDGER_FILE, STATE_FILE, GeneratorTrainer
 from dpsynth.models.generators.networks import CriticStack, Generator
 from dpsynth.models.native import kernels as native_kernels
 from dpsynth.models.privacy.budget import Schedule, cut_to_budget
@@ -202,7 +196,7 @@ def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
     assert all(torch.equal(p, gen_weights[n]) for n, p in trainer.generator.named_parameters())
     # Reference: same draws, autograd WGAN-GP loss, a fresh torch.optim.Adam (no clipping, no noise).
     z = torch.randn(r * b, GAN.z_dim, generator=rng_copy)
-    local = _sample_local_rows(int(subset_sizes(trainer.partition)[k]), b, rng_copy, (r,))
+    local = sample_local_rows(int(subset_sizes(trainer.partition)[k]), b, rng_copy, (r,))
     alpha = torch.rand(r, b, 1, generator=rng_copy)
     with torch.no_grad():
         fakes = torch.stack([gen_copy(part) for part in z.chunk(r)])
@@ -278,20 +272,20 @@ def test_pretraining_critic_k_sees_only_partition_k(batchnorm):
 
 def test_local_row_sampling():
     rng = torch.Generator().manual_seed(0)
-    idx = _sample_local_rows(40, 32, rng, (5, 3))
+    idx = sample_local_rows(40, 32, rng, (5, 3))
     assert idx.shape == (5, 3, 32) and idx.min() >= 0 and idx.max() < 40
     assert all(len(set(row.tolist())) == 32 for row in idx.reshape(-1, 32))   # without replacement
-    small = _sample_local_rows(10, 32, rng, (2,))
+    small = sample_local_rows(10, 32, rng, (2,))
     assert small.shape == (2, 32) and small.max() < 10
-    large = _sample_local_rows(50_000, 32, rng, ())
+    large = sample_local_rows(50_000, 32, rng, ())
     assert large.shape == (32,) and large.max() < 50_000
     # Subsets of different sizes (a partition of n rows into K): each within its own size.
     sizes = torch.tensor([33, 40, 34, 39])
-    ragged = _sample_local_rows(sizes, 32, rng, (4, 6))
+    ragged = sample_local_rows(sizes, 32, rng, (4, 6))
     assert ragged.shape == (4, 6, 32)
     for j in range(4):
         assert ragged[j].max() < sizes[j] and all(len(set(r.tolist())) == 32 for r in ragged[j])
-    mixed = _sample_local_rows(torch.tensor([5, 40]), 32, rng, (2, 3))   # one too small: with replacement
+    mixed = sample_local_rows(torch.tensor([5, 40]), 32, rng, (2, 3))   # one too small: with replacement
     assert mixed[0].max() < 5 and mixed[1].max() < 40 and mixed.min() >= 0
 
 

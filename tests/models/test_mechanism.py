@@ -19,7 +19,8 @@ import torch
 
 from dpsynth.models.config import PrivacyConfig, Setting
 from dpsynth.models.generators.gswgan.config import GanConfig
-from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, make_partition
+from dpsynth.models.generators.gswgan.partition import make_partition
+from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
 from dpsynth.models.generators.networks import CriticStack
 from dpsynth.models.privacy.accountant import GSWGANAccountant, epsilon_for
 from dpsynth.models.privacy.exact_loss import QueryMechanism, epsilon_at, hockey_stick

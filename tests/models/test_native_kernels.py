@@ -12,14 +12,14 @@ import torch
 from dpsynth.models.config import PrivacyConfig, Setting
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.gswgan.config import GanConfig
-from dpsynth.models.generators.gswgan.trainer import (
-    GeneratorTrainer,
+from dpsynth.models.generators.gswgan.devices import kernels_in_use
+from dpsynth.models.generators.gswgan.partition import make_partition
+from dpsynth.models.generators.gswgan.pretraining import (
     build_pretrain_chunk,
     chunk_generator,
-    kernels_in_use,
-    make_partition,
     pretrain_critics,
 )
+from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
 from dpsynth.models.generators.networks import CriticStack, GeneratorStack, StackedAdam, Workspace
 from dpsynth.models.native import kernels as native_kernels
 from dpsynth.models.native.kernels import (

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.errors import BudgetExceededError, ConfigError, MissingInputError
-from dpsynth.models.generators.gswgan.trainer import GeneratorSpec
+from dpsynth.models.generators.gswgan.generator_files import GeneratorSpec
 from dpsynth.tasks.registry import registry_client
 from tests.conftest import CARDIO_SCHEMA, ROOT
 

@@ -10,7 +10,7 @@ import pytest
 
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.generators.gswgan.config import GanConfig
-from dpsynth.models.generators.gswgan.trainer import subset_sizes
+from dpsynth.models.generators.gswgan.partition import subset_sizes
 from dpsynth.models.privacy.secret import PrivacySecret, store
 from dpsynth.tasks.preprocess import preprocess_stage
 from dpsynth.tasks.split import split_stage

@@ -71,6 +71,8 @@ def moment_bound(n_columns: int, n_binary: int) -> float:
 def spread_columns(rows: torch.Tensor, center: torch.Tensor | None, width: torch.Tensor | None) -> torch.Tensor:
     """(rows - center) / width per column, clipped to [-1, 1]; without a center and width the rows clipped."""
     if center is not None:
+        if width is None:
+            raise ValueError("a center needs its width")
         rows = (rows - center) / width
     return rows.clamp(-1.0, 1.0)
 

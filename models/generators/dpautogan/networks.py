@@ -65,6 +65,7 @@ class Decoder(nn.Module):
         super().__init__()
         if head not in HEADS:
             raise ConfigError(f"the decoder's head must be one of {', '.join(HEADS)}, got {head!r}")
+        self.width = width
         self.body = nn.Sequential(*_mlp(latent_dim, hidden, width))
         self.head = OutputHead(head, check_groups(groups, width))
 
@@ -87,6 +88,9 @@ class LatentGenerator(nn.Module):
 class GaussianLatent(nn.Module):
     """z ~ N(0, I) -> mean + scale z, clipped to the encoder's range [-1, 1]: the "gaussian" latent model.
     `mean` and `scale` (a Cholesky factor of the covariance) are buffers, set by `fit_gaussian_latent`."""
+
+    mean: torch.Tensor
+    scale: torch.Tensor
 
     def __init__(self, latent_dim: int):
         super().__init__()

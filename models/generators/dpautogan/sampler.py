@@ -69,8 +69,7 @@ def sample_encoded(decoder: Decoder, generator: LatentGenerator | GaussianLatent
                 uniforms = torch.rand(rows.shape[0], len(groups) + len(binary), generator=rng)
                 rows = draw_levels(rows, groups, binary, uniforms)
             parts.append(rows.numpy())
-    width = decoder.body[-1].out_features
-    return np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.float32)
+    return np.concatenate(parts) if parts else np.zeros((0, decoder.width), dtype=np.float32)
 
 
 def draw_levels(rows: torch.Tensor, groups, binary, uniforms: torch.Tensor) -> torch.Tensor:

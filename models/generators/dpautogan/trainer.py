@@ -273,7 +273,9 @@ class DPAutoGANTrainer:
         (`private_moments`, noise from the run's secret), then the Gaussian moved towards them
         (`match_decoded_moments`, post-processing, its draws from the seed's stream)."""
         cfg = self.config
-        columns = self.moment_columns
+        columns, noise = self.moment_columns, cfg.moment_noise
+        if columns is None or noise is None:  # `_moment_columns` gives columns only with a moment noise
+            raise ConfigError("a decoded-moment fit needs dpautogan.latent_model gaussian and dpautogan.moment_noise")
         binary = [c in self._binary for c in columns]
         center = width = None
         if cfg.moment_spread is not None:   # from rows the private Gaussian and decoder make: post-processing
@@ -281,7 +283,7 @@ class DPAutoGANTrainer:
                 z = self.gaussian(torch.randn(16384, cfg.latent_dim, generator=self.rng))
                 center, width = moment_spread_from(self.autoencoder.decoder(z)[:, list(columns)], binary,
                                                    cfg.moment_spread)
-        targets = private_moments(self.data[:, list(columns)], binary, cfg.moment_noise, self.noise_rng, center, width)
+        targets = private_moments(self.data[:, list(columns)], binary, noise, self.noise_rng, center, width)
         mean, scale = match_decoded_moments(self.autoencoder.decoder, self.gaussian.mean, self.gaussian.scale,
                                             columns, binary, targets, cfg.moment_steps, cfg.moment_anchor, self.rng,
                                             center=center, width=width)
@@ -305,7 +307,7 @@ class DPAutoGANTrainer:
             rows = self.gaussian_fit()
             self.accountant.step()
             done.append(UpdateInfo("gaussian", rows))
-            if self.moment_columns is not None:
+            if self.moment_columns is not None and cfg.moment_noise is not None:  # both or neither
                 self.accountant.begin_phase(1.0, cfg.moment_noise)
                 rows = self.moment_fit()
                 self.accountant.step()

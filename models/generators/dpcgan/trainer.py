@@ -196,6 +196,7 @@ class DPCGANTrainer:
         self.sampling_rng = secret.torch("dpcgan-sampling")
         self.noise_rng = secret.torch("dpcgan-noise")
         self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=config.lr_generator, betas=config.betas)
+        self.opt_d: torch.optim.Optimizer
         if config.discriminator_optimizer == "sgd":
             self.opt_d = torch.optim.SGD(self.discriminator.parameters(), lr=config.lr_discriminator)
         else:

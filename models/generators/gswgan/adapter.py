@@ -1,30 +1,37 @@
 """GS-WGAN (the thesis) behind the generator interface: K critics pretrained on disjoint
 secret subsets of the training rows, then the generator trained through the sanitised gradients of
-the critics its rows query (models/generators/gswgan/trainer.py), accounted by models/privacy/accountant.py."""
+the critics its rows query (pretraining.py, trainer.py), accounted by models/privacy/accountant.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
-from dpsynth.models.errors import ConfigError
+from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.base import (
     ADJACENCY,
     FitResult,
     GeneratorType,
     PrivacyFacts,
+    Progress,
     Schedule,
     SummaryEntry,
     TrainingJob,
     TrainingPlan,
     target_prior_entry,
 )
+from dpsynth.models.generators.gswgan.config import discriminators
 from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
 from dpsynth.models.privacy.accountant import mechanism_name
+from dpsynth.models.privacy.secret import PrivacySecret
+
+if TYPE_CHECKING:
+    from dpsynth.models.privacy.lifetime import TrainingCurve
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {"K": "discriminators K", "batch_size": "batch size B", "sigma": "noise multiplier sigma",
@@ -39,9 +46,8 @@ class GSWGAN(GeneratorType):
     # K is a setting's: a summary of several settings shows it per setting.
     setting_parameters = ("K",)
 
-    def check(self, profile: Profile, setting: Setting, schema=None) -> None:
-        if setting.discriminators is None:
-            raise ConfigError(f"Setting {setting.name!r}: a GS-WGAN setting needs discriminators (K).")
+    def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
+        discriminators(setting)
 
     def uncovered_in_release(self, profile: Profile, setting: Setting) -> str | None:
         if setting.private and profile.gan.critic_draw != "per_row":
@@ -57,46 +63,43 @@ class GSWGAN(GeneratorType):
         return None
 
     def schedule(self, profile: Profile, setting: Setting) -> Schedule:
-        from dpsynth.models.generators.gswgan.trainer import checkpoint_epsilons
+        from dpsynth.models.generators.gswgan.schedule import checkpoint_epsilons
 
         steps, eps = checkpoint_epsilons(profile.gan, profile.privacy, setting, marginals_rho(profile, REPLACE_ONE))
         return Schedule(tuple(steps), tuple(eps), profile.gan.checkpoint_every,
                         "use more discriminators, fewer iterations between checkpoints or a larger noise multiplier")
 
-    def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int):
+    def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int) -> TrainingCurve:
         from dpsynth.models.privacy.lifetime import TrainingCurve
 
-        return TrainingCurve(setting.discriminators, int(trained_iterations), profile.gan.batch_size,
+        return TrainingCurve(discriminators(setting), int(trained_iterations), profile.gan.batch_size,
                              profile.privacy.noise_multiplier, profile.gan.critic_draw,
                              marginals_rho(profile, REPLACE_ONE))
 
-    def donor_groups(self, n_rows, profile, setting, secret):
+    def donor_groups(self, n_rows: int, profile: Profile, setting: Setting,
+                     secret: PrivacySecret) -> list[np.ndarray]:
         # A row's gaps are imputed from its own critic's subset: that critic depends on the row anyway.
-        from dpsynth.models.generators.gswgan.trainer import make_partition
+        from dpsynth.models.generators.gswgan.partition import make_partition
 
-        partition = make_partition(n_rows, setting.discriminators, secret)
+        partition = make_partition(n_rows, discriminators(setting), secret)
         return [members[members >= 0] for members in partition]
 
     @staticmethod
-    def _condition(job: TrainingJob):
-        from dpsynth.models.generators.gswgan.trainer import target_condition
+    def _condition(job: TrainingJob) -> tuple[int, float] | None:
+        from dpsynth.models.generators.gswgan.generator_files import target_condition
 
         encoder = TableEncoder(job.schema)
         return target_condition(job.profile.gan, encoder.target_index,
                                 encoder.block(job.schema.target).column.kind)
 
-    def prepare(self, job: TrainingJob, progress=None) -> tuple[dict, dict]:
+    def prepare(self, job: TrainingJob, progress: Progress | None = None) -> tuple[dict, dict]:
         """Algorithm 1: pretrain K critics, each on its own subset."""
-        from dpsynth.models.generators.gswgan.trainer import (
-            kernels_in_use,
-            make_partition,
-            pretrain_critics,
-            resolve_device,
-            subset_sizes,
-        )
+        from dpsynth.models.generators.gswgan.devices import kernels_in_use, resolve_device
+        from dpsynth.models.generators.gswgan.partition import make_partition, subset_sizes
+        from dpsynth.models.generators.gswgan.pretraining import pretrain_critics
 
         prof, setting = job.profile, job.setting
-        partition = make_partition(len(job.data), setting.discriminators, job.secret)
+        partition = make_partition(len(job.data), discriminators(setting), job.secret)
         np.save(job.directory / "partition.npy", partition)
         device = resolve_device(prof.device)
         critics = pretrain_critics(torch.from_numpy(job.data), partition, prof.gan,
@@ -112,9 +115,11 @@ class GSWGAN(GeneratorType):
     def prepare_units(self, profile: Profile) -> int:
         return profile.gan.pretrain_iterations
 
-    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan,
+            progress: Progress | None = None) -> FitResult:
         """Algorithm 2 to the planned last checkpoint, resuming from its own last checkpoint."""
-        from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer, resolve_device
+        from dpsynth.models.generators.gswgan.devices import resolve_device
+        from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
         from dpsynth.models.generators.networks import CriticStack
 
         prof, setting = job.profile, job.setting
@@ -175,7 +180,7 @@ class GSWGAN(GeneratorType):
     def public_setting(self, setting: Setting) -> dict:
         return {"discriminators": setting.discriminators} if setting.discriminators is not None else {}
 
-    def summary_entries(self, profile: Profile, schema=None) -> dict[str, SummaryEntry]:
+    def summary_entries(self, profile: Profile, schema: DatasetSchema | None = None) -> dict[str, SummaryEntry]:
         gan = profile.gan
         entries = {"iterations": SummaryEntry("generator iterations (planned)", gan.iterations),
                    "checkpoint_every": SummaryEntry("checkpoint every (iterations)", gan.checkpoint_every)}

@@ -3,7 +3,7 @@ multiplier and clipping norm are the shared privacy keys (`privacy.noise_multipl
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, Strict, StrictBool, ValidationInfo, field_validator
 
@@ -15,7 +15,11 @@ from dpsynth.models.config_validation import (
     OpenUnit,
     Units,
 )
+from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.section import SectionConfig
+
+if TYPE_CHECKING:
+    from dpsynth.models.config import Setting, SettingSpec
 
 LearningRate = Annotated[float, Strict(), Field(gt=0, le=1)]
 Beta = Annotated[float, Strict(), Field(ge=0, lt=1)]
@@ -52,7 +56,7 @@ class GanConfig(SectionConfig):
     batch_size: Count = 32
     pretrain_iterations: Annotated[int, Strict(), Field(ge=0, le=MAX_INT)] = 2000
     # Precision of the throwaway generators' matrix products in pretraining, forward and backward
-    # (pretrain.py `pretrain_matmul_dtype`): "float32"; "bfloat16" (float32 accumulation, mixed precision
+    # (devices.py `pretrain_matmul_dtype`): "float32"; "bfloat16" (float32 accumulation, mixed precision
     # as autocast); "auto": bfloat16 on a CPU that computes it natively (AVX512-BF16/AMX), float32
     # elsewhere. BatchNorm, the critics and Adam stay float32; training and the released generator too.
     pretrain_matmul: Literal["auto", "float32", "bfloat16"] = "auto"
@@ -93,5 +97,12 @@ class GanConfig(SectionConfig):
         return every
 
     @classmethod
-    def setting_problem(cls, setting) -> str | None:
+    def setting_problem(cls, setting: SettingSpec) -> str | None:
         return "a GS-WGAN setting needs discriminators (K)" if setting.discriminators is None else None
+
+
+def discriminators(setting: Setting) -> int:
+    """A GS-WGAN setting's K (a profile's settings are checked for it when it loads: `setting_problem`)."""
+    if setting.discriminators is None:
+        raise ConfigError(f"Setting {setting.name!r}: a GS-WGAN setting needs discriminators (K).")
+    return setting.discriminators
