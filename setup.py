@@ -9,6 +9,5 @@ LAYERS = ("models", "tasks", "flows")
 setup(
     packages=["dpsynth", "dpsynth.configs"]
     + [f"dpsynth.{name}" for name in find_packages(include=[f"{layer}*" for layer in LAYERS])],
-    package_dir={"dpsynth": "dpsynth", "dpsynth.configs": "configs",
-                 **{f"dpsynth.{layer}": layer for layer in LAYERS}},
+    package_dir={"dpsynth": "dpsynth", "dpsynth.configs": "configs", **{f"dpsynth.{layer}": layer for layer in LAYERS}},
 )

@@ -19,8 +19,8 @@ from dpsynth.models.generators.gswgan.generator_files import target_condition
 from dpsynth.models.generators.networks import Generator
 from dpsynth.models.privacy.secret import PrivacySecret
 
-ROWS = 56_000   # Cardio's training split (0.8 of 70,000)
-WIDTH = 16      # Cardio's encoded width
+ROWS = 56_000  # Cardio's training split (0.8 of 70,000)
+WIDTH = 16  # Cardio's encoded width
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -29,10 +29,13 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--discriminators", "-k", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", default=None,
-                    help="take the generator/critic settings from this profile (e.g. thesis: conditioned "
-                         "on the target, Gumbel head, 50 critic updates per visit, EMA); default: the "
-                         "thesis' plain hyperparameters (Tanh head, r = 5)")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        help="take the generator/critic settings from this profile (e.g. thesis: conditioned "
+        "on the target, Gumbel head, 50 critic updates per visit, EMA); default: the "
+        "thesis' plain hyperparameters (Tanh head, r = 5)",
+    )
     return ap
 
 
@@ -47,13 +50,19 @@ def bench_groups(width: int | None) -> list[tuple[int, int, str]]:
     if width is None:
         return BENCH_GROUPS
     from bench._layout import head_groups
+
     return head_groups(width)
 
 
 def add_width_argument(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--width", type=int, nargs="+", default=None,
-                    help="encoded widths of census-like tables to time in turn (e.g. 16 64 128 256); "
-                         "default: Cardio's 16 columns, all continuous")
+    ap.add_argument(
+        "--width",
+        type=int,
+        nargs="+",
+        default=None,
+        help="encoded widths of census-like tables to time in turn (e.g. 16 64 128 256); "
+        "default: Cardio's 16 columns, all continuous",
+    )
 
 
 def emit_widths(summaries: list[dict], quiet: bool) -> dict:
@@ -74,6 +83,7 @@ def bench_gan(profile: str | None, **overrides) -> GanConfig:
     gan = GanConfig()
     if profile is not None:
         from dpsynth.models.config import load_profile
+
         root = Path(__file__).resolve().parent.parent
         gan = load_profile(profile, root / "configs" / "cardio.yaml").gan
     return gan.replace(**overrides)
@@ -133,8 +143,9 @@ def naive_critic(gan: GanConfig, width: int) -> nn.Module:
 def naive_generator(gan: GanConfig, groups: list[tuple[int, int, str]]) -> nn.Module:
     """The released generator's module (its head and conditioning as configured); draw its inputs with
     `.latent(n, torch.default_generator)`."""
-    return Generator(gan.z_dim, tuple(gan.generator_hidden), groups[-1][1], gan.output_head, groups,
-                     bench_condition(gan))
+    return Generator(
+        gan.z_dim, tuple(gan.generator_hidden), groups[-1][1], gan.output_head, groups, bench_condition(gan)
+    )
 
 
 def naive_gradient_penalty(critic: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
@@ -144,8 +155,9 @@ def naive_gradient_penalty(critic: nn.Module, real: torch.Tensor, fake: torch.Te
     return ((grad.norm(dim=1) - 1.0) ** 2).mean()
 
 
-def naive_critic_step(critic: nn.Module, opt: torch.optim.Optimizer, real: torch.Tensor, fake: torch.Tensor,
-                      gp_lambda: float) -> float:
+def naive_critic_step(
+    critic: nn.Module, opt: torch.optim.Optimizer, real: torch.Tensor, fake: torch.Tensor, gp_lambda: float
+) -> float:
     opt.zero_grad(set_to_none=True)
     d_real, d_fake = critic(real).mean(), critic(fake).mean()
     loss = d_fake - d_real + gp_lambda * naive_gradient_penalty(critic, real, fake)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # Sizes of the one-hot groups after the wide one, in turn (1: a binary column, one encoded column).
 _GROUP_CYCLE = (1, 3, 5, 1, 8, 12)
-WIDE_GROUP_LEVELS = 42   # like a census table's occupation or country column
+WIDE_GROUP_LEVELS = 42  # like a census table's occupation or country column
 
 
 def wide_layout(width: int) -> tuple[int, list[int]]:
@@ -25,7 +25,7 @@ def wide_layout(width: int) -> tuple[int, list[int]]:
     i = 0
     while left > 0:
         size = min(_GROUP_CYCLE[i % len(_GROUP_CYCLE)], left)
-        size = 1 if size == 2 else size    # a two-level column is encoded as one binary column
+        size = 1 if size == 2 else size  # a two-level column is encoded as one binary column
         groups.append(size)
         left -= size
         i += 1

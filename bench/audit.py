@@ -11,8 +11,9 @@ lower bound at 95%. Five mechanisms:
   gradient (+g on the first input, -g on the neighbour, norm 10 C), 10^6 sanitised rows per input
   (31,250 steps of B = 32), sigma = 1.07: exact 4.05 (mu = 1 / sigma); passes with a bound in
   [2.5, exact];
-* dpcgan-update: `dpsynth.models.generators.dpcgan.trainer.sanitized_gradient` on a one-layer discriminator; dpautogan-update:
-  `dpsynth.models.generators.dpautogan.trainer.sanitize` on per-example gradients. A canary of norm 100 C, +-g; sigma = 2.14
+* dpcgan-update: `dpsynth.models.generators.dpcgan.trainer.sanitized_gradient` on a one-layer
+  discriminator; dpautogan-update: `dpsynth.models.generators.dpsgd.sanitize` on per-example
+  gradients. A canary of norm 100 C, +-g; sigma = 2.14
   (mu = 2C / (sigma C)): exact 4.05. Many canaries per call, each in gradient coordinates of its own,
   give many trials per call;
 * dpautogan-gaussian-fit (`noisy_sums` of `latent_statistics` with `gaussian_bound`, sigma 1.4) and
@@ -99,8 +100,9 @@ def step_audits(args) -> list[dict]:
 
 
 def calibration(args) -> list[dict]:
-    return calibration_audits(args.trials or DEFAULT_TRIALS["calibration"], args.halve_noise, args.mechanisms,
-                              args.seed)
+    return calibration_audits(
+        args.trials or DEFAULT_TRIALS["calibration"], args.halve_noise, args.mechanisms, args.seed
+    )
 
 
 def train_audits(args) -> list[dict]:
@@ -112,13 +114,23 @@ def train_audits(args) -> list[dict]:
         runs = [train_audit(schema, setup, private, seed=args.seed + i) for i in range(args.runs)]
         bound = pooled_train_audit(runs, setup.delta)
         claimed = max(r["epsilon_claimed"] for r in runs)
-        audits.append({"sanitiser": "on" if private else "off",
-                       "epsilon_claimed": round(claimed, 4) if claimed != float("inf") else None,
-                       "epsilon_lower_bound": round(bound, 4), "claim_refuted": bool(bound > claimed),
-                       "confidence": 0.95, "runs": args.runs, "canaries": sum(r["canaries"] for r in runs),
-                       "guesses": sum(r["guesses"] for r in runs), "correct": sum(r["correct"] for r in runs),
-                       "discriminators": setup.discriminators, "iterations": setup.iterations,
-                       "base_rows": setup.base_rows, "delta": setup.delta})
+        audits.append(
+            {
+                "sanitiser": "on" if private else "off",
+                "epsilon_claimed": round(claimed, 4) if claimed != float("inf") else None,
+                "epsilon_lower_bound": round(bound, 4),
+                "claim_refuted": bool(bound > claimed),
+                "confidence": 0.95,
+                "runs": args.runs,
+                "canaries": sum(r["canaries"] for r in runs),
+                "guesses": sum(r["guesses"] for r in runs),
+                "correct": sum(r["correct"] for r in runs),
+                "discriminators": setup.discriminators,
+                "iterations": setup.iterations,
+                "base_rows": setup.base_rows,
+                "delta": setup.delta,
+            }
+        )
     return audits
 
 
@@ -127,19 +139,31 @@ def main(argv=None) -> dict:
     ap.add_argument("--mode", choices=("step", "calibration", "train"), default="step")
     ap.add_argument("--runs", type=int, default=3, help="--mode train: training runs pooled per variant")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--trials", type=int, default=None,
-                    help="trials per input: --mode step, of one step (of T steps: this over T; default 100000); "
-                         "--mode calibration, of each mechanism (default 1000000)")
+    ap.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="trials per input: --mode step, of one step (of T steps: this over T; default 100000); "
+        "--mode calibration, of each mechanism (default 1000000)",
+    )
     ap.add_argument("--steps", type=int, nargs="+", default=[1], help="--mode step: T of each audit")
     ap.add_argument("--discriminators", type=int, default=10, help="--mode step: K")
-    ap.add_argument("--mechanisms", nargs="+", choices=CALIBRATION_MECHANISMS, default=list(CALIBRATION_MECHANISMS),
-                    help="--mode calibration: which mechanisms to audit")
-    ap.add_argument("--halve-noise", action="store_true",
-                    help="--mode calibration, a check of the audit itself: run every mechanism at half its noise "
-                         "multiplier, judged against the exact epsilon of the intended one (each must be refuted)")
+    ap.add_argument(
+        "--mechanisms",
+        nargs="+",
+        choices=CALIBRATION_MECHANISMS,
+        default=list(CALIBRATION_MECHANISMS),
+        help="--mode calibration: which mechanisms to audit",
+    )
+    ap.add_argument(
+        "--halve-noise",
+        action="store_true",
+        help="--mode calibration, a check of the audit itself: run every mechanism at half its noise "
+        "multiplier, judged against the exact epsilon of the intended one (each must be refuted)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)   # as training runs on CPU: one iteration is many small operations
+    torch.set_num_threads(1)  # as training runs on CPU: one iteration is many small operations
     started = time.perf_counter()
     audits = {"step": step_audits, "calibration": calibration, "train": train_audits}[args.mode](args)
     summary = {"mode": args.mode, "audits": audits, "seconds": round(time.perf_counter() - started, 1)}
@@ -150,14 +174,18 @@ def main(argv=None) -> dict:
         for a in audits:
             what = a.get("mechanism") or f"sanitiser {a['sanitiser']}"
             if args.mode == "calibration":
-                print(f"  {what}: exact {a['epsilon_exact']}, claimed {a['epsilon_claimed']}, lower bound "
-                      f"{a['epsilon_lower_bound']} from {a['trials']} trials per input, {a['seconds']} s "
-                      f"({'pass' if a['passed'] else 'FAIL'}{', exceeds exact' if a['exceeds_exact'] else ''})")
+                print(
+                    f"  {what}: exact {a['epsilon_exact']}, claimed {a['epsilon_claimed']}, lower bound "
+                    f"{a['epsilon_lower_bound']} from {a['trials']} trials per input, {a['seconds']} s "
+                    f"({'pass' if a['passed'] else 'FAIL'}{', exceeds exact' if a['exceeds_exact'] else ''})"
+                )
                 continue
             exact = f", exact {a['epsilon_exact']}" if "epsilon_exact" in a else ""
-            print(f"  {what}, {a.get('steps', a.get('iterations'))}: claimed {a['epsilon_claimed'] or 'infinity'}"
-                  f"{exact}, lower bound {a['epsilon_lower_bound']} "
-                  f"({'REFUTED' if a['claim_refuted'] else 'consistent'})")
+            print(
+                f"  {what}, {a.get('steps', a.get('iterations'))}: claimed {a['epsilon_claimed'] or 'infinity'}"
+                f"{exact}, lower bound {a['epsilon_lower_bound']} "
+                f"({'REFUTED' if a['claim_refuted'] else 'consistent'})"
+            )
     print(json.dumps(summary, allow_nan=False), flush=True)
     return summary
 

@@ -81,8 +81,9 @@ def main(argv=None) -> dict:
 
     profile = ["--profile", args.profile]
     pre = _quiet(pretrain.main, ["--json", "--device", args.device] + profile)
-    tr = _quiet(train.main, ["--json", "--device", args.device, "--iterations", "600", "--naive-iterations", "150"]
-                + profile)
+    tr = _quiet(
+        train.main, ["--json", "--device", args.device, "--iterations", "600", "--naive-iterations", "150"] + profile
+    )
     sel = _quiet(select.main, ["--json", "--runs", "2", "--width", "cardio"])["tables"][0]
     sample_s = sampling_seconds(args.device, args.profile)
 
@@ -106,15 +107,21 @@ def main(argv=None) -> dict:
         "fast_components_min": {k: round(v / 60, 1) for k, v in fast.items()},
         "naive_components_min": {k: round(v / 60, 1) for k, v in naive.items()},
         "max_auc_diff": sel["max_auc_diff"],
-        "measured": {"pretrain_ms_per_critic_iteration": pre["fast_ms_per_critic_iteration"],
-                     "naive_pretrain_ms_per_critic_iteration": pre["naive_ms_per_critic_iteration"],
-                     "train_ms_per_iteration": tr["fast_ms_per_iteration"],
-                     "naive_train_ms_per_iteration": tr["naive_ms_per_iteration"],
-                     "select_s_per_run": sel["fast_s"] / 2, "naive_select_s_per_run": sel["naive_s"] / 2,
-                     "sample_s_per_checkpoint": round(sample_s, 3)},
+        "measured": {
+            "pretrain_ms_per_critic_iteration": pre["fast_ms_per_critic_iteration"],
+            "naive_pretrain_ms_per_critic_iteration": pre["naive_ms_per_critic_iteration"],
+            "train_ms_per_iteration": tr["fast_ms_per_iteration"],
+            "naive_train_ms_per_iteration": tr["naive_ms_per_iteration"],
+            "select_s_per_run": sel["fast_s"] / 2,
+            "naive_select_s_per_run": sel["naive_s"] / 2,
+            "sample_s_per_checkpoint": round(sample_s, 3),
+        },
     }
     if not args.json:
-        print(f"thesis profile projected: {summary['projected_full_min']} min (naive {summary['naive_projected_min']} min)")
+        print(
+            f"thesis profile projected: {summary['projected_full_min']} min "
+            f"(naive {summary['naive_projected_min']} min)"
+        )
     print(json.dumps(summary))
     return summary
 

@@ -1,6 +1,7 @@
 """Benchmark of the logistic-regression model selection (thesis Algorithm 3): naive liblinear loop vs fast path.
 
-What is measured: for each run, the wall-clock seconds of one full `dpsynth.models.evaluation.selection.select_model` call
+What is measured: for each run, the wall-clock seconds of one full
+`dpsynth.models.evaluation.selection.select_model` call
 (40 candidates: l1/l2 x 20 values of C from `regularisation_grid(seed)`; validation AUC of every candidate;
 refit of the winner on train + validation; test AUC and AUPRC), once with ``method="naive"`` (one
 scikit-learn liblinear fit per candidate, sequential, as in the thesis) and with ``method="fast"`` on the
@@ -54,27 +55,43 @@ from dpsynth.models.evaluation.selection import (
 
 N_TRAIN, N_VAL, N_TEST = 56_000, 7_000, 7_000
 WIDTH_CARDIO = 16
-WIDE_ROWS = 32_561   # a census-style table's rows
-AUC_TOLERANCE = 0.002   # the issue's bound on the test-AUC difference
+WIDE_ROWS = 32_561  # a census-style table's rows
+AUC_TOLERANCE = 0.002  # the issue's bound on the test-AUC difference
 
 # coefficients of the "real" logistic target on the 16 encoded columns
-_BETA = np.array([
-    1.1, 0.05, 0.35, 2.4, 0.7,      # continuous: age, height, weight, ap_hi, ap_lo (encoded)
-    0.02, -0.08, -0.1, -0.2, 0.0,   # binary: gender, smoke, alco, active, (a weak one)
-    -0.35, 0.05, 0.3,               # one-hot block 1 (cholesterol-like)
-    0.05, -0.05, 0.0,               # one-hot block 2 (gluc-like)
-])
+_BETA = np.array(
+    [
+        1.1,
+        0.05,
+        0.35,
+        2.4,
+        0.7,  # continuous: age, height, weight, ap_hi, ap_lo (encoded)
+        0.02,
+        -0.08,
+        -0.1,
+        -0.2,
+        0.0,  # binary: gender, smoke, alco, active, (a weak one)
+        -0.35,
+        0.05,
+        0.3,  # one-hot block 1 (cholesterol-like)
+        0.05,
+        -0.05,
+        0.0,  # one-hot block 2 (gluc-like)
+    ]
+)
 _INTERCEPT = 0.25
 
 
 def _features(rng: np.random.Generator, n: int, *, jitter: float = 0.0, share_shift: float = 0.0) -> np.ndarray:
-    cov = np.array([
-        [1.0, 0.0, 0.1, 0.25, 0.2],
-        [0.0, 1.0, 0.38, 0.05, 0.05],
-        [0.1, 0.38, 1.0, 0.4, 0.35],
-        [0.25, 0.05, 0.4, 1.0, 0.7],
-        [0.2, 0.05, 0.35, 0.7, 1.0],
-    ])
+    cov = np.array(
+        [
+            [1.0, 0.0, 0.1, 0.25, 0.2],
+            [0.0, 1.0, 0.38, 0.05, 0.05],
+            [0.1, 0.38, 1.0, 0.4, 0.35],
+            [0.25, 0.05, 0.4, 1.0, 0.7],
+            [0.2, 0.05, 0.35, 0.7, 1.0],
+        ]
+    )
     cont = rng.multivariate_normal(np.zeros(5), cov, size=n)
     cont += jitter * rng.normal(size=cont.shape)
     # integer-valued measurements (height, weight, pressures) are discretised before scaling, as in Cardio
@@ -107,7 +124,7 @@ def _stratified_split(rng, y, sizes):
         start = 0
         for k, size in enumerate(sizes):
             take = round(size * idx.size / total) if k < len(sizes) - 1 else idx.size - start
-            parts[k].append(idx[start:start + take])
+            parts[k].append(idx[start : start + take])
             start += take
     return [rng.permutation(np.concatenate(p)) for p in parts]
 
@@ -138,10 +155,10 @@ def _wide_features(rng, n, n_cont, groups, shares, *, jitter=0.0):
     load = np.linspace(0.2, 0.7, n_cont)
     cont = factors[:, [0]] * load + factors[:, [1]] * load[::-1] * 0.5 + rng.standard_normal((n, n_cont))
     cont += jitter * rng.standard_normal(cont.shape)
-    cont[:, ::2] = np.expm1(np.abs(cont[:, ::2])) / 6.0 - 1.0     # mass near -1, a long right tail
+    cont[:, ::2] = np.expm1(np.abs(cont[:, ::2])) / 6.0 - 1.0  # mass near -1, a long right tail
     cont = np.clip(np.round(cont * 16) / 16 / 3.0, -1.0, 1.0)
     blocks = [cont]
-    for size, p in zip(groups, shares):
+    for size, p in zip(groups, shares, strict=False):
         if size == 1:
             blocks.append(np.where(rng.random((n, 1)) < p[0], 1.0, -1.0))
         else:
@@ -159,7 +176,7 @@ def make_wide_data(seed: int, synthetic: bool, width: int, rows: int):
         if size == 1:
             shares.append(np.array([rng.uniform(0.05, 0.6)]))
         else:
-            w = 1.0 / np.arange(1, size + 1) ** 1.3            # Zipf: the last levels are rare
+            w = 1.0 / np.arange(1, size + 1) ** 1.3  # Zipf: the last levels are rare
             shares.append(w / w.sum())
     beta = rng.normal(scale=0.6, size=width) * (rng.random(width) < 0.4)
     beta[:n_cont] = rng.normal(scale=1.2, size=n_cont)
@@ -203,8 +220,10 @@ def _exact_reference(data, fast) -> tuple[float, str]:
     loose = liblinear_model(fast.penalty, fast.C, 0).fit(X_full, y_full)
     tight = liblinear_model(fast.penalty, fast.C, 0).set_params(tol=1e-8, max_iter=100_000).fit(X_full, y_full)
     scores = X_test.astype(np.float64) @ tight.coef_.ravel() + tight.intercept_[0]
-    objective = {name: liblinear_objective(X_full, y_full, fast.penalty, fast.C, m.coef_.ravel(), m.intercept_[0])
-                 for name, m in (("tol 1e-4", loose), ("tol 1e-8", tight))}
+    objective = {
+        name: liblinear_objective(X_full, y_full, fast.penalty, fast.C, m.coef_.ravel(), m.intercept_[0])
+        for name, m in (("tol 1e-4", loose), ("tol 1e-8", tight))
+    }
     fast_objective = liblinear_objective(X_full, y_full, fast.penalty, fast.C, fast.coef, fast.intercept)
     lower = min(objective, key=objective.get)
     lower += f" ({objective['tol 1e-4']:.8g} vs {objective['tol 1e-8']:.8g}; fast path {fast_objective:.8g})"
@@ -223,8 +242,7 @@ def _one_table(args, width: int | None, rows: int | None) -> dict:
         data = make_data(seed, synthetic) if width is None else make_wide_data(seed, synthetic, width, rows)
         grid = regularisation_grid(seed)
         naive = select_model(*data, grid, method="naive", n_jobs=1)
-        fasts = [select_model(*data, grid, method="fast", n_jobs=args.n_jobs)
-                 for _ in range(max(1, args.fast_repeats))]
+        fasts = [select_model(*data, grid, method="fast", n_jobs=args.n_jobs) for _ in range(max(1, args.fast_repeats))]
         fast = fasts[0]
         assert all(f.index == fast.index and f.test_auc == fast.test_auc for f in fasts), "not deterministic"
         fast_seconds = float(np.mean([f.seconds for f in fasts]))
@@ -241,12 +259,15 @@ def _one_table(args, width: int | None, rows: int | None) -> dict:
                 print(f"  {label}, run {run}: test AUCs differ by {diff:.2e}{objective_note}", flush=True)
         max_exact = max(max_exact, exact_diff)
         if not args.json:
-            val_gap = max(abs(a - b) for a, b in zip(naive.val_aucs, fast.val_aucs))
-            print(f"{label}, run {run} ({'synthetic-like' if synthetic else 'real-vs-real'}, seed {seed}): "
-                  f"naive {naive.seconds:.2f}s -> {naive.penalty} C={naive.C:.4g} val {naive.val_auc:.5f} "
-                  f"test {naive.test_auc:.5f} | fast {fast_seconds:.3f}s -> {fast.penalty} C={fast.C:.4g} "
-                  f"val {fast.val_auc:.5f} test {fast.test_auc:.5f} | |dAUC| {diff:.2e}, "
-                  f"max |d val AUC| {val_gap:.1e}", flush=True)
+            val_gap = max(abs(a - b) for a, b in zip(naive.val_aucs, fast.val_aucs, strict=False))
+            print(
+                f"{label}, run {run} ({'synthetic-like' if synthetic else 'real-vs-real'}, seed {seed}): "
+                f"naive {naive.seconds:.2f}s -> {naive.penalty} C={naive.C:.4g} val {naive.val_auc:.5f} "
+                f"test {naive.test_auc:.5f} | fast {fast_seconds:.3f}s -> {fast.penalty} C={fast.C:.4g} "
+                f"val {fast.val_auc:.5f} test {fast.test_auc:.5f} | |dAUC| {diff:.2e}, "
+                f"max |d val AUC| {val_gap:.1e}",
+                flush=True,
+            )
     return {
         "table": label,
         "width": WIDTH_CARDIO if width is None else width,
@@ -265,11 +286,19 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", action="store_true", help="print only the JSON summary line")
     ap.add_argument("--runs", type=int, default=2, help="runs per shape (even: real-vs-real, odd: synthetic-like)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--width", nargs="+", default=["cardio", "128"],
-                    help="encoded widths of census-like tables, or 'cardio' for the Cardio-like table "
-                         "(default: cardio 128)")
-    ap.add_argument("--rows", type=int, nargs="+", default=None,
-                    help=f"rows of each census-like table, split 80/10/10 (default {WIDE_ROWS})")
+    ap.add_argument(
+        "--width",
+        nargs="+",
+        default=["cardio", "128"],
+        help="encoded widths of census-like tables, or 'cardio' for the Cardio-like table (default: cardio 128)",
+    )
+    ap.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"rows of each census-like table, split 80/10/10 (default {WIDE_ROWS})",
+    )
     ap.add_argument("--n-jobs", type=int, default=1, help="n_jobs of the fast path (naive stays sequential)")
     ap.add_argument("--fast-repeats", type=int, default=3, help="fast calls per run; their mean time is used")
     args = ap.parse_args(argv)
@@ -292,8 +321,10 @@ def main(argv=None) -> dict:
     }
     if not args.json:
         for t in tables:
-            print(f"  {t['table']}: naive {t['naive_s']}s, fast {t['fast_s']}s, ratio {t['ratio']}, "
-                  f"max |dAUC| {t['max_auc_diff']}, same choice {t['same_choice']}")
+            print(
+                f"  {t['table']}: naive {t['naive_s']}s, fast {t['fast_s']}s, ratio {t['ratio']}, "
+                f"max |dAUC| {t['max_auc_diff']}, same choice {t['same_choice']}"
+            )
     print(json.dumps(summary))
     return summary
 

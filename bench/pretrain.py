@@ -4,7 +4,8 @@ What is measured, on the same data (56,000 rows of width 16, like Cardio's encod
 the thesis networks (generator 32 -> 128 -> 256 -> 16 with BatchNorm, critic 16 -> 128 -> 1, B = 32,
 r = 5 critic steps per generator step):
 
-* fast: `dpsynth.models.generators.gswgan.pretraining.pretrain_critics` for all K critics (default 1,500), `--iterations` iterations
+* fast: `dpsynth.models.generators.gswgan.pretraining.pretrain_critics` for all K critics (default 1,500),
+`--iterations` iterations
   (default 8), wall clock of the whole call (chunk set-up included). A second call with 2 iterations
   separates the one-off set-up from the cost per iteration for the projection.
 * naive: what the official GS-WGAN pretrain.py does, one critic at a time: an `nn.Module` critic and
@@ -50,8 +51,16 @@ FULL_ITERATIONS = 2000
 SHORT_ITERATIONS = 2
 
 
-def naive_pretrain(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, critics: int, iterations: int,
-                   device: torch.device, seed: int, groups: list) -> None:
+def naive_pretrain(
+    data: torch.Tensor,
+    partition: np.ndarray,
+    gan: GanConfig,
+    critics: int,
+    iterations: int,
+    device: torch.device,
+    seed: int,
+    groups: list,
+) -> None:
     """One (critic, throwaway generator) pair after the other, plain PyTorch."""
     torch.manual_seed(seed)
     width = data.shape[1]
@@ -102,14 +111,25 @@ def measure(args, width: int | None) -> dict:
     partition = make_partition(data.shape[0], k, bench_secret(args.seed))
 
     # Warm-up outside the timed regions (libraries, thread pools, allocator).
-    pretrain_critics(data, partition[:8], gan, groups, args.seed, device, iterations=2, chunk_size=4,
-                     condition=condition)
+    pretrain_critics(
+        data, partition[:8], gan, groups, args.seed, device, iterations=2, chunk_size=4, condition=condition
+    )
     naive_pretrain(data, partition, gan, 1, 2, device, args.seed, groups)
 
     def fast_run(iterations: int) -> float:
         with Timer(device) as timer:
-            pretrain_critics(data, partition, gan, groups, args.seed, device, iterations=iterations,
-                             chunk_size=args.chunk_size, workers=args.workers, condition=condition)
+            pretrain_critics(
+                data,
+                partition,
+                gan,
+                groups,
+                args.seed,
+                device,
+                iterations=iterations,
+                chunk_size=args.chunk_size,
+                workers=args.workers,
+                condition=condition,
+            )
         return timer.seconds
 
     # Two runs: their difference is the cost of the extra iterations without the one-off set-up
@@ -122,7 +142,7 @@ def measure(args, width: int | None) -> dict:
 
     sample = min(args.naive_critics, k)
     before = torch.get_num_threads()
-    torch.set_num_threads(1)   # its operations on 32-row batches run fastest on one thread
+    torch.set_num_threads(1)  # its operations on 32-row batches run fastest on one thread
     try:
         with Timer(device) as naive:
             naive_pretrain(data, partition, gan, sample, args.naive_iterations, device, args.seed, groups)

@@ -40,15 +40,24 @@ def _replace(section, **changes):
 def shortened(profile, scale: int):
     """The profile with every long loop cut by `scale` (same code paths, fewer steps)."""
     gan = profile.gan
-    gan = _replace(gan, iterations=max(gan.iterations // scale, 2 * (gan.checkpoint_every // scale or 1)),
-                   checkpoint_every=max(gan.checkpoint_every // scale, 1),
-                   pretrain_iterations=max(gan.pretrain_iterations // scale, 1))
+    gan = _replace(
+        gan,
+        iterations=max(gan.iterations // scale, 2 * (gan.checkpoint_every // scale or 1)),
+        checkpoint_every=max(gan.checkpoint_every // scale, 1),
+        pretrain_iterations=max(gan.pretrain_iterations // scale, 1),
+    )
     gan = _replace(gan, iterations=gan.iterations - gan.iterations % gan.checkpoint_every)
-    settings = tuple(_replace(s, discriminators=min(s.discriminators, 100)) if getattr(s, "discriminators", None)
-                     else s for s in profile.settings)
+    settings = tuple(
+        _replace(s, discriminators=min(s.discriminators, 100)) if getattr(s, "discriminators", None) else s
+        for s in profile.settings
+    )
     d = profile.dpautogan
-    dpa = _replace(d, autoencoder_steps=max(d.autoencoder_steps // scale, 10),
-                   generator_steps=max(d.generator_steps // scale, 10), moment_steps=max(d.moment_steps // scale, 5))
+    dpa = _replace(
+        d,
+        autoencoder_steps=max(d.autoencoder_steps // scale, 10),
+        generator_steps=max(d.generator_steps // scale, 10),
+        moment_steps=max(d.moment_steps // scale, 5),
+    )
     return _replace(profile, gan=gan, dpautogan=dpa, settings=settings[:1])
 
 
@@ -69,20 +78,27 @@ def fingerprint(profile_name: str, scale: int, rows: int) -> dict:
         validated = validate.validate_stage(run_dir, CONFIG, data)
         sp = split.split_stage(run_dir, schema, validated["table"], profile)
         prep = preprocess.preprocess_stage(run_dir, schema, validated["table"], sp["split"], profile)
-        measured = (marginals.measure_stage(run_dir, schema, validated["table"], prep["gan_rows"], profile)
-                    if profile.marginals.enabled else None)
-        pre = training.prepare_stage(run_dir, schema, validated["table"], prep["encoded"], prep["gan_rows"],
-                                     profile, setting)
+        measured = (
+            marginals.measure_stage(run_dir, schema, validated["table"], prep["gan_rows"], profile)
+            if profile.marginals.enabled
+            else None
+        )
+        pre = training.prepare_stage(
+            run_dir, schema, validated["table"], prep["encoded"], prep["gan_rows"], profile, setting
+        )
         trained = training.train_stage(run_dir, schema, pre.directory, profile, setting)
         released = trained
         if measured is not None:
-            released = marginals.attach_stage(run_dir, schema, trained["checkpoints"], trained["ledger"],
-                                              measured["marginals"], profile, setting)
+            released = marginals.attach_stage(
+                run_dir, schema, trained["checkpoints"], trained["ledger"], measured["marginals"], profile, setting
+            )
         n_rows = evaluate.synthetic_rows(profile, dict(np.load(sp["split"])))
-        samples = training.sample_stage(run_dir, schema, released["checkpoints"], released["ledger"], n_rows,
-                                        profile, setting)
-        selected = evaluate.evaluate_setting_stage(run_dir, schema, prep["encoded"], sp["split"],
-                                                   released["ledger"], samples.directory, profile, setting.name)
+        samples = training.sample_stage(
+            run_dir, schema, released["checkpoints"], released["ledger"], n_rows, profile, setting
+        )
+        selected = evaluate.evaluate_setting_stage(
+            run_dir, schema, prep["encoded"], sp["split"], released["ledger"], samples.directory, profile, setting.name
+        )
         ledger = json.loads(Path(released["ledger"]).read_text())["checkpoints"]
         results = pd.read_parquet(selected["results"])
         return {
@@ -90,8 +106,11 @@ def fingerprint(profile_name: str, scale: int, rows: int) -> dict:
             "epsilons": [round(c["epsilon"], 10) for c in ledger],
             "split": digest(Path(sp["split"])),
             "encoded": digest(Path(prep["encoded"])),
-            "samples": {p.name: digest(p) for p in sorted(Path(samples.directory).rglob("*")) if p.is_file()
-                        and p.suffix in (".parquet", ".npy", ".csv")},
+            "samples": {
+                p.name: digest(p)
+                for p in sorted(Path(samples.directory).rglob("*"))
+                if p.is_file() and p.suffix in (".parquet", ".npy", ".csv")
+            },
             "test_auc": [round(float(a), 10) for a in results["test_auc"]],
         }
 

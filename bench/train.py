@@ -5,7 +5,8 @@ private setting (sigma = 1.07, C = 1), the thesis networks and B = 32, r = 5, on
 with the profile's critic draw (default: a critic per sanitised row; B critics, drawn apart from the
 queried ones, refreshed r times before the query; `--profile` takes another profile's generator settings):
 
-* fast: `dpsynth.models.generators.gswgan.trainer.GeneratorTrainer.run` for `--iterations` iterations (default 1,000) after the
+* fast: `dpsynth.models.generators.gswgan.trainer.GeneratorTrainer.run` for `--iterations` iterations (default
+1,000) after the
   untimed iteration-0 checkpoint: resuming from it and writing the checkpoint at the end (generator,
   critics and their Adam state, epsilon) are included, as in a real run's every 1,000 iterations.
   `--iterations 20000 --checkpoint-every 1000` times a whole run as a release trains it instead: one
@@ -58,8 +59,16 @@ from dpsynth.models.generators.networks import CriticStack
 FULL_ITERATIONS = 40_000
 
 
-def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, privacy: PrivacyConfig, iterations: int,
-                device: torch.device, seed: int, groups: list) -> None:
+def naive_train(
+    data: torch.Tensor,
+    partition: np.ndarray,
+    gan: GanConfig,
+    privacy: PrivacyConfig,
+    iterations: int,
+    device: torch.device,
+    seed: int,
+    groups: list,
+) -> None:
     torch.manual_seed(seed)
     k, width = partition.shape[0], data.shape[1]
     b, r = gan.batch_size, refresh_steps(gan)
@@ -78,8 +87,9 @@ def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, priva
         refreshed = drawn if gan.critic_refresh == "drawn" else [int(j) for j in torch.randint(k, (slots,))]
         for j in dict.fromkeys(refreshed):
             critic = critics[j]
-            opt_d = optimisers.setdefault(j, torch.optim.Adam(critic.parameters(), lr=gan.lr_critic,
-                                                              betas=tuple(gan.betas)))
+            opt_d = optimisers.setdefault(
+                j, torch.optim.Adam(critic.parameters(), lr=gan.lr_critic, betas=tuple(gan.betas))
+            )
             rows = torch.as_tensor(partition[j][partition[j] >= 0], device=device)
             for p in critic.parameters():
                 p.requires_grad_(True)
@@ -93,8 +103,12 @@ def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, priva
         fake = gen(gen.latent(b, torch.default_generator).to(device))
         rows_out = fake.detach().requires_grad_(True)
         # Each row's gradient through its own critic.
-        grad = torch.cat([torch.autograd.grad(-critics[j](rows_out[i:i + 1]).sum(), rows_out)[0][i:i + 1]
-                          for i, j in enumerate(drawn)])
+        grad = torch.cat(
+            [
+                torch.autograd.grad(-critics[j](rows_out[i : i + 1]).sum(), rows_out)[0][i : i + 1]
+                for i, j in enumerate(drawn)
+            ]
+        )
         if gen.condition is not None:
             grad[:, gen.condition[0]] = 0.0
         norms = grad.norm(dim=1, keepdim=True)
@@ -105,7 +119,7 @@ def naive_train(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, priva
         opt_g.step()
         if ema is not None:
             with torch.no_grad():
-                for e, p in zip(ema.state_dict().values(), gen.state_dict().values()):
+                for e, p in zip(ema.state_dict().values(), gen.state_dict().values(), strict=False):
                     if e.is_floating_point():
                         e.lerp_(p, 1.0 - gan.generator_ema)
                     else:
@@ -116,11 +130,19 @@ def main(argv=None) -> dict:
     ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--naive-iterations", type=int, default=200)
-    ap.add_argument("--checkpoint-every", type=int, default=None,
-                    help="iterations between checkpoints in the fast run (default: --iterations, one at the end); "
-                         "1000 with --iterations 20000 times a whole 20,000-iteration run as a release trains it")
-    ap.add_argument("--refresh-steps", type=int, default=None,
-                    help="critic updates per drawn critic (default: the profile's critic_refresh_steps)")
+    ap.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="iterations between checkpoints in the fast run (default: --iterations, one at the end); "
+        "1000 with --iterations 20000 times a whole 20,000-iteration run as a release trains it",
+    )
+    ap.add_argument(
+        "--refresh-steps",
+        type=int,
+        default=None,
+        help="critic updates per drawn critic (default: the profile's critic_refresh_steps)",
+    )
     add_width_argument(ap)
     args = ap.parse_args(argv)
     summaries = [measure(args, width) for width in (args.width or [None])]
@@ -142,10 +164,29 @@ def measure(args, width: int | None) -> dict:
     setting = Setting(f"k{k}", k)
 
     def trainer(directory: Path, seed: int) -> GeneratorTrainer:
-        critics = CriticStack(k, data.shape[1], gan.critic_hidden, gan.critic_batchnorm, gan.init,
-                              torch.Generator().manual_seed(seed), device)
-        return GeneratorTrainer(data, partition, critics, gan, privacy, setting, groups, seed, directory, device,
-                                secret, condition=bench_condition(gan))
+        critics = CriticStack(
+            k,
+            data.shape[1],
+            gan.critic_hidden,
+            gan.critic_batchnorm,
+            gan.init,
+            torch.Generator().manual_seed(seed),
+            device,
+        )
+        return GeneratorTrainer(
+            data,
+            partition,
+            critics,
+            gan,
+            privacy,
+            setting,
+            groups,
+            seed,
+            directory,
+            device,
+            secret,
+            condition=bench_condition(gan),
+        )
 
     before = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,7 +197,7 @@ def measure(args, width: int | None) -> dict:
         torch.set_num_threads(before)
 
         fast_trainer = trainer(Path(tmp) / "fast", args.seed)
-        fast_trainer.run(0)   # the iteration-0 checkpoint
+        fast_trainer.run(0)  # the iteration-0 checkpoint
         fast_trainer = trainer(Path(tmp) / "fast", args.seed)
         with Timer(device) as fast:
             fast_trainer.run(args.iterations)

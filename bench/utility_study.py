@@ -64,14 +64,20 @@ def measure(schema: DatasetSchema, run: Path) -> dict:
     synth_rho, _ = spearman_matrix(schema, synthetic, max_rows=20000)
     # A run id is <dataset>-<profile>-<random hex>.
     profile = record["run_id"].removeprefix(f"{schema.name}-").rsplit("-", 1)[0]
-    return {"run": run.name, "profile": profile, "epsilon": summary["epsilon"], "auc": summary["auc"],
-            "real_auc": summary["real_auc"], "iteration": summary["iteration"],
-            "spearman_mad_continuous": continuous_spearman_mad(schema, real, synthetic),
-            "spearman_mad_all": spearman_mad(real_rho, synth_rho),
-            "mean_tvd": float(tvd_by_feature(schema, real, synthetic).mean()),
-            "mean_wasserstein": float(wasserstein_by_feature(schema, real, synthetic).mean()),
-            "levels_lost": lost_levels(schema, real, synthetic),
-            **fidelity_figures(schema, real, synthetic)}
+    return {
+        "run": run.name,
+        "profile": profile,
+        "epsilon": summary["epsilon"],
+        "auc": summary["auc"],
+        "real_auc": summary["real_auc"],
+        "iteration": summary["iteration"],
+        "spearman_mad_continuous": continuous_spearman_mad(schema, real, synthetic),
+        "spearman_mad_all": spearman_mad(real_rho, synth_rho),
+        "mean_tvd": float(tvd_by_feature(schema, real, synthetic).mean()),
+        "mean_wasserstein": float(wasserstein_by_feature(schema, real, synthetic).mean()),
+        "levels_lost": lost_levels(schema, real, synthetic),
+        **fidelity_figures(schema, real, synthetic),
+    }
 
 
 # Columns of `fidelity_figures` beside the run's other figures: one per target (lost levels by their number).
@@ -85,8 +91,7 @@ def fidelity_figures(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.Da
     verdicts = fidelity_verdicts(summary)
     figures = {f"fidelity_{figure}": np.nan if v["value"] is None else v["value"] for figure, v in verdicts.items()}
     missed = [figure for figure, v in verdicts.items() if v["verdict"] == MISSED]
-    return {**figures, "fidelity_missed": ", ".join(missed) or "none",
-            "fidelity": {**summary, "verdicts": verdicts}}
+    return {**figures, "fidelity_missed": ", ".join(missed) or "none", "fidelity": {**summary, "verdicts": verdicts}}
 
 
 def lost_levels(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.DataFrame, floor: float = 0.01) -> str:
@@ -112,21 +117,39 @@ def main(argv: list[str] | None = None) -> int:
     everything = pd.DataFrame([{k: v for k, v in m.items() if k != "fidelity"} for m in measured])
     fidelity = everything[["run", "profile", *FIDELITY_COLUMNS, "fidelity_missed"]]
     rows = everything.drop(columns=[*FIDELITY_COLUMNS, "fidelity_missed"])
-    metrics = ["epsilon", "auc", "real_auc", "spearman_mad_continuous", "spearman_mad_all", "mean_tvd",
-               "mean_wasserstein"]
+    metrics = [
+        "epsilon",
+        "auc",
+        "real_auc",
+        "spearman_mad_continuous",
+        "spearman_mad_all",
+        "mean_tvd",
+        "mean_wasserstein",
+    ]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(rows.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         print()
         print(rows.groupby("profile")[metrics].agg(["mean", "std"]).round(4).to_string())
         print()
         print("Fidelity (targets: " + ", ".join(f"{k} <= {v:g}" for k, v in FIDELITY_TARGETS.items()) + ")")
-        print(fidelity.rename(columns=lambda c: c.removeprefix("fidelity_"))
-              .to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        print(
+            fidelity.rename(columns=lambda c: c.removeprefix("fidelity_")).to_string(
+                index=False, float_format=lambda v: f"{v:.4f}"
+            )
+        )
         print()
-        print(fidelity.groupby("profile")[FIDELITY_COLUMNS].agg(["mean", "std"]).round(4)
-              .rename(columns=lambda c: c.removeprefix("fidelity_")).to_string())
+        print(
+            fidelity.groupby("profile")[FIDELITY_COLUMNS]
+            .agg(["mean", "std"])
+            .round(4)
+            .rename(columns=lambda c: c.removeprefix("fidelity_"))
+            .to_string()
+        )
     if args.json:
-        runs = [{**record, "fidelity": m["fidelity"]} for record, m in zip(rows.to_dict(orient="records"), measured)]
+        runs = [
+            {**record, "fidelity": m["fidelity"]}
+            for record, m in zip(rows.to_dict(orient="records"), measured, strict=False)
+        ]
         print(json.dumps({"runs": runs}))
     return 0
 

@@ -34,11 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     generators = names()
     parser = argparse.ArgumentParser(prog="dpsynth", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", action="version", version=f"dpsynth {dpsynth_version()}",
-                        help="print dpsynth's version and exit")
-    parser.add_argument("--home", default=None, metavar="DIR",
-                        help="the installation's home: privacy ledger, internal store, registry store, run folders "
-                             "(default: $DPSYNTH_HOME, else ~/.dpsynth)")
+    parser.add_argument(
+        "--version", action="version", version=f"dpsynth {dpsynth_version()}", help="print dpsynth's version and exit"
+    )
+    parser.add_argument(
+        "--home",
+        default=None,
+        metavar="DIR",
+        help="the installation's home: privacy ledger, internal store, registry store, run folders "
+        "(default: $DPSYNTH_HOME, else ~/.dpsynth)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="check a table against its schema's expectation suite")
@@ -46,54 +51,88 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="CSV or Parquet table")
     p.add_argument("--json", action="store_true", help="print the public summary as JSON on the last line")
 
-    for name, default_profile, text in (("release", "default", "train, evaluate and release one setting"),
-                                        ("experiment", "thesis", "run the thesis grid of settings")):
+    for name, default_profile, text in (
+        ("release", "default", "train, evaluate and release one setting"),
+        ("experiment", "thesis", "run the thesis grid of settings"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", required=True, help="dataset schema YAML (e.g. configs/cardio.yaml)")
         p.add_argument("--data", required=True, help="the table: CSV or Parquet")
-        p.add_argument("--profile", default=default_profile,
-                       help=f"profile name under configs/profiles/ or a YAML path (default: {default_profile}; "
-                            "`dpsynth profiles` lists them)")
+        p.add_argument(
+            "--profile",
+            default=default_profile,
+            help=f"profile name under configs/profiles/ or a YAML path (default: {default_profile}; "
+            "`dpsynth profiles` lists them)",
+        )
         p.add_argument("--out", default=None, help="run folder (default <home>/runs/<kind>/<run id>)")
-        p.add_argument("--json", action="store_true",
-                       help="print the summary as JSON on the last line; no progress (warnings still on stderr)")
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help="print the summary as JSON on the last line; no progress (warnings still on stderr)",
+        )
         p.add_argument("--verbose", action="store_true", help="also show Prefect's, MLflow's and other libraries' logs")
-        p.add_argument("--generator", choices=generators, default=None,
-                       help="train every setting with this generator (default: the profile's `generator`)")
+        p.add_argument(
+            "--generator",
+            choices=generators,
+            default=None,
+            help="train every setting with this generator (default: the profile's `generator`)",
+        )
         if name == "release":
-            p.add_argument("--no-publish", action="store_true",
-                           help="a trial: run every stage (training, selection, the DP choice, the internal "
-                                "report) and publish nothing: no registration, bundle, alias or ledger entry")
-            p.add_argument("--allow-same-input", action="store_true",
-                           help="release even if the input file is byte for byte the one the table's last "
-                                "release read (refused otherwise: the same rows again, budget spent again)")
+            p.add_argument(
+                "--no-publish",
+                action="store_true",
+                help="a trial: run every stage (training, selection, the DP choice, the internal "
+                "report) and publish nothing: no registration, bundle, alias or ledger entry",
+            )
+            p.add_argument(
+                "--allow-same-input",
+                action="store_true",
+                help="release even if the input file is byte for byte the one the table's last "
+                "release read (refused otherwise: the same rows again, budget spent again)",
+            )
         if name == "experiment":
             p.add_argument("--dry-run", action="store_true", help="print the plan without running it")
 
-    p = sub.add_parser("epsilon", help="epsilon a profile's settings will spend (any generator), or of GS-WGAN "
-                                         "training from its parameters")
-    p.add_argument("--profile", default=None,
-                   help="plan this profile's settings: training epsilon and the whole release's, per setting")
+    p = sub.add_parser(
+        "epsilon",
+        help="epsilon a profile's settings will spend (any generator), or of GS-WGAN training from its parameters",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="plan this profile's settings: training epsilon and the whole release's, per setting",
+    )
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the schema the profile sits beside")
-    p.add_argument("--generator", choices=generators, default=None,
-                   help="plan every setting with this generator (with --profile)")
+    p.add_argument(
+        "--generator", choices=generators, default=None, help="plan every setting with this generator (with --profile)"
+    )
     p.add_argument("--discriminators", type=int, default=None, help="GS-WGAN's K (without --profile)")
     p.add_argument("--iterations", type=int, default=None, help="GS-WGAN's training iterations T (without --profile)")
     p.add_argument("--batch-size", type=int, default=32, help="B, generated rows per step (default 32)")
     p.add_argument("--noise-multiplier", type=float, default=1.07, help="sigma (default 1.07)")
     p.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
-    p.add_argument("--critic-draw", choices=("per-row", "per-step"), default="per-row",
-                   help="per-row: each sanitised row draws its own critic (dpsynth); per-step: one critic for "
-                        "all B rows of a step (the thesis' Algorithm 2)")
+    p.add_argument(
+        "--critic-draw",
+        choices=("per-row", "per-step"),
+        default="per-row",
+        help="per-row: each sanitised row draws its own critic (dpsynth); per-step: one critic for "
+        "all B rows of a step (the thesis' Algorithm 2)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
 
     p = sub.add_parser("ledger", help="a table's releases and the privacy budget they spent together")
     p.add_argument("--config", required=True, help="dataset schema YAML: the table is its schema name")
-    p.add_argument("--profile", default=None,
-                   help="take privacy.lifetime_budget from this profile (default: the latest release's)")
-    p.add_argument("--forecast", type=int, default=None, metavar="N",
-                   help="with --profile: the lifetime spending after each of N more releases of that profile, "
-                        "and the first one the lifetime budget would refuse")
+    p.add_argument(
+        "--profile", default=None, help="take privacy.lifetime_budget from this profile (default: the latest release's)"
+    )
+    p.add_argument(
+        "--forecast",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --profile: the lifetime spending after each of N more releases of that profile, "
+        "and the first one the lifetime budget would refuse",
+    )
     p.add_argument("--json", action="store_true", help="print the ledger as JSON on the last line")
 
     p = sub.add_parser("profiles", help="the profiles beside a schema: generator, budgets, trial or release")
@@ -108,13 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo-data", help="write a schema-conformant table made by code (no real rows)")
     p.add_argument("--rows", type=int, required=True, help="how many rows to generate")
-    p.add_argument("--out", required=True,
-                   help="output .csv or .parquet; <out>.demo.json beside it marks it as a demo table")
+    p.add_argument(
+        "--out", required=True, help="output .csv or .parquet; <out>.demo.json beside it marks it as a demo table"
+    )
     p.add_argument("--config", default=DEFAULT_CONFIG, help="dataset schema YAML (default configs/cardio.yaml)")
     p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
-    p.add_argument("--shape", choices=("plain", "hard"), default="plain",
-                   help="hard: most values at 0 in columns bounded below by 0, long-tailed level shares, a "
-                        "25/75 target that depends on them (dpsynth.models.data.demo.DemoShape)")
+    p.add_argument(
+        "--shape",
+        choices=("plain", "hard"),
+        default="plain",
+        help="hard: most values at 0 in columns bounded below by 0, long-tailed level shares, a "
+        "25/75 target that depends on them (dpsynth.models.data.demo.DemoShape)",
+    )
     return parser
 
 
@@ -124,9 +168,16 @@ def main(argv: list[str] | None = None) -> int:
 
     owner_only()
     args = build_parser().parse_args(argv)
-    handler = {"validate": cmd_validate, "release": cmd_release, "experiment": cmd_experiment,
-               "epsilon": cmd_epsilon, "ledger": cmd_ledger, "profiles": cmd_profiles, "sample": cmd_sample,
-               "demo-data": cmd_demo_data}[args.command]
+    handler = {
+        "validate": cmd_validate,
+        "release": cmd_release,
+        "experiment": cmd_experiment,
+        "epsilon": cmd_epsilon,
+        "ledger": cmd_ledger,
+        "profiles": cmd_profiles,
+        "sample": cmd_sample,
+        "demo-data": cmd_demo_data,
+    }[args.command]
     try:
         if args.home:
             from dpsynth.tasks.home import set_home
@@ -141,19 +192,24 @@ def main(argv: list[str] | None = None) -> int:
         # A file dpsynth had to write or read (the run folder, a checkpoint, the stores): say which and
         # why, in one paragraph; completed stages are on disk and a rerun resumes after them.
         where = f" {exc.filename!r}" if exc.filename else ""
-        print(f"dpsynth {args.command}: cannot use{where}: {exc.strerror or exc}. Completed stages are kept; "
-              "fix the cause (permissions, free disk space) and rerun the same command to resume.", file=sys.stderr)
+        print(
+            f"dpsynth {args.command}: cannot use{where}: {exc.strerror or exc}. Completed stages are kept; "
+            "fix the cause (permissions, free disk space) and rerun the same command to resume.",
+            file=sys.stderr,
+        )
         return StorageError.exit_code
     except _tracking_errors() as exc:
         # The tracking store or registry failed mid-run (a server gone, a locked database).
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        print(f"dpsynth {args.command}: the MLflow tracking store failed ({reason}). Nothing was published from "
-              "this attempt; completed stages are kept: once the store answers, rerun the same command to "
-              "resume.", file=sys.stderr)
+        print(
+            f"dpsynth {args.command}: the MLflow tracking store failed ({reason}). Nothing was published from "
+            "this attempt; completed stages are kept: once the store answers, rerun the same command to "
+            "resume.",
+            file=sys.stderr,
+        )
         return StorageError.exit_code
     except KeyboardInterrupt:
-        print(f"dpsynth {args.command}: interrupted; completed stages are kept and a rerun resumes.",
-              file=sys.stderr)
+        print(f"dpsynth {args.command}: interrupted; completed stages are kept and a rerun resumes.", file=sys.stderr)
         return 130
     return 0
 
@@ -203,25 +259,33 @@ def preflight(args, kind: str):
     from dpsynth.tasks.table_io import read_table
     from dpsynth.tasks.validate import check_table
 
-    ctx = load_context(args.config, args.data, args.profile, args.out, kind, generator=args.generator,
-                       publish=not getattr(args, "no_publish", False))
+    ctx = load_context(
+        args.config,
+        args.data,
+        args.profile,
+        args.out,
+        kind,
+        generator=args.generator,
+        publish=not getattr(args, "no_publish", False),
+    )
     if finished_summary(ctx) is not None:
-        return ctx   # already published, tried or completed: the flow reuses everything and starts nothing
+        return ctx  # already published, tried or completed: the flow reuses everything and starts nothing
     prof = ctx.profile
     if kind == "release":
         from dpsynth.tasks.ledger import require_lifetime_budget
 
-        require_lifetime_budget(prof)   # only a profile with a lifetime budget publishes
+        require_lifetime_budget(prof)  # only a profile with a lifetime budget publishes
     settings = [prof.release_target()] if kind == "release" else prof.settings
-    for setting in settings:   # the generator's and the budget's refusals, before reading the table
+    for setting in settings:  # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
-    if kind == "release" and not prof.trial:   # a trial enters nothing in the ledger: nothing to check
+    if kind == "release" and not prof.trial:  # a trial enters nothing in the ledger: nothing to check
         from dpsynth.tasks.decision import planned_release_cost
         from dpsynth.tasks.ledger import check_lifetime, check_new_input, check_release_window
 
-        check_lifetime(ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget,
-                       ctx.run_id)
+        check_lifetime(
+            ctx.schema.name, planned_release_cost(prof, settings[0]), prof.privacy.lifetime_budget, ctx.run_id
+        )
         check_release_window(ctx.schema.name, prof, ctx.run_id)
         if not args.allow_same_input:
             check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
@@ -241,16 +305,24 @@ def cmd_release(args) -> None:
         print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
     from dpsynth.flows.release import release
 
-    summary = release(config=str(args.config), data=str(args.data), profile=args.profile, out=str(ctx.run_dir),
-                      generator=args.generator, publish=not args.no_publish,
-                      allow_same_input=args.allow_same_input)
+    summary = release(
+        config=str(args.config),
+        data=str(args.data),
+        profile=args.profile,
+        out=str(ctx.run_dir),
+        generator=args.generator,
+        publish=not args.no_publish,
+        allow_same_input=args.allow_same_input,
+    )
     if summary.get("reused"):
         from dpsynth.tasks.progress import note
 
-        what = (f"was already published as {summary['model_uri']}" if summary.get("published", True) else
-                "had already finished as a trial (nothing published)")
-        note(f"release {summary['release_id']} {what}: every stage reused, nothing new trained, tracked or "
-             "registered")
+        what = (
+            f"was already published as {summary['model_uri']}"
+            if summary.get("published", True)
+            else "had already finished as a trial (nothing published)"
+        )
+        note(f"release {summary['release_id']} {what}: every stage reused, nothing new trained, tracked or registered")
     line, warnings = closing_lines(summary)
     print(line)
     for warning in warnings:
@@ -268,18 +340,24 @@ def closing_lines(summary: dict) -> tuple[str, list[str]]:
     where, at what epsilon; or, for a trial, that nothing was."""
     epsilon = summary["epsilon"]
     if not summary.get("published", True):
-        return (f"trial {summary['release_id']}: nothing published (nothing registered, no bundle, no alias "
-                f"moved, nothing entered in the privacy ledger); a release would have spent epsilon "
-                f"{_epsilon_text(epsilon)} at delta {summary['delta']:g}; AUC {summary['auc']:.3f}; internal "
-                f"report {summary['report']}"), []
-    line = (f"release {summary['release_id']}: published {summary['model_uri']} at epsilon "
-            f"{_epsilon_text(epsilon)} (delta {summary['delta']:g}), bundle {summary['bundle_dir']}; AUC "
-            f"{summary['auc']:.3f}")
+        return (
+            f"trial {summary['release_id']}: nothing published (nothing registered, no bundle, no alias "
+            f"moved, nothing entered in the privacy ledger); a release would have spent epsilon "
+            f"{_epsilon_text(epsilon)} at delta {summary['delta']:g}; AUC {summary['auc']:.3f}; internal "
+            f"report {summary['report']}"
+        ), []
+    line = (
+        f"release {summary['release_id']}: published {summary['model_uri']} at epsilon "
+        f"{_epsilon_text(epsilon)} (delta {summary['delta']:g}), bundle {summary['bundle_dir']}; AUC "
+        f"{summary['auc']:.3f}"
+    )
     warnings = []
     if epsilon is None or not math.isfinite(epsilon) or epsilon > HIGH_EPSILON:
-        warnings.append(f"this release's epsilon is {_epsilon_text(epsilon)}, above {HIGH_EPSILON:g}: at that "
-                        "level differential privacy promises little for any one row; a smaller "
-                        "privacy.epsilon_budget protects the table better.")
+        warnings.append(
+            f"this release's epsilon is {_epsilon_text(epsilon)}, above {HIGH_EPSILON:g}: at that "
+            "level differential privacy promises little for any one row; a smaller "
+            "privacy.epsilon_budget protects the table better."
+        )
     return line, warnings
 
 
@@ -294,10 +372,17 @@ def cmd_experiment(args) -> None:
         print(f"experiment {ctx.run_id}: {summary['selection_runs']} selection runs planned")
     else:
         ctx = preflight(args, "experiment")
-        summary = experiment_for_profile(config=str(args.config), data=str(args.data), profile=args.profile,
-                                         out=str(ctx.run_dir), generator=args.generator)
-        print(f"experiment {summary['experiment_id']}: {summary['selection_runs']} selection runs, "
-              f"report in {summary['run_dir']}")
+        summary = experiment_for_profile(
+            config=str(args.config),
+            data=str(args.data),
+            profile=args.profile,
+            out=str(ctx.run_dir),
+            generator=args.generator,
+        )
+        print(
+            f"experiment {summary['experiment_id']}: {summary['selection_runs']} selection runs, "
+            f"report in {summary['run_dir']}"
+        )
     if args.json:
         emit_json({k: _json_safe(v) for k, v in summary.items()})
 
@@ -309,13 +394,16 @@ def cmd_epsilon(args) -> None:
     from dpsynth.models.privacy.accountant import epsilon_for
 
     if args.discriminators is None or args.iterations is None:
-        raise ConfigError("dpsynth epsilon needs --profile (any generator), or GS-WGAN's --discriminators and "
-                          "--iterations.")
+        raise ConfigError(
+            "dpsynth epsilon needs --profile (any generator), or GS-WGAN's --discriminators and --iterations."
+        )
     draw = args.critic_draw.replace("-", "_")
     eps = epsilon_for(args.discriminators, args.iterations, args.batch_size, args.noise_multiplier, args.delta, draw)
-    print(f"epsilon = {eps:.4f} at delta = {args.delta:g} (K = {args.discriminators}, T = {args.iterations}, "
-          f"B = {args.batch_size}, sigma = {args.noise_multiplier}, critic draw {args.critic_draw}; training "
-          "only: a release adds its DP choice of the checkpoint)")
+    print(
+        f"epsilon = {eps:.4f} at delta = {args.delta:g} (K = {args.discriminators}, T = {args.iterations}, "
+        f"B = {args.batch_size}, sigma = {args.noise_multiplier}, critic draw {args.critic_draw}; training "
+        "only: a release adds its DP choice of the checkpoint)"
+    )
     if args.json:
         emit_json({"epsilon": _json_safe(eps), "delta": args.delta, "critic_draw": draw})
 
@@ -334,12 +422,21 @@ def epsilon_of_profile(args) -> None:
     for setting in prof.settings:
         plan = generator_for(prof, setting).plan(prof, setting)
         whole = whole_release_epsilon(prof, plan.epsilon)
-        rows.append({"setting": setting.name, "generator": prof.generator_of(setting), "last_iteration": plan.last,
-                     "epsilon_training": _json_safe(plan.epsilon), "epsilon_release": _json_safe(whole),
-                     "delta": prof.privacy.delta})
-        print(f"{setting.name}: {prof.generator_of(setting)}, trains to iteration {plan.last}, epsilon "
-              f"{plan.epsilon:.4f} (training) and {whole:.4f} (whole release, with the DP choice) at delta "
-              f"{prof.privacy.delta:g}")
+        rows.append(
+            {
+                "setting": setting.name,
+                "generator": prof.generator_of(setting),
+                "last_iteration": plan.last,
+                "epsilon_training": _json_safe(plan.epsilon),
+                "epsilon_release": _json_safe(whole),
+                "delta": prof.privacy.delta,
+            }
+        )
+        print(
+            f"{setting.name}: {prof.generator_of(setting)}, trains to iteration {plan.last}, epsilon "
+            f"{plan.epsilon:.4f} (training) and {whole:.4f} (whole release, with the DP choice) at delta "
+            f"{prof.privacy.delta:g}"
+        )
     if args.json:
         emit_json({"profile": prof.name, "settings": rows})
 
@@ -358,11 +455,15 @@ def cmd_ledger(args) -> None:
 
     print(f"privacy ledger of {schema.name!r} ({report['ledger']}): {len(report['releases'])} release(s)")
     for entry in report["releases"]:
-        print(f"  {entry['created'][:19]}  {entry['release_id']}  {entry['status']:<10}  epsilon "
-              f"{text(entry['epsilon'])}  delta {entry['delta']:g}  {entry['model_version'] or ''}".rstrip())
-    print(f"spent: epsilon {text(report['spent_epsilon'])} at delta {report['spent_delta']:g} over "
-          f"{report['counted']} release(s) (sequential composition; the plain sum is "
-          f"{text(report['basic_composition_epsilon'])})")
+        print(
+            f"  {entry['created'][:19]}  {entry['release_id']}  {entry['status']:<10}  epsilon "
+            f"{text(entry['epsilon'])}  delta {entry['delta']:g}  {entry['model_version'] or ''}".rstrip()
+        )
+    print(
+        f"spent: epsilon {text(report['spent_epsilon'])} at delta {report['spent_delta']:g} over "
+        f"{report['counted']} release(s) (sequential composition; the plain sum is "
+        f"{text(report['basic_composition_epsilon'])})"
+    )
     if report["lifetime_budget"] is None:
         print("lifetime budget: none set (privacy.lifetime_budget in the release profile)")
     else:
@@ -381,29 +482,49 @@ def _print_forecast(dataset: str, args) -> dict:
     from dpsynth.tasks.ledger import forecast
 
     if args.profile is None or args.forecast < 1:
-        raise ConfigError("dpsynth ledger --forecast N needs N >= 1 and --profile: the releases to forecast are "
-                          "that profile's, each at its planned cost.")
+        raise ConfigError(
+            "dpsynth ledger --forecast N needs N >= 1 and --profile: the releases to forecast are "
+            "that profile's, each at its planned cost."
+        )
     prof = load_named(args.profile, args.config)
-    result = forecast(dataset, planned_release_cost(prof, prof.release_target()), args.forecast,
-                      prof.privacy.lifetime_budget)
+    result = forecast(
+        dataset, planned_release_cost(prof, prof.release_target()), args.forecast, prof.privacy.lifetime_budget
+    )
     per = result["planned_release_epsilon"]
-    print(f"forecast: {args.forecast} more release(s) of profile {prof.name!r}, each at most epsilon "
-          f"{'inf' if per is None else f'{per:.2f}'}:")
+    print(
+        f"forecast: {args.forecast} more release(s) of profile {prof.name!r}, each at most epsilon "
+        f"{'inf' if per is None else f'{per:.2f}'}:"
+    )
     for k, total in enumerate(result["after"], start=1):
         refused = result["stops_at"] is not None and k >= result["stops_at"]
-        print(f"  release {k:>3}: " + ("refused before any work (it would pass the lifetime budget); "
-                                       "lifetime epsilon stays " if refused else "lifetime epsilon ")
-              + ("inf" if total is None else f"{total:.2f}"))
+        print(
+            f"  release {k:>3}: "
+            + (
+                "refused before any work (it would pass the lifetime budget); lifetime epsilon stays "
+                if refused
+                else "lifetime epsilon "
+            )
+            + ("inf" if total is None else f"{total:.2f}")
+        )
     if result["stops_at"] is None:
-        print("  every one fits the lifetime budget" if result["lifetime_budget"] is not None else
-              "  (the profile sets no lifetime budget: nothing would stop them)")
+        print(
+            "  every one fits the lifetime budget"
+            if result["lifetime_budget"] is not None
+            else "  (the profile sets no lifetime budget: nothing would stop them)"
+        )
     else:
-        print(f"  release {result['stops_at']} and every one after it would be refused (lifetime budget "
-              f"{result['lifetime_budget']:g})")
-    ends = [f"{prof.privacy.planned_releases} release(s) in all (privacy.planned_releases)"
-            if prof.privacy.planned_releases is not None else None,
-            f"releases until {prof.privacy.releases_until} (privacy.releases_until)"
-            if prof.privacy.releases_until is not None else None]
+        print(
+            f"  release {result['stops_at']} and every one after it would be refused (lifetime budget "
+            f"{result['lifetime_budget']:g})"
+        )
+    ends = [
+        f"{prof.privacy.planned_releases} release(s) in all (privacy.planned_releases)"
+        if prof.privacy.planned_releases is not None
+        else None,
+        f"releases until {prof.privacy.releases_until} (privacy.releases_until)"
+        if prof.privacy.releases_until is not None
+        else None,
+    ]
     if any(ends):
         print(f"  the profile plans {' and '.join(e for e in ends if e)}: a release past that is refused too")
     return result
@@ -435,20 +556,37 @@ def cmd_profiles(args) -> None:
             release = "refused (no lifetime budget; --no-publish runs a trial)"
         else:
             release = "publishes"
-        rows.append({"name": name, "generator": ", ".join(dict.fromkeys(prof.generator_of(s) for s in prof.settings)),
-                     "epsilon_budget": prof.budget_for(target) if target else prof.privacy.epsilon_budget,
-                     "lifetime_budget": prof.privacy.lifetime_budget, "trial": prof.trial, "release": release})
+        rows.append(
+            {
+                "name": name,
+                "generator": ", ".join(dict.fromkeys(prof.generator_of(s) for s in prof.settings)),
+                "epsilon_budget": prof.budget_for(target) if target else prof.privacy.epsilon_budget,
+                "lifetime_budget": prof.privacy.lifetime_budget,
+                "trial": prof.trial,
+                "release": release,
+            }
+        )
 
     def text(value) -> str:
         return "none" if value is None else f"{value:g}"
 
     header = ("name", "generator", "epsilon budget", "lifetime budget", "trial", "release")
-    table = [header] + [(r["name"], r["generator"], text(r["epsilon_budget"]), text(r["lifetime_budget"]),
-                         "yes" if r["trial"] else "no", r["release"]) for r in rows if "error" not in r]
+    table = [header] + [
+        (
+            r["name"],
+            r["generator"],
+            text(r["epsilon_budget"]),
+            text(r["lifetime_budget"]),
+            "yes" if r["trial"] else "no",
+            r["release"],
+        )
+        for r in rows
+        if "error" not in r
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     print(f"profiles in {folder} ({len(rows)}):")
     for row in table:
-        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())
     for r in rows:
         if "error" in r:
             print(f"  {r['name']}: invalid: {r['error']}")
@@ -477,8 +615,16 @@ def cmd_demo_data(args) -> None:
     from dpsynth.tasks.context import write_demo_sidecar
 
     # Marks the table as made by code, so that a trial on it is known not to read real rows.
-    sidecar = write_demo_sidecar(path, {"schema": schema.name, "schema_version": schema.version,
-                                        "rows": args.rows, "seed": args.seed, "shape": args.shape})
+    sidecar = write_demo_sidecar(
+        path,
+        {
+            "schema": schema.name,
+            "schema_version": schema.version,
+            "rows": args.rows,
+            "seed": args.seed,
+            "shape": args.shape,
+        },
+    )
     print(f"wrote {args.rows} demo rows (made by code, no real data) to {path} (and {sidecar.name} beside it)")
 
 

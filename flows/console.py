@@ -48,8 +48,12 @@ def flow_console(json_output: bool, verbose: bool) -> Iterator[None]:
 def quiet_console() -> Iterator[None]:
     # Prefect's ERROR logs of a failed run repeat, as a traceback, what the command line says in one
     # paragraph (and a bug's traceback reaches the console anyway): only CRITICAL passes.
-    with environment({PREFECT_CONSOLE_LEVEL_ENV: "CRITICAL", MLFLOW_BARS_ENV: "false"}, keep_users=True), \
-            _prefect_console_level(logging.CRITICAL), _mlflow_event_logs_off(), warnings.catch_warnings():
+    with (
+        environment({PREFECT_CONSOLE_LEVEL_ENV: "CRITICAL", MLFLOW_BARS_ENV: "false"}, keep_users=True),
+        _prefect_console_level(logging.CRITICAL),
+        _mlflow_event_logs_off(),
+        warnings.catch_warnings(),
+    ):
         warnings.filterwarnings("ignore")
         warnings.filterwarnings("default", module=OUR_MODULES)
         yield
@@ -59,8 +63,7 @@ def _prefect_console_handlers() -> list[logging.Handler]:
     from prefect.logging.handlers import PrefectConsoleHandler
 
     loggers = [logging.getLogger()] + [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)]
-    handlers = {id(h): h for lg in loggers for h in getattr(lg, "handlers", [])
-                if isinstance(h, PrefectConsoleHandler)}
+    handlers = {id(h): h for lg in loggers for h in getattr(lg, "handlers", []) if isinstance(h, PrefectConsoleHandler)}
     return list(handlers.values())
 
 
@@ -91,5 +94,6 @@ def _mlflow_event_logs_off():
     # leave. MLflow's errors still reach us as exceptions.
     from mlflow.utils.autologging_utils import MlflowEventsAndWarningsBehaviorGlobally
 
-    return MlflowEventsAndWarningsBehaviorGlobally(disable_event_logs=True, disable_warnings=False,
-                                                   reroute_warnings=False)
+    return MlflowEventsAndWarningsBehaviorGlobally(
+        disable_event_logs=True, disable_warnings=False, reroute_warnings=False
+    )

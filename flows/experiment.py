@@ -50,13 +50,18 @@ def plan(profile: Profile) -> dict:
     checkpoints = {name: len(p.iterations) for name, p in plans.items()}
     most = max(checkpoints.values())
     real_runs = most if profile.evaluation.real_baseline else 0
-    return {"profile": profile.name, "settings": list(plans), "checkpoints_per_setting": most,
-            "checkpoints": checkpoints, "selection_runs": sum(checkpoints.values()) + real_runs,
-            "generators": {s.name: profile.generator_of(s) for s in profile.settings},
-            "last_iterations": {name: p.last for name, p in plans.items()},
-            "discriminators": [s.discriminators for s in profile.settings],
-            # Work before training, in each generator's own units (GS-WGAN: pretraining iterations per critic).
-            "prepare_units": {s.name: generator_for(profile, s).prepare_units(profile) for s in profile.settings}}
+    return {
+        "profile": profile.name,
+        "settings": list(plans),
+        "checkpoints_per_setting": most,
+        "checkpoints": checkpoints,
+        "selection_runs": sum(checkpoints.values()) + real_runs,
+        "generators": {s.name: profile.generator_of(s) for s in profile.settings},
+        "last_iterations": {name: p.last for name, p in plans.items()},
+        "discriminators": [s.discriminators for s in profile.settings],
+        # Work before training, in each generator's own units (GS-WGAN: pretraining iterations per critic).
+        "prepare_units": {s.name: generator_for(profile, s).prepare_units(profile) for s in profile.settings},
+    }
 
 
 def _one_thread_per_worker() -> None:
@@ -95,8 +100,9 @@ def run_training(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Pro
 
 # The pool here only serves a direct call of the grid; `experiment` always replaces it with the profile's.
 @flow(name="experiment-grid", task_runner=_process_pool(2))
-def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | None = None,
-                    generator: str | None = None) -> dict:
+def experiment_grid(
+    config: str, data: str, profile: str = "thesis", out: str | None = None, generator: str | None = None
+) -> dict:
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="experiment", generator=generator)
     done = finished_summary(ctx)
@@ -105,10 +111,17 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
         return done
     prof = ctx.profile
     open_run(ctx)
-    run_id = tracking.start_run(f"{ctx.schema.name}-experiment", ctx.run_id,
-                                {"dpsynth.kind": "experiment", "dpsynth.run_id": ctx.run_id,
-                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name},
-                                resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"))
+    run_id = tracking.start_run(
+        f"{ctx.schema.name}-experiment",
+        ctx.run_id,
+        {
+            "dpsynth.kind": "experiment",
+            "dpsynth.run_id": ctx.run_id,
+            "dpsynth.data_sha256": ctx.data_hash,
+            "dpsynth.profile": prof.name,
+        },
+        resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"),
+    )
     remember(ctx, mlflow_run_id=run_id)
     try:
         tracking.log_params(run_id, {"profile": prof.to_dict()})
@@ -131,8 +144,10 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
         enc, split = paths["encoded"], paths["split"]
         real_futures = []
         if prof.evaluation.real_baseline:
-            real_futures = [stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof, "real", **run)
-                            for run in real_runs(prof, the_plan["checkpoints_per_setting"])]
+            real_futures = [
+                stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof, "real", **run)
+                for run in real_runs(prof, the_plan["checkpoints_per_setting"])
+            ]
         finished, submitted = {}, {}
         while running:
             future = next(as_completed(running))
@@ -141,23 +156,26 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
                 running.append(submit_next_setting())
             chain = future.result()
             finished[chain["setting"]] = chain
-            submitted[chain["setting"]] = [stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof,
-                                                                      chain["setting"], **run)
-                                           for run in checkpoint_runs(chain["ledger"], chain["samples"])]
+            submitted[chain["setting"]] = [
+                stages.select_model.submit(ctx.run_dir, ctx.schema, enc, split, prof, chain["setting"], **run)
+                for run in checkpoint_runs(chain["ledger"], chain["samples"])
+            ]
         chains = [finished[s.name] for s in prof.settings]
         selections = [submitted[s.name] for s in prof.settings]
         wait_showing_progress([f for fs in selections for f in fs] + real_futures, "model selection")
         for chain in chains:
             log_training(run_id, chain)
         frames = []
-        for chain, futures in zip(chains, selections):
-            table = collect_runs([f.result()["run"] for f in futures],
-                                 ctx.run_dir / f"evaluate-{chain['setting']}" / "selection.parquet")
+        for chain, futures in zip(chains, selections, strict=False):
+            table = collect_runs(
+                [f.result()["run"] for f in futures], ctx.run_dir / f"evaluate-{chain['setting']}" / "selection.parquet"
+            )
             chain["results"] = table
             frames.append(pd.read_parquet(table))
         if real_futures:
-            table = collect_runs([f.result()["run"] for f in real_futures],
-                                 ctx.run_dir / "evaluate-real" / "selection.parquet")
+            table = collect_runs(
+                [f.result()["run"] for f in real_futures], ctx.run_dir / "evaluate-real" / "selection.parquet"
+            )
             frames.append(pd.read_parquet(table))
         results = pd.concat(frames, ignore_index=True)
         results_path = ctx.run_dir / "results.parquet"
@@ -166,21 +184,49 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
 
         chosen = {}
         secret = load_secret(ctx.run_dir)
-        for s, chain in zip(prof.settings, chains):
-            pick = decide(results, read_json(chain["ledger"])["checkpoints"], prof, s, release=False,
-                          schema=ctx.schema, encoded_path=paths["encoded"], split_path=paths["split"], secret=secret)
+        for s, chain in zip(prof.settings, chains, strict=False):
+            pick = decide(
+                results,
+                read_json(chain["ledger"])["checkpoints"],
+                prof,
+                s,
+                release=False,
+                schema=ctx.schema,
+                encoded_path=paths["encoded"],
+                split_path=paths["split"],
+                secret=secret,
+            )
             if pick is not None:
                 chosen[s.name] = pick.as_dict()
                 tracking.log_metrics(run_id, {f"{s.name}.auc": pick.test_auc, f"{s.name}.epsilon": pick.epsilon})
-        report = publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, chains, results_path, chosen,
-                                prof, f"{ctx.schema.name} experiment {prof.name}")
+        report = publish_report(
+            run_id,
+            ctx.run_dir,
+            ctx.schema_path,
+            ctx.schema,
+            paths,
+            chains,
+            results_path,
+            chosen,
+            prof,
+            f"{ctx.schema.name} experiment {prof.name}",
+        )
         real_auc = float(results.loc[results["setting"] == "real", "test_auc"].mean()) if real_futures else None
-        summary = {"experiment_id": ctx.run_id, "run_dir": str(ctx.run_dir), "selection_runs": len(results),
-                   "planned_selection_runs": the_plan["selection_runs"], "real_auc": real_auc,
-                   "chosen": {k: {kk: (None if isinstance(vv, float) and math.isinf(vv) else vv)
-                                  for kk, vv in v.items()} for k, v in chosen.items()},
-                   "results": str(results_path), "report": str(report["report"]), "mlflow_run_id": run_id}
-        if "comparison" in report.outputs:   # settings on more than one generator (profile `compare`)
+        summary = {
+            "experiment_id": ctx.run_id,
+            "run_dir": str(ctx.run_dir),
+            "selection_runs": len(results),
+            "planned_selection_runs": the_plan["selection_runs"],
+            "real_auc": real_auc,
+            "chosen": {
+                k: {kk: (None if isinstance(vv, float) and math.isinf(vv) else vv) for kk, vv in v.items()}
+                for k, v in chosen.items()
+            },
+            "results": str(results_path),
+            "report": str(report["report"]),
+            "mlflow_run_id": run_id,
+        }
+        if "comparison" in report.outputs:  # settings on more than one generator (profile `compare`)
             summary["comparison"] = read_json(report["comparison"])
         write_json(summary, ctx.run_dir / "summary.json")
         remember(ctx, summary=summary)
@@ -195,12 +241,14 @@ def experiment_grid(config: str, data: str, profile: str = "thesis", out: str | 
 
 
 @flow(name="experiment")
-def experiment(config: str, data: str, profile: str = "thesis", out: str | None = None,
-               generator: str | None = None) -> dict:
+def experiment(
+    config: str, data: str, profile: str = "thesis", out: str | None = None, generator: str | None = None
+) -> dict:
     """Run the experiment grid on the task runner the profile asks for (Dask when it names a scheduler)."""
     runner = task_runner_for(load_profile(profile, config))
-    return experiment_grid.with_options(task_runner=runner)(config=config, data=data, profile=profile, out=out,
-                                                            generator=generator)
+    return experiment_grid.with_options(task_runner=runner)(
+        config=config, data=data, profile=profile, out=out, generator=generator
+    )
 
 
 # The command line's name for the same flow: `dpsynth experiment` and the deployment run one code path.

@@ -18,37 +18,56 @@ def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: 
     validated = stages.validate_table(run_dir, schema_path, data_path)
     split = stages.split_table(run_dir, schema, validated["table"], profile)
     prep = stages.preprocess_table(run_dir, schema, validated["table"], split["split"], profile)
-    measured = (stages.measure_marginals(run_dir, schema, validated["table"], prep["gan_rows"], profile)
-                if profile.marginals.enabled else None)
-    return {"table": validated["table"], "validation_summary": validated["summary"], "split": split["split"],
-            "encoded": prep["encoded"], "gan_rows": prep["gan_rows"], "imputation": prep["imputation"],
-            "validation_info": validated.info, "marginals": measured["marginals"] if measured else None}
+    measured = (
+        stages.measure_marginals(run_dir, schema, validated["table"], prep["gan_rows"], profile)
+        if profile.marginals.enabled
+        else None
+    )
+    return {
+        "table": validated["table"],
+        "validation_summary": validated["summary"],
+        "split": split["split"],
+        "encoded": prep["encoded"],
+        "gan_rows": prep["gan_rows"],
+        "imputation": prep["imputation"],
+        "validation_info": validated.info,
+        "marginals": measured["marginals"] if measured else None,
+    }
 
 
 def train_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
     """prepare (impute; GS-WGAN: pretrain) -> train (-> the checkpoints with the measured marginals) ->
     sample every checkpoint, for one setting. The chain's checkpoints are those a release publishes."""
-    pre = stages.prepare_training(run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile,
-                                  setting)
+    pre = stages.prepare_training(
+        run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile, setting
+    )
     trained = stages.train_generator(run_dir, schema, pre.directory, profile, setting)
     released = trained
     if paths.get("marginals") is not None:
-        released = stages.attach_marginals(run_dir, schema, trained["checkpoints"], trained["ledger"],
-                                           paths["marginals"], profile, setting)
+        released = stages.attach_marginals(
+            run_dir, schema, trained["checkpoints"], trained["ledger"], paths["marginals"], profile, setting
+        )
     n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
-    samples = stages.sample_checkpoints(run_dir, schema, released["checkpoints"], released["ledger"], n_rows,
-                                        profile, setting)
-    return {"setting": setting.name, "generator": profile.generator_of(setting),
-            "checkpoints": released["checkpoints"], "ledger": released["ledger"],
-            "samples": samples.directory, "train_info": trained.info,
-            "internal_metrics": trained["internal_metrics"]}
+    samples = stages.sample_checkpoints(
+        run_dir, schema, released["checkpoints"], released["ledger"], n_rows, profile, setting
+    )
+    return {
+        "setting": setting.name,
+        "generator": profile.generator_of(setting),
+        "checkpoints": released["checkpoints"],
+        "ledger": released["ledger"],
+        "samples": samples.directory,
+        "train_info": trained.info,
+        "internal_metrics": trained["internal_metrics"],
+    }
 
 
 def setting_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
     """train_chain, then model selection at every checkpoint, one after another."""
     chain = train_chain(run_dir, schema, paths, profile, setting)
-    selected = stages.select_models(run_dir, schema, paths["encoded"], paths["split"], chain["ledger"],
-                                    chain["samples"], profile, setting.name)
+    selected = stages.select_models(
+        run_dir, schema, paths["encoded"], paths["split"], chain["ledger"], chain["samples"], profile, setting.name
+    )
     return {**chain, "results": selected["results"]}
 
 
@@ -75,13 +94,25 @@ def log_training(run_id: str, chain: dict) -> None:
     tracking.log_metric_series(run_id, f"{name}.epsilon", [(e["iteration"], e["epsilon"]) for e in ledger])
     curve = read_json(chain["internal_metrics"]).get("critic_wasserstein", [])
     if curve:
-        tracking.log_metric_series(run_id, f"{name}.internal.critic_wasserstein",
-                                   [(m["iteration"], m["critic_wasserstein"]) for m in curve])
+        tracking.log_metric_series(
+            run_id, f"{name}.internal.critic_wasserstein", [(m["iteration"], m["critic_wasserstein"]) for m in curve]
+        )
 
 
-def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict,
-                   chains: list[dict], results_path: Path, chosen: dict, profile: Profile, title: str,
-                   release: bool = False, public_release=None):
+def publish_report(
+    run_id: str,
+    run_dir: Path,
+    schema_path: Path,
+    schema: DatasetSchema,
+    paths: dict,
+    chains: list[dict],
+    results_path: Path,
+    chosen: dict,
+    profile: Profile,
+    title: str,
+    release: bool = False,
+    public_release=None,
+):
     """The report stage (a release's notes rendered from its `public_release` record), then its files to
     MLflow and a summary and table as Prefect artifacts."""
     import pandas as pd
@@ -90,8 +121,9 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
     from dpsynth.tasks import tracking
     from dpsynth.tasks.prefect_summary import public_selection_records, public_summary_markdown
 
-    report = stages.write_report(run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title,
-                                 release, public_release)
+    report = stages.write_report(
+        run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title, release, public_release
+    )
     tracking.log_artifact(run_id, report["report"], "report")
     for key, path in report.outputs.items():
         if key.startswith("notes_"):
@@ -99,11 +131,16 @@ def publish_report(run_id: str, run_dir: Path, schema_path: Path, schema: Datase
     results = pd.read_parquet(results_path)
     tracking.log_table(run_id, results, "selection_runs.json")
     # Prefect's database is not the owner-only home: its artifacts show public facts only.
-    create_markdown_artifact(public_summary_markdown(results, chosen, str(report["report"]), dp_choice=release),
-                             key=_artifact_key(title, "summary"),
-                             description="dpsynth run summary (public facts; real-data figures in the internal report)")
-    create_table_artifact(public_selection_records(results), key=_artifact_key(title, "selection"),
-                          description="every checkpoint and its training epsilon")
+    create_markdown_artifact(
+        public_summary_markdown(results, chosen, str(report["report"]), dp_choice=release),
+        key=_artifact_key(title, "summary"),
+        description="dpsynth run summary (public facts; real-data figures in the internal report)",
+    )
+    create_table_artifact(
+        public_selection_records(results),
+        key=_artifact_key(title, "selection"),
+        description="every checkpoint and its training epsilon",
+    )
     return report
 
 

@@ -58,14 +58,24 @@ from dpsynth.tasks.training import sample_generator_file
 
 
 @flow(name="release")
-def release(config: str, data: str, profile: str = "default", out: str | None = None,
-            generator: str | None = None, publish: bool = True, allow_same_input: bool = False) -> dict:
+def release(
+    config: str,
+    data: str,
+    profile: str = "default",
+    out: str | None = None,
+    generator: str | None = None,
+    publish: bool = True,
+    allow_same_input: bool = False,
+) -> dict:
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="release", generator=generator, publish=publish)
     done = finished_summary(ctx)
     if done is not None:
-        log.info("release %s had already finished (%s): every stage reused, nothing new tracked or registered",
-                 ctx.run_id, done.get("model_uri") or "a trial: nothing published")
+        log.info(
+            "release %s had already finished (%s): every stage reused, nothing new tracked or registered",
+            ctx.run_id,
+            done.get("model_uri") or "a trial: nothing published",
+        )
         return done
     prof = ctx.profile
     trial = prof.trial
@@ -74,8 +84,7 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
     require_lifetime_budget(prof)
     planned_cost(prof, setting, release=True, schema=ctx.schema)
     if not trial:
-        check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget,
-                       ctx.run_id)
+        check_lifetime(ctx.schema.name, planned_release_cost(prof, setting), prof.privacy.lifetime_budget, ctx.run_id)
         check_release_window(ctx.schema.name, prof, ctx.run_id)
         if not allow_same_input:
             check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
@@ -83,11 +92,18 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         log.warning("%s", REAL_TABLE_TRIAL)
     open_run(ctx)
     entered = False
-    run_id = tracking.start_run(f"{ctx.schema.name}-release", ctx.run_id,
-                                {"dpsynth.kind": "release", "dpsynth.run_id": ctx.run_id,
-                                 "dpsynth.data_sha256": ctx.data_hash, "dpsynth.profile": prof.name,
-                                 "dpsynth.trial": str(trial).lower()},
-                                resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"))
+    run_id = tracking.start_run(
+        f"{ctx.schema.name}-release",
+        ctx.run_id,
+        {
+            "dpsynth.kind": "release",
+            "dpsynth.run_id": ctx.run_id,
+            "dpsynth.data_sha256": ctx.data_hash,
+            "dpsynth.profile": prof.name,
+            "dpsynth.trial": str(trial).lower(),
+        },
+        resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"),
+    )
     remember(ctx, mlflow_run_id=run_id)
     try:
         tracking.log_params(run_id, {"profile": prof.to_dict(), "schema_version": ctx.schema.version})
@@ -100,12 +116,20 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
                 raise
             # Whether the split stops depends on the rows and the secret: counted as the release would be.
             planned = planned_release_cost(prof, setting)
-            ledger_mod.enter(ctx.schema.name, ctx.run_id, planned, None, status="aborted",
-                             input_sha256=ctx.data_hash, profile=prof.name)
+            ledger_mod.enter(
+                ctx.schema.name,
+                ctx.run_id,
+                planned,
+                None,
+                status="aborted",
+                input_sha256=ctx.data_hash,
+                profile=prof.name,
+            )
             raise SplitMissesTargetLevel(
                 f"{stopped} This stop depends on which rows the run's secret drew, so it is counted in the "
                 f"table's privacy ledger at the release's planned cost (epsilon {planned.epsilon:.2f}), as a "
-                "refused release is; nothing was published.") from None
+                "refused release is; nothing was published."
+            ) from None
         tracking.log_artifact(run_id, paths["validation_summary"], "validation")
         tracking.log_artifact(run_id, paths["imputation"], "internal")
         log.info("validation: %s", paths["validation_info"])
@@ -113,58 +137,103 @@ def release(config: str, data: str, profile: str = "default", out: str | None = 
         chain = setting_chain(ctx.run_dir, ctx.schema, paths, prof, setting)
         ledger = read_json(chain["ledger"])["checkpoints"]
         log_training(run_id, chain)
-        log.info("trained %s to iteration %d, training epsilon %.3f", setting.name, ledger[-1]["iteration"],
-                 ledger[-1]["epsilon"])
+        log.info(
+            "trained %s to iteration %d, training epsilon %.3f",
+            setting.name,
+            ledger[-1]["iteration"],
+            ledger[-1]["epsilon"],
+        )
         real = stages.select_models_real(ctx.run_dir, ctx.schema, paths["encoded"], paths["split"], prof, 1)
         results = pd.read_parquet(chain["results"])
-        tracking.log_metric_series(run_id, "selection.test_auc", list(zip(results["iteration"], results["test_auc"])))
+        tracking.log_metric_series(
+            run_id, "selection.test_auc", list(zip(results["iteration"], results["test_auc"], strict=False))
+        )
         tracking.log_artifact(run_id, chain["results"], "internal")
 
-        choice = decide(results, ledger, prof, setting, release=True, schema=ctx.schema,
-                        encoded_path=paths["encoded"], split_path=paths["split"], secret=load_secret(ctx.run_dir))
+        choice = decide(
+            results,
+            ledger,
+            prof,
+            setting,
+            release=True,
+            schema=ctx.schema,
+            encoded_path=paths["encoded"],
+            split_path=paths["split"],
+            secret=load_secret(ctx.run_dir),
+        )
         assert choice is not None and choice.release is not None  # a release always takes the DP decision
         decision = choice.release
         write_json(decision.__dict__, ctx.run_dir / "decision.json")
         if not trial:
             # Entered before anything about the decision shows: a refusal costs what a release does, and a
             # release past the table's lifetime budget is refused whatever the decision was.
-            ledger_mod.enter(ctx.schema.name, ctx.run_id,
-                             release_cost_of(prof, setting, ledger[-1]["iteration"], decision.epsilon),
-                             prof.privacy.lifetime_budget, status="publishing" if decision.approved else "refused",
-                             input_sha256=ctx.data_hash, profile=prof.name)
+            ledger_mod.enter(
+                ctx.schema.name,
+                ctx.run_id,
+                release_cost_of(prof, setting, ledger[-1]["iteration"], decision.epsilon),
+                prof.privacy.lifetime_budget,
+                status="publishing" if decision.approved else "refused",
+                input_sha256=ctx.data_hash,
+                profile=prof.name,
+            )
             entered = decision.approved
-        tracking.log_metrics(run_id, {"release.epsilon": decision.epsilon, "release.iteration": decision.iteration,
-                                      "release.epsilon_training": decision.epsilon_training,
-                                      "release.epsilon_choice": decision.epsilon_choice})
+        tracking.log_metrics(
+            run_id,
+            {
+                "release.epsilon": decision.epsilon,
+                "release.iteration": decision.iteration,
+                "release.epsilon_training": decision.epsilon_training,
+                "release.epsilon_choice": decision.epsilon_choice,
+            },
+        )
         if not decision.approved:
-            outcome = ("this trial published nothing and entered nothing in the privacy ledger; a release with "
-                       "this profile would have been refused, at epsilon" if trial else
-                       "nothing was registered or published and the previous champion stays. The decision "
-                       "spent epsilon")
+            outcome = (
+                "this trial published nothing and entered nothing in the privacy ledger; a release with "
+                "this profile would have been refused, at epsilon"
+                if trial
+                else "nothing was registered or published and the previous champion stays. The decision spent epsilon"
+            )
             raise ReleaseNotApprovedError(
                 f"The differentially private approval test found the checkpoint of {setting.name!r} drawn for "
                 f"release (iteration {decision.iteration}) below the approval floor "
                 f"{prof.evaluation.min_release_auc} (AUC on real validation rows, with noise); {outcome} "
-                f"{decision.epsilon:.4g}.")
+                f"{decision.epsilon:.4g}."
+            )
         chosen = results[results["iteration"] == decision.iteration].iloc[0]
         auc = float(chosen["test_auc"])
         real_auc = float(pd.read_parquet(real["results"])["test_auc"].iloc[0])
         results_path = ctx.run_dir / "results.parquet"
         pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)
-        chosen_map = {setting.name: {"iteration": decision.iteration, "epsilon": decision.epsilon,
-                                     "test_auc": auc}}
+        chosen_map = {setting.name: {"iteration": decision.iteration, "epsilon": decision.epsilon, "test_auc": auc}}
         # Everything the release publishes about itself, built and guarded once: the notes, the bundle and
         # the registry render it (a trial renders its notes only).
         record = public_record(ctx, prof, setting, chain, ledger, decision)
-        report = publish_report(run_id, ctx.run_dir, ctx.schema_path, ctx.schema, paths, [chain], results_path,
-                                chosen_map, prof, f"{ctx.schema.name} release {prof.name}", release=True,
-                                public_release=record)
+        report = publish_report(
+            run_id,
+            ctx.run_dir,
+            ctx.schema_path,
+            ctx.schema,
+            paths,
+            [chain],
+            results_path,
+            chosen_map,
+            prof,
+            f"{ctx.schema.name} release {prof.name}",
+            release=True,
+            public_release=record,
+        )
         # Internal facts (the data hash is a tag since the run started) stay on the internal run only.
         tracking.set_tags(run_id, {"dpsynth.report": str(report["report"])})
         # A trial stops here: nothing registered, no bundle, no alias moved, nothing in the ledger.
-        published = ({"published": False, "trial": True} if trial else
-                     {"published": True, "trial": False,
-                      **publish_release(ctx, record, run_id, chain, ledger, decision, report)})
+        published = (
+            {"published": False, "trial": True}
+            if trial
+            else {
+                "published": True,
+                "trial": False,
+                **publish_release(ctx, record, run_id, chain, ledger, decision, report),
+            }
+        )
         summary = {
             "release_id": ctx.run_id,
             "run_dir": str(ctx.run_dir),
@@ -218,44 +287,77 @@ def released_generator_file(ctx: RunContext, chain: dict, ledger: list[dict], de
     # The ledger's epsilon is replace-one for every generator (a DP-SGD checkpoint file records Opacus's
     # add/remove-one figure, never published); the file says which generator wrote it, for sampling.
     blob = {k: v for k, v in blob.items() if k not in ("epsilon", "adjacency")}
-    blob.update({"generator_type": chain["generator"], "iteration": decision.iteration, "epsilon": decision.epsilon,
-                 "epsilon_training_at_checkpoint": entry["epsilon"],
-                 "epsilon_training": decision.epsilon_training, "epsilon_choice": decision.epsilon_choice})
+    blob.update(
+        {
+            "generator_type": chain["generator"],
+            "iteration": decision.iteration,
+            "epsilon": decision.epsilon,
+            "epsilon_training_at_checkpoint": entry["epsilon"],
+            "epsilon_training": decision.epsilon_training,
+            "epsilon_choice": decision.epsilon_choice,
+        }
+    )
     target = ctx.run_dir / "release" / "generator.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.save(blob, target)
     return target
 
 
-def public_record(ctx: RunContext, prof: Profile, setting: Setting, chain: dict, ledger: list[dict],
-                  decision: ReleaseDecision) -> PublicRelease:
+def public_record(
+    ctx: RunContext, prof: Profile, setting: Setting, chain: dict, ledger: list[dict], decision: ReleaseDecision
+) -> PublicRelease:
     """The release's public record, from the DP decision, the profile and the chosen checkpoint's file
     (the measured marginals' public numbers: the released generator carries the same)."""
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
     measured = released_parameters(Path(chain["checkpoints"]) / entry["generator"])
-    return build_public_release(release_id=ctx.run_id, model_name=ctx.model_name, schema=ctx.schema, profile=prof,
-                                setting=setting, decision=decision, ledger=ledger, measured=measured)
+    return build_public_release(
+        release_id=ctx.run_id,
+        model_name=ctx.model_name,
+        schema=ctx.schema,
+        profile=prof,
+        setting=setting,
+        decision=decision,
+        ledger=ledger,
+        measured=measured,
+    )
 
 
-def publish_release(ctx: RunContext, record: PublicRelease, run_id: str, chain: dict, ledger: list[dict],
-                    decision: ReleaseDecision, report: StageResult) -> dict:
+def publish_release(
+    ctx: RunContext,
+    record: PublicRelease,
+    run_id: str,
+    chain: dict,
+    ledger: list[dict],
+    decision: ReleaseDecision,
+    report: StageResult,
+) -> dict:
     """Register the chosen generator (refused over budget) and write the published bundle, both rendered
     from the release's public record."""
     generator_file = released_generator_file(ctx, chain, ledger, decision)
     # A public number of rows, sampled afresh: the checkpoint's own sample has as many rows as the training
     # split, a count epsilon does not cover.
     synthetic = sample_generator_file(generator_file, ctx.schema, record.rows, seed=ctx.profile.seed)
-    bundle = stages.write_release_bundle(ctx.run_dir / "bundle", record, synthetic_frame=synthetic,
-                                         generator_file=generator_file,
-                                         release_notes_path=report[f"notes_{record.setting}"],
-                                         schema_path=ctx.schema_path, separator=ctx.schema.separator)
+    bundle = stages.write_release_bundle(
+        ctx.run_dir / "bundle",
+        record,
+        synthetic_frame=synthetic,
+        generator_file=generator_file,
+        release_notes_path=report[f"notes_{record.setting}"],
+        schema_path=ctx.schema_path,
+        separator=ctx.schema.separator,
+    )
     bundle_dir = Path(bundle["bundle"])
     # Registered last: a failure before this point leaves the champion alias where it was.
     registered = stages.register_model(
-        run_id=run_id, model_name=record.model_name, generator_file=generator_file, schema_path=ctx.schema_path,
-        tags=release_tags(record), epsilon=record.epsilon, epsilon_budget=record.epsilon_budget,
-        description=release_description(record))
+        run_id=run_id,
+        model_name=record.model_name,
+        generator_file=generator_file,
+        schema_path=ctx.schema_path,
+        tags=release_tags(record),
+        epsilon=record.epsilon,
+        epsilon_budget=record.epsilon_budget,
+        description=release_description(record),
+    )
     record_model_uri(bundle_dir, registered["model_uri"])
     tracking.log_artifact(run_id, bundle_dir, "bundle")
-    return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"],
-            "model_version": registered["version"]}
+    return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"], "model_version": registered["version"]}

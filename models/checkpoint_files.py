@@ -44,7 +44,7 @@ class _HashingWriter:
 
     def __init__(self, handle: IO[bytes]) -> None:
         self._handle = handle
-        self.name = handle.name   # the file's path, as a file object has it
+        self.name = handle.name  # the file's path, as a file object has it
         self.digest = hashlib.sha256()
 
     def write(self, data: bytes) -> int:
@@ -86,7 +86,7 @@ def save_verified(obj: object, path: Path, keep_previous: bool = False, zip_crc3
             torch.save(obj, writer)  # type: ignore[arg-type]
             handle.truncate()
     except OSError as exc:
-        if exc.filename is None:   # a failed write (a full disk) names no file: name the checkpoint's
+        if exc.filename is None:  # a failed write (a full disk) names no file: name the checkpoint's
             raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
         raise
     digest = writer.digest.hexdigest()
@@ -127,9 +127,11 @@ def load_verified(path: Path, expected: str | None = None, **torch_load_args: An
     """torch.load `path` after checking it against its recorded hash; StorageError naming it otherwise."""
     reason = damaged_reason(path, expected)
     if reason is not None:
-        raise StorageError(f"The checkpoint file {str(path)!r} cannot be used: {reason}. Remove the stage folder "
-                           f"that holds it ({str(Path(path).parent)!r}) and rerun: that stage is redone from its "
-                           "inputs, with the run's secret.")
+        raise StorageError(
+            f"The checkpoint file {str(path)!r} cannot be used: {reason}. Remove the stage folder "
+            f"that holds it ({str(Path(path).parent)!r}) and rerun: that stage is redone from its "
+            "inputs, with the run's secret."
+        )
     import torch
 
     return torch.load(path, **torch_load_args)
@@ -152,16 +154,19 @@ def load_latest_intact(path: Path, **torch_load_args: Any) -> tuple[Any, Path | 
     return None, None, problems
 
 
-def resume_state(path: Path, position: str = "iteration",
-                 written_for: dict | None = None) -> tuple[dict | None, list[str]]:
+def resume_state(
+    path: Path, position: str = "iteration", written_for: dict | None = None
+) -> tuple[dict | None, list[str]]:
     """A trainer's newest intact training state (`load_latest_intact`, on CPU: RNG states must stay there)
     and notes for a person: what was damaged, and where training resumes (`state[position]`).
     `written_for`: entries the state must hold unchanged (its configuration, its row count), else
     ConfigError: a state written for another run must never be continued."""
     state, used, problems = load_latest_intact(path, map_location="cpu", weights_only=False)
     if state is not None and written_for and any(state.get(k) != v for k, v in written_for.items()):
-        raise ConfigError(f"the training state in {str(Path(path).parent)!r} was written by another configuration "
-                          "or table; resume with the same ones, or start a new run folder")
+        raise ConfigError(
+            f"the training state in {str(Path(path).parent)!r} was written by another configuration "
+            "or table; resume with the same ones, or start a new run folder"
+        )
     notes = list(problems)
     if state is None:
         if problems:

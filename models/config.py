@@ -133,7 +133,8 @@ class EvaluationConfig:
     # Approval: a release whose chosen checkpoint's selection AUC (real validation rows under the honest
     # protocol) is below this registers and publishes nothing. null approves any checkpoint.
     min_release_auc: float | None = None
-    # Prefer checkpoints whose synthetic rows hold every level of every discrete column (dpsynth.models.evaluation.choice).
+    # Prefer checkpoints whose synthetic rows hold every level of every discrete column
+    # (dpsynth.models.evaluation.choice).
     complete_levels: bool = True
     # The experiment's (non-private, internal) choice per setting prefers checkpoints whose level shares
     # are all within this of the real validation rows'; null turns the preference off.
@@ -213,8 +214,9 @@ class _ProfileKeys:
         # Profiles built in code obey the same rules as profiles read from YAML (profile_spec() below).
         # The profile keeps the validated sections: every registered one, defaults filled in.
         spec = validate(profile_spec(), self.to_dict(), where=f"profile {self.name!r}")
-        object.__setattr__(self, "sections", GeneratorSections(
-            {r.section: getattr(spec, r.section) for r in registrations()}))
+        object.__setattr__(
+            self, "sections", GeneratorSections({r.section: getattr(spec, r.section) for r in registrations()})
+        )
 
     def to_dict(self) -> dict:
         """Every key as plain data, each generator section under its key (as a profile file has them)."""
@@ -262,8 +264,10 @@ class Profile(_ProfileKeys):
                     return s
             raise ConfigError(f"profile {self.name!r}: release_setting {self.release_setting!r} is not a setting.")
         if len(self.settings) != 1:
-            raise ConfigError(f"profile {self.name!r} lists {len(self.settings)} settings: name the one a "
-                              "release trains with `release_setting`.")
+            raise ConfigError(
+                f"profile {self.name!r} lists {len(self.settings)} settings: name the one a "
+                "release trains with `release_setting`."
+            )
         return self.settings[0]
 
     def generator_of(self, setting: Setting) -> str:
@@ -279,8 +283,12 @@ class Profile(_ProfileKeys):
         train only privately."""
         if generator not in names():
             raise ConfigError(f"--generator {generator!r} is not a generator: choose one of {', '.join(names())}.")
-        settings = tuple(dataclasses.replace(s, generator=None) if s.private else
-                         dataclasses.replace(s, generator=self.generator_of(s)) for s in self.settings)
+        settings = tuple(
+            dataclasses.replace(s, generator=None)
+            if s.private
+            else dataclasses.replace(s, generator=self.generator_of(s))
+            for s in self.settings
+        )
         return dataclasses.replace(self, generator=generator, settings=settings)
 
     @property
@@ -313,12 +321,16 @@ def load_profile(profile: str, config_path: str | Path | None = None) -> Profile
 
 def _build(spec: BaseModel) -> Profile:
     values = {key: value for key, value in spec.model_dump().items() if key in _KEYS}
-    return Profile(**{**values,
-                      "privacy": PrivacyConfig(**values["privacy"]),
-                      "evaluation": EvaluationConfig(**values["evaluation"]),
-                      "marginals": MarginalsConfig(**values["marginals"]),
-                      "settings": tuple(Setting(**s) for s in values["settings"])},
-                   sections={r.section: getattr(spec, r.section) for r in registrations()})
+    return Profile(
+        **{
+            **values,
+            "privacy": PrivacyConfig(**values["privacy"]),
+            "evaluation": EvaluationConfig(**values["evaluation"]),
+            "marginals": MarginalsConfig(**values["marginals"]),
+            "settings": tuple(Setting(**s) for s in values["settings"]),
+        },
+        sections={r.section: getattr(spec, r.section) for r in registrations()},
+    )
 
 
 def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
@@ -333,14 +345,14 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
     except UnicodeDecodeError:
         raise ConfigError(f"Profile file {str(path)!r} is not UTF-8 text.") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"Profile file {str(path)!r} must hold a mapping of keys to values, "
-                          f"not {_yaml_kind(raw)}.")
+        raise ConfigError(f"Profile file {str(path)!r} must hold a mapping of keys to values, not {_yaml_kind(raw)}.")
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
     if not isinstance(parent, str) or not parent or "/" in parent or "\\" in parent:
-        raise ConfigError(f"Profile file {str(path)!r}: extends: expected the name of a profile beside it "
-                          f"(got {parent!r}).")
+        raise ConfigError(
+            f"Profile file {str(path)!r}: extends: expected the name of a profile beside it (got {parent!r})."
+        )
     base = _load_raw(path.parent / f"{parent}.yaml", seen + (path,))
     base.pop("name", None)
     return _merge(base, raw)
@@ -400,7 +412,7 @@ class SettingSpec(BaseModel):
 class MarginalsSpec(BaseModel):
     model_config = STRICT
     enabled: StrictBool
-    rho: Positive   # zero noise (rho infinite) is refused: allow_inf_nan is off
+    rho: Positive  # zero noise (rho infinite) is refused: allow_inf_nan is off
     selections: Annotated[int, Strict(), Field(ge=0, le=1000)]
     selection_share: OpenUnit
     bins: Annotated[int, Strict(), Field(ge=1, le=1000)]
@@ -475,8 +487,9 @@ class ProfileKeysSpec(BaseModel):
     @classmethod
     def _split_sums_to_one(cls, split: tuple[float, float, float]) -> tuple[float, float, float]:
         if abs(sum(split) - 1.0) > 1e-9:
-            raise ValueError(f"the train, validation and test fractions must sum to 1 (got {list(split)}, "
-                             f"sum {sum(split):g})")
+            raise ValueError(
+                f"the train, validation and test fractions must sum to 1 (got {list(split)}, sum {sum(split):g})"
+            )
         return split
 
     @field_validator("settings")
@@ -499,8 +512,9 @@ class ProfileKeysSpec(BaseModel):
             if problem is not None:
                 problems.setdefault(problem, []).append(s.name)
         if problems:
-            raise ValueError("; ".join(f"settings {', '.join(settings)}: {problem}"
-                                       for problem, settings in problems.items()))
+            raise ValueError(
+                "; ".join(f"settings {', '.join(settings)}: {problem}" for problem, settings in problems.items())
+            )
         return self
 
 

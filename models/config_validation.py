@@ -39,8 +39,10 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
 
 def _name(value: str) -> str:
     if not NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"{value!r} is not a usable name: up to 64 letters, digits, '_', '.', '+' or '-', "
-                         "starting with a letter, digit or '_' (names become folder names)")
+        raise ValueError(
+            f"{value!r} is not a usable name: up to 64 letters, digits, '_', '.', '+' or '-', "
+            "starting with a letter, digit or '_' (names become folder names)"
+        )
     return value
 
 
@@ -65,12 +67,15 @@ Beta = Annotated[float, Strict(), Field(ge=0, lt=1)]
 
 def checkpoints_fit(every: int, total: int | None, what: str) -> int:
     """`every` (a checkpoint interval) unless `total` steps would give more than MAX_CHECKPOINTS."""
-    if total is None:   # the total itself is invalid and reported
+    if total is None:  # the total itself is invalid and reported
         return every
     if total and total // every > MAX_CHECKPOINTS:
-        raise ValueError(f"gives {total // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
-                         f"(got {every} for {total} {what})")
+        raise ValueError(
+            f"gives {total // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
+            f"(got {every} for {total} {what})"
+        )
     return every
+
 
 # Errors listed in one message: beyond this a file is malformed throughout and more lines do not help.
 MAX_LISTED = 8
@@ -104,10 +109,12 @@ def describe(exc: ValidationError, model: type[BaseModel], where: str) -> str:
 
 def _without_echoes(errors: list[ErrorDetails]) -> list[ErrorDetails]:
     """Drop a list's length error when one of its items failed: the item is the problem to fix."""
+
     def echoes(error: ErrorDetails) -> bool:
         loc = tuple(error["loc"])
         return error["type"] in ("too_short", "too_long") and any(
-            len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors)
+            len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors
+        )
 
     return [e for e in errors if not echoes(e)]
 
@@ -117,8 +124,9 @@ def _line(error: ErrorDetails, model: type[BaseModel]) -> str:
     if error["type"] == "invalid_key":  # a key that is not text (YAML `1:`)
         return _with_path(loc[:-1], f"key {_shown(loc[-1])}: keys must be text")
     if error["type"] == "missing" and loc and isinstance(loc[-1], int):  # a fixed-length list too short
-        return _with_path(loc[:-1], _length_problem("too_short", {}, error.get("input"),
-                                                       _fixed_length(model, loc[:-1])))
+        return _with_path(
+            loc[:-1], _length_problem("too_short", {}, error.get("input"), _fixed_length(model, loc[:-1]))
+        )
     if "[key]" in loc:  # a mapping's key itself is bad (e.g. a column name that is not a string)
         head = loc[: loc.index("[key]") - 1]
         return _with_path(head, f"key {_shown(loc[len(head)])}: {_problem(error, model, loc)}")
@@ -154,21 +162,31 @@ def _problem(error: ErrorDetails, model: type[BaseModel], loc: tuple) -> str:
     if kind == "value_error":  # our own validators: their message is already the user's wording
         return str(ctx.get("error", error["msg"]))
     templates = {
-        "int_type": "expected an integer", "int_from_float": "expected an integer",
-        "int_parsing": "expected an integer", "float_type": "expected a number",
-        "float_parsing": "expected a number", "bool_type": "expected true or false",
-        "bool_parsing": "expected true or false", "string_type": "expected a text value",
-        "dict_type": "expected a mapping of keys to values", "model_type": "expected a mapping of keys to values",
+        "int_type": "expected an integer",
+        "int_from_float": "expected an integer",
+        "int_parsing": "expected an integer",
+        "float_type": "expected a number",
+        "float_parsing": "expected a number",
+        "bool_type": "expected true or false",
+        "bool_parsing": "expected true or false",
+        "string_type": "expected a text value",
+        "dict_type": "expected a mapping of keys to values",
+        "model_type": "expected a mapping of keys to values",
         "model_attributes_type": "expected a mapping of keys to values",
         "dataclass_type": "expected a mapping of keys to values",
-        "list_type": "expected a list", "tuple_type": "expected a list",
+        "list_type": "expected a list",
+        "tuple_type": "expected a list",
         "finite_number": "must be a finite number",
         "string_too_short": "must not be empty",
     }
     if kind in templates:
         return f"{templates[kind]} (got {_shown(got)})"
-    bounds = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "above"),
-              "less_than_equal": ("le", "at most"), "less_than": ("lt", "below")}
+    bounds = {
+        "greater_than_equal": ("ge", "at least"),
+        "greater_than": ("gt", "above"),
+        "less_than_equal": ("le", "at most"),
+        "less_than": ("lt", "below"),
+    }
     if kind in bounds:
         key, words = bounds[kind]
         return f"must be {words} {_number(ctx[key])} (got {_shown(got)})"

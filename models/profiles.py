@@ -23,10 +23,12 @@ def known_profiles(config_path: str | Path | None) -> list[str]:
 def load_named(profile: str, config_path: str | Path | None) -> Profile:
     """`load_profile`, with an unknown profile name refused by a message that lists the known ones."""
     path = profile_path(profile, config_path)
-    if Path(profile).suffix in (".yaml", ".yml") or path.is_file():   # a path: load_profile says if it is missing
+    if Path(profile).suffix in (".yaml", ".yml") or path.is_file():  # a path: load_profile says if it is missing
         return load_profile(profile, config_path)
     known = known_profiles(config_path)
     listed = ", ".join(known) if known else "none"
-    raise ConfigError(f"Profile {profile!r} does not exist: there is no {str(path)!r}. Profiles beside the "
-                      f"schema: {listed} (`dpsynth profiles` describes them); a profile may also be given as "
-                      "the path of a YAML file.")
+    raise ConfigError(
+        f"Profile {profile!r} does not exist: there is no {str(path)!r}. Profiles beside the "
+        f"schema: {listed} (`dpsynth profiles` describes them); a profile may also be given as "
+        "the path of a YAML file."
+    )

@@ -9,7 +9,8 @@ with this package as its code (``code_paths``), so that
 
 works in a fresh process where dpsynth is not installed. Loading and sampling use only this package's
 networks, encoder and schema, torch, numpy, pandas and yaml (models/generators/samplers.py, for
-every generator type): no Prefect, no flows, no accountant (autodp, Opacus). This is the one module of `models` that imports
+every generator type): no Prefect, no flows, no accountant (autodp, Opacus). This is the one module of `models`
+that imports
 MLflow; nothing else in the package imports this one.
 
 Everything the model emits is sampled from the DP generator, so it is covered by the release's epsilon.
@@ -40,7 +41,7 @@ def load_generator_file(path: str | Path) -> tuple[Any, dict[str, object]]:
     and the file's public facts (spec, iteration, epsilon, delta, generator). The generator types'
     samplers share no base class, hence Any."""
     blob = read_generator_file(path)
-    info = {k: v for k, v in blob.items() if k == "spec" or not isinstance(v, dict)}   # no weights
+    info = {k: v for k, v in blob.items() if k == "spec" or not isinstance(v, dict)}  # no weights
     return sampler_from_blob(blob), info
 
 
@@ -56,16 +57,19 @@ def _requests(model_input: object) -> list[tuple[int, int]]:
     if isinstance(model_input, dict):
         model_input = pd.DataFrame({k: np.atleast_1d(v) for k, v in model_input.items()})
     if not isinstance(model_input, pd.DataFrame):
-        raise TypeError("predict expects a DataFrame with columns 'n_rows' and 'seed', "
-                        f"not {type(model_input).__name__}.")
+        raise TypeError(
+            f"predict expects a DataFrame with columns 'n_rows' and 'seed', not {type(model_input).__name__}."
+        )
     missing = [c for c in INPUT_COLUMNS if c not in model_input.columns]
     if missing:
-        raise ValueError(f"predict input lacks column(s) {', '.join(missing)}: expected one row with "
-                         "'n_rows' (how many synthetic rows) and 'seed' (an integer).")
+        raise ValueError(
+            f"predict input lacks column(s) {', '.join(missing)}: expected one row with "
+            "'n_rows' (how many synthetic rows) and 'seed' (an integer)."
+        )
     if len(model_input) == 0:
         raise ValueError("predict input has no rows: expected one row with 'n_rows' and 'seed'.")
     requests = []
-    for n_rows, seed in zip(model_input["n_rows"], model_input["seed"]):
+    for n_rows, seed in zip(model_input["n_rows"], model_input["seed"], strict=False):
         if pd.isna(n_rows) or pd.isna(seed) or float(n_rows) != int(n_rows) or float(seed) != int(seed):
             raise ValueError("'n_rows' and 'seed' must be integers.")
         if not 0 <= int(n_rows) <= MAX_ROWS:
@@ -82,10 +86,14 @@ class SyntheticTableModel(PythonModel):
         self.schema = DatasetSchema.from_yaml(context.artifacts[SCHEMA_ARTIFACT])
         self.encoder = TableEncoder(self.schema)
         if int(self.generator.width) != self.encoder.width:
-            raise ValueError(f"The generator emits {self.generator.width} encoded columns but the "
-                             f"schema {self.schema.name!r} encodes to {self.encoder.width}.")
+            raise ValueError(
+                f"The generator emits {self.generator.width} encoded columns but the "
+                f"schema {self.schema.name!r} encodes to {self.encoder.width}."
+            )
 
-    def predict(self, context: PythonModelContext, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
+    def predict(
+        self, context: PythonModelContext, model_input: pd.DataFrame, params: dict | None = None
+    ) -> pd.DataFrame:
         """`model_input`: a DataFrame with one row, columns `n_rows` and `seed`. Returns `n_rows` rows
         with the schema's columns, types, bounds and levels."""
         frames = [sample_table(self.generator, self.encoder, n, s) for n, s in _requests(model_input)]

@@ -53,9 +53,15 @@ def release_json(release: PublicRelease) -> dict:
     checkpoints = [{"iteration": c.iteration, "epsilon": _json_epsilon(c.epsilon)} for c in release.checkpoints]
     chosen = next(c for c in checkpoints if c["iteration"] == release.iteration)
     total = _json_epsilon(release.epsilon)
-    parameters = {"generator": release.generator_name, **release.parameters, **release.measured,
-                  "T": release.trained_iterations, "sampling": release.sampling,
-                  "choice_epsilon": release.choice_epsilon, "approval_epsilon": release.approval_epsilon}
+    parameters = {
+        "generator": release.generator_name,
+        **release.parameters,
+        **release.measured,
+        "T": release.trained_iterations,
+        "sampling": release.sampling,
+        "choice_epsilon": release.choice_epsilon,
+        "approval_epsilon": release.approval_epsilon,
+    }
     return {
         "release_id": release.release_id,
         "dataset": release.dataset,
@@ -63,14 +69,18 @@ def release_json(release: PublicRelease) -> dict:
         "chosen_checkpoint": chosen,
         "epsilon": total,
         "delta": release.delta,
-        "epsilon_parts": {"training_to_last_checkpoint": _json_epsilon(release.epsilon_training),
-                          "last_checkpoint": release.trained_iterations,
-                          "checkpoint_choice_and_approval": release.epsilon_choice,
-                          "composition": release.composition},
+        "epsilon_parts": {
+            "training_to_last_checkpoint": _json_epsilon(release.epsilon_training),
+            "last_checkpoint": release.trained_iterations,
+            "checkpoint_choice_and_approval": release.epsilon_choice,
+            "composition": release.composition,
+        },
         "epsilon_budget": None if release.epsilon_budget is None else float(release.epsilon_budget),
         "private": total is not None,
-        "accountant": {"mechanism": release.mechanism if release.private else "none (non-private)",
-                       "parameters": parameters},
+        "accountant": {
+            "mechanism": release.mechanism if release.private else "none (non-private)",
+            "parameters": parameters,
+        },
         "unit_of_privacy": UNIT_OF_PRIVACY,
         **release.statement.as_dict(),
         "checkpoints": checkpoints,
@@ -85,8 +95,16 @@ def _json_epsilon(value: float) -> float | None:
     return None if not math.isfinite(value) else value
 
 
-def write_bundle(bundle_dir: Path, release: PublicRelease, *, synthetic_frame: pd.DataFrame, generator_file: Path,
-                 release_notes_path: Path, schema_path: Path | None = None, separator: str = ",") -> dict[str, Path]:
+def write_bundle(
+    bundle_dir: Path,
+    release: PublicRelease,
+    *,
+    synthetic_frame: pd.DataFrame,
+    generator_file: Path,
+    release_notes_path: Path,
+    schema_path: Path | None = None,
+    separator: str = ",",
+) -> dict[str, Path]:
     """Write the bundle of `release` into `bundle_dir` (replacing an earlier bundle there) and return its
     paths: `synthetic_frame` (the release's rows), the released generator file, its notes (rendered from
     the same record: `dpsynth.tasks.report.write_public_release_notes`) and release.json.
@@ -114,7 +132,7 @@ def write_bundle(bundle_dir: Path, release: PublicRelease, *, synthetic_frame: p
     shutil.copyfile(release_notes_path, staging / RELEASE_NOTES)
     files = {"synthetic.csv": {"separator": separator}}
     write_json({**release_json(release), "files": files}, staging / RELEASE_JSON)
-    make_shareable(staging)   # the one folder meant to be shared (its run folder stays owner-only)
+    make_shareable(staging)  # the one folder meant to be shared (its run folder stays owner-only)
     if bundle_dir.exists():
         old = bundle_dir.with_name(bundle_dir.name + ".old")
         if old.exists():
@@ -124,8 +142,14 @@ def write_bundle(bundle_dir: Path, release: PublicRelease, *, synthetic_frame: p
         shutil.rmtree(old)
     else:
         os.replace(staging, bundle_dir)
-    keys = {SYNTHETIC_PARQUET: "parquet", SYNTHETIC_CSV: "csv", GENERATOR: "generator", RELEASE_JSON: "release_json",
-            RELEASE_NOTES: "release_notes", SCHEMA: "schema"}
+    keys = {
+        SYNTHETIC_PARQUET: "parquet",
+        SYNTHETIC_CSV: "csv",
+        GENERATOR: "generator",
+        RELEASE_JSON: "release_json",
+        RELEASE_NOTES: "release_notes",
+        SCHEMA: "schema",
+    }
     out = {keys[name]: bundle_dir / name for name in names}
     out["bundle"] = bundle_dir
     return out
@@ -140,6 +164,7 @@ def record_model_uri(bundle_dir: Path, model_uri: str) -> Path:
 
 
 # ------------------------------------------------------------------------------------ real-row check
+
 
 def _read_any_table(path: Path, columns: list[str]) -> pd.DataFrame | None:
     """A table file of the bundle, or None if it cannot be read as one."""

@@ -40,8 +40,10 @@ RESUMABLE = ("running", "failed")
 FINAL = ("published", "refused", "completed", "trial", "trial-refused")
 DEMO_SIDECAR_SUFFIX = ".demo.json"
 # What a trial on a table that is not a demo table says (one line, on standard error from the command line).
-REAL_TABLE_TRIAL = ("a trial on a real table (not one `dpsynth demo-data` wrote): nothing is published and "
-                    "nothing is entered in the table's privacy ledger.")
+REAL_TABLE_TRIAL = (
+    "a trial on a real table (not one `dpsynth demo-data` wrote): nothing is published and "
+    "nothing is entered in the table's privacy ledger."
+)
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,11 @@ class RunContext:
     @property
     def identity(self) -> dict:
         """What makes two runs the same run (internal: the data hash never leaves the run folder)."""
-        return {"kind": self.kind, "data_sha256": self.data_hash,
-                "config_sha256": sha256_json([self.profile.config_hash, self.schema.source_hash])}
+        return {
+            "kind": self.kind,
+            "data_sha256": self.data_hash,
+            "config_sha256": sha256_json([self.profile.config_hash, self.schema.source_hash]),
+        }
 
 
 def runs_folder(kind: str) -> Path:
@@ -105,8 +110,9 @@ def _resumable_run(base: Path, identity: dict) -> Path | None:
     return max(found)[1] if found else None
 
 
-def load_context(config: str, data: str, profile: str, out: str | None, kind: str,
-                 generator: str | None = None, publish: bool = True) -> RunContext:
+def load_context(
+    config: str, data: str, profile: str, out: str | None, kind: str, generator: str | None = None, publish: bool = True
+) -> RunContext:
     """`generator` (the command line's --generator) puts every setting of the profile on that generator;
     `publish=False` (--no-publish) makes it a trial profile. Both are part of the profile, so of the
     run's identity: a trial's folder is never resumed by a release that publishes, nor the reverse."""
@@ -127,7 +133,8 @@ def load_context(config: str, data: str, profile: str, out: str | None, kind: st
         if record is not None and record.get("identity") != probe.identity:
             raise ConfigError(
                 f"The run folder {out!r} holds a run of other inputs (another table, schema or profile); its "
-                "privacy secret must not serve two inputs. Choose another --out, or remove that folder.")
+                "privacy secret must not serve two inputs. Choose another --out, or remove that folder."
+            )
         run_id = record["run_id"] if record else new_run_id(schema, prof)
     else:
         base = runs_folder(kind)
@@ -165,8 +172,10 @@ def open_run(ctx: RunContext) -> bool:
         load(ctx.run_dir)
     elif secret_path(ctx.run_dir).exists():
         # A new run draws its own secret: it never takes one put there beforehand.
-        raise ConfigError(f"The folder {str(ctx.run_dir)!r} holds a privacy secret but no run of dpsynth's; a new "
-                          "run draws its own secret. Choose an empty --out.")
+        raise ConfigError(
+            f"The folder {str(ctx.run_dir)!r} holds a privacy secret but no run of dpsynth's; a new "
+            "run draws its own secret. Choose an empty --out."
+        )
     else:
         load_or_create(ctx.run_dir)
     now = datetime.now(UTC).isoformat()
@@ -211,8 +220,7 @@ def demo_sidecar(data_path: str | Path) -> Path:
 def write_demo_sidecar(data_path: str | Path, parameters: dict) -> Path:
     """Record that `data_path` was made by code: its sha256 and the generator's parameters."""
     path = demo_sidecar(data_path)
-    write_json({"made_by": "dpsynth demo-data", "sha256": sha256_file(Path(data_path)), "parameters": parameters},
-               path)
+    write_json({"made_by": "dpsynth demo-data", "sha256": sha256_file(Path(data_path)), "parameters": parameters}, path)
     return path
 
 

@@ -44,11 +44,13 @@ def refuse_uncovered(profile: Profile, setting: Setting) -> None:
     if profile.protocol != "honest":
         raise ConfigError(
             f"Profile {profile.name!r} uses protocol {profile.protocol!r}: its KNN imputation over all rows is not "
-            "covered by epsilon, so a release refuses it. Use protocol: honest, or run it as an experiment.")
+            "covered by epsilon, so a release refuses it. Use protocol: honest, or run it as an experiment."
+        )
 
 
-def planned_cost(profile: Profile, setting: Setting, release: bool,
-                 schema: DatasetSchema | None = None) -> TrainingPlan:
+def planned_cost(
+    profile: Profile, setting: Setting, release: bool, schema: DatasetSchema | None = None
+) -> TrainingPlan:
     """The setting's training plan, after every check that can refuse it before any work."""
     generator = generator_for(profile, setting)
     generator.check(profile, setting, schema)
@@ -57,8 +59,10 @@ def planned_cost(profile: Profile, setting: Setting, release: bool,
     plan = generator.plan(profile, setting)
     budget = profile.budget_for(setting)
     if release and not setting.private and not fits(math.inf, budget):
-        raise BudgetExceededError(f"Setting {setting.name!r} is not private (epsilon = infinity), above the "
-                                  f"budget {budget}; a release under a budget must train a private setting.")
+        raise BudgetExceededError(
+            f"Setting {setting.name!r} is not private (epsilon = infinity), above the "
+            f"budget {budget}; a release under a budget must train a private setting."
+        )
     if release and setting.private:
         check_release_budget(plan.epsilon, decision_epsilon(profile), profile.protocol == "honest", budget)
     return plan
@@ -67,8 +71,11 @@ def planned_cost(profile: Profile, setting: Setting, release: bool,
 def release_cost_of(profile: Profile, setting: Setting, trained_iterations: int, epsilon: float) -> ReleaseCost:
     """What a release of `setting` trained to `trained_iterations` and published at whole-release `epsilon`
     enters in the table's lifetime ledger: its generator's replace-one training curve where it has one."""
-    curve = (generator_for(profile, setting).training_curve(profile, setting, int(trained_iterations))
-             if setting.private else None)
+    curve = (
+        generator_for(profile, setting).training_curve(profile, setting, int(trained_iterations))
+        if setting.private
+        else None
+    )
     return release_cost(profile, setting, epsilon, curve)
 
 
@@ -99,9 +106,18 @@ class Choice:
         return {"iteration": self.iteration, "epsilon": self.epsilon, "test_auc": self.test_auc}
 
 
-def decide(results: pd.DataFrame, ledger: list[dict], profile: Profile, setting: Setting, *, release: bool,
-           schema: DatasetSchema | None = None, encoded_path: Path | None = None, split_path: Path | None = None,
-           secret: PrivacySecret | None = None) -> Choice | None:
+def decide(
+    results: pd.DataFrame,
+    ledger: list[dict],
+    profile: Profile,
+    setting: Setting,
+    *,
+    release: bool,
+    schema: DatasetSchema | None = None,
+    encoded_path: Path | None = None,
+    split_path: Path | None = None,
+    secret: PrivacySecret | None = None,
+) -> Choice | None:
     """The checkpoint `setting` publishes (release, or experiment_choice dp) or shows (experiment).
 
     `results`: the setting's selection runs, one row per checkpoint. The DP decision also needs the
@@ -115,15 +131,26 @@ def decide(results: pd.DataFrame, ledger: list[dict], profile: Profile, setting:
         if schema is None or encoded_path is None or split_path is None or secret is None:
             raise ValueError("the DP decision needs the schema, the encoded rows, the split and the privacy secret")
         decision = decide_release(
-            rows, float(ledger[-1]["epsilon"]), validation_facts(schema, encoded_path, split_path),
-            choice_epsilon_=profile.privacy.choice_epsilon, approval_epsilon=profile.privacy.approval_epsilon,
-            min_release_auc=profile.evaluation.min_release_auc, share_gap_weight=profile.evaluation.share_gap_weight,
-            disjoint=profile.protocol == "honest", secret=secret)
+            rows,
+            float(ledger[-1]["epsilon"]),
+            validation_facts(schema, encoded_path, split_path),
+            choice_epsilon_=profile.privacy.choice_epsilon,
+            approval_epsilon=profile.privacy.approval_epsilon,
+            min_release_auc=profile.evaluation.min_release_auc,
+            share_gap_weight=profile.evaluation.share_gap_weight,
+            disjoint=profile.protocol == "honest",
+            secret=secret,
+        )
         chosen = rows[rows["iteration"] == decision.iteration].iloc[0]
         return Choice(decision.iteration, decision.epsilon, float(chosen["test_auc"]), decision)
-    pick = choose_checkpoint(rows, selection_metric(profile.protocol), profile.evaluation.auc_tolerance,
-                             profile.budget_for(setting), profile.evaluation.complete_levels,
-                             profile.evaluation.max_level_share_gap)
+    pick = choose_checkpoint(
+        rows,
+        selection_metric(profile.protocol),
+        profile.evaluation.auc_tolerance,
+        profile.budget_for(setting),
+        profile.evaluation.complete_levels,
+        profile.evaluation.max_level_share_gap,
+    )
     if pick is None:
         return None
     eps = float(pick["epsilon"])

@@ -32,9 +32,23 @@ from dpsynth.models.privacy.release_choice import ValidationFacts
 from dpsynth.tasks.progress import Progress
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
-RESULT_COLUMNS = ["setting", "iteration", "index", "epsilon", "penalty", "C", "val_auc", "test_auc",
-                  "test_auprc", "real_val_auc", "real_val_share_gap", "real_val_pairs", "real_val_gap_rows",
-                  "degenerate", "seconds"]
+RESULT_COLUMNS = [
+    "setting",
+    "iteration",
+    "index",
+    "epsilon",
+    "penalty",
+    "C",
+    "val_auc",
+    "test_auc",
+    "test_auprc",
+    "real_val_auc",
+    "real_val_share_gap",
+    "real_val_pairs",
+    "real_val_gap_rows",
+    "degenerate",
+    "seconds",
+]
 
 
 def complete_rows_path(encoded_path: Path) -> Path:
@@ -71,8 +85,9 @@ def level_count_gap(schema: DatasetSchema, frame: pd.DataFrame, synthetic_shares
     gaps = [0.0]
     for col in schema.discrete:
         counts = frame[col.name].value_counts()
-        gaps += [abs(float(counts.get(level, 0)) - synthetic_shares[f"share:{col.name}={level}"] * n)
-                 for level in col.levels]
+        gaps += [
+            abs(float(counts.get(level, 0)) - synthetic_shares[f"share:{col.name}={level}"] * n) for level in col.levels
+        ]
     return max(gaps)
 
 
@@ -80,8 +95,9 @@ def features_target(encoder: TableEncoder, matrix: np.ndarray) -> tuple[np.ndarr
     return matrix[:, encoder.feature_indices], (matrix[:, encoder.target_index] > 0).astype(np.int64)
 
 
-def real_splits(split: dict, encoded: np.ndarray, encoder: TableEncoder, protocol: str, index: int,
-                seed: int) -> dict[str, np.ndarray]:
+def real_splits(
+    split: dict, encoded: np.ndarray, encoder: TableEncoder, protocol: str, index: int, seed: int
+) -> dict[str, np.ndarray]:
     """Row indices of the real train/val/test sets for evaluation `index`.
 
     Honest: the test split is the fixed held-out one; the index only reshuffles train/validation
@@ -96,15 +112,23 @@ def real_splits(split: dict, encoded: np.ndarray, encoder: TableEncoder, protoco
     if index == 0:
         return {"train": split["train"], "val": split["val"], "test": split["test"]}
     pool = np.concatenate([split["train"], split["val"]])
-    train, val = train_test_split(pool, test_size=len(split["val"]), random_state=seed + 7919 * index,
-                                  stratify=y[pool])
+    train, val = train_test_split(pool, test_size=len(split["val"]), random_state=seed + 7919 * index, stratify=y[pool])
     return {"train": np.sort(train), "val": np.sort(val), "test": split["test"]}
 
 
-def selection_run(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y_val: np.ndarray,
-                  X_test: np.ndarray, y_test: np.ndarray, X_real_val: np.ndarray, y_real_val: np.ndarray,
-                  candidates: list[Candidate], X_choice: np.ndarray | None = None,
-                  y_choice: np.ndarray | None = None) -> dict:
+def selection_run(
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_val: np.ndarray,
+    y_val: np.ndarray,
+    X_test: np.ndarray,
+    y_test: np.ndarray,
+    X_real_val: np.ndarray,
+    y_real_val: np.ndarray,
+    candidates: list[Candidate],
+    X_choice: np.ndarray | None = None,
+    y_choice: np.ndarray | None = None,
+) -> dict:
     """One Algorithm 3 run; scores the chosen classifier on the real validation rows (AUC) and, when
     given, counts its concordant pairs on the DP choice's validation rows (X_choice, y_choice)."""
     started = time.perf_counter()
@@ -112,8 +136,15 @@ def selection_run(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y
     real_val_auc = float("nan")
     if not result.degenerate:
         real_val_auc = float(roc_auc_score(y_real_val, result.decision_scores(X_real_val)))
-    record = {"penalty": result.penalty, "C": result.C, "val_auc": result.val_auc, "test_auc": result.test_auc,
-              "test_auprc": result.test_auprc, "real_val_auc": real_val_auc, "degenerate": bool(result.degenerate)}
+    record = {
+        "penalty": result.penalty,
+        "C": result.C,
+        "val_auc": result.val_auc,
+        "test_auc": result.test_auc,
+        "test_auprc": result.test_auprc,
+        "real_val_auc": real_val_auc,
+        "degenerate": bool(result.degenerate),
+    }
     if X_choice is not None and y_choice is not None:
         # A degenerate classifier scores every row alike: every pair is a tie.
         record["real_val_pairs"] = concordant_pairs(result.decision_scores(X_choice), y_choice)
@@ -123,12 +154,20 @@ def selection_run(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y
 def synthetic_split(y: np.ndarray, n_train: int, n_val: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Synthetic rows split like the real training and validation sets, stratified by the target."""
     stratify = y if np.bincount(y, minlength=2).min() >= 2 else None
-    return train_test_split(np.arange(len(y)), train_size=n_train, test_size=n_val, random_state=seed,
-                            stratify=stratify)
+    return train_test_split(
+        np.arange(len(y)), train_size=n_train, test_size=n_val, random_state=seed, stratify=stratify
+    )
 
 
-def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.ndarray, split: dict,
-                       profile: Profile, index: int, complete: np.ndarray) -> dict:
+def evaluate_synthetic(
+    schema: DatasetSchema,
+    synthetic_path: Path,
+    encoded: np.ndarray,
+    split: dict,
+    profile: Profile,
+    index: int,
+    complete: np.ndarray,
+) -> dict:
     encoder = TableEncoder(schema)
     real = real_splits(split, encoded, encoder, profile.protocol, index, profile.seed)
     choice_rows = complete_validation_rows(split, complete)
@@ -139,10 +178,12 @@ def evaluate_synthetic(schema: DatasetSchema, synthetic_path: Path, encoded: np.
     train, val = synthetic_split(y_syn, len(real["train"]), len(real["val"]), profile.seed + index)
     X_test, y_test = features_target(encoder, encoded[real["test"]])
     X_rv, y_rv = features_target(encoder, encoded[real["val"]])
-    candidates = regularisation_grid(profile.seed, profile.evaluation.n_regularisation_values,
-                                     profile.evaluation.penalties)
-    record = selection_run(X_syn[train], y_syn[train], X_syn[val], y_syn[val], X_test, y_test, X_rv, y_rv,
-                           candidates, X_choice, y_choice)
+    candidates = regularisation_grid(
+        profile.seed, profile.evaluation.n_regularisation_values, profile.evaluation.penalties
+    )
+    record = selection_run(
+        X_syn[train], y_syn[train], X_syn[val], y_syn[val], X_test, y_test, X_rv, y_rv, candidates, X_choice, y_choice
+    )
     shares = level_share_columns(schema, frame)
     real_shares = level_share_columns(schema, encoder.decode(encoded[real["val"]]))
     # Internal, like real_val_auc: derived from the real validation rows (the experiment's choice).
@@ -169,8 +210,9 @@ def evaluate_real(schema: DatasetSchema, encoded: np.ndarray, split: dict, profi
     X_tr, y_tr = features_target(encoder, encoded[real["train"]])
     X_va, y_va = features_target(encoder, encoded[real["val"]])
     X_te, y_te = features_target(encoder, encoded[real["test"]])
-    candidates = regularisation_grid(profile.seed, profile.evaluation.n_regularisation_values,
-                                     profile.evaluation.penalties)
+    candidates = regularisation_grid(
+        profile.seed, profile.evaluation.n_regularisation_values, profile.evaluation.penalties
+    )
     return selection_run(X_tr, y_tr, X_va, y_va, X_te, y_te, X_va, y_va, candidates)
 
 
@@ -179,19 +221,30 @@ def synthetic_rows(profile: Profile, split: dict) -> int:
     return len(split["train"]) + len(split["val"])
 
 
-def selection_run_stage(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
-                        setting_name: str, index: int, iteration: int, epsilon: float,
-                        synthetic_path: Path | None = None) -> StageResult:
+def selection_run_stage(
+    run_dir: Path,
+    schema: DatasetSchema,
+    encoded_path: Path,
+    split_path: Path,
+    profile: Profile,
+    setting_name: str,
+    index: int,
+    iteration: int,
+    epsilon: float,
+    synthetic_path: Path | None = None,
+) -> StageResult:
     """One model-selection run as its own stage: checkpoint `index` of a setting (its synthetic table), or,
     with no synthetic table, index `index` of the real-vs-real baseline."""
+
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         encoded = np.load(encoded_path)
         split = dict(np.load(split_path))
         if synthetic_path is None:
             record = evaluate_real(schema, encoded, split, profile, index)
         else:
-            record = evaluate_synthetic(schema, Path(synthetic_path), encoded, split, profile, index,
-                                        np.load(complete_rows_path(encoded_path)))
+            record = evaluate_synthetic(
+                schema, Path(synthetic_path), encoded, split, profile, index, np.load(complete_rows_path(encoded_path))
+            )
         row = {"setting": setting_name, "iteration": iteration, "index": index, "epsilon": epsilon, **record}
         write_json(row, directory / "run.json")
         return {"run": directory / "run.json"}, {"test_auc": record["test_auc"]}
@@ -199,8 +252,13 @@ def selection_run_stage(run_dir: Path, schema: DatasetSchema, encoded_path: Path
     inputs = {"encoded": encoded_path, "split": split_path, "complete": complete_rows_path(encoded_path)}
     if synthetic_path is not None:
         inputs["synthetic"] = Path(synthetic_path)
-    config = {"seed": profile.seed, "protocol": profile.protocol, "evaluation": profile.evaluation.__dict__,
-              "iteration": iteration, "epsilon": repr(epsilon)}
+    config = {
+        "seed": profile.seed,
+        "protocol": profile.protocol,
+        "evaluation": profile.evaluation.__dict__,
+        "iteration": iteration,
+        "epsilon": repr(epsilon),
+    }
     return run_stage(run_dir, f"evaluate-{setting_name}/{index:03d}", inputs, config, work)
 
 
@@ -216,22 +274,43 @@ def collect_runs(run_files: list[Path], out: Path) -> Path:
 def checkpoint_runs(ledger_path: Path, sample_dir: Path) -> list[dict]:
     """What each selection run of a setting needs: index, iteration, epsilon and its synthetic table."""
     ledger = read_json(ledger_path)["checkpoints"]
-    return [{"index": i, "iteration": e["iteration"], "epsilon": e["epsilon"],
-             "synthetic_path": Path(sample_dir) / f"synthetic_{e['iteration']:06d}.parquet"}
-            for i, e in enumerate(ledger)]
+    return [
+        {
+            "index": i,
+            "iteration": e["iteration"],
+            "epsilon": e["epsilon"],
+            "synthetic_path": Path(sample_dir) / f"synthetic_{e['iteration']:06d}.parquet",
+        }
+        for i, e in enumerate(ledger)
+    ]
 
 
-def evaluate_setting_stage(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path,
-                           ledger_path: Path, sample_dir: Path, profile: Profile,
-                           setting_name: str) -> dict[str, Path]:
+def evaluate_setting_stage(
+    run_dir: Path,
+    schema: DatasetSchema,
+    encoded_path: Path,
+    split_path: Path,
+    ledger_path: Path,
+    sample_dir: Path,
+    profile: Profile,
+    setting_name: str,
+) -> dict[str, Path]:
     """Every checkpoint of a setting, one after another (the experiment flow fans these out instead)."""
-    runs = selection_runs(run_dir, schema, encoded_path, split_path, profile, setting_name,
-                          checkpoint_runs(ledger_path, sample_dir))
+    runs = selection_runs(
+        run_dir, schema, encoded_path, split_path, profile, setting_name, checkpoint_runs(ledger_path, sample_dir)
+    )
     return {"results": collect_runs(runs, Path(run_dir) / f"evaluate-{setting_name}" / "selection.parquet")}
 
 
-def selection_runs(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile,
-                   setting_name: str, runs: list[dict]) -> list[Path]:
+def selection_runs(
+    run_dir: Path,
+    schema: DatasetSchema,
+    encoded_path: Path,
+    split_path: Path,
+    profile: Profile,
+    setting_name: str,
+    runs: list[dict],
+) -> list[Path]:
     """Selection runs one after another, on the progress display; their run.json files."""
     files = []
     with Progress(f"model selection {setting_name}", len(runs), "run") as shown:
@@ -249,8 +328,9 @@ def real_runs(profile: Profile, runs: int) -> list[dict]:
     return [{"index": i, "iteration": i * every, "epsilon": float("nan")} for i in range(runs)]
 
 
-def evaluate_real_stage(run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path,
-                        profile: Profile, runs: int) -> dict[str, Path]:
+def evaluate_real_stage(
+    run_dir: Path, schema: DatasetSchema, encoded_path: Path, split_path: Path, profile: Profile, runs: int
+) -> dict[str, Path]:
     """The real-vs-real baseline: one selection run per checkpoint index, each with that index's split."""
     files = selection_runs(run_dir, schema, encoded_path, split_path, profile, "real", real_runs(profile, runs))
     return {"results": collect_runs(files, Path(run_dir) / "evaluate-real" / "selection.parquet")}

@@ -42,4 +42,5 @@ def require_explicit_home_for(tracking_uri: str) -> None:
         raise ConfigError(
             f"The MLflow tracking store {tracking_uri} is not a local file, so dpsynth needs its home named "
             f"explicitly: set {HOME_VARIABLE} (or pass --home) to the folder that keeps this installation's "
-            "privacy ledger and run folders. Nothing was started.")
+            "privacy ledger and run folders. Nothing was started."
+        )

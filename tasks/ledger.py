@@ -78,10 +78,16 @@ class LedgerEntry:
     updated: str
 
     def as_dict(self) -> dict:
-        return {"release_id": self.release_id, "status": self.status,
-                "epsilon": None if math.isinf(self.epsilon) else self.epsilon, "delta": self.delta,
-                "lifetime_budget": self.lifetime_budget, "model_version": self.model_version,
-                "created": self.created, "updated": self.updated}
+        return {
+            "release_id": self.release_id,
+            "status": self.status,
+            "epsilon": None if math.isinf(self.epsilon) else self.epsilon,
+            "delta": self.delta,
+            "lifetime_budget": self.lifetime_budget,
+            "model_version": self.model_version,
+            "created": self.created,
+            "updated": self.updated,
+        }
 
 
 def ledger_path() -> Path:
@@ -115,7 +121,7 @@ def _connect(write: bool = False) -> Iterator[sqlite3.Connection | None]:
             if column not in present:
                 db.execute(f"ALTER TABLE releases ADD COLUMN {column} {kind}")
         if write:
-            db.execute("BEGIN IMMEDIATE")   # one writer at a time: check and enter are one step
+            db.execute("BEGIN IMMEDIATE")  # one writer at a time: check and enter are one step
         try:
             yield db
             if write:
@@ -137,10 +143,17 @@ def _writing() -> Iterator[sqlite3.Connection]:
 def _entries(db: sqlite3.Connection | None, dataset: str) -> list[LedgerEntry]:
     if db is None:
         return []
-    rows = db.execute("SELECT release_id, dataset, status, epsilon, delta, cost, lifetime_budget, model_version, "
-                      "created, updated FROM releases WHERE dataset = ? ORDER BY created", (dataset,)).fetchall()
-    return [LedgerEntry(r[0], r[1], r[2], float(r[3]), float(r[4]), ReleaseCost.from_dict(json.loads(r[5])),
-                        r[6], r[7], r[8], r[9]) for r in rows]
+    rows = db.execute(
+        "SELECT release_id, dataset, status, epsilon, delta, cost, lifetime_budget, model_version, "
+        "created, updated FROM releases WHERE dataset = ? ORDER BY created",
+        (dataset,),
+    ).fetchall()
+    return [
+        LedgerEntry(
+            r[0], r[1], r[2], float(r[3]), float(r[4]), ReleaseCost.from_dict(json.loads(r[5])), r[6], r[7], r[8], r[9]
+        )
+        for r in rows
+    ]
 
 
 def entries(dataset: str) -> list[LedgerEntry]:
@@ -156,13 +169,15 @@ def spent(dataset: str, extra: ReleaseCost | None = None, excluding: str | None 
     return lifetime_cost(costs + ([extra] if extra is not None else []))
 
 
-def _refusal(dataset: str, planned: ReleaseCost, before: LifetimeCost, after: LifetimeCost, budget: float,
-             when: str) -> BudgetExceededError:
+def _refusal(
+    dataset: str, planned: ReleaseCost, before: LifetimeCost, after: LifetimeCost, budget: float, when: str
+) -> BudgetExceededError:
     return BudgetExceededError(
         f"Refusing this release of {dataset!r} {when}: its epsilon {planned.epsilon:.4g} would take the table's "
         f"lifetime spending from {before.epsilon:.4g} ({before.releases} release(s)) to {after.epsilon:.4g}, above "
         f"privacy.lifetime_budget {budget:g}. Nothing was published. Every release of the same rows adds to "
-        "their privacy loss; `dpsynth ledger --config SCHEMA` lists what was spent.")
+        "their privacy loss; `dpsynth ledger --config SCHEMA` lists what was spent."
+    )
 
 
 def require_lifetime_budget(profile: Profile) -> None:
@@ -175,7 +190,8 @@ def require_lifetime_budget(profile: Profile) -> None:
         "from spending the table without limit (the privacy ledger composes them). Nothing was started. Set "
         "privacy.lifetime_budget in the profile (the shipped Cardio release profiles allow 30; `dpsynth ledger "
         "--config SCHEMA` shows what the table has spent), or run it as a trial with `dpsynth release "
-        "--no-publish`, which runs every stage and publishes nothing.")
+        "--no-publish`, which runs every stage and publishes nothing."
+    )
 
 
 def check_lifetime(dataset: str, planned: ReleaseCost, budget: float | None, release_id: str | None = None) -> None:
@@ -188,8 +204,15 @@ def check_lifetime(dataset: str, planned: ReleaseCost, budget: float | None, rel
         raise _refusal(dataset, planned, before, after, budget, "before any work")
 
 
-def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None, status: str = "publishing",
-          input_sha256: str | None = None, profile: str | None = None) -> None:
+def enter(
+    dataset: str,
+    release_id: str,
+    cost: ReleaseCost,
+    budget: float | None,
+    status: str = "publishing",
+    input_sha256: str | None = None,
+    profile: str | None = None,
+) -> None:
     """Enter a release (idempotent on `release_id`: a resumed release replaces its own entry), after
     checking the budget against every other release, in one exclusive transaction. `input_sha256` (the
     input file's hash) stays in the ledger, which is internal: `check_new_input` reads it; `profile`
@@ -201,14 +224,33 @@ def enter(dataset: str, release_id: str, cost: ReleaseCost, budget: float | None
         others = [e.cost for e in _entries(db, dataset) if e.status in COUNTED and e.release_id != release_id]
         before, after = lifetime_cost(others), lifetime_cost(others + [cost])
         if budget is not None and after.epsilon > budget:
-            raise _refusal(dataset, cost, before, after, budget, "at publication (another release of the same "
-                           "table was entered since this one started)")
+            raise _refusal(
+                dataset,
+                cost,
+                before,
+                after,
+                budget,
+                "at publication (another release of the same table was entered since this one started)",
+            )
         created = db.execute("SELECT created FROM releases WHERE release_id = ?", (release_id,)).fetchone()
-        db.execute("INSERT OR REPLACE INTO releases (release_id, dataset, status, epsilon, delta, cost, "
-                   "lifetime_budget, model_version, created, updated, input_sha256, profile) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
-                   (release_id, dataset, status, cost.epsilon, cost.delta, json.dumps(cost.to_dict()), budget,
-                    created[0] if created else now, now, input_sha256, profile))
+        db.execute(
+            "INSERT OR REPLACE INTO releases (release_id, dataset, status, epsilon, delta, cost, "
+            "lifetime_budget, model_version, created, updated, input_sha256, profile) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
+            (
+                release_id,
+                dataset,
+                status,
+                cost.epsilon,
+                cost.delta,
+                json.dumps(cost.to_dict()),
+                budget,
+                created[0] if created else now,
+                now,
+                input_sha256,
+                profile,
+            ),
+        )
 
 
 def releases_of_profile(dataset: str, profile: str, excluding: str | None = None) -> int:
@@ -216,13 +258,17 @@ def releases_of_profile(dataset: str, profile: str, excluding: str | None = None
     with _connect() as db:
         if db is None:
             return 0
-        row = db.execute(f"SELECT COUNT(*) FROM releases WHERE dataset = ? AND profile = ? AND release_id != ? "
-                         f"AND status IN ({', '.join('?' * len(COUNTED))})",
-                         (dataset, profile, excluding or "", *COUNTED)).fetchone()
+        row = db.execute(
+            f"SELECT COUNT(*) FROM releases WHERE dataset = ? AND profile = ? AND release_id != ? "
+            f"AND status IN ({', '.join('?' * len(COUNTED))})",
+            (dataset, profile, excluding or "", *COUNTED),
+        ).fetchone()
     return int(row[0])
 
 
-def check_release_window(dataset: str, profile: Profile, release_id: str | None = None, today: date | None = None) -> None:
+def check_release_window(
+    dataset: str, profile: Profile, release_id: str | None = None, today: date | None = None
+) -> None:
     """Refuse (exit 5, before any work) a release past where the profile says its schedule ends: after
     `privacy.releases_until`, or once the table's ledger holds `privacy.planned_releases` counted releases
     made with this profile. A schedule that has ended then stops cleanly instead of spending on."""
@@ -232,7 +278,8 @@ def check_release_window(dataset: str, profile: Profile, release_id: str | None 
         raise BudgetExceededError(
             f"Refusing this release of {dataset!r}: profile {profile.name!r} releases until "
             f"{privacy.releases_until} (privacy.releases_until), and today is {today.isoformat()}. Nothing was "
-            "started. A new schedule is a new decision: set a later date in the profile if it is intended.")
+            "started. A new schedule is a new decision: set a later date in the profile if it is intended."
+        )
     if privacy.planned_releases is not None:
         made = releases_of_profile(dataset, profile.name, excluding=release_id)
         if made >= privacy.planned_releases:
@@ -240,7 +287,8 @@ def check_release_window(dataset: str, profile: Profile, release_id: str | None 
                 f"Refusing this release of {dataset!r}: the table's privacy ledger already holds {made} "
                 f"release(s) of profile {profile.name!r}, which plans {privacy.planned_releases} "
                 "(privacy.planned_releases). Nothing was started. `dpsynth ledger --config SCHEMA --profile "
-                f"{profile.name} --forecast N` shows what more releases would spend.")
+                f"{profile.name} --forecast N` shows what more releases would spend."
+            )
 
 
 def check_new_input(dataset: str, input_sha256: str, release_id: str | None = None) -> None:
@@ -250,16 +298,19 @@ def check_new_input(dataset: str, input_sha256: str, release_id: str | None = No
     with _connect() as db:
         if db is None:
             return
-        row = db.execute("SELECT release_id, input_sha256 FROM releases WHERE dataset = ? AND status IN "
-                         f"({', '.join('?' * len(COUNTED))}) AND release_id != ? ORDER BY created DESC LIMIT 1",
-                         (dataset, *COUNTED, release_id or "")).fetchone()
+        row = db.execute(
+            "SELECT release_id, input_sha256 FROM releases WHERE dataset = ? AND status IN "
+            f"({', '.join('?' * len(COUNTED))}) AND release_id != ? ORDER BY created DESC LIMIT 1",
+            (dataset, *COUNTED, release_id or ""),
+        ).fetchone()
     if row is not None and row[1] == input_sha256:
         raise BudgetExceededError(
             f"Refusing this release of {dataset!r}: its input file is byte for byte the one the table's last "
             f"release ({row[0]}) read. Releasing the same rows again spends privacy budget for nothing new (a "
             "scheduled release whose extract was not replaced does this). Nothing was started. Replace the "
             "file with the new extract, or pass --allow-same-input if a second release of the same rows is "
-            "intended.")
+            "intended."
+        )
 
 
 def forecast(dataset: str, planned: ReleaseCost, releases: int, budget: float | None) -> dict:
@@ -282,14 +333,22 @@ def forecast(dataset: str, planned: ReleaseCost, releases: int, budget: float | 
             else:
                 total = with_it
         after.append(finite(total))
-    return {"dataset": dataset, "spent_epsilon": finite(now), "planned_release_epsilon": finite(planned.epsilon),
-            "lifetime_budget": budget, "after": after, "stops_at": stops_at}
+    return {
+        "dataset": dataset,
+        "spent_epsilon": finite(now),
+        "planned_release_epsilon": finite(planned.epsilon),
+        "lifetime_budget": budget,
+        "after": after,
+        "stops_at": stops_at,
+    }
 
 
 def mark_published(release_id: str, model_version: str) -> None:
     with _writing() as db:
-        db.execute("UPDATE releases SET status = 'published', model_version = ?, updated = ? WHERE release_id = ?",
-                   (model_version, datetime.now(UTC).isoformat(), release_id))
+        db.execute(
+            "UPDATE releases SET status = 'published', model_version = ?, updated = ? WHERE release_id = ?",
+            (model_version, datetime.now(UTC).isoformat(), release_id),
+        )
 
 
 def withdraw(release_id: str) -> None:
@@ -309,7 +368,14 @@ def summary(dataset: str, budget: float | None = None) -> dict:
     def finite(value: float | None) -> float | None:
         return None if value is None or math.isinf(value) else value
 
-    return {"dataset": dataset, "ledger": str(ledger_path()), "releases": [e.as_dict() for e in rows],
-            "counted": total.releases, "spent_epsilon": finite(total.epsilon), "spent_delta": total.delta,
-            "basic_composition_epsilon": finite(total.basic_epsilon), "lifetime_budget": budget,
-            "remaining_epsilon": None if budget is None else finite(max(0.0, budget - total.epsilon))}
+    return {
+        "dataset": dataset,
+        "ledger": str(ledger_path()),
+        "releases": [e.as_dict() for e in rows],
+        "counted": total.releases,
+        "spent_epsilon": finite(total.epsilon),
+        "spent_delta": total.delta,
+        "basic_composition_epsilon": finite(total.basic_epsilon),
+        "lifetime_budget": budget,
+        "remaining_epsilon": None if budget is None else finite(max(0.0, budget - total.epsilon)),
+    }

@@ -45,8 +45,9 @@ def training_values(schema: DatasetSchema, table: pd.DataFrame, rows: np.ndarray
     return values.reset_index(drop=True)
 
 
-def measure_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, gan_rows_path: Path,
-                  profile: Profile) -> StageResult:
+def measure_stage(
+    run_dir: Path, schema: DatasetSchema, table_path: Path, gan_rows_path: Path, profile: Profile
+) -> StageResult:
     """Measure the profile's marginals on the generator's training rows (noisy values only)."""
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
@@ -55,17 +56,31 @@ def measure_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, gan_ro
         measured = measure(values, schema, plan, load_secret(run_dir), NOISE_PURPOSE)
         write_json(measured.to_dict(), directory / MEASURED_FILE)
         # Public facts only: the plan's, never a count.
-        info = {"marginals": len(measured.marginals), "noise_multiplier": plan.noise_multipliers[0],
-                "selections": plan.selections, "rho": profile.marginals.rho}
+        info = {
+            "marginals": len(measured.marginals),
+            "noise_multiplier": plan.noise_multipliers[0],
+            "selections": plan.selections,
+            "rho": profile.marginals.rho,
+        }
         return {"marginals": directory / MEASURED_FILE}, info
 
-    config = {"marginals": dataclasses.asdict(profile.marginals), "schema": schema.source_hash,
-              "protocol": profile.protocol}
+    config = {
+        "marginals": dataclasses.asdict(profile.marginals),
+        "schema": schema.source_hash,
+        "protocol": profile.protocol,
+    }
     return run_stage(run_dir, "marginals", {"table": table_path, "gan_rows": gan_rows_path}, config, work)
 
 
-def attach_stage(run_dir: Path, schema: DatasetSchema, checkpoints_dir: Path, ledger_path: Path, marginals_path: Path,
-                 profile: Profile, setting: Setting) -> StageResult:
+def attach_stage(
+    run_dir: Path,
+    schema: DatasetSchema,
+    checkpoints_dir: Path,
+    ledger_path: Path,
+    marginals_path: Path,
+    profile: Profile,
+    setting: Setting,
+) -> StageResult:
     """Copies of the setting's checkpoint files carrying the measured marginals, and their ledger."""
     generator = generator_for(profile, setting)
     encoder = TableEncoder(schema)
@@ -75,17 +90,25 @@ def attach_stage(run_dir: Path, schema: DatasetSchema, checkpoints_dir: Path, le
         carried = {"measured": read_json(marginals_path), "oversample": profile.marginals.oversample}
         target = directory / "checkpoints"
         target.mkdir(exist_ok=True)
-        ledger = [_attached(entry, Path(checkpoints_dir), target, carried, generator, encoder)
-                  for entry in recorded["checkpoints"]]
+        ledger = [
+            _attached(entry, Path(checkpoints_dir), target, carried, generator, encoder)
+            for entry in recorded["checkpoints"]
+        ]
         write_json({**recorded, "checkpoints": ledger}, directory / LEDGER_FILE)
         return {"checkpoints": target, "ledger": directory / LEDGER_FILE}, {"checkpoints": len(ledger)}
 
-    return run_stage(run_dir, f"marginals-{setting.name}", {"ledger": ledger_path, "marginals": marginals_path},
-                     {"oversample": profile.marginals.oversample, "generator": generator.name}, work)
+    return run_stage(
+        run_dir,
+        f"marginals-{setting.name}",
+        {"ledger": ledger_path, "marginals": marginals_path},
+        {"oversample": profile.marginals.oversample, "generator": generator.name},
+        work,
+    )
 
 
-def _attached(entry: dict, source: Path, target: Path, carried: dict, generator: GeneratorType,
-              encoder: TableEncoder) -> dict:
+def _attached(
+    entry: dict, source: Path, target: Path, carried: dict, generator: GeneratorType, encoder: TableEncoder
+) -> dict:
     """One checkpoint's copy with the marginals, and its ledger entry (new hash, calibrated level shares)."""
     blob = load_verified(source / entry["generator"], entry.get("sha256"), map_location="cpu", weights_only=False)
     blob[MARGINALS_KEY] = carried
@@ -107,6 +130,8 @@ def released_parameters(generator_file: Path) -> dict:
     if MARGINALS_KEY not in blob:
         return {}
     plan = MeasurementPlan.from_dict(blob[MARGINALS_KEY]["measured"]["plan"])
-    return {"marginals_count": len(plan.marginals) + plan.selections,
-            "marginals_noise_multiplier": plan.noise_multipliers[0],
-            "marginals_selection_epsilon": plan.selection_epsilon if plan.selections else None}
+    return {
+        "marginals_count": len(plan.marginals) + plan.selections,
+        "marginals_noise_multiplier": plan.noise_multipliers[0],
+        "marginals_selection_epsilon": plan.selection_epsilon if plan.selections else None,
+    }

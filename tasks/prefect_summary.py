@@ -22,7 +22,7 @@ PUBLIC_COLUMNS = ("setting", "iteration", "index", "epsilon", "degenerate")
 def _public_value(value: object) -> object:
     if isinstance(value, float):
         return None if math.isnan(value) else ("inf" if math.isinf(value) else value)
-    if hasattr(value, "item"):   # numpy scalars
+    if hasattr(value, "item"):  # numpy scalars
         return _public_value(value.item())
     return value
 
@@ -41,17 +41,25 @@ def public_summary_markdown(results: pd.DataFrame, chosen: dict, report: str, dp
     chosen one and the whole release's epsilon; where the real-data figures are. An experiment's internal
     choice reads real AUCs without noise: it is not shown."""
     lines = ["### dpsynth run", ""]
-    settings = [] if results is None or results.empty else \
-        [s for s in dict.fromkeys(results["setting"]) if s != REAL_SETTING]
+    settings = (
+        [] if results is None or results.empty else [s for s in dict.fromkeys(results["setting"]) if s != REAL_SETTING]
+    )
     if not settings:
         lines.append("No selection run recorded.")
     else:
         lines += ["| setting | checkpoints | chosen iteration | epsilon |", "| --- | --- | --- | --- |"]
         for setting in settings:
             pick = (chosen.get(setting) or {}) if dp_choice else {}
-            lines.append(f"| {setting} | {int((results['setting'] == setting).sum())} | "
-                         f"{format_number(pick.get('iteration')) if dp_choice else 'internal'} | "
-                         f"{format_number(pick.get('epsilon'), 3) if dp_choice else '-'} |")
-    lines += ["", ("AUCs and statistics measured on real rows are internal: they are in the owner-only report "
-                   f"`{report}` and the internal MLflow run, never here.")]
+            lines.append(
+                f"| {setting} | {int((results['setting'] == setting).sum())} | "
+                f"{format_number(pick.get('iteration')) if dp_choice else 'internal'} | "
+                f"{format_number(pick.get('epsilon'), 3) if dp_choice else '-'} |"
+            )
+    lines += [
+        "",
+        (
+            "AUCs and statistics measured on real rows are internal: they are in the owner-only report "
+            f"`{report}` and the internal MLflow run, never here."
+        ),
+    ]
     return "\n".join(lines) + "\n"

@@ -42,8 +42,9 @@ def imputation_scopes(split: dict, protocol: str) -> list[np.ndarray]:
     return [np.sort(split[name]) for name in ("train", "val", "test")]
 
 
-def preprocess_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, split_path: Path,
-                     profile: Profile) -> StageResult:
+def preprocess_stage(
+    run_dir: Path, schema: DatasetSchema, table_path: Path, split_path: Path, profile: Profile
+) -> StageResult:
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         table = pd.read_parquet(table_path)
         split = dict(np.load(split_path))
@@ -62,14 +63,27 @@ def preprocess_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, spl
         np.save(directory / "complete.npy", complete)
         np.save(directory / "gan_rows.npy", gan_rows(split, profile.protocol))
         # Counts of imputed values are real-data statistics: internal report only.
-        scope = ("all rows together (thesis protocol)" if profile.protocol == "thesis" else
-                 "training rows within their critic's subset; validation and test rows within their split")
+        scope = (
+            "all rows together (thesis protocol)"
+            if profile.protocol == "thesis"
+            else "training rows within their critic's subset; validation and test rows within their split"
+        )
         imputed = {"imputed_values": invalid_counts, "rows": len(split["rows"]), "donors": scope}
         write_json(imputed, directory / "imputation.json")
-        return ({"encoded": directory / "encoded.npy", "gan_rows": directory / "gan_rows.npy",
-                 "complete": directory / "complete.npy",
-                 "imputation": directory / "imputation.json"}, imputed)
+        return (
+            {
+                "encoded": directory / "encoded.npy",
+                "gan_rows": directory / "gan_rows.npy",
+                "complete": directory / "complete.npy",
+                "imputation": directory / "imputation.json",
+            },
+            imputed,
+        )
 
-    config = {"protocol": profile.protocol, "k": profile.knn_neighbors, "schema": schema.source_hash,
-              "scopes": "per split"}
+    config = {
+        "protocol": profile.protocol,
+        "k": profile.knn_neighbors,
+        "schema": schema.source_hash,
+        "scopes": "per split",
+    }
     return run_stage(run_dir, "preprocess", {"table": table_path, "split": split_path}, config, work)

@@ -49,8 +49,15 @@ def format_rate(per_second: float, unit: str) -> str:
     return f"{1 / per_second:.1f} s per {unit}"
 
 
-def format_line(stage: str, done: int, total: int, unit: str, per_second: float | None = None,
-                elapsed: float | None = None, note: str = "") -> str:
+def format_line(
+    stage: str,
+    done: int,
+    total: int,
+    unit: str,
+    per_second: float | None = None,
+    elapsed: float | None = None,
+    note: str = "",
+) -> str:
     """The display's line. With `elapsed` it is the closing line (time taken); otherwise, with a rate,
     it says the time left at that rate."""
     percent = math.floor(100 * done / total) if total > 0 else 100
@@ -79,9 +86,17 @@ class Progress:
     The rate is measured from the first update, not from zero, so a resumed stage (training from its
     last checkpoint) shows its own speed; the first update therefore shows no time left yet."""
 
-    def __init__(self, stage: str, total: int, unit: str = "iteration", *, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, seconds: float | None = None,
-                 mode: str | None = None):
+    def __init__(
+        self,
+        stage: str,
+        total: int,
+        unit: str = "iteration",
+        *,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        seconds: float | None = None,
+        mode: str | None = None,
+    ):
         self.stage, self.total, self.unit = stage, int(total), unit
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock

@@ -25,8 +25,11 @@ from dpsynth.models.privacy.statement import PrivacyStatement
 from dpsynth.tasks.decision import statement_for
 
 # Key names that would carry real-data facts or internal model parts into what is published.
-FORBIDDEN_KEY = re.compile(r"auc|accuracy|real|critic|discriminator_loss|wasserstein|loss|imputation|"
-                           r"validation|data_sha|n_train|train_rows", re.IGNORECASE)
+FORBIDDEN_KEY = re.compile(
+    r"auc|accuracy|real|critic|discriminator_loss|wasserstein|loss|imputation|"
+    r"validation|data_sha|n_train|train_rows",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -44,31 +47,31 @@ class PublicRelease:
     Made through `build_public_release`; `guard` runs whenever one is made."""
 
     release_id: str
-    model_name: str             # the registered model the release becomes a version of
-    dataset: str                # the schema's name
+    model_name: str  # the registered model the release becomes a version of
+    dataset: str  # the schema's name
     schema_version: int
     profile: str
     setting: str
-    generator: str              # the generator's key (gswgan, dpcgan, dpautogan)
-    generator_name: str         # its name in prose (GS-WGAN)
-    private: bool               # whether the setting trains with clipping and noise
-    iteration: int              # the released checkpoint
-    checkpoints: tuple[Checkpoint, ...]   # every trained checkpoint; the last is what the accountant composed
-    epsilon: float              # the whole release's: training to the last checkpoint with the DP decision
+    generator: str  # the generator's key (gswgan, dpcgan, dpautogan)
+    generator_name: str  # its name in prose (GS-WGAN)
+    private: bool  # whether the setting trains with clipping and noise
+    iteration: int  # the released checkpoint
+    checkpoints: tuple[Checkpoint, ...]  # every trained checkpoint; the last is what the accountant composed
+    epsilon: float  # the whole release's: training to the last checkpoint with the DP decision
     epsilon_training: float
     epsilon_choice: float
-    composition: str            # how the training's and the decision's epsilons combine
+    composition: str  # how the training's and the decision's epsilons combine
     delta: float
     epsilon_budget: float | None
-    mechanism: str              # what the accountant composes
+    mechanism: str  # what the accountant composes
     sampling: str
-    parameters: dict            # the generator's public accountant inputs (K, sigma, C, batch size, ...)
-    measured: dict              # the measured marginals' public numbers (how many, their noise); {} without
-    choice_epsilon: float       # the profile's epsilon for the DP choice of the checkpoint
-    approval_epsilon: float | None   # and for the DP approval, when the profile asks for one
-    privacy: dict               # the privacy summary of the setting, with its "labels" for the notes
+    parameters: dict  # the generator's public accountant inputs (K, sigma, C, batch size, ...)
+    measured: dict  # the measured marginals' public numbers (how many, their noise); {} without
+    choice_epsilon: float  # the profile's epsilon for the DP choice of the checkpoint
+    approval_epsilon: float | None  # and for the DP approval, when the profile asks for one
+    privacy: dict  # the privacy summary of the setting, with its "labels" for the notes
     statement: PrivacyStatement
-    rows: int                   # synthetic rows published (the profile's release_rows: a public number)
+    rows: int  # synthetic rows published (the profile's release_rows: a public number)
     code_version: str
 
     def __post_init__(self) -> None:
@@ -98,8 +101,7 @@ def guard(release: PublicRelease) -> None:
     """The one check that a release publishes only public or DP-covered facts: no key of its published
     mappings (accountant inputs, measured numbers, privacy summary and its labels) names a real-data
     fact or an internal part, and the released checkpoint is one of those trained. Raises ValueError."""
-    bad = _forbidden_keys({"parameters": release.parameters, "measured": release.measured,
-                           "privacy": release.privacy})
+    bad = _forbidden_keys({"parameters": release.parameters, "measured": release.measured, "privacy": release.privacy})
     if bad:
         raise ValueError(f"a release must publish only DP-covered or public facts; refusing keys {bad}.")
     if not release.checkpoints:
@@ -112,9 +114,14 @@ def code_version() -> str:
     """`git describe` of the project when it is a git checkout, else the installed package version."""
     root = Path(__file__).resolve().parents[1]
     try:
-        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--tags"], check=False,
-                              capture_output=True, text=True, timeout=10,
-                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
+        done = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--tags"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
         if done.returncode == 0 and done.stdout.strip():
             return f"git:{done.stdout.strip()}"
     except (OSError, subprocess.SubprocessError):
@@ -125,9 +132,17 @@ def code_version() -> str:
         return "unknown"
 
 
-def build_public_release(*, release_id: str, model_name: str, schema: DatasetSchema, profile: Profile,
-                         setting: Setting, decision: ReleaseDecision, ledger: list[dict],
-                         measured: dict | None = None) -> PublicRelease:
+def build_public_release(
+    *,
+    release_id: str,
+    model_name: str,
+    schema: DatasetSchema,
+    profile: Profile,
+    setting: Setting,
+    decision: ReleaseDecision,
+    ledger: list[dict],
+    measured: dict | None = None,
+) -> PublicRelease:
     """The record of the release of `setting`'s checkpoint `decision.iteration`.
 
     `ledger`: the training ledger's checkpoints ({"iteration", "epsilon", ...}: only those two are
@@ -140,20 +155,31 @@ def build_public_release(*, release_id: str, model_name: str, schema: DatasetSch
     facts = generator_for(profile, setting).privacy_facts(profile, setting)
     summary = privacy_summary(profile, [setting], schema)
     return PublicRelease(
-        release_id=release_id, model_name=model_name, dataset=schema.name, schema_version=int(schema.version),
-        profile=profile.name, setting=setting.name, generator=profile.generator_of(setting),
-        generator_name=facts.generator, private=bool(setting.private), iteration=int(decision.iteration),
+        release_id=release_id,
+        model_name=model_name,
+        dataset=schema.name,
+        schema_version=int(schema.version),
+        profile=profile.name,
+        setting=setting.name,
+        generator=profile.generator_of(setting),
+        generator_name=facts.generator,
+        private=bool(setting.private),
+        iteration=int(decision.iteration),
         checkpoints=tuple(Checkpoint(int(e["iteration"]), float(e["epsilon"])) for e in ledger),
-        epsilon=float(decision.epsilon), epsilon_training=float(decision.epsilon_training),
-        epsilon_choice=float(decision.epsilon_choice), composition=decision.composition,
-        delta=float(profile.privacy.delta), epsilon_budget=profile.budget_for(setting),
-        mechanism=summary["mechanism"], sampling=summary["sampling"],
+        epsilon=float(decision.epsilon),
+        epsilon_training=float(decision.epsilon_training),
+        epsilon_choice=float(decision.epsilon_choice),
+        composition=decision.composition,
+        delta=float(profile.privacy.delta),
+        epsilon_budget=profile.budget_for(setting),
+        mechanism=summary["mechanism"],
+        sampling=summary["sampling"],
         parameters=copy.deepcopy(facts.parameters),
         measured={k: v for k, v in (measured or {}).items() if v is not None},
         choice_epsilon=profile.privacy.choice_epsilon,
-        approval_epsilon=(profile.privacy.approval_epsilon if profile.evaluation.min_release_auc is not None
-                          else None),
-        privacy=copy.deepcopy(summary), statement=statement_for(profile, setting, release=True),
-        rows=int(profile.release_rows), code_version=code_version())
-
-
+        approval_epsilon=(profile.privacy.approval_epsilon if profile.evaluation.min_release_auc is not None else None),
+        privacy=copy.deepcopy(summary),
+        statement=statement_for(profile, setting, release=True),
+        rows=int(profile.release_rows),
+        code_version=code_version(),
+    )

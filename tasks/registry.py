@@ -11,7 +11,8 @@ the dataset schema (public bounds and levels) and the code that samples it (`dps
 `code_paths`). It is an MLflow pyfunc model (`dpsynth.models.pyfunc.SyntheticTableModel`), so anyone with the
 registry samples it with `mlflow.pyfunc.load_model("models:/NAME@champion")`, without dpsynth.
 
-Budget rule (models/privacy/budget.py `check_registration`, the last guard): a release whose epsilon exceeds the budget is refused before anything is
+Budget rule (models/privacy/budget.py `check_registration`, the last guard): a release whose epsilon exceeds the
+budget is refused before anything is
 written, so the previous `champion` stays. Infinity (a non-private generator) exceeds every finite
 budget; with `epsilon_budget=None`, which the caller must pass explicitly, there is no budget and any
 epsilon, including infinity, is registered (its tags then say `private=false`, `epsilon=inf`). An
@@ -68,7 +69,7 @@ MODEL_ARTIFACT = "synthetic-table-model"
 REGISTRY_VARIABLE = "DPSYNTH_REGISTRY_URI"
 # The registry store's one experiment: MLflow files logged models under an experiment; no run goes there.
 PUBLISHED_EXPERIMENT = "dpsynth-published-generators"
-_OPENED_STORES: set[str] = set()   # registry stores this process has opened (created, migrated) under the lock
+_OPENED_STORES: set[str] = set()  # registry stores this process has opened (created, migrated) under the lock
 # Version tags a release carries (`release_tags` renders them from the release's public record;
 # `register_release` checks the epsilon against the generator file's and adds what a caller left out).
 # Published: each is public (the profile, the code) or covered by epsilon; never a hash of the private
@@ -80,6 +81,7 @@ SAMPLE_SUFFIXES = PARQUET_SUFFIXES + (".csv",)
 
 
 # ---------------------------------------------------------------------------------------------- tags
+
 
 def release_tags(release: PublicRelease) -> dict[str, str]:
     """The version tags of a release, rendered from its public record: the accountant's public inputs
@@ -94,7 +96,7 @@ def release_tags(release: PublicRelease) -> dict[str, str]:
         "delta": repr(release.delta),
         "accountant": release.mechanism if release.private else "none (non-private training)",
         **parameters,
-        "T": str(int(release.trained_iterations)),   # what the accountant composed, not the chosen iteration
+        "T": str(int(release.trained_iterations)),  # what the accountant composed, not the chosen iteration
         "schema_version": str(release.schema_version),
         "setting": release.setting,
         "profile": release.profile,
@@ -109,9 +111,11 @@ def release_tags(release: PublicRelease) -> dict[str, str]:
 
 def release_description(release: PublicRelease) -> str:
     """The registered version's description: what was released, at what epsilon, and the statement."""
-    return (f"{release.release_id}: {release.generator_name}, setting {release.setting}, iteration "
-            f"{release.iteration} of {release.trained_iterations}, epsilon {release.epsilon:.4g} at delta "
-            f"{release.delta:g} for the whole release.\n\n{release.statement.markdown()}")
+    return (
+        f"{release.release_id}: {release.generator_name}, setting {release.setting}, iteration "
+        f"{release.iteration} of {release.trained_iterations}, epsilon {release.epsilon:.4g} at delta "
+        f"{release.delta:g} for the whole release.\n\n{release.statement.markdown()}"
+    )
 
 
 def _epsilon_text(epsilon: float) -> str:
@@ -119,6 +123,7 @@ def _epsilon_text(epsilon: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------ register
+
 
 def registry_uri() -> str:
     """The registry store: `DPSYNTH_REGISTRY_URI`, else `<home>/registry/registry.db`."""
@@ -133,8 +138,8 @@ def registry_client() -> MlflowClient:
     if uri in _OPENED_STORES:
         return MlflowClient(tracking_uri=uri, registry_uri=uri)
     if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    with local_store_lock(uri):   # making the client already opens (creates, migrates) the tracking store
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    with local_store_lock(uri):  # making the client already opens (creates, migrates) the tracking store
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)
         client.search_registered_models(max_results=1)
@@ -149,8 +154,9 @@ def _published_experiment(client: MlflowClient) -> str:
         if existing is not None:
             return existing.experiment_id
         artifacts = local_artifacts(registry_uri())
-        return client.create_experiment(PUBLISHED_EXPERIMENT,
-                                        artifact_location=artifacts.as_uri() if artifacts is not None else None)
+        return client.create_experiment(
+            PUBLISHED_EXPERIMENT, artifact_location=artifacts.as_uri() if artifacts is not None else None
+        )
 
 
 @contextlib.contextmanager
@@ -163,7 +169,7 @@ def registry_as_default() -> Iterator[None]:
 
     saved_env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
     saved = (tracking_utils._tracking_uri, registry_utils._registry_uri)
-    registry_client()   # creates the store's folder
+    registry_client()  # creates the store's folder
     mlflow.set_tracking_uri(registry_uri())
     mlflow.set_registry_uri(registry_uri())
     try:
@@ -196,7 +202,7 @@ def release_registered(model_name: str, release_id: str) -> bool:
     caller deciding whether anything was published must then assume it was)."""
     try:
         return find_release_version(registry_client(), model_name, release_id) is not None
-    except Exception:   # noqa: BLE001 - any failure to ask is "perhaps", never "no"
+    except Exception:  # noqa: BLE001 - any failure to ask is "perhaps", never "no"
         return True
 
 
@@ -206,8 +212,11 @@ def _staged_code(directory: Path) -> Path:
     target = directory / "dpsynth"
     target.mkdir()
     shutil.copy2(Path(dpsynth.__file__).resolve(), target / "__init__.py")
-    shutil.copytree(Path(models.__file__).resolve().parent, target / "models",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.tmp"))
+    shutil.copytree(
+        Path(models.__file__).resolve().parent,
+        target / "models",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.tmp"),
+    )
     return target
 
 
@@ -231,8 +240,9 @@ def _scrub_artifact_uris(model_dir: Path) -> None:
     mlmodel.write_text(yaml.safe_dump(spec, default_flow_style=False, sort_keys=False))
 
 
-def log_release_model(client: MlflowClient, experiment_id: str, generator_file: Path, schema_path: Path,
-                      metadata: dict | None = None) -> str:
+def log_release_model(
+    client: MlflowClient, experiment_id: str, generator_file: Path, schema_path: Path, metadata: dict | None = None
+) -> str:
     """Log the pyfunc model (generator + schema + `dpsynth.models` code, nothing else) as a logged model in the
     registry store, with no source run, and return its `models:/<model id>` URI.
 
@@ -245,8 +255,9 @@ def log_release_model(client: MlflowClient, experiment_id: str, generator_file: 
     gen, _ = load_generator_file(generator_file)
     encoder = TableEncoder(DatasetSchema.from_yaml(schema_path))
     example = pd.DataFrame({"n_rows": [5], "seed": [0]})
-    logged = client.create_logged_model(experiment_id=experiment_id, name=MODEL_ARTIFACT,
-                                        model_type="dpsynth-generator")
+    logged = client.create_logged_model(
+        experiment_id=experiment_id, name=MODEL_ARTIFACT, model_type="dpsynth-generator"
+    )
     with tempfile.TemporaryDirectory(prefix="dpsynth-model-") as tmp, warnings.catch_warnings():
         # MLflow's hints about type hints and integer columns do not apply: the input is (n_rows, seed).
         warnings.simplefilter("ignore", UserWarning)
@@ -258,8 +269,12 @@ def log_release_model(client: MlflowClient, experiment_id: str, generator_file: 
         mlflow.pyfunc.save_model(
             path=str(model_dir),
             # artifact_path is a name here: MLflow would write the store's internal location.
-            mlflow_model=Model(artifact_path=MODEL_ARTIFACT, model_uuid=logged.model_id,
-                               model_id=logged.model_id, metadata=metadata or {}),
+            mlflow_model=Model(
+                artifact_path=MODEL_ARTIFACT,
+                model_uuid=logged.model_id,
+                model_id=logged.model_id,
+                metadata=metadata or {},
+            ),
             python_model=SyntheticTableModel(),
             artifacts={GENERATOR_ARTIFACT: str(generator_file), SCHEMA_ARTIFACT: str(schema_path)},
             code_paths=[str(code)],
@@ -270,14 +285,23 @@ def log_release_model(client: MlflowClient, experiment_id: str, generator_file: 
         for pycache in model_dir.rglob("__pycache__"):
             shutil.rmtree(pycache, ignore_errors=True)
         _scrub_artifact_uris(model_dir)
-        restrict_tree(model_dir)   # copied into a local store with these modes
+        restrict_tree(model_dir)  # copied into a local store with these modes
         client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     return f"models:/{logged.model_id}"
 
 
-def register_release(*, run_id: str, model_name: str, generator_file: Path, schema_path: Path, tags: dict,
-                     description: str, epsilon: float, epsilon_budget: float | None) -> dict:
+def register_release(
+    *,
+    run_id: str,
+    model_name: str,
+    generator_file: Path,
+    schema_path: Path,
+    tags: dict,
+    description: str,
+    epsilon: float,
+    epsilon_budget: float | None,
+) -> dict:
     """Register the released generator as a new version of `model_name` and make it the champion.
 
     `tags` must hold `release_id` (see `release_tags`). Raises `BudgetExceededError` (registering
@@ -299,7 +323,7 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
     check_registration(float(epsilon), epsilon_budget)
 
     client = registry_client()
-    experiment_id = _published_experiment(client)   # takes the store's lock itself: not under it below
+    experiment_id = _published_experiment(client)  # takes the store's lock itself: not under it below
     # MLflow resolves a logged model through its process-wide URIs when registering it: the registry's,
     # for this block only.
     with registry_as_default(), local_store_lock(registry_uri()):
@@ -307,43 +331,61 @@ def register_release(*, run_id: str, model_name: str, generator_file: Path, sche
         reused = version is not None
         if version is None:
             version_tags = {k: str(v) for k, v in tags.items() if v is not None}
-            version_tags.update({
-                "epsilon": _epsilon_text(epsilon),
-                "private": str(not math.isinf(epsilon)).lower(),
-                "epsilon_budget": "none" if epsilon_budget is None else repr(float(epsilon_budget)),
-                "iteration": str(recorded.get("iteration", "")),
-            })
+            version_tags.update(
+                {
+                    "epsilon": _epsilon_text(epsilon),
+                    "private": str(not math.isinf(epsilon)).lower(),
+                    "epsilon_budget": "none" if epsilon_budget is None else repr(float(epsilon_budget)),
+                    "iteration": str(recorded.get("iteration", "")),
+                }
+            )
             version_tags.setdefault("delta", repr(recorded.get("delta")))
             version_tags.setdefault("code_version", code_version())
-            model_uri = log_release_model(client, experiment_id, generator_file, schema_path,
-                                          metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]})
+            model_uri = log_release_model(
+                client,
+                experiment_id,
+                generator_file,
+                schema_path,
+                metadata={"release_id": release_id, "epsilon": version_tags["epsilon"]},
+            )
             try:
                 client.get_registered_model(model_name)
             except MlflowException:
                 client.create_registered_model(model_name)
-            version = client.create_model_version(model_name, model_uri, tags=version_tags,
-                                                  model_id=model_uri.removeprefix("models:/"))
+            version = client.create_model_version(
+                model_name, model_uri, tags=version_tags, model_id=model_uri.removeprefix("models:/")
+            )
             if description:
                 client.update_model_version(model_name, version.version, description=description)
             registered = client.get_registered_model(model_name)
             if not registered.description:
                 client.update_registered_model(
-                    model_name, description="Differentially private synthetic-table generators. Sample "
-                    "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).")
+                    model_name,
+                    description="Differentially private synthetic-table generators. Sample "
+                    "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).",
+                )
         client.set_registered_model_alias(model_name, CHAMPION, version.version)
     # The internal run may name the published version (the link goes one way only).
-    MlflowClient(tracking_uri=tracking_uri()).set_tag(run_id, "dpsynth.model_version", f"{model_name}/{version.version}")
-    return {"model_uri": f"models:/{model_name}/{version.version}", "version": int(version.version),
-            "model_name": model_name, "alias_uri": f"models:/{model_name}@{CHAMPION}", "reused": reused}
+    MlflowClient(tracking_uri=tracking_uri()).set_tag(
+        run_id, "dpsynth.model_version", f"{model_name}/{version.version}"
+    )
+    return {
+        "model_uri": f"models:/{model_name}/{version.version}",
+        "version": int(version.version),
+        "model_name": model_name,
+        "alias_uri": f"models:/{model_name}@{CHAMPION}",
+        "reused": reused,
+    }
 
 
 # -------------------------------------------------------------------------------------------- sample
+
 
 def _default_store_missing() -> str | None:
     uri = registry_uri()
     if os.environ.get(REGISTRY_VARIABLE) or not uri.startswith("sqlite:///"):
         return None
-    path = Path(uri[len("sqlite:///"):])
+    path = Path(uri[len("sqlite:///") :])
     return None if path.exists() else str(path)
 
 
@@ -360,14 +402,16 @@ def sample_from_registry(model_uri: str, n_rows: int, out: Path, seed: int = 0) 
     if missing_store:
         raise MissingInputError(
             f"There is no model registry here: {missing_store!r} does not exist. Name the home that holds it "
-            f"(--home or DPSYNTH_HOME), or set {REGISTRY_VARIABLE} to the registry's URI.")
+            f"(--home or DPSYNTH_HOME), or set {REGISTRY_VARIABLE} to the registry's URI."
+        )
     try:
         model = load_released_model(model_uri)
     except (MlflowException, OSError) as exc:
         reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
         raise MissingInputError(
             f"Cannot load the model {model_uri!r} from the registry at {registry_uri()}: {reason}. "
-            "Check the model name and the alias or version (e.g. models:/cardio-gswgan@champion).") from None
+            "Check the model name and the alias or version (e.g. models:/cardio-gswgan@champion)."
+        ) from None
     frame = model.predict(pd.DataFrame({"n_rows": [int(n_rows)], "seed": [int(seed)]}))
     separator = ","
     try:

@@ -39,8 +39,9 @@ SUMMARY_LABELS = {
 }
 
 
-def privacy_summary(profile: Profile, settings: Sequence[Setting] | None = None,
-                    schema: DatasetSchema | None = None) -> dict:
+def privacy_summary(
+    profile: Profile, settings: Sequence[Setting] | None = None, schema: DatasetSchema | None = None
+) -> dict:
     """The public description of the privacy setup, keyed as the release notes expect, with "labels":
     {key: what a reader calls it} for every key whose value is not a mapping."""
     settings = profile.settings if settings is None else settings
@@ -62,12 +63,13 @@ def privacy_summary(profile: Profile, settings: Sequence[Setting] | None = None,
     entries = generator.summary_entries(profile, schema)
     summary.update({key: entry.value for key, entry in entries.items()})
     if len(settings) > 1:
-        for key in generator.setting_parameters:   # per setting, under "settings"
+        for key in generator.setting_parameters:  # per setting, under "settings"
             summary.pop(key, None)
     if len({profile.generator_of(s) for s in settings}) > 1:
         summary["generator"] = "per setting"
         summary["mechanism"] = "per setting: " + "; ".join(
-            f"{s.name}: {generator_for(profile, s).privacy_facts(profile, s).mechanism}" for s in settings)
+            f"{s.name}: {generator_for(profile, s).privacy_facts(profile, s).mechanism}" for s in settings
+        )
     labels = {**SUMMARY_LABELS, **facts.labels, **{key: entry.label for key, entry in entries.items()}}
     unlabelled = [key for key, value in summary.items() if not isinstance(value, dict) and key not in labels]
     if unlabelled:
@@ -79,16 +81,20 @@ def privacy_summary(profile: Profile, settings: Sequence[Setting] | None = None,
 def _public_setting(profile: Profile, setting: Setting) -> dict:
     """A setting's public description: its generator, what that generator shows of a setting (GS-WGAN:
     K), whether it is private, its budget."""
-    out = {"generator": profile.generator_of(setting), "private": setting.private,
-           **generator_for(profile, setting).public_setting(setting)}
+    out = {
+        "generator": profile.generator_of(setting),
+        "private": setting.private,
+        **generator_for(profile, setting).public_setting(setting),
+    }
     budget = profile.budget_for(setting)
     if budget is not None:
         out["epsilon_budget"] = budget
     return out
 
 
-def compare_generators(schema: DatasetSchema, profile: Profile, chosen: dict, real_frame: pd.DataFrame,
-                       synthetic: dict[str, pd.DataFrame]) -> dict:
+def compare_generators(
+    schema: DatasetSchema, profile: Profile, chosen: dict, real_frame: pd.DataFrame, synthetic: dict[str, pd.DataFrame]
+) -> dict:
     """Where the settings use more than one generator: per chosen setting, its generator, epsilon, test
     AUC and sample quality against the real training rows (internal: real-data statistics)."""
     from dpsynth.models.evaluation.quality import quality_summary
@@ -99,16 +105,22 @@ def compare_generators(schema: DatasetSchema, profile: Profile, chosen: dict, re
     table = {}
     for name, frame in synthetic.items():
         quality = quality_summary(schema, real_frame, frame, profile.evaluation.quality_rows, profile.seed)
-        table[name] = {"generator": profile.generator_of(settings[name]),
-                       "epsilon_budget": profile.budget_for(settings[name]),
-                       "epsilon": chosen[name]["epsilon"], "iteration": chosen[name]["iteration"],
-                       "test_auc": chosen[name]["test_auc"], "spearman_mad": quality["spearman_mad"],
-                       "mean_tvd": quality["mean_tvd"], "mean_wasserstein": quality["mean_wasserstein"]}
+        table[name] = {
+            "generator": profile.generator_of(settings[name]),
+            "epsilon_budget": profile.budget_for(settings[name]),
+            "epsilon": chosen[name]["epsilon"],
+            "iteration": chosen[name]["iteration"],
+            "test_auc": chosen[name]["test_auc"],
+            "spearman_mad": quality["spearman_mad"],
+            "mean_tvd": quality["mean_tvd"],
+            "mean_wasserstein": quality["mean_wasserstein"],
+        }
     return table
 
 
-def membership_of(encoder: TableEncoder, encoded: np.ndarray, gan_rows: np.ndarray, split: dict,
-                  synthetic: dict, seed: int) -> dict:
+def membership_of(
+    encoder: TableEncoder, encoded: np.ndarray, gan_rows: np.ndarray, split: dict, synthetic: dict, seed: int
+) -> dict:
     """Membership inference against each chosen checkpoint's synthetic table (models/evaluation/membership.py):
     members are the generator's training rows, non-members the test rows, the reference the validation
     rows (under the thesis protocol the generator saw every row: no non-member is left to compare)."""
@@ -118,9 +130,12 @@ def membership_of(encoder: TableEncoder, encoded: np.ndarray, gan_rows: np.ndarr
         return {}
     reference = np.array([r for r in split["val"] if r not in members], dtype=np.int64)
     reference = reference if len(reference) >= 10 else outside
-    return {name: membership_report(encoder.encode(frame), encoded[gan_rows], encoded[outside], encoded[reference],
-                                    seed=seed)
-            for name, frame in synthetic.items()}
+    return {
+        name: membership_report(
+            encoder.encode(frame), encoded[gan_rows], encoded[outside], encoded[reference], seed=seed
+        )
+        for name, frame in synthetic.items()
+    }
 
 
 def thesis_reference(schema_path: Path, name: str) -> dict | None:
@@ -128,9 +143,19 @@ def thesis_reference(schema_path: Path, name: str) -> dict | None:
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
-def report_stage(run_dir: Path, schema_path: Path, schema: DatasetSchema, paths: dict, chains: list[dict],
-                 results_path: Path, chosen: dict, profile: Profile, title: str, release: bool = False,
-                 public_release: PublicRelease | None = None) -> StageResult:
+def report_stage(
+    run_dir: Path,
+    schema_path: Path,
+    schema: DatasetSchema,
+    paths: dict,
+    chains: list[dict],
+    results_path: Path,
+    chosen: dict,
+    profile: Profile,
+    title: str,
+    release: bool = False,
+    public_release: PublicRelease | None = None,
+) -> StageResult:
     """Write report.html (internal) and, per chosen setting, release notes. `release`: the run is a
     release (its checkpoint was chosen by the DP decision), not the experiment's internal study; its
     notes are rendered from `public_release`, the release's public record (required with `release`)."""
@@ -146,25 +171,37 @@ def report_stage(run_dir: Path, schema_path: Path, schema: DatasetSchema, paths:
             pick = chosen.get(chain["setting"])
             if pick is not None:
                 synthetic[chain["setting"]] = pd.read_parquet(
-                    Path(chain["samples"]) / f"synthetic_{pick['iteration']:06d}.parquet")
+                    Path(chain["samples"]) / f"synthetic_{pick['iteration']:06d}.parquet"
+                )
         privacy = privacy_summary(profile, schema=schema)
         imputation = read_json(paths["imputation"])["imputed_values"]
-        membership = membership_of(encoder, encoded, np.load(paths["gan_rows"]), dict(np.load(paths["split"])),
-                                   synthetic, profile.seed)
+        membership = membership_of(
+            encoder, encoded, np.load(paths["gan_rows"]), dict(np.load(paths["split"])), synthetic, profile.seed
+        )
         write_json(membership, directory / "membership.json")
         comparison = compare_generators(schema, profile, chosen, real_frame, synthetic)
         if comparison:
             write_json(comparison, directory / "comparison.json")
         private = [s for s in profile.settings if s.private]
         shown = profile.release_target() if release else (private or list(profile.settings))[0]
-        report = build_internal_report(directory / "report.html", title=title, schema=schema,
-                                       results=results, chosen=chosen, real_frame=real_frame,
-                                       synthetic_frames=synthetic, ledger_level_shares=ledgers, privacy=privacy,
-                                       statement=statement_for(profile, shown, release=release),
-                                       imputation_counts=imputation,
-                                       thesis_reference=thesis_reference(schema_path, schema.name),
-                                       membership=membership, comparison=comparison,
-                                       max_rows=profile.evaluation.quality_rows, seed=profile.seed)
+        report = build_internal_report(
+            directory / "report.html",
+            title=title,
+            schema=schema,
+            results=results,
+            chosen=chosen,
+            real_frame=real_frame,
+            synthetic_frames=synthetic,
+            ledger_level_shares=ledgers,
+            privacy=privacy,
+            statement=statement_for(profile, shown, release=release),
+            imputation_counts=imputation,
+            thesis_reference=thesis_reference(schema_path, schema.name),
+            membership=membership,
+            comparison=comparison,
+            max_rows=profile.evaluation.quality_rows,
+            seed=profile.seed,
+        )
         outputs = {"report": report, "membership": directory / "membership.json"}
         if comparison:
             outputs["comparison"] = directory / "comparison.json"
@@ -176,19 +213,34 @@ def report_stage(run_dir: Path, schema_path: Path, schema: DatasetSchema, paths:
                 # which has as many rows as the training split.
                 chain = next(c for c in chains if c["setting"] == name)
                 entry = next(e for e in ledgers[name] if e["iteration"] == chosen[name]["iteration"])
-                frame = sample_generator_file(Path(chain["checkpoints"]) / entry["generator"], schema,
-                                              profile.release_rows, seed=profile.seed, sha256=entry.get("sha256"),
-                                              generator=chain["generator"])
+                frame = sample_generator_file(
+                    Path(chain["checkpoints"]) / entry["generator"],
+                    schema,
+                    profile.release_rows,
+                    seed=profile.seed,
+                    sha256=entry.get("sha256"),
+                    generator=chain["generator"],
+                )
                 if public_release is None:
                     raise ValueError("a release's notes are rendered from its public record: pass public_release.")
-                notes = write_public_release_notes(directory / f"release_notes_{name}.md", public_release,
-                                                   title=f"{title}: {name}", schema=schema, synthetic_frame=frame)
+                notes = write_public_release_notes(
+                    directory / f"release_notes_{name}.md",
+                    public_release,
+                    title=f"{title}: {name}",
+                    schema=schema,
+                    synthetic_frame=frame,
+                )
             else:
-                notes = build_release_notes(directory / f"release_notes_{name}.md", title=f"{title}: {name}",
-                                            schema=schema, synthetic_frame=frame,
-                                            privacy=privacy_summary(profile, [setting], schema),
-                                            chosen={name: chosen[name]}, ledger=ledgers[name],
-                                            statement=statement_for(profile, setting, release=release))
+                notes = build_release_notes(
+                    directory / f"release_notes_{name}.md",
+                    title=f"{title}: {name}",
+                    schema=schema,
+                    synthetic_frame=frame,
+                    privacy=privacy_summary(profile, [setting], schema),
+                    chosen={name: chosen[name]},
+                    ledger=ledgers[name],
+                    statement=statement_for(profile, setting, release=release),
+                )
             outputs[f"notes_{name}"] = notes
         return outputs, {"settings": sorted(synthetic)}
 

@@ -36,13 +36,12 @@ def cron_runs_until(cron: str, timezone: str, until: str, start: datetime) -> in
         if moment > end:
             return runs
         runs += 1
-        if runs > 10_000:   # an every-minute schedule over years: far past any budget anyway
+        if runs > 10_000:  # an every-minute schedule over years: far past any budget anyway
             return runs
     return runs
 
 
-def check_schedule(config: str, profile: str, cron: str, timezone: str = "UTC",
-                   now: datetime | None = None) -> dict:
+def check_schedule(config: str, profile: str, cron: str, timezone: str = "UTC", now: datetime | None = None) -> dict:
     """The forecast of a release schedule, or BudgetExceededError (exit 5) naming the run the lifetime
     budget would refuse and what the profile should declare instead."""
     prof = load_named(profile, config)
@@ -54,11 +53,13 @@ def check_schedule(config: str, profile: str, cron: str, timezone: str = "UTC",
     if prof.privacy.planned_releases is not None:
         ends["privacy.planned_releases"] = prof.privacy.planned_releases
     if prof.privacy.releases_until is not None:
-        ends["privacy.releases_until"] = cron_runs_until(cron, timezone, prof.privacy.releases_until,
-                                                        now or datetime.now(UTC))
+        ends["privacy.releases_until"] = cron_runs_until(
+            cron, timezone, prof.privacy.releases_until, now or datetime.now(UTC)
+        )
     runs = min(ends.values()) if ends else HORIZON
-    result = forecast(schema.name, planned_release_cost(prof, prof.release_target()), runs,
-                      prof.privacy.lifetime_budget)
+    result = forecast(
+        schema.name, planned_release_cost(prof, prof.release_target()), runs, prof.privacy.lifetime_budget
+    )
     result.update({"profile": prof.name, "runs": runs, "declared_end": sorted(ends) or None})
     if result["stops_at"] is not None:
         raise BudgetExceededError(_refusal(schema.name, prof.name, cron, result, ends))
@@ -69,14 +70,19 @@ def _refusal(dataset: str, profile: str, cron: str, result: dict, ends: dict) ->
     stops, per = result["stops_at"], result["planned_release_epsilon"]
     fits = stops - 1
     spent = ", ".join("inf" if v is None else f"{v:.2f}" for v in result["after"][:stops])
-    planned = (f"it plans {result['runs']} run(s) ({' and '.join(ends)})" if ends else
-               f"the profile declares no end (privacy.planned_releases or privacy.releases_until), so its next "
-               f"{HORIZON} runs were forecast")
-    return (f"Refusing the release schedule '{cron}' of profile {profile!r} for table {dataset!r}: {planned}, and "
-            f"the lifetime budget of {result['lifetime_budget']:g} would refuse run {stops} (each release costs at "
-            f"most epsilon {per:.2f}; the table's lifetime spending after each run: {spent}). Nothing was "
-            f"deployed. Declare where the schedule ends in the profile (privacy.planned_releases: {fits} fits), "
-            "or release less often.")
+    planned = (
+        f"it plans {result['runs']} run(s) ({' and '.join(ends)})"
+        if ends
+        else f"the profile declares no end (privacy.planned_releases or privacy.releases_until), so its next "
+        f"{HORIZON} runs were forecast"
+    )
+    return (
+        f"Refusing the release schedule '{cron}' of profile {profile!r} for table {dataset!r}: {planned}, and "
+        f"the lifetime budget of {result['lifetime_budget']:g} would refuse run {stops} (each release costs at "
+        f"most epsilon {per:.2f}; the table's lifetime spending after each run: {spent}). Nothing was "
+        f"deployed. Declare where the schedule ends in the profile (privacy.planned_releases: {fits} fits), "
+        "or release less often."
+    )
 
 
 def check_deployment_schedule(deployment: str, prefect_file: str = "prefect.yaml") -> dict:
@@ -90,7 +96,12 @@ def check_deployment_schedule(deployment: str, prefect_file: str = "prefect.yaml
     results = []
     for schedule in found[0].get("schedules") or []:
         if schedule.get("cron") and schedule.get("active", True):
-            results.append(check_schedule(parameters.get("config", "configs/cardio.yaml"),
-                                          parameters.get("profile", "default"), schedule["cron"],
-                                          schedule.get("timezone") or "UTC"))
+            results.append(
+                check_schedule(
+                    parameters.get("config", "configs/cardio.yaml"),
+                    parameters.get("profile", "default"),
+                    schedule["cron"],
+                    schedule.get("timezone") or "UTC",
+                )
+            )
     return {"schedules_checked": len(results), "forecasts": results}

@@ -37,7 +37,8 @@ def check_split(schema: DatasetSchema, target: np.ndarray, parts: dict[str, np.n
         if missing:
             raise SplitMissesTargetLevel(
                 f"The table is too small: its {name} split ({len(rows)} rows) holds no row with target "
-                f"{schema.target!r} = {', '.join(missing)}. Use a larger table (a few hundred rows at least).")
+                f"{schema.target!r} = {', '.join(missing)}. Use a larger table (a few hundred rows at least)."
+            )
 
 
 def split_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, profile: Profile) -> StageResult:

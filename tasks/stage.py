@@ -24,7 +24,7 @@ from dpsynth.models.checkpoint_files import sha256_of
 MANIFEST = "manifest.json"
 
 
-sha256_file = sha256_of   # one file hash for stages and checkpoints
+sha256_file = sha256_of  # one file hash for stages and checkpoints
 
 
 def sha256_path(path: Path) -> str:
@@ -78,8 +78,13 @@ class StageResult:
         return self.outputs[key]
 
 
-def run_stage(run_dir: Path, name: str, inputs: dict[str, Path], config: dict,
-              work: Callable[[Path], tuple[dict[str, Path], dict]]) -> StageResult:
+def run_stage(
+    run_dir: Path,
+    name: str,
+    inputs: dict[str, Path],
+    config: dict,
+    work: Callable[[Path], tuple[dict[str, Path], dict]],
+) -> StageResult:
     """Run `work(stage_dir) -> (outputs, info)` unless a valid manifest says it is already done."""
     directory = Path(run_dir) / name
     directory.mkdir(parents=True, exist_ok=True)
@@ -89,11 +94,14 @@ def run_stage(run_dir: Path, name: str, inputs: dict[str, Path], config: dict,
     if manifest_path.exists():
         manifest = read_json(manifest_path)
         outputs = {k: directory / v for k, v in manifest["outputs"].items()}
-        if (manifest.get("inputs") == input_hashes and manifest.get("config_hash") == config_hash
-                and all(p.exists() for p in outputs.values())):
+        if (
+            manifest.get("inputs") == input_hashes
+            and manifest.get("config_hash") == config_hash
+            and all(p.exists() for p in outputs.values())
+        ):
             from dpsynth.tasks.progress import note
 
-            if "/" not in name:   # one selection run of many ("evaluate-k10/003") shows on the progress display
+            if "/" not in name:  # one selection run of many ("evaluate-k10/003") shows on the progress display
                 note(f"{name}: reused (completed {manifest.get('started', '')[:19]}, same inputs and settings)")
             return StageResult(name, directory, outputs, True, manifest["seconds"], manifest.get("info", {}))
         manifest_path.unlink()
@@ -108,16 +116,19 @@ def run_stage(run_dir: Path, name: str, inputs: dict[str, Path], config: dict,
     started = time.time()
     outputs, info = work(directory)
     seconds = time.time() - started
-    write_json({
-        "stage": name,
-        "inputs": input_hashes,
-        "config_hash": config_hash,
-        "config": config,
-        "outputs": {k: str(Path(v).relative_to(directory)) for k, v in outputs.items()},
-        "output_hashes": {k: sha256_path(Path(v)) for k, v in outputs.items()},
-        "started": datetime.fromtimestamp(started, UTC).isoformat(),
-        "seconds": round(seconds, 3),
-        "info": info,
-    }, manifest_path)
+    write_json(
+        {
+            "stage": name,
+            "inputs": input_hashes,
+            "config_hash": config_hash,
+            "config": config,
+            "outputs": {k: str(Path(v).relative_to(directory)) for k, v in outputs.items()},
+            "output_hashes": {k: sha256_path(Path(v)) for k, v in outputs.items()},
+            "started": datetime.fromtimestamp(started, UTC).isoformat(),
+            "seconds": round(seconds, 3),
+            "info": info,
+        },
+        manifest_path,
+    )
     pending_path.unlink()
     return StageResult(name, directory, {k: Path(v) for k, v in outputs.items()}, False, seconds, info)

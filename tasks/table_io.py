@@ -221,8 +221,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 
 
 def _numeric_levels(column: Column) -> bool:
-    return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-               for v in column.levels)
+    return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in column.levels)
 
 
 def normalize_column(series: pd.Series, column: Column) -> pd.Series:

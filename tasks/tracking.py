@@ -37,7 +37,7 @@ def tracking_uri() -> str:
 
 def local_artifacts(uri: str) -> Path | None:
     """Where a local (SQLite) store keeps its artifacts: `mlartifacts/` beside its database."""
-    return Path(uri[len("sqlite:///"):]).parent / DEFAULT_ARTIFACTS if uri.startswith("sqlite:///") else None
+    return Path(uri[len("sqlite:///") :]).parent / DEFAULT_ARTIFACTS if uri.startswith("sqlite:///") else None
 
 
 def _client() -> MlflowClient:
@@ -50,7 +50,7 @@ def local_store_paths() -> list[Path]:
     uri = tracking_uri()
     if not uri.startswith("sqlite:///"):
         return []
-    db = Path(uri[len("sqlite:///"):])
+    db = Path(uri[len("sqlite:///") :])
     artifacts = local_artifacts(uri)
     assert artifacts is not None  # a SQLite store has them beside its database
     return [db, *(db.with_name(db.name + suffix) for suffix in ("-journal", "-wal", "-shm")), artifacts]
@@ -68,7 +68,7 @@ def local_store_lock(uri: str | None = None) -> Iterator[None]:
     if not uri.startswith("sqlite:///"):
         yield
         return
-    db = Path(uri[len("sqlite:///"):])
+    db = Path(uri[len("sqlite:///") :])
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(db.with_name(db.name + ".lock"), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -85,16 +85,19 @@ def check_store(timeout_seconds: int = 10) -> None:
     from dpsynth.models.errors import StorageError
 
     uri = tracking_uri()
-    quick: dict[str, str | None] = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-                                    "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds)}
+    quick: dict[str, str | None] = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds),
+    }
     try:
         with environment(quick), local_store_lock():
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-    except Exception as exc:   # noqa: BLE001 - any failure means the store cannot be used
+    except Exception as exc:  # noqa: BLE001 - any failure means the store cannot be used
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise StorageError(
             f"The MLflow tracking store at {uri} cannot be used ({reason}). Nothing was started. Start the "
-            "tracking server or fix MLFLOW_TRACKING_URI, then rerun.") from None
+            "tracking server or fix MLFLOW_TRACKING_URI, then rerun."
+        ) from None
 
 
 def use_experiment(name: str) -> str:
@@ -146,7 +149,7 @@ def start_run(experiment: str, run_name: str, tags: dict[str, str], resume: str 
             client.update_run(resume, status="RUNNING")
             return resume
         except mlflow.exceptions.MlflowException:
-            pass   # gone from the store (or another store): start a new one
+            pass  # gone from the store (or another store): start a new one
     run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     return run.info.run_id
 
@@ -159,7 +162,7 @@ def log_params(run_id: str, params: dict) -> None:
     client = _client()
     items = list(flat_params("", params).items())
     for start in range(0, len(items), 100):
-        batch = [mlflow.entities.Param(k, v) for k, v in items[start:start + 100]]
+        batch = [mlflow.entities.Param(k, v) for k, v in items[start : start + 100]]
         client.log_batch(run_id, params=batch)
 
 
@@ -174,7 +177,7 @@ def log_metric_series(run_id: str, name: str, points: list[tuple[int, float]]) -
     client = _client()
     batch = [mlflow.entities.Metric(name, float(v), 0, int(s)) for s, v in points if finite(v) is not None]
     for start in range(0, len(batch), 1000):
-        client.log_batch(run_id, metrics=batch[start:start + 1000])
+        client.log_batch(run_id, metrics=batch[start : start + 1000])
 
 
 def log_artifact(run_id: str, path: Path, artifact_path: str | None = None) -> None:

@@ -31,8 +31,14 @@ LEDGER_FILE = "ledger.json"
 LEVEL_SHARE_ROWS = 2000
 
 
-def training_matrix(schema: DatasetSchema, table: pd.DataFrame, rows: np.ndarray, groups: list[np.ndarray] | None,
-                    profile: Profile, encoded: np.ndarray) -> np.ndarray:
+def training_matrix(
+    schema: DatasetSchema,
+    table: pd.DataFrame,
+    rows: np.ndarray,
+    groups: list[np.ndarray] | None,
+    profile: Profile,
+    encoded: np.ndarray,
+) -> np.ndarray:
     """The generator's training rows, encoded, in the order of `rows`.
 
     Honest protocol: a training row's missing and invalid values are KNN-imputed from donors of its own
@@ -53,8 +59,14 @@ def _config(profile: Profile, setting: Setting) -> dict:
     measured marginals where the profile measures them (their cost is in every checkpoint's epsilon)."""
     name = profile.generator_of(setting)
     measured = {"marginals": dataclasses.asdict(profile.marginals)} if profile.marginals.enabled else {}
-    return {"seed": profile.seed, "generator": name, registration(name).section: profile.section(name).model_dump(),
-            "setting": dataclasses.asdict(setting), "privacy": dataclasses.asdict(profile.privacy), **measured}
+    return {
+        "seed": profile.seed,
+        "generator": name,
+        registration(name).section: profile.section(name).model_dump(),
+        "setting": dataclasses.asdict(setting),
+        "privacy": dataclasses.asdict(profile.privacy),
+        **measured,
+    }
 
 
 def stage_name(profile: Profile, setting: Setting, step: str) -> str:
@@ -64,8 +76,15 @@ def stage_name(profile: Profile, setting: Setting, step: str) -> str:
     return f"{step}-{setting.name}"
 
 
-def prepare_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, encoded_path: Path, gan_rows_path: Path,
-                  profile: Profile, setting: Setting) -> StageResult:
+def prepare_stage(
+    run_dir: Path,
+    schema: DatasetSchema,
+    table_path: Path,
+    encoded_path: Path,
+    gan_rows_path: Path,
+    profile: Profile,
+    setting: Setting,
+) -> StageResult:
     """Impute the training rows within the groups the generator allows, then its own preparation."""
     generator = generator_for(profile, setting)
 
@@ -85,56 +104,98 @@ def prepare_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, encode
             files, info = generator.prepare(job)
         return {"train_rows": directory / "train_rows.npy", **files}, {"generator": generator.name, **info}
 
-    config = {**{k: v for k, v in _config(profile, setting).items() if k not in ("privacy", "marginals")},
-              "protocol": profile.protocol, "knn_neighbors": profile.knn_neighbors,
-              "imputation": "row-local, secret groups"}
-    return run_stage(run_dir, stage_name(profile, setting, "prepare"),
-                     {"table": table_path, "encoded": encoded_path, "gan_rows": gan_rows_path}, config, work)
+    config = {
+        **{k: v for k, v in _config(profile, setting).items() if k not in ("privacy", "marginals")},
+        "protocol": profile.protocol,
+        "knn_neighbors": profile.knn_neighbors,
+        "imputation": "row-local, secret groups",
+    }
+    return run_stage(
+        run_dir,
+        stage_name(profile, setting, "prepare"),
+        {"table": table_path, "encoded": encoded_path, "gan_rows": gan_rows_path},
+        config,
+        work,
+    )
 
 
-def _with_level_shares(ledger: list[dict], generator: GeneratorType, checkpoints: Path,
-                       encoder: TableEncoder) -> list[dict]:
+def _with_level_shares(
+    ledger: list[dict], generator: GeneratorType, checkpoints: Path, encoder: TableEncoder
+) -> list[dict]:
     """Each checkpoint's level shares (synthetic rows only: free), where the generator did not record them."""
     out = []
     for entry in ledger:
         if "level_shares" not in entry:
             sampler = generator.load(checkpoints / entry["generator"], entry.get("sha256"))
-            entry = {**entry, "level_shares": encoder.level_shares(sampler.sample(LEVEL_SHARE_ROWS, entry["iteration"]))}
+            entry = {
+                **entry,
+                "level_shares": encoder.level_shares(sampler.sample(LEVEL_SHARE_ROWS, entry["iteration"])),
+            }
         out.append(entry)
     return out
 
 
-def train_stage(run_dir: Path, schema: DatasetSchema, prepare_dir: Path, profile: Profile,
-                setting: Setting) -> StageResult:
+def train_stage(
+    run_dir: Path, schema: DatasetSchema, prepare_dir: Path, profile: Profile, setting: Setting
+) -> StageResult:
     """Train to the last checkpoint the plan allows (within the budget); resumes from its own last one."""
     generator = generator_for(profile, setting)
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         plan = generator.plan(profile, setting)
-        job = TrainingJob(profile, setting, schema, np.load(prepare_dir / "train_rows.npy"), load_secret(run_dir),
-                          directory)
+        job = TrainingJob(
+            profile, setting, schema, np.load(prepare_dir / "train_rows.npy"), load_secret(run_dir), directory
+        )
         with Progress(f"training {setting.name}", plan.last) as shown:
             result = generator.fit(job, Path(prepare_dir), plan, progress=shown.update)
         for line in result.resume_notes:
             note(f"training {setting.name}: {line}")
         ledger = _with_level_shares(result.ledger, generator, directory / "checkpoints", TableEncoder(schema))
         facts = generator.privacy_facts(profile, setting)
-        write_json({"generator": generator.name, "mechanism": facts.mechanism if setting.private else None,
-                    "adjacency": facts.adjacency, "checkpoints": ledger}, directory / LEDGER_FILE)
-        info = {"generator": generator.name, "last_iteration": plan.last, "stopped_by_budget": plan.stopped_by_budget,
-                "resume_notes": result.resume_notes, "final_epsilon": ledger[-1]["epsilon"],
-                "seconds": round(result.seconds, 2), **result.info}
+        write_json(
+            {
+                "generator": generator.name,
+                "mechanism": facts.mechanism if setting.private else None,
+                "adjacency": facts.adjacency,
+                "checkpoints": ledger,
+            },
+            directory / LEDGER_FILE,
+        )
+        info = {
+            "generator": generator.name,
+            "last_iteration": plan.last,
+            "stopped_by_budget": plan.stopped_by_budget,
+            "resume_notes": result.resume_notes,
+            "final_epsilon": ledger[-1]["epsilon"],
+            "seconds": round(result.seconds, 2),
+            **result.info,
+        }
         # Estimates computed on real rows (critics, losses): an internal file, never the ledger or the bundle.
         write_json(result.internal_metrics, directory / "internal_metrics.json")
-        return {"checkpoints": directory / "checkpoints", "ledger": directory / LEDGER_FILE,
-                "internal_metrics": directory / "internal_metrics.json"}, info
+        return {
+            "checkpoints": directory / "checkpoints",
+            "ledger": directory / LEDGER_FILE,
+            "internal_metrics": directory / "internal_metrics.json",
+        }, info
 
-    return run_stage(run_dir, stage_name(profile, setting, "train"),
-                     {"train_rows": prepare_dir / "train_rows.npy"}, _config(profile, setting), work)
+    return run_stage(
+        run_dir,
+        stage_name(profile, setting, "train"),
+        {"train_rows": prepare_dir / "train_rows.npy"},
+        _config(profile, setting),
+        work,
+    )
 
 
-def sample_stage(run_dir: Path, schema: DatasetSchema, checkpoints_dir: Path, ledger_path: Path, n_rows: int,
-                 profile: Profile, setting: Setting) -> StageResult:
+def sample_stage(
+    run_dir: Path,
+    schema: DatasetSchema,
+    checkpoints_dir: Path,
+    ledger_path: Path,
+    n_rows: int,
+    profile: Profile,
+    setting: Setting,
+) -> StageResult:
     """Sample n rows at every checkpoint, decoded to the schema (synthetic: covered by the DP guarantee)."""
     encoder = TableEncoder(schema)
     generator = generator_for(profile, setting)
@@ -153,12 +214,18 @@ def sample_stage(run_dir: Path, schema: DatasetSchema, checkpoints_dir: Path, le
                 shown.update(len(files))
         return files, {"checkpoints": len(files), "rows": n_rows}
 
-    return run_stage(run_dir, stage_name(profile, setting, "sample"), {"ledger": ledger_path},
-                     {"seed": profile.seed, "rows": n_rows}, work)
+    return run_stage(
+        run_dir,
+        stage_name(profile, setting, "sample"),
+        {"ledger": ledger_path},
+        {"seed": profile.seed, "rows": n_rows},
+        work,
+    )
 
 
-def sample_generator_file(path: Path, schema: DatasetSchema, n_rows: int, seed: int, sha256: str | None = None,
-                          generator: str | None = None) -> pd.DataFrame:
+def sample_generator_file(
+    path: Path, schema: DatasetSchema, n_rows: int, seed: int, sha256: str | None = None, generator: str | None = None
+) -> pd.DataFrame:
     """n rows, decoded, from a released file (it names its generator) or a checkpoint of `generator`."""
     from dpsynth.models.generators.samplers import load_sampler
 

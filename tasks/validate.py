@@ -41,8 +41,21 @@ if TYPE_CHECKING:
     from dpsynth.tasks.stage import StageResult
 
 TABLE = "<table>"
-NUMERIC_TYPES = ["int", "float", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                 "float16", "float32", "float64"]
+NUMERIC_TYPES = [
+    "int",
+    "float",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+]
 MIN_ROWS_PARAMETER = "min_rows"
 
 # Roles, stored in each expectation's meta under "dpsynth".
@@ -75,29 +88,47 @@ def build_suite(schema: DatasetSchema) -> gx.ExpectationSuite:
         expectations.append(gxe.ExpectColumnToExist(column=name, meta=_meta(PROBLEM, "required column is missing")))
         if column.is_continuous:
             low, high = column.continuous_bounds
-            expectations.append(gxe.ExpectColumnValuesToBeInTypeList(
-                column=name, type_list=NUMERIC_TYPES, meta=_meta(PROBLEM, "values must be numbers")))
-            expectations.append(gxe.ExpectColumnValuesToBeBetween(
-                column=name, min_value=low, max_value=high, severity=FailureSeverity.INFO,
-                meta=_meta(WILL_IMPUTE, f"values outside the public bounds [{low:g}, {high:g}] are imputed")))
+            expectations.append(
+                gxe.ExpectColumnValuesToBeInTypeList(
+                    column=name, type_list=NUMERIC_TYPES, meta=_meta(PROBLEM, "values must be numbers")
+                )
+            )
+            expectations.append(
+                gxe.ExpectColumnValuesToBeBetween(
+                    column=name,
+                    min_value=low,
+                    max_value=high,
+                    severity=FailureSeverity.INFO,
+                    meta=_meta(WILL_IMPUTE, f"values outside the public bounds [{low:g}, {high:g}] are imputed"),
+                )
+            )
         else:
             levels = list(column.levels)
             what = "target" if is_target else column.kind
-            expectations.append(gxe.ExpectColumnValuesToBeInSet(
-                column=name, value_set=levels,
-                meta=_meta(PROBLEM, f"{what} values must be one of the declared levels {levels}")))
+            expectations.append(
+                gxe.ExpectColumnValuesToBeInSet(
+                    column=name,
+                    value_set=levels,
+                    meta=_meta(PROBLEM, f"{what} values must be one of the declared levels {levels}"),
+                )
+            )
         if is_target:
-            expectations.append(gxe.ExpectColumnValuesToNotBeNull(
-                column=name, meta=_meta(PROBLEM, "target values must not be missing")))
+            expectations.append(
+                gxe.ExpectColumnValuesToNotBeNull(column=name, meta=_meta(PROBLEM, "target values must not be missing"))
+            )
         else:
-            expectations.append(gxe.ExpectColumnProportionOfNonNullValuesToBeBetween(
-                column=name, min_value=0.0, strict_min=True,
-                meta=_meta(PROBLEM, "column is entirely missing")))
+            expectations.append(
+                gxe.ExpectColumnProportionOfNonNullValuesToBeBetween(
+                    column=name, min_value=0.0, strict_min=True, meta=_meta(PROBLEM, "column is entirely missing")
+                )
+            )
     return gx.ExpectationSuite(
         name=f"{schema.name}_v{schema.version}",
         expectations=expectations,
-        meta={"great_expectations_version": gx.__version__,
-              "dpsynth_schema": {"name": schema.name, "version": schema.version}},
+        meta={
+            "great_expectations_version": gx.__version__,
+            "dpsynth_schema": {"name": schema.name, "version": schema.version},
+        },
     )
 
 
@@ -148,9 +179,11 @@ class ValidationReport:
     internal_result: dict = field(default_factory=dict, repr=False, compare=False)
 
     def summary_text(self) -> str:
-        head = (f"Table with {self.rows} row{'' if self.rows == 1 else 's'} "
-                f"{'passed' if self.passed else 'FAILED'} validation "
-                f"against suite {self.suite_name!r}.")
+        head = (
+            f"Table with {self.rows} row{'' if self.rows == 1 else 's'} "
+            f"{'passed' if self.passed else 'FAILED'} validation "
+            f"against suite {self.suite_name!r}."
+        )
         lines = [head]
         for column, rule, n in self.problems:
             lines.append(f"  problem: column {column!r}: {rule} ({n} rows)")
@@ -260,8 +293,9 @@ def validate_table(
     )
 
 
-def check_table(schema: DatasetSchema, df: pd.DataFrame, *, min_rows: int = 2,
-                suite: gx.ExpectationSuite | None = None) -> ValidationReport:
+def check_table(
+    schema: DatasetSchema, df: pd.DataFrame, *, min_rows: int = 2, suite: gx.ExpectationSuite | None = None
+) -> ValidationReport:
     """`validate_table`, raising `InvalidTableError` (with the problems, counts only) when it failed."""
     report = validate_table(schema, df, min_rows=min_rows, suite=suite)
     if not report.passed:
@@ -276,8 +310,10 @@ def check_table(schema: DatasetSchema, df: pd.DataFrame, *, min_rows: int = 2,
 def _row_rule(rows: int, min_rows: int) -> str:
     if rows == 0:
         return "the table has no rows"
-    return (f"the table has {rows} row{'s' if rows != 1 else ''} but at least {min_rows} are needed "
-            f"to split it into training and test rows")
+    return (
+        f"the table has {rows} row{'s' if rows != 1 else ''} but at least {min_rows} are needed "
+        f"to split it into training and test rows"
+    )
 
 
 def _raised(res: dict) -> bool:
@@ -287,16 +323,15 @@ def _raised(res: dict) -> bool:
     return any(isinstance(v, dict) and v.get("raised_exception") for v in info.values())
 
 
-def _run_suite(suite: gx.ExpectationSuite, table: pd.DataFrame,
-               min_rows: int) -> ExpectationSuiteValidationResult | ExpectationValidationResult:
+def _run_suite(
+    suite: gx.ExpectationSuite, table: pd.DataFrame, min_rows: int
+) -> ExpectationSuiteValidationResult | ExpectationValidationResult:
     with _GX_LOCK:
         context = gx.get_context(mode="ephemeral")
         context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         asset = context.data_sources.add_pandas("dpsynth").add_dataframe_asset("table")
-        batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(
-            batch_parameters={"dataframe": table})
-        return batch.validate(suite, result_format="SUMMARY",
-                              expectation_parameters={MIN_ROWS_PARAMETER: min_rows})
+        batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": table})
+        return batch.validate(suite, result_format="SUMMARY", expectation_parameters={MIN_ROWS_PARAMETER: min_rows})
 
 
 def _jsonable(obj: Any) -> Any:
@@ -327,8 +362,7 @@ if __name__ == "__main__":
 # ------------------------------------------------------------------------------------------ stage
 
 
-def validate_stage(run_dir: Path, schema_path: str | Path, data_path: str | Path,
-                   min_rows: int = 2) -> StageResult:
+def validate_stage(run_dir: Path, schema_path: str | Path, data_path: str | Path, min_rows: int = 2) -> StageResult:
     """Stage 1: validate the input table; keep the conformed table and GX's full result internally."""
     from dpsynth.tasks.stage import run_stage, write_json
     from dpsynth.tasks.table_io import read_table
@@ -343,8 +377,15 @@ def validate_stage(run_dir: Path, schema_path: str | Path, data_path: str | Path
         write_json(report.to_public_dict(), directory / "summary.json")
         # GX's result lists unexpected values: it stays in the internal run folder only.
         write_json(report.internal_result, directory / "internal_result.json")
-        return ({"table": directory / "table.parquet", "summary": directory / "summary.json",
-                 "internal_result": directory / "internal_result.json"}, report.to_public_dict())
+        return (
+            {
+                "table": directory / "table.parquet",
+                "summary": directory / "summary.json",
+                "internal_result": directory / "internal_result.json",
+            },
+            report.to_public_dict(),
+        )
 
-    return run_stage(run_dir, "validate", {"data": Path(data_path), "schema": Path(schema_path)},
-                     {"min_rows": min_rows}, work)
+    return run_stage(
+        run_dir, "validate", {"data": Path(data_path), "schema": Path(schema_path)}, {"min_rows": min_rows}, work
+    )

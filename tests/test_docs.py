@@ -69,9 +69,7 @@ def test_readme_says_what_epsilon_covers_and_does_not_in_the_generated_words():
     covered = statement.covers.split(" (post-processing")[0]
     assert _one_line(covered) in readme, f"README.md lacks, word for word:\n{covered}"
     for item in statement.does_not_cover:
-        assert _one_line(_uncovered_head(item)) in readme, (
-            f"README.md does not name what epsilon leaves out:\n{item}"
-        )
+        assert _one_line(_uncovered_head(item)) in readme, f"README.md does not name what epsilon leaves out:\n{item}"
 
 
 def test_readme_is_a_short_page_with_the_two_fresh_machine_commands_as_they_are():
@@ -85,11 +83,7 @@ def test_readme_is_a_short_page_with_the_two_fresh_machine_commands_as_they_are(
 
 def test_docs_index_lists_every_document():
     index = (DOCS / "README.md").read_text()
-    missing = [
-        page.name
-        for page in DOCS.glob("*.md")
-        if page.name != "README.md" and f"docs/{page.name}" not in index
-    ]
+    missing = [page.name for page in DOCS.glob("*.md") if page.name != "README.md" and f"docs/{page.name}" not in index]
     assert not missing, f"docs/README.md does not list {missing}"
 
 
@@ -119,8 +113,7 @@ def test_every_test_the_documents_name_exists():
             f"{document.name}: {path}::{name}"
             for document in _documents()
             for path, name in TEST_NODE.findall(document.read_text())
-            if not (ROOT / path).is_file()
-            or not re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.MULTILINE)
+            if not (ROOT / path).is_file() or not re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.MULTILINE)
         }
     )
     assert not missing, "tests that do not exist:\n" + "\n".join(missing)
@@ -149,9 +142,7 @@ def test_every_module_the_documents_name_exists():
     for document in _documents():
         text = document.read_text()
         missing |= {
-            f"{document.name}: dpsynth.{name}"
-            for name in LAYER_MODULE.findall(text)
-            if not _module_exists(name)
+            f"{document.name}: dpsynth.{name}" for name in LAYER_MODULE.findall(text) if not _module_exists(name)
         }
         missing |= {
             f"{document.name}: bench.{name}"

@@ -69,7 +69,7 @@ def cell_values(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: 
         return np.asarray(col.levels, dtype=object)[codes]
     low, high = col.continuous_bounds
     width = (high - low) / bins
-    step = 10.0 ** -col.decimals
+    step = 10.0**-col.decimals
     in_bin = np.minimum(codes, bins - 1)
     lower, upper = low + in_bin * width, low + (in_bin + 1) * width
 
@@ -87,10 +87,16 @@ def cell_values(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: 
     for mass in col.point_masses:
         # A grid value equal to a point mass belongs to the mass's cell: take its neighbour in the bin.
         hit = values == mass
-        values = np.where(hit & (values + step <= last), on_grid(values + step),
-                          np.where(hit, on_grid(values - step), values))
-    usable = (points >= 1) & (_bin_of(col, values, bins) == in_bin) & ~np.isin(values, col.point_masses) \
-        & (values >= low) & (values <= high)
+        values = np.where(
+            hit & (values + step <= last), on_grid(values + step), np.where(hit, on_grid(values - step), values)
+        )
+    usable = (
+        (points >= 1)
+        & (_bin_of(col, values, bins) == in_bin)
+        & ~np.isin(values, col.point_masses)
+        & (values >= low)
+        & (values <= high)
+    )
     values = np.where(usable, values, (lower + upper) / 2)
     for k, mass in enumerate(col.point_masses):
         values[codes == bins + k] = mass
@@ -99,5 +105,8 @@ def cell_values(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: 
 
 def frame_cells(columns: list[Column], frame: pd.DataFrame, bins: int = DEFAULT_BINS) -> np.ndarray:
     """Each row's cell in each of `columns` (rows x columns, int64)."""
-    return np.stack([cell_codes(col, frame[col.name].to_numpy(), bins) for col in columns], axis=1) \
-        if columns else np.zeros((len(frame), 0), dtype=np.int64)
+    return (
+        np.stack([cell_codes(col, frame[col.name].to_numpy(), bins) for col in columns], axis=1)
+        if columns
+        else np.zeros((len(frame), 0), dtype=np.int64)
+    )

@@ -81,9 +81,9 @@ def make_demo_table(schema: DatasetSchema, n_rows: int, seed: int = 0, shape: De
             discrete_scores.append((codes > 0).astype(float))
 
     logit = np.zeros(n_rows)
-    for weight, z in zip(_CONTINUOUS_WEIGHTS, scores):
+    for weight, z in zip(_CONTINUOUS_WEIGHTS, scores, strict=False):
         logit += weight * z
-    for weight, indicator in zip(_DISCRETE_WEIGHTS, discrete_scores):
+    for weight, indicator in zip(_DISCRETE_WEIGHTS, discrete_scores, strict=False):
         logit += weight * (indicator - indicator.mean())
     target = schema.column(schema.target)
     positive = rng.random(n_rows) < 1.0 / (1.0 + np.exp(-logit))
@@ -101,7 +101,7 @@ def _continuous_values(column: Column, z: np.ndarray) -> np.ndarray:
     values = np.clip(low + width * (_CENTRE + _SPREAD * z), low, high)
     values = np.round(values, column.decimals)
     # Rounding may step just past a bound that is not on the rounding grid: stay inside.
-    step = 10.0 ** -column.decimals
+    step = 10.0**-column.decimals
     values = np.where(values < low, values + step, values)
     values = np.where(values > high, values - step, values)
     if column.decimals <= 0:
@@ -114,8 +114,7 @@ def _level_values(column: Column, codes: np.ndarray) -> np.ndarray:
     values = levels[codes]
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in column.levels):
         return values.astype(np.int64)
-    if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-           for v in column.levels):
+    if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in column.levels):
         return values.astype(np.float64)
     return values
 

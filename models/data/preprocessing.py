@@ -49,8 +49,9 @@ def invalid_to_missing(schema: DatasetSchema, frame: pd.DataFrame) -> tuple[pd.D
     return pd.DataFrame(out, index=frame.index), counts
 
 
-def row_local_split(n_rows: int, fractions: tuple[float, float, float], secret: PrivacySecret,
-                    rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def row_local_split(
+    n_rows: int, fractions: tuple[float, float, float], secret: PrivacySecret, rows: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Row indices of train/validation/test: row i goes to a split by the i-th of n_rows uniform draws
     of the secret's "split" stream, so its split depends on i and the secret only (not on any row's
     values). The split sizes are then binomial around the fractions. `rows` restricts the result to
@@ -128,7 +129,7 @@ class UnitScaledImputer:
         unit = self._to_unit(frame)
         complete_enough = ~np.all(np.isnan(unit), axis=0)
         if not complete_enough.all():
-            missing = [c.name for c, ok in zip(self.schema.columns, complete_enough) if not ok]
+            missing = [c.name for c, ok in zip(self.schema.columns, complete_enough, strict=False) if not ok]
             raise ValueError(f"cannot impute: no valid value in column(s) {', '.join(missing)}")
         self._imputer.fit(unit)
         return self

@@ -116,11 +116,27 @@ class DatasetSchema:
     def from_dict(cls, raw: dict, origin: str = "schema") -> DatasetSchema:
         """The schema of plain YAML data; `origin` starts every error message (e.g. the file)."""
         spec = validate(SchemaSpec, raw, origin)
-        columns = tuple(Column(name, c.type, bounds=c.bounds, levels=c.levels or (), decimals=c.decimals or 0,
-                               unit=c.unit, point_masses=tuple(c.point_masses or ()))
-                        for name, c in spec.columns.items())
-        return cls(name=spec.name, version=spec.version, target=spec.target, columns=columns,
-                   separator=spec.separator, id_column=spec.id_column, description=spec.description)
+        columns = tuple(
+            Column(
+                name,
+                c.type,
+                bounds=c.bounds,
+                levels=c.levels or (),
+                decimals=c.decimals or 0,
+                unit=c.unit,
+                point_masses=tuple(c.point_masses or ()),
+            )
+            for name, c in spec.columns.items()
+        )
+        return cls(
+            name=spec.name,
+            version=spec.version,
+            target=spec.target,
+            columns=columns,
+            separator=spec.separator,
+            id_column=spec.id_column,
+            description=spec.description,
+        )
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -133,8 +149,7 @@ MAX_DECIMALS = 12
 def _column_name(value: str) -> str:
     # Table headers are read stripped (tasks/table_io.py): a name with spaces around it never matches.
     if not value or value != value.strip():
-        raise ValueError(f"{value!r} is not a usable column name: it must be non-empty, without spaces "
-                         "around it")
+        raise ValueError(f"{value!r} is not a usable column name: it must be non-empty, without spaces around it")
     return value
 
 
@@ -146,7 +161,8 @@ def _level(value: object) -> int | float | str:
     if isinstance(value, bool):
         raise ValueError(  # noqa: TRY004
             f"got {str(value).lower()}: YAML reads unquoted yes/no/true/false/on/off as true or false; "
-            "quote the level to keep it as text")
+            "quote the level to keep it as text"
+        )
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -155,8 +171,10 @@ def _level(value: object) -> int | float | str:
         return value
     if isinstance(value, str):
         if not value or value != value.strip():
-            raise ValueError(f"{value!r} is not a usable level: it must be non-empty, without spaces around it "
-                             "(table values are read stripped)")
+            raise ValueError(
+                f"{value!r} is not a usable level: it must be non-empty, without spaces around it "
+                "(table values are read stripped)"
+            )
         return value
     raise ValueError(f"a level must be a number or a text value (got {_kind(value)})")
 
@@ -192,8 +210,9 @@ class ColumnSpec(BaseModel):
 
     @field_validator("bounds")
     @classmethod
-    def _bounds_for_continuous(cls, bounds: tuple[float, float] | None,
-                               info: ValidationInfo) -> tuple[float, float] | None:
+    def _bounds_for_continuous(
+        cls, bounds: tuple[float, float] | None, info: ValidationInfo
+    ) -> tuple[float, float] | None:
         kind = info.data.get("type")
         if kind == "continuous":
             if bounds is None:
@@ -206,13 +225,13 @@ class ColumnSpec(BaseModel):
 
     @field_validator("levels")
     @classmethod
-    def _levels_for_discrete(cls, levels: tuple[object, ...] | None,
-                             info: ValidationInfo) -> tuple[object, ...] | None:
+    def _levels_for_discrete(cls, levels: tuple[object, ...] | None, info: ValidationInfo) -> tuple[object, ...] | None:
         kind = info.data.get("type")
         if kind == "continuous":
             if levels is not None:
-                raise ValueError("only binary and categorical columns take levels; a continuous column "
-                                 "declares 'bounds'")
+                raise ValueError(
+                    "only binary and categorical columns take levels; a continuous column declares 'bounds'"
+                )
             return levels
         if kind is None:
             return levels
@@ -222,8 +241,9 @@ class ColumnSpec(BaseModel):
             raise ValueError(f"a binary column has exactly two levels (got {len(levels)})")
         if len({isinstance(v, str) for v in levels}) > 1:
             # Validation compares table values with the levels by type: a mixed list never matches.
-            raise ValueError(f"levels must be all numbers or all text (got {list(levels)}); quote the numbers "
-                             "to make them text")
+            raise ValueError(
+                f"levels must be all numbers or all text (got {list(levels)}); quote the numbers to make them text"
+            )
         return levels
 
     @field_validator("decimals")
@@ -236,8 +256,9 @@ class ColumnSpec(BaseModel):
 
     @field_validator("point_masses")
     @classmethod
-    def _point_masses_within_bounds(cls, masses: tuple[float, ...] | None,
-                                    info: ValidationInfo) -> tuple[float, ...] | None:
+    def _point_masses_within_bounds(
+        cls, masses: tuple[float, ...] | None, info: ValidationInfo
+    ) -> tuple[float, ...] | None:
         if masses is None:
             return masses
         kind, bounds = info.data.get("type"), info.data.get("bounds")
@@ -246,8 +267,9 @@ class ColumnSpec(BaseModel):
         if len(set(masses)) != len(masses):
             raise ValueError(f"point masses must be distinct (got {list(masses)})")
         if bounds is not None and any(not (bounds[0] <= m <= bounds[1] and math.isfinite(m)) for m in masses):
-            raise ValueError(f"every point mass must lie within the bounds [{bounds[0]:g}, {bounds[1]:g}] "
-                             f"(got {list(masses)})")
+            raise ValueError(
+                f"every point mass must lie within the bounds [{bounds[0]:g}, {bounds[1]:g}] (got {list(masses)})"
+            )
         return masses
 
 

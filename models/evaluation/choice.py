@@ -30,9 +30,14 @@ def selection_metric(protocol: str) -> str:
     return "real_val_auc" if protocol == "honest" else "test_auc"
 
 
-def choose_checkpoint(results: pd.DataFrame, metric: str, tolerance: float,
-                      epsilon_budget: float | None = None, complete_levels: bool = False,
-                      max_share_gap: float | None = None) -> pd.Series | None:
+def choose_checkpoint(
+    results: pd.DataFrame,
+    metric: str,
+    tolerance: float,
+    epsilon_budget: float | None = None,
+    complete_levels: bool = False,
+    max_share_gap: float | None = None,
+) -> pd.Series | None:
     """`results` has one row per checkpoint with columns iteration, epsilon, `metric` and (for
     `complete_levels`) the level shares "share:<column>=<level>", (for `max_share_gap`)
     "real_val_share_gap"."""

@@ -76,6 +76,7 @@ def _cells(schema: DatasetSchema, frame: pd.DataFrame, role: str, bins: int) -> 
 
 # ------------------------------------------------------------------------------ figures on cells
 
+
 def _column_tvd(real: _Cells, synth: _Cells) -> pd.Series:
     values = [total_variation(real.shares(j), synth.shares(j)) for j in range(len(real.columns))]
     return pd.Series(values, index=[col.name for col in real.columns], name="tvd", dtype=np.float64)
@@ -123,8 +124,9 @@ def _pairwise_tvd(real: _Cells, synth: _Cells, max_pairs: int | None) -> Pairwis
     n = len(real.columns)
     pairs = scored_pairs(n, max_pairs)
     values = [total_variation(real.joint_shares(i, j), synth.joint_shares(i, j)) for i, j in pairs]
-    index = pd.MultiIndex.from_tuples([(real.columns[i].name, real.columns[j].name) for i, j in pairs],
-                                      names=["first", "second"])
+    index = pd.MultiIndex.from_tuples(
+        [(real.columns[i].name, real.columns[j].name) for i, j in pairs], names=["first", "second"]
+    )
     return PairwiseTVD(pd.Series(values, index=index, name="tvd", dtype=np.float64), n * (n - 1) // 2)
 
 
@@ -150,35 +152,47 @@ def _point_mass_gaps(real: _Cells, synth: _Cells, bins: int) -> pd.Series:
 
 # ------------------------------------------------------------------------------ public figures
 
-def column_tvd(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
-               bins: int = DEFAULT_BINS) -> pd.Series:
+
+def column_tvd(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, bins: int = DEFAULT_BINS) -> pd.Series:
     """1-way TVD, 0.5 * sum |p - q| over the column's cells, for every schema column (index: name)."""
     return _column_tvd(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins))
 
 
-def pairwise_tvd(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_pairs: int | None = None,
-                 bins: int = DEFAULT_BINS) -> PairwiseTVD:
+def pairwise_tvd(
+    schema: DatasetSchema,
+    real: pd.DataFrame,
+    synth: pd.DataFrame,
+    max_pairs: int | None = None,
+    bins: int = DEFAULT_BINS,
+) -> PairwiseTVD:
     """2-way TVD over the joint cells of each pair of schema columns: what 1-way TVDs cannot see, a
     dependence between columns that the synthetic table broke. `max_pairs` caps the work on wide tables."""
     return _pairwise_tvd(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins), max_pairs)
 
 
-def lost_levels(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, floor: float = LOST_LEVEL_FLOOR,
-                bins: int = DEFAULT_BINS) -> list[tuple[str, str]]:
+def lost_levels(
+    schema: DatasetSchema,
+    real: pd.DataFrame,
+    synth: pd.DataFrame,
+    floor: float = LOST_LEVEL_FLOOR,
+    bins: int = DEFAULT_BINS,
+) -> list[tuple[str, str]]:
     """(column, level) of every level or continuous cell holding at least `floor` of the real rows that
     the synthetic table never produces: a user filtering on it would get nothing back."""
     return _lost_levels(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins), floor, bins)
 
 
-def point_mass_gaps(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
-                    bins: int = DEFAULT_BINS) -> pd.Series:
+def point_mass_gaps(
+    schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, bins: int = DEFAULT_BINS
+) -> pd.Series:
     """|real share - synthetic share| at each declared point mass (index: "column=value"): the spike that
     bins of the bounds would blur (most rows at exactly 0 versus spread over the first bin)."""
     return _point_mass_gaps(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins), bins)
 
 
-def continuous_spearman_mad(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
-                            max_rows: int | None = None) -> float | None:
+def continuous_spearman_mad(
+    schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_rows: int | None = None
+) -> float | None:
     """Mean absolute gap of the Spearman correlations between continuous columns (None with fewer than two).
 
     The matrices are taken over the continuous columns alone, so a missing discrete value drops no row."""
@@ -205,9 +219,15 @@ def _mean_and_worst(tvd: pd.Series) -> tuple[float | None, float | None, str | N
     return _number(tvd.mean()), _number(tvd.max()), str(tvd.idxmax())
 
 
-def fidelity_summary(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_pairs: int | None = None,
-                     bins: int = DEFAULT_BINS, floor: float = LOST_LEVEL_FLOOR,
-                     spearman_rows: int | None = None) -> dict:
+def fidelity_summary(
+    schema: DatasetSchema,
+    real: pd.DataFrame,
+    synth: pd.DataFrame,
+    max_pairs: int | None = None,
+    bins: int = DEFAULT_BINS,
+    floor: float = LOST_LEVEL_FLOOR,
+    spearman_rows: int | None = None,
+) -> dict:
     """Every fidelity figure in one JSON-ready dictionary (floats, ints, text, lists; None where a figure
     does not apply, e.g. no point mass declared). The keys of `FIDELITY_TARGETS` are among its keys."""
     real_cells, synth_cells = _cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins)
@@ -260,6 +280,7 @@ def fidelity_verdicts(summary: dict, targets: dict | None = None) -> dict[str, d
 
 # ------------------------------------------------------------------------------ SDMetrics, when present
 
+
 def _sdtype(col: Column) -> str:
     return "numerical" if col.is_continuous else "categorical"
 
@@ -276,10 +297,12 @@ def sdmetrics_quality(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataF
     metadata = {"columns": {col.name: {"sdtype": _sdtype(col)} for col in schema.columns}}
     report = QualityReport()
     report.generate(real[names], synth[names], metadata, verbose=False)
-    scores = dict(zip(report.get_properties()["Property"], report.get_properties()["Score"]))
-    return {"column_shapes": _number(scores.get("Column Shapes")),
-            "column_pair_trends": _number(scores.get("Column Pair Trends")),
-            "overall": _number(report.get_score())}
+    scores = dict(zip(report.get_properties()["Property"], report.get_properties()["Score"], strict=False))
+    return {
+        "column_shapes": _number(scores.get("Column Shapes")),
+        "column_pair_trends": _number(scores.get("Column Pair Trends")),
+        "overall": _number(report.get_score()),
+    }
 
 
 __all__ = [

@@ -47,8 +47,9 @@ def auc_interval(scores_members: np.ndarray, scores_non_members: np.ndarray, con
     return AttackAUC(auc, max(0.0, auc - z * se), min(1.0, auc + z * se))
 
 
-def dcr_member_share(synthetic: np.ndarray, members: np.ndarray, non_members: np.ndarray,
-                     confidence: float = 0.95) -> dict:
+def dcr_member_share(
+    synthetic: np.ndarray, members: np.ndarray, non_members: np.ndarray, confidence: float = 0.95
+) -> dict:
     """Share of synthetic rows whose nearest real row is a member (equal numbers of both: 1/2 when
     the generator does not favour its training rows), with its Clopper-Pearson interval, and the median
     distances to the closest member and to the closest non-member."""
@@ -63,16 +64,20 @@ def dcr_member_share(synthetic: np.ndarray, members: np.ndarray, non_members: np
     n = len(synthetic)
     low = 0.0 if closer == 0 else float(beta.ppf(alpha, closer, n - closer + 1))
     high = 1.0 if closer == n else float(beta.ppf(1 - alpha, closer + 1, n - closer))
-    return {"share_closer_to_members": closer / n, "low": low, "high": high,
-            "median_distance_to_members": float(np.median(d_members)),
-            "median_distance_to_non_members": float(np.median(d_others))}
+    return {
+        "share_closer_to_members": closer / n,
+        "low": low,
+        "high": high,
+        "median_distance_to_members": float(np.median(d_members)),
+        "median_distance_to_non_members": float(np.median(d_others)),
+    }
 
 
 def nearest_synthetic_attack(synthetic: np.ndarray, members: np.ndarray, non_members: np.ndarray) -> AttackAUC:
     nn = NearestNeighbors(n_neighbors=1).fit(synthetic)
 
     def score(rows: np.ndarray) -> np.ndarray:
-        return -nn.kneighbors(rows)[0][:, 0]   # the closer its nearest synthetic row, the likelier a member
+        return -nn.kneighbors(rows)[0][:, 0]  # the closer its nearest synthetic row, the likelier a member
 
     return auc_interval(score(members), score(non_members))
 
@@ -83,8 +88,9 @@ def _bandwidth(rows: np.ndarray) -> float:
     return float(np.mean(rows.std(axis=0)) * n ** (-1.0 / (d + 4)) + 1e-6)
 
 
-def density_ratio_attack(synthetic: np.ndarray, reference: np.ndarray, members: np.ndarray,
-                         non_members: np.ndarray) -> AttackAUC:
+def density_ratio_attack(
+    synthetic: np.ndarray, reference: np.ndarray, members: np.ndarray, non_members: np.ndarray
+) -> AttackAUC:
     syn = KernelDensity(bandwidth=_bandwidth(synthetic)).fit(synthetic)
     ref = KernelDensity(bandwidth=_bandwidth(reference)).fit(reference)
 
@@ -94,8 +100,14 @@ def density_ratio_attack(synthetic: np.ndarray, reference: np.ndarray, members: 
     return auc_interval(score(members), score(non_members))
 
 
-def membership_report(synthetic: np.ndarray, members: np.ndarray, non_members: np.ndarray, reference: np.ndarray,
-                      rows: int = 2000, seed: int = 0) -> dict:
+def membership_report(
+    synthetic: np.ndarray,
+    members: np.ndarray,
+    non_members: np.ndarray,
+    reference: np.ndarray,
+    rows: int = 2000,
+    seed: int = 0,
+) -> dict:
     """All three, on at most `rows` members, as many non-members, 2 x `rows` synthetic and reference rows
     (drawn with `seed`)."""
     rng = np.random.default_rng(seed)
@@ -108,5 +120,9 @@ def membership_report(synthetic: np.ndarray, members: np.ndarray, non_members: n
     synthetic, reference = take(synthetic, 2 * rows), take(reference, 2 * rows)
     nearest = nearest_synthetic_attack(synthetic, members, non_members)
     ratio = density_ratio_attack(synthetic, reference, members, non_members)
-    return {"rows_each": m, "dcr": dcr_member_share(synthetic, members, non_members),
-            "nearest_synthetic_auc": nearest.__dict__, "density_ratio_auc": ratio.__dict__}
+    return {
+        "rows_each": m,
+        "dcr": dcr_member_share(synthetic, members, non_members),
+        "nearest_synthetic_auc": nearest.__dict__,
+        "density_ratio_auc": ratio.__dict__,
+    }

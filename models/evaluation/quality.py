@@ -48,8 +48,10 @@ def feature_stats(schema: DatasetSchema, frame: pd.DataFrame) -> pd.DataFrame:
     rows = {}
     for col in schema.continuous:
         values = pd.to_numeric(frame[col.name], errors="coerce").dropna().to_numpy(dtype=np.float64)
-        rows[col.name] = {"mean": float(values.mean()) if len(values) else np.nan,
-                          "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan}
+        rows[col.name] = {
+            "mean": float(values.mean()) if len(values) else np.nan,
+            "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan,
+        }
     return pd.DataFrame.from_dict(rows, orient="index", columns=["mean", "std"])
 
 
@@ -59,8 +61,9 @@ def _scaled(col: Column, frame: pd.DataFrame) -> np.ndarray:
     return (values - low) / (high - low)
 
 
-def wasserstein_by_feature(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
-                           max_rows: int | None = None, seed: int = 0) -> pd.Series:
+def wasserstein_by_feature(
+    schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_rows: int | None = None, seed: int = 0
+) -> pd.Series:
     """1-Wasserstein distance per continuous feature, values scaled to [0, 1] by the public bounds."""
     real, synth = subsample(real, max_rows, seed), subsample(synth, max_rows, seed)
     out = {}
@@ -83,8 +86,9 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> float:
     return float(0.5 * np.abs(p - q).sum())
 
 
-def tvd_by_feature(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame,
-                   max_rows: int | None = None, seed: int = 0) -> pd.Series:
+def tvd_by_feature(
+    schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_rows: int | None = None, seed: int = 0
+) -> pd.Series:
     """Total-variation distance, 0.5 * sum |p - q|, per binary/categorical feature (in [0, 1])."""
     real, synth = subsample(real, max_rows, seed), subsample(synth, max_rows, seed)
     out = {col.name: total_variation(_shares(col, real), _shares(col, synth)) for col in schema.discrete}
@@ -100,7 +104,7 @@ def level_frequencies(schema: DatasetSchema, frame: pd.DataFrame) -> dict[str, d
     out = {}
     for col in schema.discrete:
         shares = _shares(col, frame)
-        entry = {str(level): float(share) for level, share in zip(col.levels, shares[:-1])}
+        entry = {str(level): float(share) for level, share in zip(col.levels, shares[:-1], strict=False)}
         if shares[-1] > 0:
             entry[OUTSIDE_LEVELS] = float(shares[-1])
         out[col.name] = entry
@@ -121,8 +125,9 @@ def numeric_frame(schema: DatasetSchema, frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(data, index=frame.index)
 
 
-def spearman_matrix(schema: DatasetSchema, frame: pd.DataFrame, max_rows: int | None = 20000,
-                    seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def spearman_matrix(
+    schema: DatasetSchema, frame: pd.DataFrame, max_rows: int | None = 20000, seed: int = 0
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Spearman rank correlations and their two-sided p-values over all schema columns.
 
     Rows with a missing value are dropped. A constant column (e.g. a level that vanished in a
@@ -178,8 +183,9 @@ def spearman_mad(real_rho: pd.DataFrame, synth_rho: pd.DataFrame) -> float:
     return float(np.abs(a[upper] - b[upper]).mean())
 
 
-def real_data_importance(schema: DatasetSchema, encoder: TableEncoder, real_encoded: np.ndarray, seed: int = 0,
-                         max_rows: int | None = None) -> pd.DataFrame:
+def real_data_importance(
+    schema: DatasetSchema, encoder: TableEncoder, real_encoded: np.ndarray, seed: int = 0, max_rows: int | None = None
+) -> pd.DataFrame:
     """Table 7.1: LR coefficients and RF importances of each encoded feature (target excluded).
 
     Both models are fitted on the [-1, 1] encoded real rows: logistic regression with scikit-learn's
@@ -199,8 +205,9 @@ def real_data_importance(schema: DatasetSchema, encoder: TableEncoder, real_enco
     return pd.DataFrame({"lr_coefficient": lr.coef_[0], "rf_importance": rf.feature_importances_}, index=names)
 
 
-def quality_summary(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_rows: int | None = 20000,
-                    seed: int = 0) -> dict:
+def quality_summary(
+    schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_rows: int | None = 20000, seed: int = 0
+) -> dict:
     """Per-feature distances and the Spearman MAD of a synthetic table against the real one.
 
     {"wasserstein": {feature: d}, "tvd": {feature: d}, "mean_wasserstein", "mean_tvd", "spearman_mad"}.

@@ -58,27 +58,28 @@ ADJACENCY = "replace one row"
 
 # What the two DP-SGD generators share: how their Opacus (add/remove-one) RDP becomes a replace-one
 # epsilon, and that no training row imputes another (a DP-SGD update bounds one row's gradient only).
-DPSGD_CONVERSION = ("classic at the add/remove-one delta d with (1 + e^eps) d <= delta, then group privacy over a "
-                    "removal and an addition: replace-one epsilon = 2 eps")
+DPSGD_CONVERSION = (
+    "classic at the add/remove-one delta d with (1 + e^eps) d <= delta, then group privacy over a "
+    "removal and an addition: replace-one epsilon = 2 eps"
+)
 DPSGD_ADJACENCY = f"{ADJACENCY} (group privacy of two add/remove-one steps)"
 NO_DONORS = "no row imputes another: a training row's gaps take the middle of their public range"
-
 
 
 @dataclass(frozen=True)
 class PrivacyFacts:
     """The public description of a generator's mechanism (nothing here depends on the rows)."""
 
-    generator: str        # its name in prose, e.g. "GS-WGAN"
-    mechanism: str        # what the accountant composes
+    generator: str  # its name in prose, e.g. "GS-WGAN"
+    mechanism: str  # what the accountant composes
     accountant: str
     conversion: str
     sampling: str
     adjacency: str
-    sanitised: str        # how training's steps are sanitised (for the privacy statement)
-    imputation: str       # how a training row's gaps are filled under the honest protocol
-    parameters: dict      # public accountant inputs: release.json, registry tags, notes
-    labels: dict          # {parameter: what a reader calls it}, for every key of `parameters`
+    sanitised: str  # how training's steps are sanitised (for the privacy statement)
+    imputation: str  # how a training row's gaps are filled under the honest protocol
+    parameters: dict  # public accountant inputs: release.json, registry tags, notes
+    labels: dict  # {parameter: what a reader calls it}, for every key of `parameters`
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,9 @@ class TrainingJob:
     profile: Profile
     setting: Setting
     schema: DatasetSchema
-    data: np.ndarray          # the encoded training rows (float32)
+    data: np.ndarray  # the encoded training rows (float32)
     secret: PrivacySecret
-    directory: Path           # the stage's folder: checkpoints/ and anything else the generator keeps
+    directory: Path  # the stage's folder: checkpoints/ and anything else the generator keeps
 
 
 @dataclass
@@ -132,8 +133,7 @@ class GeneratorType(ABC):
         return cut_to_budget(self.schedule(profile, setting), budget, setting.name)
 
     @abstractmethod
-    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan,
-            progress: Progress | None = None) -> FitResult:
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
         """Train to `plan.last`, resuming from the job directory's checkpoints. `progress(iteration,
         text)` as training advances."""
 
@@ -148,13 +148,15 @@ class GeneratorType(ABC):
 
     def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
         """Raise ConfigError for a setting this generator cannot train (before any work)."""
+        return None  # every setting, unless a generator says otherwise
 
     def uncovered_in_release(self, profile: Profile, setting: Setting) -> str | None:
         """Why a release must refuse this configuration (its epsilon would not cover it), or None."""
         return None
 
-    def donor_groups(self, n_rows: int, profile: Profile, setting: Setting,
-                     secret: PrivacySecret) -> list[np.ndarray] | None:
+    def donor_groups(
+        self, n_rows: int, profile: Profile, setting: Setting, secret: PrivacySecret
+    ) -> list[np.ndarray] | None:
         """Groups of training rows (positions) that impute each other's gaps; None: no row imputes
         another (each gap gets the middle of its public range)."""
         return None
@@ -205,23 +207,30 @@ def with_marginals(facts: PrivacyFacts, profile: Profile) -> PrivacyFacts:
 
     measured = public_parameters(profile)
     return dataclasses.replace(
-        facts, mechanism=f"{facts.mechanism}; then {prose}",
-        accountant=(f"{facts.accountant}; the measured marginals' RDP (order x rho, under this accountant's "
-                    "adjacency) added to training's at every order before the one conversion"),
+        facts,
+        mechanism=f"{facts.mechanism}; then {prose}",
+        accountant=(
+            f"{facts.accountant}; the measured marginals' RDP (order x rho, under this accountant's "
+            "adjacency) added to training's at every order before the one conversion"
+        ),
         parameters={**facts.parameters, **measured},
-        labels={**facts.labels, **{key: PUBLIC_LABELS[key] for key in measured}})
+        labels={**facts.labels, **{key: PUBLIC_LABELS[key] for key in measured}},
+    )
 
 
 def target_prior_entry(prior: float, schema: DatasetSchema | None) -> SummaryEntry:
     """How a generator that conditions on the target sets it: by its public prior, never learned."""
     level = f"{schema.target} = {schema.column(schema.target).levels[1]}" if schema else "the target's second level"
-    return SummaryEntry("target column", f"set by design, not learned: each synthetic row's target is {level} "
-                                         f"with probability {prior:g} (a public prior)")
-
+    return SummaryEntry(
+        "target column",
+        f"set by design, not learned: each synthetic row's target is {level} "
+        f"with probability {prior:g} (a public prior)",
+    )
 
 
 def require_private(generator: GeneratorType, setting: Setting) -> None:
     if not setting.private:
-        raise ConfigError(f"Setting {setting.name!r}: {generator.label} trains only privately; the non-private "
-                          "baseline is GS-WGAN's (generator: gswgan, private: false).")
-
+        raise ConfigError(
+            f"Setting {setting.name!r}: {generator.label} trains only privately; the non-private "
+            "baseline is GS-WGAN's (generator: gswgan, private: false)."
+        )

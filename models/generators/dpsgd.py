@@ -45,8 +45,10 @@ def clipped_sum(per_sample: dict[str, torch.Tensor], clip: float) -> dict[str, t
     finite = finite_rows(flat)
     norms = torch.where(finite[:, None], flat, 0.0).norm(dim=1)
     factors = torch.where(finite, (clip / (norms + NORM_EPS)).clamp(max=1.0), 0.0)
-    return {k: torch.einsum("n,n...->...", factors, torch.where(_rows_mask(finite, g), g, 0.0))
-            for k, g in per_sample.items()}
+    return {
+        k: torch.einsum("n,n...->...", factors, torch.where(_rows_mask(finite, g), g, 0.0))
+        for k, g in per_sample.items()
+    }
 
 
 def _rows_mask(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -56,8 +58,14 @@ def _rows_mask(rows: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def gaussian_noise(like: dict[str, torch.Tensor], std: float, rng: torch.Generator | None) -> dict[str, torch.Tensor]:
     """One N(0, std^2) draw per entry of each tensor of `like`, from `rng` in `like`'s order (zeros when
     std is 0)."""
-    return {k: (torch.randn(g.shape, generator=rng, dtype=g.dtype, device=g.device).mul_(std) if std > 0
-                else torch.zeros_like(g)) for k, g in like.items()}
+    return {
+        k: (
+            torch.randn(g.shape, generator=rng, dtype=g.dtype, device=g.device).mul_(std)
+            if std > 0
+            else torch.zeros_like(g)
+        )
+        for k, g in like.items()
+    }
 
 
 @dataclass
@@ -69,8 +77,13 @@ class SanitizedGradient:
     total: dict[str, torch.Tensor]
 
 
-def sanitize(per_example: dict[str, torch.Tensor], clip: float, noise_multiplier: float,
-             expected_batch: float, noise_rng: torch.Generator | None) -> SanitizedGradient:
+def sanitize(
+    per_example: dict[str, torch.Tensor],
+    clip: float,
+    noise_multiplier: float,
+    expected_batch: float,
+    noise_rng: torch.Generator | None,
+) -> SanitizedGradient:
     """DP-SGD's sanitised mean: each example clipped to `clip` (joint norm over all parameters), summed,
     ONE draw of N(0, (noise_multiplier clip)^2 I) from `noise_rng` in parameter order, divided by the
     public expected batch q m (the drawn batch size is not public)."""

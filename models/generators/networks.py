@@ -80,7 +80,7 @@ class OutputHead(nn.Module):
 
 
 def apply_head(logits: torch.Tensor, kind: str, groups, noise: torch.Tensor | None = None) -> torch.Tensor:
-    """"tanh": Tanh for every encoded column (thesis). "typed": Tanh for single columns and a softmax
+    """ "tanh": Tanh for every encoded column (thesis). "typed": Tanh for single columns and a softmax
     mapped to [-1, 1] over each one-hot group. "gumbel" (CTGAN-style relaxed sampling): Tanh for
     continuous columns; each one-hot group a Gumbel-softmax sample 2 softmax((a + G) / tau) - 1 and each
     binary column a relaxed Bernoulli sample tanh((a + L) / (2 tau)), whose sign is +1 with probability
@@ -130,8 +130,9 @@ def head_backward(out: torch.Tensor, dout: torch.Tensor, kind: str, groups) -> t
     return dlogits
 
 
-def draw_latent(shape: tuple[int, ...], z_dim: int, condition: tuple[int, float] | None,
-                rng: torch.Generator, noise_width: int = 0) -> torch.Tensor:
+def draw_latent(
+    shape: tuple[int, ...], z_dim: int, condition: tuple[int, float] | None, rng: torch.Generator, noise_width: int = 0
+) -> torch.Tensor:
     """Generator inputs of shape `shape + (latent width,)`, drawn in this order and laid out as:
     z ~ N(0, I) (z_dim entries); for a conditional generator one label, +1 with probability
     `condition[1]` and -1 otherwise; then `noise_width` Uniform(0, 1) entries for the head. A plain
@@ -151,13 +152,13 @@ class LatentLayout:
 
     def __init__(self, z_dim: int, condition: tuple[int, float] | None, noise_width: int):
         self.z_dim, self.condition, self.noise_width = z_dim, condition, noise_width
-        self.body_width = z_dim + (1 if condition is not None else 0)   # what the first layer reads
+        self.body_width = z_dim + (1 if condition is not None else 0)  # what the first layer reads
 
     def body(self, latent: torch.Tensor) -> torch.Tensor:
-        return latent[..., :self.body_width] if self.noise_width else latent
+        return latent[..., : self.body_width] if self.noise_width else latent
 
     def noise(self, latent: torch.Tensor) -> torch.Tensor | None:
-        return latent[..., self.body_width:] if self.noise_width else None
+        return latent[..., self.body_width :] if self.noise_width else None
 
     def impose_label_(self, out: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
         """Write the label into the target's encoded column, in place. The column is then +-1, so the
@@ -172,7 +173,7 @@ class LatentLayout:
             return out
         column = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
         column[self.condition[0]] = True
-        return torch.where(column, latent[..., self.z_dim:self.z_dim + 1], out)
+        return torch.where(column, latent[..., self.z_dim : self.z_dim + 1], out)
 
 
 class Generator(nn.Module):
@@ -181,8 +182,15 @@ class Generator(nn.Module):
     +-1 label, and the label is copied into the target's column of every generated row. The "gumbel"
     head also reads one uniform per encoded column from the latent (`draw_latent`)."""
 
-    def __init__(self, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str = "tanh",
-                 groups: Sequence[HeadGroup] | None = None, condition: tuple[int, float] | None = None):
+    def __init__(
+        self,
+        z_dim: int,
+        hidden: tuple[int, ...],
+        out_width: int,
+        head: str = "tanh",
+        groups: Sequence[HeadGroup] | None = None,
+        condition: tuple[int, float] | None = None,
+    ):
         super().__init__()
         self.z_dim = z_dim
         self.out_width = out_width
@@ -267,7 +275,7 @@ def _update_running_stats(bn: nn.BatchNorm1d, means: torch.Tensor, centred_sq: t
     tracked.add_(chunks)
 
 
-_CONSTANTS: dict = {}   # small constant tensors, by (name, shape parameters, dtype, device)
+_CONSTANTS: dict = {}  # small constant tensors, by (name, shape parameters, dtype, device)
 
 
 def _momentum_weights(chunks: int, momentum: float, batch: int, dtype, device) -> torch.Tensor:
@@ -283,7 +291,7 @@ def _momentum_weights(chunks: int, momentum: float, batch: int, dtype, device) -
 
 
 def init_generator_(gen: nn.Module, scheme: str, rng: torch.Generator) -> None:
-    """"thesis": every weight and bias ~ N(0, 1) (thesis 4.4); "default": PyTorch's scaled uniform
+    """ "thesis": every weight and bias ~ N(0, 1) (thesis 4.4); "default": PyTorch's scaled uniform
     initialisation, drawn from `rng` so that the seed fixes it."""
     with torch.no_grad():
         for module in gen.modules():
@@ -303,6 +311,7 @@ def _init_values(shape, fan_in: int, scheme: str, rng: torch.Generator) -> torch
 # ---------------------------------------------------------------------------------------------------
 # Stacked networks: parameters are lists of tensors with a leading K dimension.
 # ---------------------------------------------------------------------------------------------------
+
 
 def stacked_linear_params(k: int, fan_in: int, fan_out: int, scheme: str, rng: torch.Generator):
     weight = _init_values((k, fan_in, fan_out), fan_in, scheme, rng)
@@ -324,8 +333,16 @@ class CriticStack:
     takes `params` also accepts a slice of the stack (e.g. `[p[k:k + 1] for p in params]`: one critic).
     """
 
-    def __init__(self, k: int, in_width: int, hidden: int, batchnorm: bool, scheme: str, rng: torch.Generator,
-                 device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        k: int,
+        in_width: int,
+        hidden: int,
+        batchnorm: bool,
+        scheme: str,
+        rng: torch.Generator,
+        device: torch.device | str = "cpu",
+    ):
         self.batchnorm = batchnorm
         params = stacked_linear_params(k, in_width, hidden, scheme, rng)
         if batchnorm:
@@ -363,8 +380,15 @@ class CriticStack:
         return out.squeeze(-1)
 
     # -- gradients ----------------------------------------------------------------------------------
-    def loss_grads(self, params: list[torch.Tensor], real: torch.Tensor, fake: torch.Tensor, alpha: torch.Tensor,
-                   gp_lambda: float, wasserstein: bool = False):
+    def loss_grads(
+        self,
+        params: list[torch.Tensor],
+        real: torch.Tensor,
+        fake: torch.Tensor,
+        alpha: torch.Tensor,
+        gp_lambda: float,
+        wasserstein: bool = False,
+    ):
         """Gradients of the WGAN-GP critic loss mean D(fake) - mean D(real) + lambda * mean (||grad D(x_hat)|| - 1)^2
         (x_hat = alpha * real + (1 - alpha) * fake) per critic, for `trainable(params)`.
 
@@ -391,8 +415,16 @@ class CriticStack:
         # products as a weight per row, without a broadcast over rows of only d values (slow on CPU).
         return (x_rf.reshape(*lead, 2, batch * width) * e).view(x_rf.shape)
 
-    def loss_grads_rows(self, params: list[torch.Tensor], x_rf: torch.Tensor, xe: torch.Tensor, alpha: torch.Tensor,
-                        gp_lambda: float, wasserstein: bool = False, ws: Workspace | None = None):
+    def loss_grads_rows(
+        self,
+        params: list[torch.Tensor],
+        x_rf: torch.Tensor,
+        xe: torch.Tensor,
+        alpha: torch.Tensor,
+        gp_lambda: float,
+        wasserstein: bool = False,
+        ws: Workspace | None = None,
+    ):
         """`loss_grads` (critics without BatchNorm) from x_rf = [real; fake] rows [K, 2B, d] and
         xe = `weighted_rows(x_rf)`, which callers can prepare for many steps at once.
         The gradients live in `ws` buffers when one is given (valid until its next use)."""
@@ -409,7 +441,7 @@ class CriticStack:
         # S * w2 per row (S = LeakyReLU'(h)) in one op: d D / d h for real/fake rows, u for x_hat rows.
         sv = _leaky_grad(w2_rows.expand_as(h_rf), h_rf, ws("c.sv", h_rf.shape, x_rf))
         u = _leaky_grad(w2_rows.expand_as(h_x), h_x, ws("c.u", h_x.shape, x_rf))
-        g = torch.bmm(u, w1.transpose(1, 2))                        # grad of D at x_hat: [K, B, d]
+        g = torch.bmm(u, w1.transpose(1, 2))  # grad of D at x_hat: [K, B, d]
         # d GP / d g = c (g - g / ||g||), c = 2 lambda / B  (zero at g = 0, as autograd's norm backward)
         norm = torch.linalg.vector_norm(g, dim=-1, keepdim=True).clamp_min_(1e-30)
         c = 2.0 * gp_lambda / batch
@@ -420,12 +452,12 @@ class CriticStack:
         # db1 = sum of e S w2, as separate sums over the fake and the real rows like autograd: its true value
         # is often exactly zero (same active units in both batches), where Adam turns any difference in
         # rounding into a visible update, so the summation order is kept the reference's.
-        sums = sv.view(k, 2, batch, hidden).sum(2)                   # [K, 2, H]: real rows, fake rows
+        sums = sv.view(k, 2, batch, hidden).sum(2)  # [K, 2, H]: real rows, fake rows
         db1 = torch.sub(sums[:, 1:], sums[:, :1]).mul_(1.0 / batch)
         a = torch._C._nn.leaky_relu(h_rf, LEAKY_SLOPE, out=ws("c.a", h_rf.shape, x_rf))
         sums = a.view(k, 2, batch, hidden).sum(2)
-        a_diff = torch.sub(sums[:, 1], sums[:, 0]).mul_(1.0 / batch)   # sum of e a: [K, H]
-        qv = torch.bmm(q, w1, out=ws("c.qv", h_x.shape, x_rf))     # d GP / d u: [K, B, H]
+        a_diff = torch.sub(sums[:, 1], sums[:, 0]).mul_(1.0 / batch)  # sum of e a: [K, H]
+        qv = torch.bmm(q, w1, out=ws("c.qv", h_x.shape, x_rf))  # d GP / d u: [K, B, H]
         dw2 = _leaky_grad(qv, h_x, qv).sum(1).add_(a_diff).unsqueeze_(-1)
         w = -(a_diff * w2.squeeze(-1)).sum(-1) if wasserstein else None
         return [dw1, db1, dw2], w
@@ -476,10 +508,21 @@ class GeneratorStack:
     [K,1,out]]; then the output layer [w, b].
     """
 
-    def __init__(self, k: int, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
-                 groups: Sequence[HeadGroup], scheme: str, rng: torch.Generator,
-                 device: torch.device | str = "cpu", condition: tuple[int, float] | None = None,
-                 matmul_dtype: torch.dtype | None = None, native_batchnorm: bool = False):
+    def __init__(
+        self,
+        k: int,
+        z_dim: int,
+        hidden: tuple[int, ...],
+        out_width: int,
+        head: str,
+        groups: Sequence[HeadGroup],
+        scheme: str,
+        rng: torch.Generator,
+        device: torch.device | str = "cpu",
+        condition: tuple[int, float] | None = None,
+        matmul_dtype: torch.dtype | None = None,
+        native_batchnorm: bool = False,
+    ):
         self.head, self.groups = head, [tuple(g) for g in groups]
         # None: float32 products. torch.bfloat16: the products of `forward_train` and `backward` round
         # their operands and results to bfloat16 and accumulate in float32 (mixed precision, as autocast
@@ -503,7 +546,7 @@ class GeneratorStack:
         """Every parameter but the inert pre-BatchNorm biases, in the order `backward` returns grads."""
         keep = []
         for i in range(self.n_hidden):
-            w, _, gamma, beta = params[4 * i: 4 * i + 4]
+            w, _, gamma, beta = params[4 * i : 4 * i + 4]
             keep += [w, gamma, beta]
         return keep + list(params[-2:])
 
@@ -513,7 +556,7 @@ class GeneratorStack:
         k, rows, _ = z.shape
         h = self.layout.body(z)
         for i in range(self.n_hidden):
-            w, b, gamma, beta = params[4 * i: 4 * i + 4]
+            w, b, gamma, beta = params[4 * i : 4 * i + 4]
             h = torch.baddbmm(b, h, w)
             h = _batchnorm_rows(h.view(k, chunks, rows // chunks, -1), gamma.unsqueeze(1), beta.unsqueeze(1))
             h = F.relu(h).view(k, rows, -1)
@@ -531,20 +574,28 @@ class GeneratorStack:
         h = self.layout.body(z)
         h_p = self._operand(h, ws, "g.in0")
         # operands: each layer's (input rows of the last chunk, weight) in the product dtype, for backward
-        inputs, xhats, scales, operands = [h[:, rows - batch:]], [], [], []
+        inputs, xhats, scales, operands = [h[:, rows - batch :]], [], [], []
         for i in range(self.n_hidden):
-            w, _, gamma, beta = params[4 * i: 4 * i + 4]
+            w, _, gamma, beta = params[4 * i : 4 * i + 4]
             width = w.shape[-1]
             w_p = self._operand(w, ws, f"g.w{i}")
-            operands.append((h_p[:, rows - batch:], w_p))
+            operands.append((h_p[:, rows - batch :], w_p))
             if self.native_batchnorm:
                 y_low = torch.bmm(h_p, w_p, out=ws(f"g.y{i}.low", (k, rows, width), z, self.matmul_dtype))
                 h_p = ws(f"g.in{i + 1}", y_low.shape, z, self.matmul_dtype)
                 last = ws(f"g.last{i}", (k, batch, width), z)
                 xhats.append(ws(f"g.xhat{i}", (k, batch, width), z))
                 scales.append(ws(f"g.scale{i}", (k, 1, width), z))
-                batchnorm_relu_bf16(y_low.view(k, chunks, batch, width), gamma, beta, BN_EPS,
-                                    h_p.view(k, chunks, batch, width), last, xhats[-1], scales[-1])
+                batchnorm_relu_bf16(
+                    y_low.view(k, chunks, batch, width),
+                    gamma,
+                    beta,
+                    BN_EPS,
+                    h_p.view(k, chunks, batch, width),
+                    last,
+                    xhats[-1],
+                    scales[-1],
+                )
                 inputs.append(last)
                 continue
             y = ws(f"g.y{i}", (k, rows, width), z)
@@ -552,7 +603,7 @@ class GeneratorStack:
             if self.matmul_dtype is None:
                 torch.bmm(h_p, w_p, out=y)
                 yv.sub_(yv.mean(2, keepdim=True))
-            else:   # centred while widened: one pass over the low-precision product
+            else:  # centred while widened: one pass over the low-precision product
                 y_low = torch.bmm(h_p, w_p, out=ws(f"g.y{i}.low", y.shape, z, self.matmul_dtype)).view(yv.shape)
                 torch.sub(y_low, y_low.mean(2, keepdim=True, dtype=y.dtype), out=yv)
             sq = torch.mul(yv, yv, out=ws(f"g.sq{i}", yv.shape, z))
@@ -563,15 +614,15 @@ class GeneratorStack:
             if self.matmul_dtype is None:
                 torch.addcmul(beta.unsqueeze(1), yv, scale, out=yv).relu_()
                 h_p = y
-            else:   # written straight into the narrower operand of the next product; in float32 only
+            else:  # written straight into the narrower operand of the next product; in float32 only
                 # for the last chunk, which backward reads
                 h_p = ws(f"g.in{i + 1}", y.shape, z, self.matmul_dtype)
                 torch.addcmul(beta.unsqueeze(1), yv, scale, out=h_p.view(yv.shape)).relu_()
                 torch.addcmul(beta, yv[:, -1], scale[:, -1], out=yv[:, -1]).relu_()
-            inputs.append(y[:, rows - batch:])
+            inputs.append(y[:, rows - batch :])
         w, b = params[-2:]
         w_p = self._operand(w, ws, "g.w_out")
-        operands.append((h_p[:, rows - batch:], w_p))
+        operands.append((h_p[:, rows - batch :], w_p))
         logits = ws("g.out", (k, rows, w.shape[-1]), z)
         if self.matmul_dtype is None:
             torch.baddbmm(b, h_p, w_p, out=logits)
@@ -582,7 +633,7 @@ class GeneratorStack:
         else:
             out = apply_head(logits, self.head, self.groups, self.layout.noise(z))
         self.layout.impose_label_(out, z)
-        return out, (inputs, xhats, scales, out[:, rows - batch:], operands)
+        return out, (inputs, xhats, scales, out[:, rows - batch :], operands)
 
     def _operand(self, x: torch.Tensor, ws: Workspace, name: str) -> torch.Tensor:
         """x as a product operand: itself, or its copy in `matmul_dtype`."""
@@ -599,8 +650,9 @@ class GeneratorStack:
         return out.copy_(torch.bmm(a, b, out=ws(f"product{tuple(out.shape)}", out.shape, out, a.dtype)))
 
     @torch.no_grad()
-    def backward(self, params: list[torch.Tensor], saved, dout: torch.Tensor,
-                 ws: Workspace | None = None) -> list[torch.Tensor]:
+    def backward(
+        self, params: list[torch.Tensor], saved, dout: torch.Tensor, ws: Workspace | None = None
+    ) -> list[torch.Tensor]:
         """Gradients for `trainable(params)` of sum(out_last_chunk * dout)."""
         ws = ws or Workspace()
         inputs, xhats, scales, out, operands = saved
@@ -608,8 +660,7 @@ class GeneratorStack:
         do = head_backward(out, dout, self.head, self.groups)
         do_p = self._operand(do, ws, "g.do")
         in_p, w_p = operands[-1]
-        tail = [self._matmul(in_p.transpose(1, 2), do_p, ws("g.dw_out", w_p.shape, do), ws),
-                do.sum(1, keepdim=True)]
+        tail = [self._matmul(in_p.transpose(1, 2), do_p, ws("g.dw_out", w_p.shape, do), ws), do.sum(1, keepdim=True)]
         dx = self._matmul(do_p, w_p.transpose(1, 2), ws(f"g.dx{self.n_hidden - 1}", inputs[-1].shape, do), ws)
         grads: list[torch.Tensor] = []
         for i in reversed(range(self.n_hidden)):
@@ -666,7 +717,7 @@ class StackedAdam:
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
         self.steps = np.zeros(params[0].shape[0], dtype=np.int64)
-        self._step_tensors: dict[int, torch.Tensor] = {}   # read-only step counts for the fused kernel
+        self._step_tensors: dict[int, torch.Tensor] = {}  # read-only step counts for the fused kernel
 
     def step_all(self, params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
         """Update every network (they all step together, so they share one step count)."""
@@ -678,8 +729,13 @@ class StackedAdam:
         sl = slice(index, index + 1)
         return [m[sl] for m in self.exp_avg], [v[sl] for v in self.exp_avg_sq]
 
-    def step_one(self, index: int, params: list[torch.Tensor], grads: list[torch.Tensor],
-                 moments: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None) -> None:
+    def step_one(
+        self,
+        index: int,
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        moments: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
+    ) -> None:
         """Update network `index`: `params` and `grads` are its slices [index:index + 1] of the stack
         (views: the stack is updated in place); `moments` may be passed from `moments(index)`."""
         self.steps[index] += 1
@@ -690,13 +746,31 @@ class StackedAdam:
         step = self._step_tensors.get(t)
         if step is None or step.device != params[0].device:
             step = self._step_tensors[t] = torch.tensor(float(t), device=params[0].device)
-        torch._fused_adam_(params, grads, exp_avg, exp_avg_sq, [], [step] * len(params), lr=self.lr,
-                           beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
-                           amsgrad=False, maximize=False)
+        torch._fused_adam_(
+            params,
+            grads,
+            exp_avg,
+            exp_avg_sq,
+            [],
+            [step] * len(params),
+            lr=self.lr,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            weight_decay=0.0,
+            eps=self.eps,
+            amsgrad=False,
+            maximize=False,
+        )
 
     def state_dict(self) -> dict:
-        return {"exp_avg": [t.cpu() for t in self.exp_avg], "exp_avg_sq": [t.cpu() for t in self.exp_avg_sq],
-                "steps": torch.from_numpy(self.steps.copy()), "lr": self.lr, "betas": self.betas, "eps": self.eps}
+        return {
+            "exp_avg": [t.cpu() for t in self.exp_avg],
+            "exp_avg_sq": [t.cpu() for t in self.exp_avg_sq],
+            "steps": torch.from_numpy(self.steps.copy()),
+            "lr": self.lr,
+            "betas": self.betas,
+            "eps": self.eps,
+        }
 
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         self.exp_avg = [t.to(device) for t in state["exp_avg"]]

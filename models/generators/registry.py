@@ -44,11 +44,11 @@ def _resolve(reference: str) -> Any:
 class Registration:
     """What dpsynth knows of a generator before importing any of its heavy code."""
 
-    name: str       # the profile's `generator` value
-    section: str    # its profile section's key (GS-WGAN's is "gan")
-    config: str     # "module:Class" of its section's pydantic model (models/generators/section.py)
-    adapter: str    # "module:Class" of its GeneratorType (models/generators/base.py)
-    sampler: str    # "module:Class" of its Sampler: built from a generator file's contents (`blob`)
+    name: str  # the profile's `generator` value
+    section: str  # its profile section's key (GS-WGAN's is "gan")
+    config: str  # "module:Class" of its section's pydantic model (models/generators/section.py)
+    adapter: str  # "module:Class" of its GeneratorType (models/generators/base.py)
+    sampler: str  # "module:Class" of its Sampler: built from a generator file's contents (`blob`)
     _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def config_model(self) -> type[SectionConfig]:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from dpsynth.models.config import SettingSpec
 else:
-    ModelMetaclass = type(BaseModel)   # public only as this
+    ModelMetaclass = type(BaseModel)  # public only as this
 
 
 class _ConfigErrors(ModelMetaclass):
@@ -34,8 +34,9 @@ class _ConfigErrors(ModelMetaclass):
             # Validated again under its section key, so that the message names the key's whole path.
             key = _section_key(cls)
             fields: dict[str, Any] = {key: (cls, ...)}
-            validate(create_model("Section", __config__=STRICT, **fields), {key: values},
-                     where=f"profile section {key!r}")
+            validate(
+                create_model("Section", __config__=STRICT, **fields), {key: values}, where=f"profile section {key!r}"
+            )
             raise
 
 

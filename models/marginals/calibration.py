@@ -50,9 +50,15 @@ _REDRAWS = 8
 _MAX_GRID = 2_000_000
 
 
-def calibrate(synthetic: pd.DataFrame, schema: DatasetSchema, measured: MeasuredMarginals,
-              rng: np.random.Generator, rows: int | None = None, rounds: int = ROUNDS,
-              max_weight: float = MAX_WEIGHT) -> pd.DataFrame:
+def calibrate(
+    synthetic: pd.DataFrame,
+    schema: DatasetSchema,
+    measured: MeasuredMarginals,
+    rng: np.random.Generator,
+    rows: int | None = None,
+    rounds: int = ROUNDS,
+    max_weight: float = MAX_WEIGHT,
+) -> pd.DataFrame:
     """`rows` rows (default: as many as `synthetic`) drawn from the synthetic rows and edited so that their
     marginals match the measured shares; columns as in `synthetic`. A schema id column is renumbered."""
     if len(synthetic) == 0:
@@ -69,21 +75,33 @@ def calibrate(synthetic: pd.DataFrame, schema: DatasetSchema, measured: Measured
 
     # The multi-column marginals, then every measured column alone: (positions, shape, shares).
     positions = {name: j for j, name in enumerate(names)}
-    fits = [([positions[name] for name in m.columns], m.shape, m.table()) for m in measured.marginals
-            if len(m.columns) > 1]
+    fits = [
+        ([positions[name] for name in m.columns], m.shape, m.table()) for m in measured.marginals if len(m.columns) > 1
+    ]
     fits += [([j], (cell_count(columns[name], measured.bins),), measured.one_way(name)) for j, name in enumerate(names)]
     labels = [[names[j] for j in cols] for cols, _, _ in fits]
-    proxies = {name: _proxy_cells(columns[name], np.bincount(codes[:, j], minlength=len(writable[name])) > 0,
-                                  measured.bins) for j, name in enumerate(names)}
-    weights = rake(codes, [cols for cols, _, _ in fits], [shape for _, shape, _ in fits],
-                   [_on_proxies(_target_shares(shares, label, writable), shape, label, proxies)
-                    for (_, shape, shares), label in zip(fits, labels)], max_weight)
+    proxies = {
+        name: _proxy_cells(columns[name], np.bincount(codes[:, j], minlength=len(writable[name])) > 0, measured.bins)
+        for j, name in enumerate(names)
+    }
+    weights = rake(
+        codes,
+        [cols for cols, _, _ in fits],
+        [shape for _, shape, _ in fits],
+        [
+            _on_proxies(_target_shares(shares, label, writable), shape, label, proxies)
+            for (_, shape, shares), label in zip(fits, labels, strict=False)
+        ],
+        max_weight,
+    )
     picks = rng.permutation(systematic_resample(weights, n_out, rng))
     codes = codes[picks]
     copies = _later_copies(picks)
-    targets = [_target_counts(shares, label, writable, n_out) for (_, _, shares), label in zip(fits, labels)]
+    targets = [
+        _target_counts(shares, label, writable, n_out) for (_, _, shares), label in zip(fits, labels, strict=False)
+    ]
     for _ in range(rounds):
-        for (cols, shape, _), target in zip(fits, targets):
+        for (cols, shape, _), target in zip(fits, targets, strict=False):
             move_rows(codes, cols, shape, target, rng, copies)
     return _write(synthetic, schema, picks, codes, names, original, columns, measured.bins, rng)
 
@@ -98,7 +116,7 @@ def _writable_cells(col: Column, bins: int) -> np.ndarray:
         return np.ones(cell_count(col, bins), dtype=bool)
     low, high = col.continuous_bounds
     width = (high - low) / bins
-    if width >= (len(col.point_masses) + 1) * 10.0 ** -col.decimals:
+    if width >= (len(col.point_masses) + 1) * 10.0**-col.decimals:
         return np.ones(cell_count(col, bins), dtype=bool)  # every bin holds a grid value that is no point mass
     grid = _grid(col, bins)
     if grid is None:
@@ -110,7 +128,7 @@ def _grid(col: Column, bins: int) -> np.ndarray | None:
     """Every value of a continuous column's decimal grid within its bounds, when there are few enough."""
     if not col.is_continuous:
         return None
-    step = 10.0 ** -col.decimals
+    step = 10.0**-col.decimals
     low, high = col.continuous_bounds
     first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
     if last - first + 1 > _MAX_GRID:
@@ -129,8 +147,9 @@ def _target_shares(shares: np.ndarray, marginal: Sequence[str], writable: dict[s
     return flat / flat.sum() if flat.sum() > 0 else np.full(flat.size, 1.0 / flat.size)
 
 
-def _target_counts(shares: np.ndarray, marginal: Sequence[str], writable: dict[str, np.ndarray],
-                   rows: int) -> np.ndarray:
+def _target_counts(
+    shares: np.ndarray, marginal: Sequence[str], writable: dict[str, np.ndarray], rows: int
+) -> np.ndarray:
     """Integer counts summing to `rows` from the shares (largest remainders)."""
     exact = _target_shares(shares, marginal, writable) * rows
     counts = np.floor(exact).astype(np.int64)
@@ -157,8 +176,9 @@ def _proxy_cells(col: Column, occupied: np.ndarray, bins: int) -> np.ndarray:
     return np.where(occupied, proxy, nearest)
 
 
-def _on_proxies(shares: np.ndarray, shape: tuple[int, ...], marginal: Sequence[str],
-                proxies: dict[str, np.ndarray]) -> np.ndarray:
+def _on_proxies(
+    shares: np.ndarray, shape: tuple[int, ...], marginal: Sequence[str], proxies: dict[str, np.ndarray]
+) -> np.ndarray:
     """The flat shares with each column's cells gathered onto their proxy cells."""
     table = shares.reshape(shape)
     for axis, name in enumerate(marginal):
@@ -169,8 +189,13 @@ def _on_proxies(shares: np.ndarray, shape: tuple[int, ...], marginal: Sequence[s
     return table.ravel()
 
 
-def _fill_missing(codes: np.ndarray, names: list[str], measured: MeasuredMarginals,
-                  writable: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+def _fill_missing(
+    codes: np.ndarray,
+    names: list[str],
+    measured: MeasuredMarginals,
+    writable: dict[str, np.ndarray],
+    rng: np.random.Generator,
+) -> np.ndarray:
     """A cell, drawn from the measured 1-way shares, for every missing or undeclared synthetic value."""
     codes = codes.copy()
     for j, name in enumerate(names):
@@ -184,18 +209,24 @@ def _fill_missing(codes: np.ndarray, names: list[str], measured: MeasuredMargina
 # ---------------------------------------------------------------------------------------- raking
 
 
-def rake(codes: np.ndarray, marginals: Sequence[list[int]], shapes: Sequence[tuple[int, ...]],
-         shares: Sequence[np.ndarray], max_weight: float = MAX_WEIGHT, sweeps: int = RAKING_SWEEPS) -> np.ndarray:
+def rake(
+    codes: np.ndarray,
+    marginals: Sequence[list[int]],
+    shapes: Sequence[tuple[int, ...]],
+    shares: Sequence[np.ndarray],
+    max_weight: float = MAX_WEIGHT,
+    sweeps: int = RAKING_SWEEPS,
+) -> np.ndarray:
     """Row weights (summing to 1) whose weighted marginals approach `shares` (flat, row-major over the
     cells `shapes` of the columns at `marginals`' positions in `codes`): raking, each weight capped at
     about `max_weight` times the mean. Rows in cells of share 0 get weight 0."""
     n = len(codes)
-    cells = [flat_cells(codes[:, cols], shape) for cols, shape in zip(marginals, shapes)]
+    cells = [flat_cells(codes[:, cols], shape) for cols, shape in zip(marginals, shapes, strict=False)]
     weights = np.full(n, 1.0 / n)
     cap = max_weight / n
     for _ in range(sweeps):
         worst = 0.0
-        for flat, target in zip(cells, shares):
+        for flat, target in zip(cells, shares, strict=False):
             current = counts_of_cells(flat, target.size, weights)
             worst = max(worst, 0.5 * float(np.abs(current / current.sum() - target).sum()))
             ratio = np.divide(target, current, out=np.zeros_like(target), where=current > 0)
@@ -218,8 +249,14 @@ def systematic_resample(weights: np.ndarray, rows: int, rng: np.random.Generator
 # -------------------------------------------------------------------------------- value updates
 
 
-def move_rows(codes: np.ndarray, cols: list[int], shape: tuple[int, ...], target: np.ndarray,
-              rng: np.random.Generator, copies: np.ndarray | None = None) -> int:
+def move_rows(
+    codes: np.ndarray,
+    cols: list[int],
+    shape: tuple[int, ...],
+    target: np.ndarray,
+    rng: np.random.Generator,
+    copies: np.ndarray | None = None,
+) -> int:
     """Change the codes at columns `cols` of randomly chosen rows of over-full cells so that the
     marginal's counts reach `target` (flat, row-major; summing to the number of rows). Moves that change
     one column only come first, then any. Rows flagged in `copies` (a resampled row's second and later
@@ -254,8 +291,14 @@ def _groups(shape: tuple[int, ...], free: int | None) -> np.ndarray:
     return np.ravel_multi_index(kept, [shape[a] for a in range(len(shape)) if a != free])
 
 
-def _matched_moves(flat: np.ndarray, over: np.ndarray, under: np.ndarray, group: np.ndarray, copies: np.ndarray,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _matched_moves(
+    flat: np.ndarray,
+    over: np.ndarray,
+    under: np.ndarray,
+    group: np.ndarray,
+    copies: np.ndarray,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows to move and their new cells: in each group, as many moves as both its surplus and its
     deficit allow; sources are rows of over-full cells (copies first, else at random), destinations
     the missing places in random order."""
@@ -274,8 +317,9 @@ def _matched_moves(flat: np.ndarray, over: np.ndarray, under: np.ndarray, group:
     return sources[keep_sources], slots[keep_slots]
 
 
-def _sorted_by_group(items: np.ndarray, groups: np.ndarray, later: np.ndarray,
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _sorted_by_group(
+    items: np.ndarray, groups: np.ndarray, later: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Items sorted by group, then those not `later` first, then at random."""
     order = np.lexsort((rng.random(len(items)), later, groups))
     return items[order], groups[order]
@@ -295,9 +339,17 @@ def _rank_in_group(sorted_groups: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------- output
 
 
-def _write(synthetic: pd.DataFrame, schema: DatasetSchema, picks: np.ndarray, codes: np.ndarray, names: list[str],
-           original: dict[str, np.ndarray], columns: dict[str, Column], bins: int,
-           rng: np.random.Generator) -> pd.DataFrame:
+def _write(
+    synthetic: pd.DataFrame,
+    schema: DatasetSchema,
+    picks: np.ndarray,
+    codes: np.ndarray,
+    names: list[str],
+    original: dict[str, np.ndarray],
+    columns: dict[str, Column],
+    bins: int,
+    rng: np.random.Generator,
+) -> pd.DataFrame:
     """The picked rows, with new values drawn only where a row's cell changed."""
     out = synthetic.iloc[picks].reset_index(drop=True)
     for j, name in enumerate(names):
@@ -335,8 +387,9 @@ def _in_cell(col: Column, values: np.ndarray, codes: np.ndarray, bins: int) -> n
     return on_grid & (cell_codes(col, values, bins) == codes)
 
 
-def _grid_draws(col: Column, grid: np.ndarray, codes: np.ndarray, rng: np.random.Generator, bins: int,
-                fallback: np.ndarray) -> np.ndarray:
+def _grid_draws(
+    col: Column, grid: np.ndarray, codes: np.ndarray, rng: np.random.Generator, bins: int, fallback: np.ndarray
+) -> np.ndarray:
     """A uniform draw among the grid values of each code's cell (the fallback where the cell has none)."""
     grid_codes = cell_codes(col, grid, bins)
     order = np.argsort(grid_codes, kind="stable")

@@ -61,9 +61,11 @@ L1_SENSITIVITY = 2.0
 L2_SENSITIVITY = math.sqrt(2.0)
 SCORE_SENSITIVITY = 2.0
 ADJACENCIES = ("replace-one", "add/remove-one")
-MECHANISM = ("Gaussian mechanism on marginal counts (noise std = noise multiplier x sqrt(2), replace-one "
-             "L2 sensitivity sqrt(2)), pairs selected by the exponential mechanism (score sensitivity 2, "
-             "epsilon^2/8 zCDP per round); RDP a x rho")
+MECHANISM = (
+    "Gaussian mechanism on marginal counts (noise std = noise multiplier x sqrt(2), replace-one "
+    "L2 sensitivity sqrt(2)), pairs selected by the exponential mechanism (score sensitivity 2, "
+    "epsilon^2/8 zCDP per round); RDP a x rho"
+)
 NOISE_PURPOSE = "marginals"
 # IPF stops when every margin is within this share of the total, or after this many sweeps.
 _IPF_TOLERANCE = 1e-10
@@ -79,8 +81,7 @@ _SEED_MASS = 1e-9
 def fixed_workload(schema: DatasetSchema) -> tuple[Marginal, ...]:
     """The marginals every measurement takes: each column alone, then each other column with the target."""
     names = schema.column_names
-    return tuple((name,) for name in names) + tuple((name, schema.target) for name in names
-                                                    if name != schema.target)
+    return tuple((name,) for name in names) + tuple((name, schema.target) for name in names if name != schema.target)
 
 
 def candidate_pairs(schema: DatasetSchema, taken: Iterable[Marginal]) -> list[Marginal]:
@@ -106,12 +107,14 @@ def flat_cells(codes: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def counts_of_cells(flat: np.ndarray, size: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Histogram (float64) of flat cell indices; rows at -1 are in no cell."""
     keep = flat >= 0
-    return np.bincount(flat[keep], weights=None if weights is None else weights[keep], minlength=size) \
-        .astype(np.float64)
+    return np.bincount(flat[keep], weights=None if weights is None else weights[keep], minlength=size).astype(
+        np.float64
+    )
 
 
-def frame_codes(schema: DatasetSchema, frame: pd.DataFrame, names: Sequence[str],
-                bins: int = DEFAULT_BINS) -> dict[str, np.ndarray]:
+def frame_codes(
+    schema: DatasetSchema, frame: pd.DataFrame, names: Sequence[str], bins: int = DEFAULT_BINS
+) -> dict[str, np.ndarray]:
     """Each row's cell code in each named column (binning's cells)."""
     missing = [name for name in names if name not in frame.columns]
     if missing:
@@ -121,8 +124,9 @@ def frame_codes(schema: DatasetSchema, frame: pd.DataFrame, names: Sequence[str]
     return {name: cells[:, j] for j, name in enumerate(names)}
 
 
-def marginal_counts(frame: pd.DataFrame, schema: DatasetSchema, marginal: Marginal,
-                    bins: int = DEFAULT_BINS) -> np.ndarray:
+def marginal_counts(
+    frame: pd.DataFrame, schema: DatasetSchema, marginal: Marginal, bins: int = DEFAULT_BINS
+) -> np.ndarray:
     """The marginal's counts on `frame` (float64, flat, row-major), rows with a missing cell in none."""
     codes = frame_codes(schema, frame, marginal, bins)
     return _counts(codes, marginal, marginal_shape(schema, marginal, bins))
@@ -141,7 +145,7 @@ def rho_of(noise_multiplier: float, adjacency: str = "replace-one") -> float:
     sqrt(2) under replace-one, 1 under add/remove-one."""
     sensitivity = L2_SENSITIVITY if _check_adjacency(adjacency) == "replace-one" else 1.0
     std = noise_multiplier * L2_SENSITIVITY
-    return sensitivity ** 2 / (2.0 * std ** 2)
+    return sensitivity**2 / (2.0 * std**2)
 
 
 def noise_multiplier_for(rho: float) -> float:
@@ -187,11 +191,16 @@ class MeasurementPlan:
         if not marginals or any(not m or len(set(m)) != len(m) for m in marginals):
             raise ConfigError(f"a plan measures at least one marginal of distinct columns, got {self.marginals!r}")
         if len(self.noise_multipliers) != len(marginals):
-            raise ConfigError(f"one noise multiplier per marginal: {len(marginals)} marginals, "
-                              f"{len(self.noise_multipliers)} noise multipliers")
+            raise ConfigError(
+                f"one noise multiplier per marginal: {len(marginals)} marginals, "
+                f"{len(self.noise_multipliers)} noise multipliers"
+            )
         object.__setattr__(self, "marginals", marginals)
-        object.__setattr__(self, "noise_multipliers", tuple(
-            _check_positive(s, "a marginal's noise multiplier") for s in self.noise_multipliers))
+        object.__setattr__(
+            self,
+            "noise_multipliers",
+            tuple(_check_positive(s, "a marginal's noise multiplier") for s in self.noise_multipliers),
+        )
         if not is_int(self.selections) or self.selections < 0:
             raise ConfigError(f"the number of selected pairs must be an integer >= 0, got {self.selections!r}")
         if self.selections:
@@ -205,12 +214,12 @@ class MeasurementPlan:
         fixed = sum(rho_of(s, adjacency) for s in self.noise_multipliers)
         if not self.selections:
             return fixed
-        per_round = selection_rho(self.selection_epsilon, adjacency) + rho_of(self.selected_noise_multiplier,
-                                                                               adjacency)
+        per_round = selection_rho(self.selection_epsilon, adjacency) + rho_of(self.selected_noise_multiplier, adjacency)
         return fixed + self.selections * per_round
 
     def rdp(self, orders: Iterable[float] | None = None, adjacency: str = "replace-one") -> np.ndarray:
-        """RDP at each order (default: dpsynth.models.privacy.dpsgd_accountant.ORDERS): a x rho, to add order by order to a
+        """RDP at each order (default: dpsynth.models.privacy.dpsgd_accountant.ORDERS): a x rho, to add order by
+        order to a
         training curve of the same adjacency."""
         from dpsynth.models.privacy.dpsgd_accountant import (
             _check_orders,  # the accountant only where a cost is asked
@@ -218,8 +227,13 @@ class MeasurementPlan:
 
         return np.asarray(_check_orders(orders), dtype=float) * self.rho(adjacency)
 
-    def epsilon(self, delta: float, conversion: str = "classic", orders: Iterable[float] | None = None,
-                adjacency: str = "replace-one") -> float:
+    def epsilon(
+        self,
+        delta: float,
+        conversion: str = "classic",
+        orders: Iterable[float] | None = None,
+        adjacency: str = "replace-one",
+    ) -> float:
         """(epsilon at `delta`) of the measurement alone, by the project's RDP conversion."""
         from dpsynth.models.privacy.accountant import check_delta
         from dpsynth.models.privacy.dpsgd_accountant import _check_conversion, _check_orders, _convert
@@ -239,16 +253,29 @@ class MeasurementPlan:
 
     @classmethod
     def from_dict(cls, raw: dict) -> MeasurementPlan:
-        keys = {"marginals", "noise_multipliers", "selections", "selection_epsilon", "selected_noise_multiplier",
-                "bins"}
+        keys = {
+            "marginals",
+            "noise_multipliers",
+            "selections",
+            "selection_epsilon",
+            "selected_noise_multiplier",
+            "bins",
+        }
         if not isinstance(raw, dict) or set(raw) != keys:
             raise ConfigError(f"a measurement plan has exactly the keys {sorted(keys)}, got {raw!r}")
-        return cls(tuple(tuple(m) for m in raw["marginals"]), tuple(raw["noise_multipliers"]), raw["selections"],
-                   raw["selection_epsilon"], raw["selected_noise_multiplier"], raw["bins"])
+        return cls(
+            tuple(tuple(m) for m in raw["marginals"]),
+            tuple(raw["noise_multipliers"]),
+            raw["selections"],
+            raw["selection_epsilon"],
+            raw["selected_noise_multiplier"],
+            raw["bins"],
+        )
 
 
-def plan_for_rho(schema: DatasetSchema, rho: float, selections: int = 0, selection_share: float = 0.1,
-                 bins: int = DEFAULT_BINS) -> MeasurementPlan:
+def plan_for_rho(
+    schema: DatasetSchema, rho: float, selections: int = 0, selection_share: float = 0.1, bins: int = DEFAULT_BINS
+) -> MeasurementPlan:
     """The plan spending `rho` (zCDP, replace-one): `selection_share` of it on the selection rounds (equal
     epsilon per round), the rest in equal shares to every measured marginal, fixed or selected (equal rho
     per marginal, as MST and AIM do within a round)."""
@@ -262,9 +289,15 @@ def plan_for_rho(schema: DatasetSchema, rho: float, selections: int = 0, selecti
     return MeasurementPlan(fixed, (sigma,) * len(fixed), selections, epsilon, sigma, bins)
 
 
-def plan_for_epsilon(schema: DatasetSchema, epsilon: float, delta: float, selections: int = 0,
-                     selection_share: float = 0.1, conversion: str = "classic",
-                     bins: int = DEFAULT_BINS) -> MeasurementPlan:
+def plan_for_epsilon(
+    schema: DatasetSchema,
+    epsilon: float,
+    delta: float,
+    selections: int = 0,
+    selection_share: float = 0.1,
+    conversion: str = "classic",
+    bins: int = DEFAULT_BINS,
+) -> MeasurementPlan:
     """The plan of `plan_for_rho` with the largest rho whose (epsilon, delta) stays within `epsilon`
     (bisection on log rho; the conversion is increasing in rho)."""
     target = _check_positive(epsilon, "epsilon")
@@ -306,10 +339,14 @@ class MeasuredMarginal:
         return np.asarray(self.shares, dtype=np.float64).reshape(self.shape)
 
     def to_dict(self) -> dict:
-        return {"columns": list(self.columns), "shape": list(self.shape),
-                "noise_multiplier": float(self.noise_multiplier),
-                "noisy_counts": [float(v) for v in self.noisy_counts],
-                "shares": [float(v) for v in self.shares], "selected": bool(self.selected)}
+        return {
+            "columns": list(self.columns),
+            "shape": list(self.shape),
+            "noise_multiplier": float(self.noise_multiplier),
+            "noisy_counts": [float(v) for v in self.noisy_counts],
+            "shares": [float(v) for v in self.shares],
+            "selected": bool(self.selected),
+        }
 
     @classmethod
     def from_dict(cls, raw: dict) -> MeasuredMarginal:
@@ -317,12 +354,20 @@ class MeasuredMarginal:
         if not isinstance(raw, dict) or set(raw) != keys:
             raise ConfigError(f"a measured marginal has exactly the keys {sorted(keys)}, got {sorted(raw)!r}")
         shape = tuple(int(n) for n in raw["shape"])
-        if len(shape) != len(raw["columns"]) or len(raw["noisy_counts"]) != math.prod(shape) \
-                or len(raw["shares"]) != math.prod(shape):
+        if (
+            len(shape) != len(raw["columns"])
+            or len(raw["noisy_counts"]) != math.prod(shape)
+            or len(raw["shares"]) != math.prod(shape)
+        ):
             raise ConfigError(f"measured marginal {raw['columns']!r}: its counts do not fit its shape {shape}")
-        return cls(tuple(str(c) for c in raw["columns"]), shape, float(raw["noise_multiplier"]),
-                   tuple(float(v) for v in raw["noisy_counts"]), tuple(float(v) for v in raw["shares"]),
-                   bool(raw["selected"]))
+        return cls(
+            tuple(str(c) for c in raw["columns"]),
+            shape,
+            float(raw["noise_multiplier"]),
+            tuple(float(v) for v in raw["noisy_counts"]),
+            tuple(float(v) for v in raw["shares"]),
+            bool(raw["selected"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -357,20 +402,35 @@ class MeasuredMarginals:
         raise KeyError(column)
 
     def to_dict(self) -> dict:
-        return {"mechanism": self.mechanism, "bins": int(self.bins), "total": float(self.total),
-                "plan": self.plan.to_dict(), "marginals": [m.to_dict() for m in self.marginals]}
+        return {
+            "mechanism": self.mechanism,
+            "bins": int(self.bins),
+            "total": float(self.total),
+            "plan": self.plan.to_dict(),
+            "marginals": [m.to_dict() for m in self.marginals],
+        }
 
     @classmethod
     def from_dict(cls, raw: dict) -> MeasuredMarginals:
         keys = {"mechanism", "bins", "total", "plan", "marginals"}
         if not isinstance(raw, dict) or set(raw) != keys:
             raise ConfigError(f"measured marginals have exactly the keys {sorted(keys)}, got {raw!r}")
-        return cls(tuple(MeasuredMarginal.from_dict(m) for m in raw["marginals"]), float(raw["total"]),
-                   MeasurementPlan.from_dict(raw["plan"]), int(raw["bins"]), str(raw["mechanism"]))
+        return cls(
+            tuple(MeasuredMarginal.from_dict(m) for m in raw["marginals"]),
+            float(raw["total"]),
+            MeasurementPlan.from_dict(raw["plan"]),
+            int(raw["bins"]),
+            str(raw["mechanism"]),
+        )
 
 
-def measure(frame: pd.DataFrame, schema: DatasetSchema, plan: MeasurementPlan, secret: PrivacySecret,
-            purpose: str = NOISE_PURPOSE) -> MeasuredMarginals:
+def measure(
+    frame: pd.DataFrame,
+    schema: DatasetSchema,
+    plan: MeasurementPlan,
+    secret: PrivacySecret,
+    purpose: str = NOISE_PURPOSE,
+) -> MeasuredMarginals:
     """Measure `plan`'s marginals of the training rows `frame` (decoded values): the fixed marginals, then
     the privately selected pairs, each count plus Gaussian noise from the secret's `purpose` stream (the
     selection's Gumbel draws from `purpose`-selection); then the consistent shares of them all."""
@@ -378,7 +438,7 @@ def measure(frame: pd.DataFrame, schema: DatasetSchema, plan: MeasurementPlan, s
     names = list(dict.fromkeys([*schema.column_names, *(n for m in plan.marginals for n in m)]))
     codes = frame_codes(schema, frame, names, plan.bins)
     measured: list[tuple[Marginal, float, np.ndarray, bool]] = []
-    for marginal, sigma in zip(plan.marginals, plan.noise_multipliers):
+    for marginal, sigma in zip(plan.marginals, plan.noise_multipliers, strict=False):
         measured.append((marginal, sigma, noisy_marginal(codes, schema, marginal, sigma, plan.bins, noise), False))
     if plan.selections:
         chosen = select_pairs(codes, schema, plan, measured, secret.numpy(f"{purpose}-selection"))
@@ -386,15 +446,27 @@ def measure(frame: pd.DataFrame, schema: DatasetSchema, plan: MeasurementPlan, s
             sigma = plan.selected_noise_multiplier
             measured.append((pair, sigma, noisy_marginal(codes, schema, pair, sigma, plan.bins, noise), True))
     shapes = [marginal_shape(schema, m, plan.bins) for m, *_ in measured]
-    shares, total = consistent_shares([m for m, *_ in measured], shapes, [c for _, _, c, _ in measured],
-                                      [s * L2_SENSITIVITY for _, s, _, _ in measured])
-    released = tuple(MeasuredMarginal(m, shape, s, tuple(float(v) for v in c), tuple(float(v) for v in p.ravel()), sel)
-                     for (m, s, c, sel), shape, p in zip(measured, shapes, shares))
+    shares, total = consistent_shares(
+        [m for m, *_ in measured],
+        shapes,
+        [c for _, _, c, _ in measured],
+        [s * L2_SENSITIVITY for _, s, _, _ in measured],
+    )
+    released = tuple(
+        MeasuredMarginal(m, shape, s, tuple(float(v) for v in c), tuple(float(v) for v in p.ravel()), sel)
+        for (m, s, c, sel), shape, p in zip(measured, shapes, shares, strict=False)
+    )
     return MeasuredMarginals(released, total, plan, plan.bins)
 
 
-def noisy_marginal(codes: dict[str, np.ndarray], schema: DatasetSchema, marginal: Marginal, sigma: float, bins: int,
-           noise: np.random.Generator) -> np.ndarray:
+def noisy_marginal(
+    codes: dict[str, np.ndarray],
+    schema: DatasetSchema,
+    marginal: Marginal,
+    sigma: float,
+    bins: int,
+    noise: np.random.Generator,
+) -> np.ndarray:
     """The Gaussian mechanism on one marginal: counts plus N(0, (sigma sqrt(2))^2) per cell, each draw
     rounded to an integer (so the sum is exact and shows nothing of the count but the rounded draw)."""
     counts = _counts(codes, marginal, marginal_shape(schema, marginal, bins))
@@ -407,17 +479,22 @@ def pair_score(counts: np.ndarray, estimate: np.ndarray) -> float:
     return float(np.abs(np.asarray(counts, dtype=np.float64) - estimate).sum())
 
 
-def select_pairs(codes: dict[str, np.ndarray], schema: DatasetSchema, plan: MeasurementPlan,
-                 measured: Sequence[tuple[Marginal, float, np.ndarray, bool]],
-                 gumbel: np.random.Generator) -> list[Marginal]:
+def select_pairs(
+    codes: dict[str, np.ndarray],
+    schema: DatasetSchema,
+    plan: MeasurementPlan,
+    measured: Sequence[tuple[Marginal, float, np.ndarray, bool]],
+    gumbel: np.random.Generator,
+) -> list[Marginal]:
     """`plan.selections` rounds of the exponential mechanism (Gumbel-max) over the pairs not measured
     yet. A pair's utility is its `pair_score` against the outer product of the noisy measurements'
     consistent 1-way shares times their total, minus its own measurement's expected L1 error
     (sqrt(2/pi) std per cell: public), so that a wide pair is not chosen for noise it would add."""
     marginals = [m for m, *_ in measured]
     shapes = [marginal_shape(schema, m, plan.bins) for m in marginals]
-    shares, total = consistent_shares(marginals, shapes, [c for _, _, c, _ in measured],
-                                      [s * L2_SENSITIVITY for _, s, _, _ in measured])
+    shares, total = consistent_shares(
+        marginals, shapes, [c for _, _, c, _ in measured], [s * L2_SENSITIVITY for _, s, _, _ in measured]
+    )
     one_way = _one_way_shares(marginals, shares)
     candidates = candidate_pairs(schema, marginals)
     std = plan.selected_noise_multiplier * L2_SENSITIVITY
@@ -438,7 +515,7 @@ def select_pairs(codes: dict[str, np.ndarray], schema: DatasetSchema, plan: Meas
 
 def _one_way_shares(marginals: Sequence[Marginal], shares: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
-    for marginal, table in zip(marginals, shares):
+    for marginal, table in zip(marginals, shares, strict=False):
         for axis, name in enumerate(marginal):
             out.setdefault(name, table.sum(axis=tuple(a for a in range(table.ndim) if a != axis)))
     return out
@@ -457,8 +534,9 @@ def project_to_simplex(values: np.ndarray, total: float) -> np.ndarray:
     return np.maximum(v - excess[last] / (last + 1), 0.0).reshape(np.shape(values))
 
 
-def consistent_shares(marginals: Sequence[Marginal], shapes: Sequence[tuple[int, ...]],
-                      noisy: Sequence[np.ndarray], stds: Sequence[float]) -> tuple[list[np.ndarray], float]:
+def consistent_shares(
+    marginals: Sequence[Marginal], shapes: Sequence[tuple[int, ...]], noisy: Sequence[np.ndarray], stds: Sequence[float]
+) -> tuple[list[np.ndarray], float]:
     """Post-processing of noisy counts into one consistent estimate. Returns each marginal's shares (an
     array of its shape) and the estimated total. Enforced exactly (up to IPF's tolerance):
 
@@ -472,11 +550,11 @@ def consistent_shares(marginals: Sequence[Marginal], shapes: Sequence[tuple[int,
     Not enforced: agreement on shared sub-marginals of two or more columns (none exist with the pairs
     measured here). Shares are the counts divided by the total: non-negative, each marginal summing to 1.
     """
-    tables = [np.asarray(c, dtype=np.float64).reshape(s) for c, s in zip(noisy, shapes)]
+    tables = [np.asarray(c, dtype=np.float64).reshape(s) for c, s in zip(noisy, shapes, strict=False)]
     total = _estimated_total(tables, stds)
     one_way = _combined_one_way(marginals, tables, stds, total)
     shares = []
-    for marginal, table in zip(marginals, tables):
+    for marginal, table in zip(marginals, tables, strict=False):
         if len(marginal) == 1:
             shares.append(one_way[marginal[0]] / total)
             continue
@@ -487,18 +565,19 @@ def consistent_shares(marginals: Sequence[Marginal], shapes: Sequence[tuple[int,
 
 def _estimated_total(tables: Sequence[np.ndarray], stds: Sequence[float]) -> float:
     """Each noisy sum has variance cells x std^2: their inverse-variance weighted mean."""
-    weights = np.array([1.0 / (t.size * s * s) for t, s in zip(tables, stds)])
+    weights = np.array([1.0 / (t.size * s * s) for t, s in zip(tables, stds, strict=False)])
     sums = np.array([t.sum() for t in tables])
     return max(float((weights * sums).sum() / weights.sum()), 1.0)
 
 
-def _combined_one_way(marginals: Sequence[Marginal], tables: Sequence[np.ndarray], stds: Sequence[float],
-                      total: float) -> dict[str, np.ndarray]:
+def _combined_one_way(
+    marginals: Sequence[Marginal], tables: Sequence[np.ndarray], stds: Sequence[float], total: float
+) -> dict[str, np.ndarray]:
     """Per column, every measurement's margin on it weighted by the inverse of its per-cell variance
     (std^2 times the cells summed into each), then projected onto the counts summing to `total`."""
     sums: dict[str, np.ndarray] = {}
     weights: dict[str, float] = {}
-    for marginal, table, std in zip(marginals, tables, stds):
+    for marginal, table, std in zip(marginals, tables, stds, strict=False):
         for axis, name in enumerate(marginal):
             margin = table.sum(axis=tuple(a for a in range(table.ndim) if a != axis))
             weight = 1.0 / (std * std * (table.size // table.shape[axis]))
@@ -529,8 +608,27 @@ def _ipf(table: np.ndarray, targets: Sequence[np.ndarray], total: float) -> np.n
 
 
 __all__ = [
-    "ADJACENCIES", "L1_SENSITIVITY", "L2_SENSITIVITY", "MECHANISM", "SCORE_SENSITIVITY", "Marginal",
-    "MeasuredMarginal", "MeasuredMarginals", "MeasurementPlan", "candidate_pairs", "consistent_shares",
-    "fixed_workload", "marginal_counts", "marginal_shape", "measure", "noise_multiplier_for", "pair_score",
-    "plan_for_epsilon", "plan_for_rho", "project_to_simplex", "rho_of", "select_pairs", "selection_rho",
+    "ADJACENCIES",
+    "L1_SENSITIVITY",
+    "L2_SENSITIVITY",
+    "MECHANISM",
+    "SCORE_SENSITIVITY",
+    "Marginal",
+    "MeasuredMarginal",
+    "MeasuredMarginals",
+    "MeasurementPlan",
+    "candidate_pairs",
+    "consistent_shares",
+    "fixed_workload",
+    "marginal_counts",
+    "marginal_shape",
+    "measure",
+    "noise_multiplier_for",
+    "pair_score",
+    "plan_for_epsilon",
+    "plan_for_rho",
+    "project_to_simplex",
+    "rho_of",
+    "select_pairs",
+    "selection_rho",
 ]

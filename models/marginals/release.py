@@ -55,8 +55,10 @@ def measurement_plan(profile: Profile, schema: DatasetSchema) -> MeasurementPlan
     plan = plan_for_rho(schema, m.rho, m.selections, m.selection_share, m.bins)
     for adjacency in (REPLACE_ONE, ADD_REMOVE_ONE):
         if plan.rho(adjacency) > marginals_rho(profile, adjacency) * (1.0 + 1e-9):
-            raise AssertionError(f"the measurement would spend rho {plan.rho(adjacency)!r} ({adjacency}), more "
-                                 f"than the {marginals_rho(profile, adjacency)!r} accounted")
+            raise AssertionError(
+                f"the measurement would spend rho {plan.rho(adjacency)!r} ({adjacency}), more "
+                f"than the {marginals_rho(profile, adjacency)!r} accounted"
+            )
     return plan
 
 
@@ -68,8 +70,14 @@ def public_parameters(profile: Profile) -> dict:
         return {}
     m = profile.marginals
     shared = {"marginals_selection_share": m.selection_share} if m.selections else {}
-    return {"marginals": True, "marginals_rho": m.rho, "marginals_selections": m.selections, **shared,
-            "marginals_bins": m.bins, "marginals_oversample": m.oversample}
+    return {
+        "marginals": True,
+        "marginals_rho": m.rho,
+        "marginals_selections": m.selections,
+        **shared,
+        "marginals_bins": m.bins,
+        "marginals_oversample": m.oversample,
+    }
 
 
 # What a reader calls each key of `public_parameters` (the release notes' labels).
@@ -83,11 +91,13 @@ PUBLIC_LABELS = {
 }
 
 
-MECHANISM_PROSE = ("the 1-way marginal of every column and the 2-way marginal of every column with the target"
-                   "{selected}, counted on the training rows over public cells and released by the Gaussian "
-                   "mechanism (replace-one L2 sensitivity sqrt(2) per marginal; zCDP rho = {rho:g} in all), "
-                   "composed with training order by order; every released row is then calibrated to them "
-                   "(post-processing)")
+MECHANISM_PROSE = (
+    "the 1-way marginal of every column and the 2-way marginal of every column with the target"
+    "{selected}, counted on the training rows over public cells and released by the Gaussian "
+    "mechanism (replace-one L2 sensitivity sqrt(2) per marginal; zCDP rho = {rho:g} in all), "
+    "composed with training order by order; every released row is then calibrated to them "
+    "(post-processing)"
+)
 
 
 def mechanism_prose(profile: Profile) -> str | None:

@@ -61,8 +61,8 @@ _HERE = Path(__file__).parent
 SOURCES = tuple(_HERE / name for name in ("gswgan_critic.c", "generator_batchnorm.c", "logistic_selection.c"))
 HEADERS = (_HERE / "kernels.h",)
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC"]
-LANES = 16   # the C code's vector width along the hidden units
-HESSIAN_MAX_D = 64   # logistic_hessian's widest table (logistic_selection.c)
+LANES = 16  # the C code's vector width along the hidden units
+HESSIAN_MAX_D = 64  # logistic_hessian's widest table (logistic_selection.c)
 CHOICES = ("auto", "native", "torch")
 
 _lock = threading.Lock()
@@ -97,21 +97,26 @@ def _cache_dir() -> Path:
 
 
 def _library_path(compiler: str) -> Path:
-    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True,
-                             timeout=30).stdout
+    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True, timeout=30).stdout
     sources = [f"{path.name}\n{path.read_text()}" for path in (*SOURCES, *HEADERS)]
-    key = hashlib.sha256("\0".join([*sources, " ".join(FLAGS), compiler, version, platform.machine(),
-                                    _cpu_signature()]).encode()).hexdigest()[:20]
+    key = hashlib.sha256(
+        "\0".join([*sources, " ".join(FLAGS), compiler, version, platform.machine(), _cpu_signature()]).encode()
+    ).hexdigest()[:20]
     return _cache_dir() / f"dpsynth-kernels-{key}.so"
 
 
 def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)   # the caller retries in a temporary folder if this fails
+    target.parent.mkdir(parents=True, exist_ok=True)  # the caller retries in a temporary folder if this fails
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"], check=False,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [compiler, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise NativeKernelError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
         os.replace(tmp, target)
@@ -137,18 +142,21 @@ def _load() -> ctypes.CDLL:
                     _build(compiler, path)
                 except NativeKernelError:
                     raise
-                except OSError:   # an unwritable or read-only cache folder: build in a private temporary one
+                except OSError:  # an unwritable or read-only cache folder: build in a private temporary one
                     path = Path(tempfile.gettempdir()) / f"dpsynth-native-{os.getuid()}" / path.name
                     if not path.exists():
                         _build(compiler, path)
-            lib = ctypes.CDLL(str(path))   # CDLL calls release the GIL: pretraining's threads run in parallel
+            lib = ctypes.CDLL(str(path))  # CDLL calls release the GIL: pretraining's threads run in parallel
         except (OSError, subprocess.SubprocessError, NativeKernelError) as exc:
-            _build_error = (f"the C kernels (gan.kernels) are unavailable: {exc}. "
-                            "Use kernels 'auto' or 'torch' to train with the tensor code.")
+            _build_error = (
+                f"the C kernels (gan.kernels) are unavailable: {exc}. "
+                "Use kernels 'auto' or 'torch' to train with the tensor code."
+            )
             raise NativeKernelError(_build_error) from exc
         i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
-        lib.critic_updates.argtypes = ([i64] * 5 + [ptr] * 10 + [ptr, ptr, i64, i64, ptr, i64, i64, ptr, ptr]
-                                      + [dbl] * 5 + [ptr])
+        lib.critic_updates.argtypes = (
+            [i64] * 5 + [ptr] * 10 + [ptr, ptr, i64, i64, ptr, i64, i64, ptr, ptr] + [dbl] * 5 + [ptr]
+        )
         lib.critic_updates.restype = ctypes.c_int
         lib.critic_input_grads.argtypes = [i64] * 3 + [ptr] * 6
         lib.critic_input_grads.restype = ctypes.c_int
@@ -194,11 +202,13 @@ def use_native_critics(choice: str, hidden: int, batchnorm: bool, device: torch.
         return False
     if not supports(hidden, batchnorm, device):
         if choice == "native":
-            raise ConfigError("gan.kernels 'native' needs CPU critics without BatchNorm whose hidden width is a "
-                              f"multiple of {LANES}; use 'auto' or 'torch'.")
+            raise ConfigError(
+                "gan.kernels 'native' needs CPU critics without BatchNorm whose hidden width is a "
+                f"multiple of {LANES}; use 'auto' or 'torch'."
+            )
         return False
     if choice == "native":
-        _load()   # raises NativeKernelError with the compiler's message
+        _load()  # raises NativeKernelError with the compiler's message
         return True
     return available()
 
@@ -225,8 +235,16 @@ def l1_cd(H: np.ndarray, u: np.ndarray, a: np.ndarray, tol: float, max_sweeps: i
             raise ValueError("l1_cd takes contiguous float64 arrays H [d, d], u [d], a [d]")
     active = np.empty(d, dtype=np.int64)
     sweeps = ctypes.c_int64(0)
-    converged = lib.l1_cd(d, H.ctypes.data, u.ctypes.data, a.ctypes.data, float(tol), int(max_sweeps),
-                          active.ctypes.data, ctypes.byref(sweeps))
+    converged = lib.l1_cd(
+        d,
+        H.ctypes.data,
+        u.ctypes.data,
+        a.ctypes.data,
+        float(tol),
+        int(max_sweeps),
+        active.ctypes.data,
+        ctypes.byref(sweeps),
+    )
     return bool(converged), int(sweeps.value)
 
 
@@ -254,8 +272,9 @@ def logistic_gradient(Xs: np.ndarray, m: np.ndarray, e: np.ndarray) -> tuple[np.
     _rows_and_vector(Xs, e, Xs.shape[0])
     r = np.empty(Xs.shape[0])
     g = np.empty(Xs.shape[1])
-    lib.logistic_gradient(Xs.shape[0], Xs.shape[1], Xs.ctypes.data, m.ctypes.data, e.ctypes.data, r.ctypes.data,
-                          g.ctypes.data)
+    lib.logistic_gradient(
+        Xs.shape[0], Xs.shape[1], Xs.ctypes.data, m.ctypes.data, e.ctypes.data, r.ctypes.data, g.ctypes.data
+    )
     return g, r
 
 
@@ -284,6 +303,7 @@ class CriticRows:
     step s of the k-th critic uses the real rows data[real_rows[k, s]] (real_rows [K, S, B] int64) and
     the fake rows fakes[s] (fakes [S, B, d], `shared`: every critic sees the same fake batches) or
     fakes[k, s B:(s + 1) B] (fakes [K, M, d], M >= S B)."""
+
     data: torch.Tensor
     real_rows: torch.Tensor
     fakes: torch.Tensor
@@ -299,23 +319,41 @@ class CriticRows:
             if low < 0 or high >= self.data.shape[0]:
                 raise ValueError("CriticRows: real_rows must index rows of data")
         need = (steps, b) if self.shared else (k,)
-        if self.fakes.dim() != 3 or tuple(self.fakes.shape[:len(need)]) != need or \
-                (not self.shared and self.fakes.shape[1] < steps * b) or self.fakes.shape[-1] != self.data.shape[1]:
+        if (
+            self.fakes.dim() != 3
+            or tuple(self.fakes.shape[: len(need)]) != need
+            or (not self.shared and self.fakes.shape[1] < steps * b)
+            or self.fakes.shape[-1] != self.data.shape[1]
+        ):
             raise ValueError("CriticRows: fakes do not match real_rows")
 
     def part(self, part: slice) -> CriticRows:
         """The rows of the critics at `part` of this call (a slice of checked rows: not checked again)."""
         sliced = object.__new__(CriticRows)
-        for name, value in (("data", self.data), ("real_rows", self.real_rows[part]),
-                            ("fakes", self.fakes if self.shared else self.fakes[part]), ("shared", self.shared)):
+        for name, value in (
+            ("data", self.data),
+            ("real_rows", self.real_rows[part]),
+            ("fakes", self.fakes if self.shared else self.fakes[part]),
+            ("shared", self.shared),
+        ):
             object.__setattr__(sliced, name, value)
         return sliced
 
 
-def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
-                   done_steps: np.ndarray, rows: torch.Tensor | CriticRows, alpha: torch.Tensor, lr: float,
-                   betas: tuple[float, float], eps: float, gp_lambda: float,
-                   wasserstein: bool = False, index: np.ndarray | None = None) -> torch.Tensor | None:
+def critic_updates(
+    params: list[torch.Tensor],
+    exp_avg: list[torch.Tensor],
+    exp_avg_sq: list[torch.Tensor],
+    done_steps: np.ndarray,
+    rows: torch.Tensor | CriticRows,
+    alpha: torch.Tensor,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    gp_lambda: float,
+    wasserstein: bool = False,
+    index: np.ndarray | None = None,
+) -> torch.Tensor | None:
     """S WGAN-GP updates with Adam of each of K critics, in place: params [w1 [K,d,H], b1 [K,1,H],
     w2 [K,H,1], b2] (b2 is not trained) and their Adam moments (for w1, b1, w2), `done_steps` [K] the
     Adam steps each critic has taken (the caller adds S after the call); rows [K, S, 2B, d] (per step B
@@ -351,13 +389,32 @@ def critic_updates(params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_
         raise ValueError("critic_updates: more critics in rows than in params")
     out = torch.empty(k) if wasserstein else None
     code = lib.critic_updates(
-        k, steps, b, width, w1.shape[-1], _address(positions) if positions is not None else None,
-        _address(w1), _address(b1), _address(w2),
-        _address(exp_avg[0]), _address(exp_avg_sq[0]), _address(exp_avg[1]), _address(exp_avg_sq[1]),
-        _address(exp_avg[2]), _address(exp_avg_sq[2]),
-        *real_at, *fake_at, _address(alpha), _address(steps_done),
-        float(lr), float(betas[0]), float(betas[1]), float(eps), float(gp_lambda),
-        _address(out) if out is not None else None)
+        k,
+        steps,
+        b,
+        width,
+        w1.shape[-1],
+        _address(positions) if positions is not None else None,
+        _address(w1),
+        _address(b1),
+        _address(w2),
+        _address(exp_avg[0]),
+        _address(exp_avg_sq[0]),
+        _address(exp_avg[1]),
+        _address(exp_avg_sq[1]),
+        _address(exp_avg[2]),
+        _address(exp_avg_sq[2]),
+        *real_at,
+        *fake_at,
+        _address(alpha),
+        _address(steps_done),
+        float(lr),
+        float(betas[0]),
+        float(betas[1]),
+        float(eps),
+        float(gp_lambda),
+        _address(out) if out is not None else None,
+    )
     if code != 0:
         raise RuntimeError(f"a C kernel failed (code {code})")
     return out
@@ -375,37 +432,76 @@ def critic_input_grads(params: list[torch.Tensor], index: torch.Tensor, rows: to
         raise ValueError("critic_input_grads: one critic position of the stack per row")
     rows = rows.contiguous()
     out = torch.empty_like(rows)
-    code = _load().critic_input_grads(rows.shape[0], rows.shape[1], w1.shape[-1], _address(positions),
-                                      _address(w1), _address(b1), _address(w2), _address(rows), _address(out))
+    code = _load().critic_input_grads(
+        rows.shape[0],
+        rows.shape[1],
+        w1.shape[-1],
+        _address(positions),
+        _address(w1),
+        _address(b1),
+        _address(w2),
+        _address(rows),
+        _address(out),
+    )
     if code != 0:
         raise RuntimeError(f"a C kernel failed (code {code})")
     return out
 
 
-def step_gradients(params: list[torch.Tensor], rows: torch.Tensor, alpha: torch.Tensor,
-                   gp_lambda: float) -> tuple[list[torch.Tensor], float]:
+def step_gradients(
+    params: list[torch.Tensor], rows: torch.Tensor, alpha: torch.Tensor, gp_lambda: float
+) -> tuple[list[torch.Tensor], float]:
     """The C code's gradients for one step of one critic (params [w1 [1,d,H], b1, w2, b2], rows [2B, d],
     alpha [B, 1]), shaped like `CriticStack.loss_grads_rows`'s, and its Wasserstein estimate: for tests."""
     lib = _load()
     w1, b1, w2 = (p.contiguous() for p in params[:3])
     grads = [torch.empty_like(w1), torch.empty_like(b1), torch.empty_like(w2)]
     estimate = torch.empty(1)
-    code = lib.critic_step_grads(rows.shape[0] // 2, rows.shape[1], w1.shape[-1], _address(w1), _address(b1),
-                                 _address(w2), _address(rows.contiguous()), _address(alpha.contiguous()),
-                                 float(gp_lambda), *(_address(g) for g in grads), _address(estimate))
+    code = lib.critic_step_grads(
+        rows.shape[0] // 2,
+        rows.shape[1],
+        w1.shape[-1],
+        _address(w1),
+        _address(b1),
+        _address(w2),
+        _address(rows.contiguous()),
+        _address(alpha.contiguous()),
+        float(gp_lambda),
+        *(_address(g) for g in grads),
+        _address(estimate),
+    )
     if code != 0:
         raise RuntimeError(f"a C kernel failed (code {code})")
     return grads, float(estimate)
 
 
-def batchnorm_relu_bf16(y: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float, out: torch.Tensor,
-                        last: torch.Tensor, xhat: torch.Tensor, scale: torch.Tensor) -> None:
+def batchnorm_relu_bf16(
+    y: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor,
+    eps: float,
+    out: torch.Tensor,
+    last: torch.Tensor,
+    xhat: torch.Tensor,
+    scale: torch.Tensor,
+) -> None:
     """BatchNorm over each chunk's rows + ReLU of y [K, C, B, W] (bfloat16) with gamma, beta [K, 1, W]:
     out [K, C, B, W] (bfloat16); for the last chunk also last (the ReLU output), xhat and scale
     (rstd * gamma, [K, 1, W]) in float32, [K, B, W]. Written in place."""
     k, chunks, batch, width = y.shape
-    code = _load().batchnorm_relu_bf16(k, chunks, batch, width, _address(y), _address(gamma.contiguous()),
-                                       _address(beta.contiguous()), float(eps), _address(out), _address(last),
-                                       _address(xhat), _address(scale))
+    code = _load().batchnorm_relu_bf16(
+        k,
+        chunks,
+        batch,
+        width,
+        _address(y),
+        _address(gamma.contiguous()),
+        _address(beta.contiguous()),
+        float(eps),
+        _address(out),
+        _address(last),
+        _address(xhat),
+        _address(scale),
+    )
     if code != 0:
         raise RuntimeError(f"a C kernel failed (code {code})")

@@ -56,11 +56,15 @@ from dpsynth.models.privacy.checks import check_extra_rho, is_int, is_real
 CriticDraw = Literal["per_row", "per_step"]
 CRITIC_DRAWS: tuple[CriticDraw, ...] = typing.get_args(CriticDraw)
 _MECHANISMS = {
-    "per_row": ("subsampled Gaussian, one critic drawn per sanitised row (probability 1/K), sampling without "
-                "replacement (Wang et al. 2019), analytical RDP (autodp), T x B compositions"),
-    "per_step": ("subsampled Gaussian, one critic drawn per step for all B rows (thesis Algorithm 2): noise "
-                 "multiplier sigma / sqrt(B), sampling without replacement (Wang et al. 2019), analytical RDP "
-                 "(autodp), T compositions"),
+    "per_row": (
+        "subsampled Gaussian, one critic drawn per sanitised row (probability 1/K), sampling without "
+        "replacement (Wang et al. 2019), analytical RDP (autodp), T x B compositions"
+    ),
+    "per_step": (
+        "subsampled Gaussian, one critic drawn per step for all B rows (thesis Algorithm 2): noise "
+        "multiplier sigma / sqrt(B), sampling without replacement (Wang et al. 2019), analytical RDP "
+        "(autodp), T compositions"
+    ),
 }
 MECHANISM = _MECHANISMS["per_row"]
 
@@ -68,6 +72,7 @@ MECHANISM = _MECHANISMS["per_row"]
 def mechanism_name(critic_draw: str) -> str:
     """The accountant's description of the mechanism it composes for a critic draw."""
     return _MECHANISMS[_check_critic_draw(critic_draw)]
+
 
 # autodp's anaRDPacct default integer grid of orders (alpha = 1 .. 100).
 _GRID_MAX_ORDER = 100
@@ -82,8 +87,7 @@ _MAX_ORDER = 12_800
 def _check_discriminators(discriminators: object) -> int:
     if not is_int(discriminators) or int(discriminators) < 1:
         raise ConfigError(
-            f"the number of discriminators K must be an integer >= 1 (sampling probability 1/K), "
-            f"got {discriminators!r}"
+            f"the number of discriminators K must be an integer >= 1 (sampling probability 1/K), got {discriminators!r}"
         )
     return int(discriminators)
 
@@ -201,14 +205,18 @@ def _epsilon(curve: _Curve, compositions: int, delta: float, extra_rho: float = 
 
 
 def epsilon_for(
-    discriminators: int, iterations: int, batch_size: int, noise_multiplier: float, delta: float,
-    critic_draw: str = "per_row", extra_rho: float = 0.0,
+    discriminators: int,
+    iterations: int,
+    batch_size: int,
+    noise_multiplier: float,
+    delta: float,
+    critic_draw: str = "per_row",
+    extra_rho: float = 0.0,
 ) -> float:
     """Epsilon at `delta` after `iterations` generator iterations (per_row: iterations * batch_size
     compositions at sigma; per_step: iterations compositions at sigma / sqrt(batch_size)), with
     `extra_rho` (replace-one zCDP of a mechanism on the same rows) added to the curve."""
-    return epsilons_at(discriminators, [iterations], batch_size, noise_multiplier, delta, critic_draw,
-                       extra_rho)[0]
+    return epsilons_at(discriminators, [iterations], batch_size, noise_multiplier, delta, critic_draw, extra_rho)[0]
 
 
 def epsilons_at(
@@ -243,8 +251,14 @@ def epsilons_at(
     return out
 
 
-def training_rdp(discriminators: int, iterations: int, batch_size: int, noise_multiplier: float,
-                 critic_draw: str = "per_row", extra_rho: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def training_rdp(
+    discriminators: int,
+    iterations: int,
+    batch_size: int,
+    noise_multiplier: float,
+    critic_draw: str = "per_row",
+    extra_rho: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """(orders, RDP at each order) of training for `iterations` generator iterations, plus `extra_rho` x
     order (the measured marginals): the curve this module converts to epsilon, at the integer orders
     2 .. 100, for composing with other mechanisms' RDP (models/privacy/lifetime.py composes a table's releases)."""
@@ -262,8 +276,7 @@ def training_rdp(discriminators: int, iterations: int, batch_size: int, noise_mu
 class GSWGANAccountant:
     """Opacus-like accountant: `step()` once per generator iteration, `get_epsilon(delta)` at any time."""
 
-    def __init__(self, discriminators: int, batch_size: int, noise_multiplier: float,
-                 critic_draw: str = "per_row"):
+    def __init__(self, discriminators: int, batch_size: int, noise_multiplier: float, critic_draw: str = "per_row"):
         self.discriminators = _check_discriminators(discriminators)
         self.batch_size = _check_batch_size(batch_size)
         self.noise_multiplier = check_noise_multiplier(noise_multiplier)
@@ -297,14 +310,23 @@ class GSWGANAccountant:
     def get_epsilon(self, delta: float, extra_rho: float = 0.0) -> float:
         """Epsilon so far, with `extra_rho` (replace-one zCDP of a mechanism on the same rows) composed in."""
         return epsilon_for(
-            self.discriminators, self._iterations, self.batch_size, self.noise_multiplier, delta,
-            self.critic_draw, extra_rho,
+            self.discriminators,
+            self._iterations,
+            self.batch_size,
+            self.noise_multiplier,
+            delta,
+            self.critic_draw,
+            extra_rho,
         )
 
     def epsilon_curve(self, iterations_list: Iterable[int], delta: float) -> list[float]:
         """Epsilon this accountant would report after each of the given iteration counts."""
         return epsilons_at(
-            self.discriminators, iterations_list, self.batch_size, self.noise_multiplier, delta,
+            self.discriminators,
+            iterations_list,
+            self.batch_size,
+            self.noise_multiplier,
+            delta,
             self.critic_draw,
         )
 

@@ -45,8 +45,9 @@ def clopper_pearson(successes: int, trials: int, confidence: float) -> tuple[flo
     return lower, upper
 
 
-def epsilon_from_rates(tp: int, positives: int, fp: int, negatives: int, delta: float,
-                       confidence: float = 0.95) -> float:
+def epsilon_from_rates(
+    tp: int, positives: int, fp: int, negatives: int, delta: float, confidence: float = 0.95
+) -> float:
     """The epsilon lower bound implied by a test's counts (tp of `positives` trials on the first input
     called positive, fp of `negatives` on the second): both rates bounded at confidence
     1 - (1 - confidence) / 2 each, so the bound holds with `confidence`."""
@@ -90,17 +91,18 @@ def _calibrate(a: np.ndarray, b: np.ndarray, delta: float, confidence: float) ->
     return best, best_threshold
 
 
-def audit_scores(statistics: dict[str, tuple[np.ndarray, np.ndarray]], delta: float,
-                 confidence: float = 0.95) -> AuditResult:
+def audit_scores(
+    statistics: dict[str, tuple[np.ndarray, np.ndarray]], delta: float, confidence: float = 0.95
+) -> AuditResult:
     """Lower bound from test scores: for each statistic, scores of trials on the first input (higher:
     more likely the first) and on the second. The statistic and its threshold are chosen on the first
     half of the trials; the bound is computed on the other half only."""
     best: tuple[float, str, float, np.ndarray, np.ndarray] | None = None
     for name, (first, second) in statistics.items():
         a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
-        bound, threshold = _calibrate(a[:len(a) // 2], b[:len(b) // 2], delta, confidence)
+        bound, threshold = _calibrate(a[: len(a) // 2], b[: len(b) // 2], delta, confidence)
         if best is None or bound > best[0]:
-            best = (bound, name, threshold, a[len(a) // 2:], b[len(b) // 2:])
+            best = (bound, name, threshold, a[len(a) // 2 :], b[len(b) // 2 :])
     if best is None:
         raise ValueError("no statistic to audit")
     _, name, threshold, test_a, test_b = best
@@ -109,13 +111,14 @@ def audit_scores(statistics: dict[str, tuple[np.ndarray, np.ndarray]], delta: fl
     return AuditResult(bound, name, threshold, tp, fp, min(len(test_a), len(test_b)), confidence)
 
 
-def mixture_log_likelihood_ratio(projections: np.ndarray, probability: float, shift: float, noise_std: float,
-                                 shared: bool) -> np.ndarray:
+def mixture_log_likelihood_ratio(
+    projections: np.ndarray, probability: float, shift: float, noise_std: float, shared: bool
+) -> np.ndarray:
     """Log-likelihood ratio of "some queries came from the shifted critic" for sanitised rows projected
     on the shift's direction, [trials, steps, rows]: under the second input every row is N(-shift/2,
     s^2); under the first, with probability q a query's rows are N(+shift/2, s^2) instead, each row on
     its own (`shared` False: a critic per row) or all rows of a step together (`shared` True)."""
-    z = projections * (shift / noise_std ** 2)        # log N(+)/N(-) of each row
+    z = projections * (shift / noise_std**2)  # log N(+)/N(-) of each row
     log_keep, log_q = math.log1p(-probability), math.log(probability)
     if shared:
         per_step = np.logaddexp(log_keep, log_q + z.sum(axis=2))
@@ -139,8 +142,7 @@ class StepAuditSetup:
     hidden: int = 16
 
     def claimed(self, critic_draw: str, steps: int) -> float:
-        return epsilon_for(self.discriminators, steps, self.batch_size, self.noise_multiplier, self.delta,
-                           critic_draw)
+        return epsilon_for(self.discriminators, steps, self.batch_size, self.noise_multiplier, self.delta, critic_draw)
 
 
 def _linear_critics(upstream: torch.Tensor, hidden: int, bias: float) -> CriticStack:
@@ -148,8 +150,10 @@ def _linear_critics(upstream: torch.Tensor, hidden: int, bias: float) -> CriticS
     upstream gradient -grad D_j is upstream[j] for every row."""
     k, width = upstream.shape
     w1 = (-upstream).unsqueeze(-1).expand(k, width, hidden).contiguous()
-    return CriticStack.from_params([w1, torch.full((k, 1, hidden), bias), torch.full((k, hidden, 1), 1.0 / hidden),
-                                    torch.zeros(k, 1, 1)], batchnorm=False)
+    return CriticStack.from_params(
+        [w1, torch.full((k, 1, hidden), bias), torch.full((k, hidden, 1), 1.0 / hidden), torch.zeros(k, 1, 1)],
+        batchnorm=False,
+    )
 
 
 def planted_critics(setup: StepAuditSetup, first_input: bool, canary_critic: int = 0) -> CriticStack:
@@ -171,9 +175,16 @@ def canary_critics(setup: StepAuditSetup, first_input: bool, norm: float) -> Cri
     return _linear_critics(upstream, setup.hidden, 10.0 * max(norm, setup.clip))
 
 
-def sanitised_projections(setup: StepAuditSetup, critic_draw: CriticDraw, first_input: bool, trials: int,
-                          steps: int, secret: PrivacySecret, workdir: Path,
-                          critics: CriticStack | None = None) -> np.ndarray:
+def sanitised_projections(
+    setup: StepAuditSetup,
+    critic_draw: CriticDraw,
+    first_input: bool,
+    trials: int,
+    steps: int,
+    secret: PrivacySecret,
+    workdir: Path,
+    critics: CriticStack | None = None,
+) -> np.ndarray:
     """[trials, steps, B]: the first coordinate of every sanitised row of trials x steps queries of the
     trainer (`GeneratorTrainer.draw_critics`, then `generator_step`: the functions `step` calls, without
     the critic refresh, which planted critics do not need). `critics`: `planted_critics` unless given."""
@@ -182,14 +193,33 @@ def sanitised_projections(setup: StepAuditSetup, critic_draw: CriticDraw, first_
 
     k, b = setup.discriminators, setup.batch_size
     # Frozen critics (lr 0): outside what a profile may say, so built without the profile's validation.
-    gan = GanConfig.model_construct(z_dim=4, generator_hidden=(16,), critic_hidden=setup.hidden, batch_size=b,
-                                    lr_critic=0.0, critic_refresh_steps=1, critic_draw=critic_draw, iterations=1,
-                                    checkpoint_every=1)
+    gan = GanConfig.model_construct(
+        z_dim=4,
+        generator_hidden=(16,),
+        critic_hidden=setup.hidden,
+        batch_size=b,
+        lr_critic=0.0,
+        critic_refresh_steps=1,
+        critic_draw=critic_draw,
+        iterations=1,
+        checkpoint_every=1,
+    )
     data = torch.rand(2 * k, setup.width, generator=torch.Generator().manual_seed(0)) * 2 - 1
     privacy = PrivacyConfig(noise_multiplier=setup.noise_multiplier, clip=setup.clip, delta=setup.delta)
     critics = planted_critics(setup, first_input) if critics is None else critics
-    trainer = GeneratorTrainer(data, make_partition(2 * k, k, secret), critics, gan, privacy, Setting("audit", k), [],
-                               0, workdir, torch.device("cpu"), secret)
+    trainer = GeneratorTrainer(
+        data,
+        make_partition(2 * k, k, secret),
+        critics,
+        gan,
+        privacy,
+        Setting("audit", k),
+        [],
+        0,
+        workdir,
+        torch.device("cpu"),
+        secret,
+    )
     out = np.empty((trials * steps, b), dtype=np.float64)
     # One intra-op thread, as training runs: the step is many tiny operations.
     before = torch.get_num_threads()
@@ -217,34 +247,52 @@ def step_audit(setup: StepAuditSetup, trials: int, steps: int, seed: int = 0) ->
         for draw in CRITIC_DRAWS:
             for first in (True, False):
                 secret = PrivacySecret.from_hex(f"{seed:016x}{steps:016x}{int(first):016x}{len(draw):016x}")
-                observed[draw, first] = sanitised_projections(setup, draw, first, trials, steps, secret,
-                                                              Path(tmp) / f"{draw}-{int(first)}")
+                observed[draw, first] = sanitised_projections(
+                    setup, draw, first, trials, steps, secret, Path(tmp) / f"{draw}-{int(first)}"
+                )
 
     def statistics(draw: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         def ratio(first: bool, shared: bool) -> np.ndarray:
-            return mixture_log_likelihood_ratio(observed[draw, first], 1.0 / setup.discriminators,
-                                                2 * setup.clip, noise_std, shared)
+            return mixture_log_likelihood_ratio(
+                observed[draw, first], 1.0 / setup.discriminators, 2 * setup.clip, noise_std, shared
+            )
 
-        return {name: (ratio(True, shared), ratio(False, shared))
-                for name, shared in (("a critic per row", False), ("one critic per step", True))}
+        return {
+            name: (ratio(True, shared), ratio(False, shared))
+            for name, shared in (("a critic per row", False), ("one critic per step", True))
+        }
 
     audits = []
-    for draw, claim_of, label in (("per_row", "per_row", "per_row"),
-                                  ("per_step", "per_row", "per_step scored as T x B (the old accounting)"),
-                                  ("per_step", "per_step", "per_step")):
+    for draw, claim_of, label in (
+        ("per_row", "per_row", "per_row"),
+        ("per_step", "per_row", "per_step scored as T x B (the old accounting)"),
+        ("per_step", "per_step", "per_step"),
+    ):
         result = audit_scores(statistics(draw), setup.delta)
         claimed = setup.claimed(claim_of, steps)
-        exact = QueryMechanism.gswgan_step(setup.discriminators, setup.batch_size, setup.noise_multiplier,
-                                           draw).epsilon(setup.delta, steps)
-        audits.append({
-            "mechanism": label, "steps": steps, "epsilon_claimed": round(claimed, 4),
-            "epsilon_exact": round(exact, 4), "epsilon_lower_bound": round(result.epsilon_lower_bound, 4),
-            "claim_refuted": bool(result.epsilon_lower_bound > claimed),
-            "exceeds_exact": bool(result.epsilon_lower_bound > exact), "trials": trials,
-            "statistic": result.statistic, "confidence": result.confidence,
-            "true_positives": result.true_positives, "false_positives": result.false_positives,
-            "discriminators": setup.discriminators, "batch_size": setup.batch_size,
-            "sigma": setup.noise_multiplier, "delta": setup.delta})
+        exact = QueryMechanism.gswgan_step(
+            setup.discriminators, setup.batch_size, setup.noise_multiplier, draw
+        ).epsilon(setup.delta, steps)
+        audits.append(
+            {
+                "mechanism": label,
+                "steps": steps,
+                "epsilon_claimed": round(claimed, 4),
+                "epsilon_exact": round(exact, 4),
+                "epsilon_lower_bound": round(result.epsilon_lower_bound, 4),
+                "claim_refuted": bool(result.epsilon_lower_bound > claimed),
+                "exceeds_exact": bool(result.epsilon_lower_bound > exact),
+                "trials": trials,
+                "statistic": result.statistic,
+                "confidence": result.confidence,
+                "true_positives": result.true_positives,
+                "false_positives": result.false_positives,
+                "discriminators": setup.discriminators,
+                "batch_size": setup.batch_size,
+                "sigma": setup.noise_multiplier,
+                "delta": setup.delta,
+            }
+        )
     return audits
 
 
@@ -256,6 +304,7 @@ def step_audit(setup: StepAuditSetup, trials: int, steps: int, seed: int = 0) ->
 # most of it. A bound above the exact epsilon means the code adds less noise (or clips less) than the
 # analysis assumes: `halve_noise` runs each mechanism at half its noise multiplier while it is judged
 # against the exact epsilon of the intended one, and the audit must then refute it.
+
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
     """Exact epsilon at `delta` of the Gaussian mechanism whose two outputs are mu noise standard
@@ -269,9 +318,19 @@ def _noise_multiplier(noise_multiplier: float, halve_noise: bool) -> float:
     return noise_multiplier / 2.0 if halve_noise else noise_multiplier
 
 
-def _calibration_result(mechanism: str, first: np.ndarray, second: np.ndarray, exact: float, claimed: float,
-                        delta: float, noise_multiplier: float, halve_noise: bool, required: float,
-                        started: float, **extra: object) -> dict:
+def _calibration_result(
+    mechanism: str,
+    first: np.ndarray,
+    second: np.ndarray,
+    exact: float,
+    claimed: float,
+    delta: float,
+    noise_multiplier: float,
+    halve_noise: bool,
+    required: float,
+    started: float,
+    **extra: object,
+) -> dict:
     """The audit of scores (higher: more likely the first input), judged against the exact epsilon: with
     the intended noise the bound must lie in [required, exact] (and the claim cover the exact epsilon);
     with half the noise it must exceed the exact epsilon."""
@@ -280,16 +339,29 @@ def _calibration_result(mechanism: str, first: np.ndarray, second: np.ndarray, e
     passed = bound > exact if halve_noise else required <= bound <= exact <= claimed
     n = result.trials_per_input
     return {
-        "mechanism": mechanism, "epsilon_exact": round(exact, 4), "epsilon_claimed": round(claimed, 4),
-        "epsilon_lower_bound": round(bound, 4), "trials": int(min(len(first), len(second))),
-        "passed": bool(passed), "required_bound": None if halve_noise else round(required, 4),
-        "halve_noise": halve_noise, "noise_multiplier": noise_multiplier,
+        "mechanism": mechanism,
+        "epsilon_exact": round(exact, 4),
+        "epsilon_claimed": round(claimed, 4),
+        "epsilon_lower_bound": round(bound, 4),
+        "trials": int(min(len(first), len(second))),
+        "passed": bool(passed),
+        "required_bound": None if halve_noise else round(required, 4),
+        "halve_noise": halve_noise,
+        "noise_multiplier": noise_multiplier,
         "noise_multiplier_run": _noise_multiplier(noise_multiplier, halve_noise),
-        "exceeds_exact": bool(bound > exact), "claim_refuted": bool(bound > claimed),
-        "threshold": round(result.threshold, 6), "test_trials": n, "true_positives": result.true_positives,
-        "false_positives": result.false_positives, "tpr": result.true_positives / n,
-        "fpr": result.false_positives / n, "confidence": result.confidence, "delta": delta, **extra,
-        "seconds": round(time.perf_counter() - started, 1)}
+        "exceeds_exact": bool(bound > exact),
+        "claim_refuted": bool(bound > claimed),
+        "threshold": round(result.threshold, 6),
+        "test_trials": n,
+        "true_positives": result.true_positives,
+        "false_positives": result.false_positives,
+        "tpr": result.true_positives / n,
+        "fpr": result.false_positives / n,
+        "confidence": result.confidence,
+        "delta": delta,
+        **extra,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def _audit_secret(seed: int, mechanism: str, first: bool, halve_noise: bool) -> PrivacySecret:
@@ -297,9 +369,18 @@ def _audit_secret(seed: int, mechanism: str, first: bool, halve_noise: bool) -> 
     return PrivacySecret.from_hex(f"{seed:016x}{tag:016x}{int(first):016x}{int(halve_noise):016x}")
 
 
-def gswgan_sanitiser_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 1.07,
-                           clip: float = 1.0, delta: float = 1e-5, discriminators: int = 10, batch_size: int = 32,
-                           canary_norm: float = 10.0, required: float = 2.5, seed: int = 0) -> dict:
+def gswgan_sanitiser_audit(
+    trials: int = 1_000_000,
+    halve_noise: bool = False,
+    noise_multiplier: float = 1.07,
+    clip: float = 1.0,
+    delta: float = 1e-5,
+    discriminators: int = 10,
+    batch_size: int = 32,
+    canary_norm: float = 10.0,
+    required: float = 2.5,
+    seed: int = 0,
+) -> dict:
     """GS-WGAN's sanitiser through the trainer's own `generator_step`: every critic planted with the
     canary's gradient (`canary_critics`: +g on the first input, -g on the neighbour, norm `canary_norm` C
     so clipping acts), `trials` sanitised rows per input (B per step), each scored by its projection on
@@ -307,35 +388,69 @@ def gswgan_sanitiser_audit(trials: int = 1_000_000, halve_noise: bool = False, n
     mechanism's with sensitivity 2C and noise 2 sigma C (mu = 1 / sigma); the claim, the accountant's
     epsilon of one sanitised row at K = 1."""
     started = time.perf_counter()
-    run = StepAuditSetup(discriminators=discriminators, batch_size=batch_size,
-                         noise_multiplier=_noise_multiplier(noise_multiplier, halve_noise), clip=clip, delta=delta)
+    run = StepAuditSetup(
+        discriminators=discriminators,
+        batch_size=batch_size,
+        noise_multiplier=_noise_multiplier(noise_multiplier, halve_noise),
+        clip=clip,
+        delta=delta,
+    )
     steps = -(-trials // batch_size)
     scores = {}
     with tempfile.TemporaryDirectory() as tmp:
         for first in (True, False):
-            rows = sanitised_projections(run, "per_row", first, steps, 1,
-                                         _audit_secret(seed, "gswgan", first, halve_noise),
-                                         Path(tmp) / f"input-{int(first)}",
-                                         critics=canary_critics(run, first, canary_norm * clip))
+            rows = sanitised_projections(
+                run,
+                "per_row",
+                first,
+                steps,
+                1,
+                _audit_secret(seed, "gswgan", first, halve_noise),
+                Path(tmp) / f"input-{int(first)}",
+                critics=canary_critics(run, first, canary_norm * clip),
+            )
             scores[first] = rows.reshape(-1)[:trials] / clip
     exact = gaussian_epsilon(1.0 / noise_multiplier, delta)
     claimed = epsilon_for(1, 1, 1, noise_multiplier, delta)
-    return _calibration_result("gswgan-sanitiser", scores[True], scores[False], exact, claimed, delta,
-                               noise_multiplier, halve_noise, required, started,
-                               function="GeneratorTrainer.generator_step (query_critics, sanitize_rows)",
-                               discriminators=discriminators, batch_size=batch_size, steps_per_input=steps,
-                               canary_norm=canary_norm, exact_of="the Gaussian mechanism, mu = 1 / sigma")
+    return _calibration_result(
+        "gswgan-sanitiser",
+        scores[True],
+        scores[False],
+        exact,
+        claimed,
+        delta,
+        noise_multiplier,
+        halve_noise,
+        required,
+        started,
+        function="GeneratorTrainer.generator_step (query_critics, sanitize_rows)",
+        discriminators=discriminators,
+        batch_size=batch_size,
+        steps_per_input=steps,
+        canary_norm=canary_norm,
+        exact_of="the Gaussian mechanism, mu = 1 / sigma",
+    )
 
 
 def _dpsgd_pair_note(canaries: int) -> str:
-    return (f"{canaries} canaries per call, each in its own gradient coordinates (its trial reads only its own "
-            "entries of the released gradient, which no other canary touches): one call, that many trials")
+    return (
+        f"{canaries} canaries per call, each in its own gradient coordinates (its trial reads only its own "
+        "entries of the released gradient, which no other canary touches): one call, that many trials"
+    )
 
 
-def dpcgan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 2.14,
-                        clip: float = 1.0, delta: float = 1e-5, canaries_per_call: int = 384,
-                        background_rows: int = 31, canary_norm: float = 100.0, required: float | None = None,
-                        seed: int = 0) -> dict:
+def dpcgan_update_audit(
+    trials: int = 1_000_000,
+    halve_noise: bool = False,
+    noise_multiplier: float = 2.14,
+    clip: float = 1.0,
+    delta: float = 1e-5,
+    canaries_per_call: int = 384,
+    background_rows: int = 31,
+    canary_norm: float = 100.0,
+    required: float | None = None,
+    seed: int = 0,
+) -> dict:
     """One DP-SGD update of DP-CGAN's discriminator (`sanitized_gradient`: per-example gradients of a
     real network, clipped, summed, N(0, (sigma C)^2) on the real sum, from a torch.Generator). The
     discriminator has no hidden layer and zero weights, so D = 1/2 everywhere and a real row x's
@@ -369,17 +484,31 @@ def dpcgan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, nois
         noise_rng = _audit_secret(seed, "dpcgan", first, halve_noise).torch("dpcgan-noise")
         out = torch.empty(calls, m, dtype=torch.float64)
         for c in range(calls):
-            parts = sanitized_gradient(disc, real, labels, fake, fake_labels, clip, sigma,
-                                       float(background_rows + 1), noise_rng)
+            parts = sanitized_gradient(
+                disc, real, labels, fake, fake_labels, clip, sigma, float(background_rows + 1), noise_rng
+            )
             out[c] = parts.total["body.0.weight"][0, :m]
         scores[first] = out.reshape(-1)[:trials].numpy() / clip
     exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
     claimed = _replace_one_claim(noise_multiplier, delta)
-    return _calibration_result("dpcgan-update", scores[True], scores[False], exact, claimed, delta, noise_multiplier,
-                               halve_noise, 0.6 * exact if required is None else required, started,
-                               function="dpsynth.models.generators.dpcgan.trainer.sanitized_gradient", canaries=_dpsgd_pair_note(m),
-                               calls_per_input=calls, background_rows=background_rows, canary_norm=canary_norm,
-                               exact_of="the Gaussian mechanism, mu = 2C / (sigma C)")
+    return _calibration_result(
+        "dpcgan-update",
+        scores[True],
+        scores[False],
+        exact,
+        claimed,
+        delta,
+        noise_multiplier,
+        halve_noise,
+        0.6 * exact if required is None else required,
+        started,
+        function="dpsynth.models.generators.dpcgan.trainer.sanitized_gradient",
+        canaries=_dpsgd_pair_note(m),
+        calls_per_input=calls,
+        background_rows=background_rows,
+        canary_norm=canary_norm,
+        exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
+    )
 
 
 def _replace_one_claim(noise_multiplier: float, delta: float) -> float:
@@ -389,10 +518,19 @@ def _replace_one_claim(noise_multiplier: float, delta: float) -> float:
     return replace_one_epsilon(Phase(1.0, noise_multiplier, 1), delta)
 
 
-def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 2.14,
-                           clip: float = 1.0, delta: float = 1e-5, canaries_per_call: int = 256,
-                           background_rows: int = 31, canary_norm: float = 100.0, spread: int = 4,
-                           required: float | None = None, seed: int = 0) -> dict:
+def dpautogan_update_audit(
+    trials: int = 1_000_000,
+    halve_noise: bool = False,
+    noise_multiplier: float = 2.14,
+    clip: float = 1.0,
+    delta: float = 1e-5,
+    canaries_per_call: int = 256,
+    background_rows: int = 31,
+    canary_norm: float = 100.0,
+    spread: int = 4,
+    required: float | None = None,
+    seed: int = 0,
+) -> dict:
     """One DP-SGD update of DP-auto-GAN (`sanitize`, what `autoencoder_update` and `critic_update` call),
     fed per-example gradients: canary i's is +-(n C / sqrt s) (e_i, ..., e_i) over s = `spread`
     parameters (norm n C, n = `canary_norm`). The clip is one joint norm over all parameters, so the
@@ -425,11 +563,25 @@ def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, n
         scores[first] = out.reshape(-1)[:trials].numpy() / clip
     exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
     claimed = _replace_one_claim(noise_multiplier, delta)
-    return _calibration_result("dpautogan-update", scores[True], scores[False], exact, claimed, delta,
-                               noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
-                               started, function="dpsynth.models.generators.dpsgd.sanitize", canaries=_dpsgd_pair_note(m),
-                               calls_per_input=calls, background_rows=background_rows, canary_norm=canary_norm,
-                               parameters_per_canary=spread, exact_of="the Gaussian mechanism, mu = 2C / (sigma C)")
+    return _calibration_result(
+        "dpautogan-update",
+        scores[True],
+        scores[False],
+        exact,
+        claimed,
+        delta,
+        noise_multiplier,
+        halve_noise,
+        0.6 * exact if required is None else required,
+        started,
+        function="dpsynth.models.generators.dpsgd.sanitize",
+        canaries=_dpsgd_pair_note(m),
+        calls_per_input=calls,
+        background_rows=background_rows,
+        canary_norm=canary_norm,
+        parameters_per_canary=spread,
+        exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
+    )
 
 
 def moment_vector(x: np.ndarray, binary: list[bool]) -> np.ndarray:
@@ -443,8 +595,9 @@ def moment_vector(x: np.ndarray, binary: list[bool]) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-def _pair_exact(first: np.ndarray, second: np.ndarray, binary: list[bool], noise_multiplier: float,
-                delta: float) -> tuple[np.ndarray, float, float]:
+def _pair_exact(
+    first: np.ndarray, second: np.ndarray, binary: list[bool], noise_multiplier: float, delta: float
+) -> tuple[np.ndarray, float, float]:
     """(difference of the pair's statistics, its norm over the bound, the pair's exact epsilon): every
     entry of a row's statistics is at most 1 in size, so the bound is sqrt(number of entries)."""
     v1, v2 = moment_vector(first, binary), moment_vector(second, binary)
@@ -453,9 +606,18 @@ def _pair_exact(first: np.ndarray, second: np.ndarray, binary: list[bool], noise
     return diff, ratio, gaussian_epsilon(ratio / noise_multiplier, delta)
 
 
-def gaussian_fit_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 1.4,
-                       latent_dim: int = 4, flipped: int = 2, rows: int = 50, delta: float = 1e-5,
-                       required: float | None = None, seed: int = 0, chunk: int = 100_000) -> dict:
+def gaussian_fit_audit(
+    trials: int = 1_000_000,
+    halve_noise: bool = False,
+    noise_multiplier: float = 1.4,
+    latent_dim: int = 4,
+    flipped: int = 2,
+    rows: int = 50,
+    delta: float = 1e-5,
+    required: float | None = None,
+    seed: int = 0,
+    chunk: int = 100_000,
+) -> dict:
     """DP-auto-GAN's Gaussian-fit query (`fit_gaussian_latent`: `noisy_sums` of `latent_statistics`
     with `gaussian_bound`): `rows` - 1 public latents and a canary latent at a corner of [-1, 1]^d, all
     ones on the first input, the first `flipped` coordinates -1 on the neighbour (the linear and cross
@@ -489,18 +651,35 @@ def gaussian_fit_audit(trials: int = 1_000_000, halve_noise: bool = False, noise
             left -= n
         scores[first] = np.concatenate(parts)
     claimed = _replace_one_claim(noise_multiplier, delta)
-    return _calibration_result("dpautogan-gaussian-fit", scores[True], scores[False], exact, claimed, delta,
-                               noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
-                               started, function="dpsynth.models.generators.dpautogan.latent_gaussian.noisy_sums(latent_statistics(.), sigma, "
-                               "gaussian_bound(d)), the query of fit_gaussian_latent", latent_dim=d, rows=rows,
-                               pair=[canary[True].tolist(), canary[False].tolist()],
-                               exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound)"
-                               f" = {ratio:.4f} / sigma")
+    return _calibration_result(
+        "dpautogan-gaussian-fit",
+        scores[True],
+        scores[False],
+        exact,
+        claimed,
+        delta,
+        noise_multiplier,
+        halve_noise,
+        0.6 * exact if required is None else required,
+        started,
+        function="dpsynth.models.generators.dpautogan.latent_gaussian.noisy_sums(latent_statistics(.), sigma, "
+        "gaussian_bound(d)), the query of fit_gaussian_latent",
+        latent_dim=d,
+        rows=rows,
+        pair=[canary[True].tolist(), canary[False].tolist()],
+        exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound) = {ratio:.4f} / sigma",
+    )
 
 
-def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 1.5,
-                          rows: int = 50, delta: float = 1e-5, required: float | None = None,
-                          seed: int = 0) -> dict:
+def decoded_moments_audit(
+    trials: int = 1_000_000,
+    halve_noise: bool = False,
+    noise_multiplier: float = 1.5,
+    rows: int = 50,
+    delta: float = 1e-5,
+    required: float | None = None,
+    seed: int = 0,
+) -> dict:
     """DP-auto-GAN's decoded-moment query (`private_moments`: `moment_statistics` of the rows clipped to
     [-1, 1], `noisy_sums` with `moment_bound`), called once per trial (its statistics take rows of one
     table). Three columns, the last binary; `rows` - 1 public rows and a canary row (3, 3, 1) on the
@@ -515,8 +694,9 @@ def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, no
     background = torch.rand(rows - 1, 3, generator=public, dtype=torch.float64) * 2 - 1
     background[:, 2] = torch.sign(background[:, 2])
     raw = {True: np.array([3.0, 3.0, 1.0]), False: np.array([-3.0, -3.0, 1.0])}
-    diff, ratio, exact = _pair_exact(np.clip(raw[True], -1, 1), np.clip(raw[False], -1, 1), binary,
-                                     noise_multiplier, delta)
+    diff, ratio, exact = _pair_exact(
+        np.clip(raw[True], -1, 1), np.clip(raw[False], -1, 1), binary, noise_multiplier, delta
+    )
     sigma = _noise_multiplier(noise_multiplier, halve_noise)
     scores = {}
     for first in (True, False):
@@ -527,17 +707,34 @@ def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, no
             out[t] = private_moments(table, binary, sigma, noise_rng)
         scores[first] = out.numpy() @ diff
     claimed = _replace_one_claim(noise_multiplier, delta)
-    return _calibration_result("dpautogan-moments", scores[True], scores[False], exact, claimed, delta,
-                               noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
-                               started, function="dpsynth.models.generators.dpautogan.latent_gaussian.private_moments", rows=rows, binary=binary,
-                               pair=[raw[True].tolist(), raw[False].tolist()],
-                               exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound)"
-                               f" = {ratio:.4f} / sigma")
+    return _calibration_result(
+        "dpautogan-moments",
+        scores[True],
+        scores[False],
+        exact,
+        claimed,
+        delta,
+        noise_multiplier,
+        halve_noise,
+        0.6 * exact if required is None else required,
+        started,
+        function="dpsynth.models.generators.dpautogan.latent_gaussian.private_moments",
+        rows=rows,
+        binary=binary,
+        pair=[raw[True].tolist(), raw[False].tolist()],
+        exact_of=f"this pair: the Gaussian mechanism, mu = ||v(x) - v(x')|| / (sigma bound) = {ratio:.4f} / sigma",
+    )
 
 
-def measured_marginal_audit(trials: int = 1_000_000, halve_noise: bool = False, noise_multiplier: float = 1.07,
-                            rows: int = 50, delta: float = 1e-5, required: float | None = None,
-                            seed: int = 0) -> dict:
+def measured_marginal_audit(
+    trials: int = 1_000_000,
+    halve_noise: bool = False,
+    noise_multiplier: float = 1.07,
+    rows: int = 50,
+    delta: float = 1e-5,
+    required: float | None = None,
+    seed: int = 0,
+) -> dict:
     """The measured marginals' query (models/marginals/measure.py `noisy_marginal`, what `measure` runs for each
     marginal), called once per trial on a three-level column: `rows` - 1 public rows and a canary in the
     first level on the first input, in the last level on the neighbour (a replacement: one count down,
@@ -550,10 +747,18 @@ def measured_marginal_audit(trials: int = 1_000_000, halve_noise: bool = False, 
     from dpsynth.models.marginals.measure import MeasurementPlan, frame_codes, noisy_marginal
 
     started = time.perf_counter()
-    schema = DatasetSchema.from_dict({"name": "audit", "target": "y", "columns": {
-        "x": {"type": "categorical", "levels": ["a", "b", "c"]}, "y": {"type": "binary", "levels": [0, 1]}}})
+    schema = DatasetSchema.from_dict(
+        {
+            "name": "audit",
+            "target": "y",
+            "columns": {
+                "x": {"type": "categorical", "levels": ["a", "b", "c"]},
+                "y": {"type": "binary", "levels": [0, 1]},
+            },
+        }
+    )
     background = list(np.random.default_rng(seed).choice(["a", "b", "c"], rows - 1))
-    diff = np.array([1.0, 0.0, -1.0])   # c(x) - c(x'): the canary moved from "a" to "c"
+    diff = np.array([1.0, 0.0, -1.0])  # c(x) - c(x'): the canary moved from "a" to "c"
     sigma = _noise_multiplier(noise_multiplier, halve_noise)
     scores = {}
     for first in (True, False):
@@ -566,23 +771,41 @@ def measured_marginal_audit(trials: int = 1_000_000, halve_noise: bool = False, 
         scores[first] = out @ diff
     exact = gaussian_epsilon(1.0 / noise_multiplier, delta)
     claimed = MeasurementPlan((("x",),), (noise_multiplier,)).epsilon(delta)
-    return _calibration_result("measured-marginals", scores[True], scores[False], exact, claimed, delta,
-                               noise_multiplier, halve_noise, 0.6 * exact if required is None else required,
-                               started, function="dpsynth.models.marginals.measure.noisy_marginal", rows=rows,
-                               exact_of="the Gaussian mechanism, mu = sqrt(2) / (sigma sqrt(2)) = 1 / sigma")
+    return _calibration_result(
+        "measured-marginals",
+        scores[True],
+        scores[False],
+        exact,
+        claimed,
+        delta,
+        noise_multiplier,
+        halve_noise,
+        0.6 * exact if required is None else required,
+        started,
+        function="dpsynth.models.marginals.measure.noisy_marginal",
+        rows=rows,
+        exact_of="the Gaussian mechanism, mu = sqrt(2) / (sigma sqrt(2)) = 1 / sigma",
+    )
 
 
 # Each called as audit(trials=..., halve_noise=..., seed=...), its other parameters left at their defaults.
 CALIBRATION_AUDITS: dict[str, Callable[..., dict]] = {
-    "gswgan-sanitiser": gswgan_sanitiser_audit, "dpcgan-update": dpcgan_update_audit,
-    "dpautogan-update": dpautogan_update_audit, "dpautogan-gaussian-fit": gaussian_fit_audit,
-    "dpautogan-moments": decoded_moments_audit, "measured-marginals": measured_marginal_audit}
+    "gswgan-sanitiser": gswgan_sanitiser_audit,
+    "dpcgan-update": dpcgan_update_audit,
+    "dpautogan-update": dpautogan_update_audit,
+    "dpautogan-gaussian-fit": gaussian_fit_audit,
+    "dpautogan-moments": decoded_moments_audit,
+    "measured-marginals": measured_marginal_audit,
+}
 CALIBRATION_MECHANISMS = tuple(CALIBRATION_AUDITS)
 
 
-def calibration_audits(trials: int = 1_000_000, halve_noise: bool = False,
-                       mechanisms: Sequence[str] = CALIBRATION_MECHANISMS,
-                       seed: int = 0) -> list[dict]:
+def calibration_audits(
+    trials: int = 1_000_000,
+    halve_noise: bool = False,
+    mechanisms: Sequence[str] = CALIBRATION_MECHANISMS,
+    seed: int = 0,
+) -> list[dict]:
     """The calibration audit of each mechanism in `mechanisms`, `trials` per input, one intra-op thread."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -603,10 +826,10 @@ def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> flo
 
     if not 0 <= v <= r <= m:
         raise ValueError("need 0 <= v <= r <= m")
-    q = 1.0 / (1.0 + math.exp(-epsilon))          # the accuracy of epsilon-DP randomised response
-    tail = float(binom.sf(v - 1, r, q))            # P[Binomial(r, q) >= v]
+    q = 1.0 / (1.0 + math.exp(-epsilon))  # the accuracy of epsilon-DP randomised response
+    tail = float(binom.sf(v - 1, r, q))  # P[Binomial(r, q) >= v]
     worst, below = 0.0, 0.0
-    for i in range(1, v + 1):                      # below = P[v > Binomial(r, q) >= v - i]
+    for i in range(1, v + 1):  # below = P[v > Binomial(r, q) >= v - i]
         below += float(binom.pmf(v - i, r, q))
         worst = max(worst, below / i)
     return min(1.0, tail + worst * delta * 2 * m)
@@ -643,7 +866,7 @@ class TrainAuditSetup:
     noise_multiplier: float = 1.07
     delta: float = 1e-5
     synthetic_rows: int = 100000
-    guesses: int = 40            # guesses made on each side (the k+ highest and k- lowest scores)
+    guesses: int = 40  # guesses made on each side (the k+ highest and k- lowest scores)
 
 
 def canary_rows(schema: DatasetSchema, n: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -690,9 +913,15 @@ def train_audit(schema: DatasetSchema, setup: TrainAuditSetup, private: bool, se
     included = rng.random(setup.canaries) < 0.5
     table = pd.concat([base, canaries[included]], ignore_index=True)
     data = torch.from_numpy(encoder.encode(table).astype(np.float32))
-    gan = GanConfig(condition_on_target=True, output_head="gumbel", critic_refresh_steps=5,
-                    generator_ema=0.999, pretrain_iterations=setup.pretrain_iterations,
-                    iterations=setup.iterations, checkpoint_every=setup.iterations)
+    gan = GanConfig(
+        condition_on_target=True,
+        output_head="gumbel",
+        critic_refresh_steps=5,
+        generator_ema=0.999,
+        pretrain_iterations=setup.pretrain_iterations,
+        iterations=setup.iterations,
+        checkpoint_every=setup.iterations,
+    )
     condition = target_condition(gan, encoder.target_index, "binary")
     secret = PrivacySecret.from_hex(f"{seed:032x}{int(private):032x}")
     partition = make_partition(len(table), setup.discriminators, secret)
@@ -701,8 +930,20 @@ def train_audit(schema: DatasetSchema, setup: TrainAuditSetup, private: bool, se
     privacy = PrivacyConfig(noise_multiplier=setup.noise_multiplier, delta=setup.delta)
     setting = Setting("audit", setup.discriminators, private=private)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = GeneratorTrainer(data, partition, critics, gan, privacy, setting, encoder.head_groups(), seed,
-                                   Path(tmp), cpu, secret, condition=condition)
+        trainer = GeneratorTrainer(
+            data,
+            partition,
+            critics,
+            gan,
+            privacy,
+            setting,
+            encoder.head_groups(),
+            seed,
+            Path(tmp),
+            cpu,
+            secret,
+            condition=condition,
+        )
         trainer.run(setup.iterations)
         synthetic = sample_encoded(trainer.released_generator(), setup.synthetic_rows, seed=seed)
         claimed = trainer.accountant.get_epsilon(setup.delta) if private else math.inf
@@ -719,11 +960,19 @@ def train_audit(schema: DatasetSchema, setup: TrainAuditSetup, private: bool, se
     order = np.argsort(distance)
     k = setup.guesses
     correct = int(included[order[:k]].sum() + (~included[order[-k:]]).sum())
-    return {"sanitiser": "on" if private else "off", "epsilon_claimed": claimed,
-            "epsilon_lower_bound": one_run_epsilon_lower_bound(setup.canaries, 2 * k, correct, setup.delta),
-            "confidence": 0.95, "canaries": setup.canaries, "included": int(included.sum()), "guesses": 2 * k,
-            "correct": correct, "discriminators": setup.discriminators, "iterations": setup.iterations,
-            "base_rows": setup.base_rows}
+    return {
+        "sanitiser": "on" if private else "off",
+        "epsilon_claimed": claimed,
+        "epsilon_lower_bound": one_run_epsilon_lower_bound(setup.canaries, 2 * k, correct, setup.delta),
+        "confidence": 0.95,
+        "canaries": setup.canaries,
+        "included": int(included.sum()),
+        "guesses": 2 * k,
+        "correct": correct,
+        "discriminators": setup.discriminators,
+        "iterations": setup.iterations,
+        "base_rows": setup.base_rows,
+    }
 
 
 def pooled_train_audit(runs: list[dict], delta: float) -> float:

@@ -67,12 +67,14 @@ def cut_to_budget(schedule: Schedule, budget: float | None, setting_name: str) -
         first = next(i for i, t in enumerate(iterations) if t >= schedule.first_trained)
         raise BudgetExceededError(
             f"Setting {setting_name!r}: even the first trained checkpoint (iteration {iterations[first]}) costs "
-            f"epsilon {epsilons[first]:.2f}, above the budget {budget:g}. Raise the budget, or {schedule.hint}.")
+            f"epsilon {epsilons[first]:.2f}, above the budget {budget:g}. Raise the budget, or {schedule.hint}."
+        )
     return TrainingPlan(iterations[:kept], epsilons[:kept], kept < len(iterations))
 
 
-def check_release_budget(epsilon_training_last: float, epsilon_choice: float, disjoint: bool,
-                         budget: float | None) -> float:
+def check_release_budget(
+    epsilon_training_last: float, epsilon_choice: float, disjoint: bool, budget: float | None
+) -> float:
     """The planned release epsilon (training with the DP choice); raises `BudgetExceededError` when it
     is above the budget."""
     total, _ = release_epsilon(epsilon_training_last, epsilon_choice, disjoint)
@@ -80,7 +82,8 @@ def check_release_budget(epsilon_training_last: float, epsilon_choice: float, di
         raise BudgetExceededError(
             f"The release would cost epsilon {total:.4g} (training {epsilon_training_last:.4g}, DP choice "
             f"{epsilon_choice:.4g}), above the budget {budget:g}. Lower privacy.choice_epsilon or "
-            "privacy.approval_epsilon, or raise the budget.")
+            "privacy.approval_epsilon, or raise the budget."
+        )
     return total
 
 
@@ -90,9 +93,9 @@ def check_registration(epsilon: float | None, budget: float | None) -> None:
     if epsilon is None or math.isnan(epsilon):
         raise BudgetExceededError("The release's epsilon is unknown (not a number): nothing is registered.")
     if not fits(epsilon, budget):
-        what = ("a non-private generator (epsilon = infinity)" if math.isinf(epsilon)
-                else f"epsilon {epsilon:.4g}")
+        what = "a non-private generator (epsilon = infinity)" if math.isinf(epsilon) else f"epsilon {epsilon:.4g}"
         raise BudgetExceededError(
             f"Refusing to register {what}: it exceeds the privacy budget of {budget:g}. Nothing was "
             "registered and the current champion is unchanged. Release an earlier checkpoint, or raise "
-            "'privacy.epsilon_budget' in the profile if that budget was set too low.")
+            "'privacy.epsilon_budget' in the profile if that budget was set too low."
+        )

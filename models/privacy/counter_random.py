@@ -41,7 +41,7 @@ def normals(counters: np.ndarray) -> np.ndarray:
     """A standard normal per uint64 counter (Box-Muller on the uniforms of 2c and 2c + 1)."""
     with np.errstate(over="ignore"):
         doubled = np.asarray(counters, dtype=np.uint64) * np.uint64(2)
-        u1 = 1.0 - uniforms(doubled)   # (0, 1]: log is finite
+        u1 = 1.0 - uniforms(doubled)  # (0, 1]: log is finite
         u2 = uniforms(doubled + np.uint64(1))
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 

@@ -69,8 +69,10 @@ _RDP = _opacus_rdp()
 compute_rdp = _RDP.compute_rdp
 get_privacy_spent = _RDP.get_privacy_spent
 
-MECHANISM = ("Poisson-subsampled Gaussian (DP-SGD), RDP of Opacus's sampled Gaussian mechanism analysis, "
-             "add/remove-one adjacency, one composition per sanitised update; phases composed order by order")
+MECHANISM = (
+    "Poisson-subsampled Gaussian (DP-SGD), RDP of Opacus's sampled Gaussian mechanism analysis, "
+    "add/remove-one adjacency, one composition per sanitised update; phases composed order by order"
+)
 CONVERSIONS = ("classic", "opacus")
 
 _OPACUS_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
@@ -153,9 +155,7 @@ def _check_phases(phases: object) -> list[Phase]:
     out = list(phases)
     bad = [p for p in out if not isinstance(p, Phase)]
     if bad:
-        raise ConfigError(
-            f"phases must be Phase(sample_rate, noise_multiplier, steps) objects, got {bad[0]!r}"
-        )
+        raise ConfigError(f"phases must be Phase(sample_rate, noise_multiplier, steps) objects, got {bad[0]!r}")
     return out
 
 
@@ -166,8 +166,9 @@ def _check_phases(phases: object) -> list[Phase]:
 def _unit_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[float, ...]) -> np.ndarray:
     """RDP of ONE step, cached: steps only scale it (RDP composes linearly), so a stateful accountant
     asking after every update costs a multiplication."""
-    rdp = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)),
-                     dtype=float)
+    rdp = np.asarray(
+        compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)), dtype=float
+    )
     rdp.setflags(write=False)
     return rdp
 
@@ -193,8 +194,9 @@ def _convert(orders: np.ndarray, rdp: np.ndarray, delta: float, conversion: str)
     return eps if math.isfinite(eps) else math.inf
 
 
-def epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "classic",
-            orders: Iterable[float] | None = None) -> float:
+def epsilon(
+    phases: Phase | Sequence[Phase], delta: float, conversion: str = "classic", orders: Iterable[float] | None = None
+) -> float:
     """Epsilon at `delta` of all phases together (their RDP added at each order, then converted once)."""
     d = check_delta(delta)
     conv = _check_conversion(conversion)
@@ -205,8 +207,13 @@ def epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "cl
     return _convert(grid, rdp, d, conv)
 
 
-def replace_one_epsilon(phases: Phase | Sequence[Phase], delta: float, conversion: str = "classic",
-                        orders: Iterable[float] | None = None, extra_rho: float = 0.0) -> float:
+def replace_one_epsilon(
+    phases: Phase | Sequence[Phase],
+    delta: float,
+    conversion: str = "classic",
+    orders: Iterable[float] | None = None,
+    extra_rho: float = 0.0,
+) -> float:
     """Epsilon at `delta` under replace-one adjacency, dpsynth's unit of privacy, from the add/remove-one
     analysis above: a replacement is a removal followed by an addition, and group privacy over those two
     steps turns (eps, d)-DP into (2 eps, (1 + e^eps) d)-DP. The add/remove delta d is the largest with
@@ -229,7 +236,7 @@ def replace_one_epsilon(phases: Phase | Sequence[Phase], delta: float, conversio
         eps = _convert(grid, rdp, math.exp(log_d), conv)
         return (1.0 + math.exp(min(eps, 700.0))) * math.exp(log_d) <= d, eps
 
-    low, high = math.log(d) - 60.0, math.log(d / 2.0)   # (1 + e^eps) >= 2: d/2 is the most it can be
+    low, high = math.log(d) - 60.0, math.log(d / 2.0)  # (1 + e^eps) >= 2: d/2 is the most it can be
     ok, eps_low = fits(low)
     if not ok:
         return math.inf

@@ -54,8 +54,9 @@ class QueryMechanism:
     sensitivity_ratio: float
 
     @classmethod
-    def gswgan_step(cls, discriminators: int, batch_size: int, noise_multiplier: float,
-                    critic_draw: str) -> QueryMechanism:
+    def gswgan_step(
+        cls, discriminators: int, batch_size: int, noise_multiplier: float, critic_draw: str
+    ) -> QueryMechanism:
         """One GS-WGAN generator step: B queries of one row each when every sanitised row draws its own
         critic ("per_row"); one query of B stacked rows when the step draws one critic ("per_step",
         the thesis' Algorithm 2)."""
@@ -67,12 +68,24 @@ class QueryMechanism:
         raise ValueError(f"unknown critic draw {critic_draw!r}")
 
     def delta(self, epsilon: float, steps: int = 1, pessimistic: bool = True, grid: float = 1e-4) -> float:
-        return hockey_stick(epsilon, self.sampling_probability, self.sensitivity_ratio, self.queries * steps,
-                            pessimistic=pessimistic, grid=grid)
+        return hockey_stick(
+            epsilon,
+            self.sampling_probability,
+            self.sensitivity_ratio,
+            self.queries * steps,
+            pessimistic=pessimistic,
+            grid=grid,
+        )
 
     def epsilon(self, delta: float, steps: int = 1, pessimistic: bool = True, grid: float = 1e-4) -> float:
-        return epsilon_at(delta, self.sampling_probability, self.sensitivity_ratio, self.queries * steps,
-                          pessimistic=pessimistic, grid=grid)
+        return epsilon_at(
+            delta,
+            self.sampling_probability,
+            self.sensitivity_ratio,
+            self.queries * steps,
+            pessimistic=pessimistic,
+            grid=grid,
+        )
 
 
 # ------------------------------------------------------------------------------------------ one query
@@ -107,8 +120,7 @@ def _single_query_delta(epsilon: float, q: float, mu: float) -> float:
 # ----------------------------------------------------------------------------- n queries: PLD + FFT
 
 
-def _loss_pmf(q: float, mu: float, direction: int, grid: float,
-              pessimistic: bool) -> tuple[int, np.ndarray, float]:
+def _loss_pmf(q: float, mu: float, direction: int, grid: float, pessimistic: bool) -> tuple[int, np.ndarray, float]:
     """The privacy loss distribution of one query on the integer grid (loss = index * grid): (offset,
     masses, infinite mass). direction +1: P against Q (x ~ P); -1: Q against P (x ~ Q)."""
     lo, hi = -_TAIL, _TAIL + mu
@@ -118,10 +130,10 @@ def _loss_pmf(q: float, mu: float, direction: int, grid: float,
     x = np.linspace(lo, hi, cells + 1)
     if direction > 0:
         cdf = (1.0 - q) * ndtr(x) + q * ndtr(x - mu)
-        tail = (1.0 - q) * ndtr(-hi) + q * ndtr(mu - hi)            # beyond hi: huge positive loss
+        tail = (1.0 - q) * ndtr(-hi) + q * ndtr(mu - hi)  # beyond hi: huge positive loss
     else:
         cdf = ndtr(x)
-        tail = ndtr(lo)                                              # below lo: huge positive loss
+        tail = ndtr(lo)  # below lo: huge positive loss
     mass = np.diff(cdf)
     with np.errstate(divide="ignore"):
         log_q = math.log(q) if q > 0 else -math.inf
@@ -156,15 +168,22 @@ def _composed_delta(epsilon: float, composed: tuple[tuple[int, np.ndarray], floa
     return finite + infinite
 
 
-def _composed(q: float, mu: float, n: int, grid: float, pessimistic: bool,
-              direction: int) -> tuple[tuple[int, np.ndarray], float]:
+def _composed(
+    q: float, mu: float, n: int, grid: float, pessimistic: bool, direction: int
+) -> tuple[tuple[int, np.ndarray], float]:
     offset, masses, tail = _loss_pmf(q, mu, direction, grid, pessimistic)
     infinite = 1.0 - (1.0 - tail) ** n
     return _compose(offset, masses, n), infinite
 
 
-def hockey_stick(epsilon: float, sampling_probability: float, sensitivity_ratio: float, compositions: int = 1,
-                 pessimistic: bool = True, grid: float = 1e-4) -> float:
+def hockey_stick(
+    epsilon: float,
+    sampling_probability: float,
+    sensitivity_ratio: float,
+    compositions: int = 1,
+    pessimistic: bool = True,
+    grid: float = 1e-4,
+) -> float:
     """delta(epsilon) of `compositions` independent subsampled Gaussian queries (see the module notes)."""
     q, mu, n = float(sampling_probability), float(sensitivity_ratio), int(compositions)
     if not (0 < q <= 1 and mu > 0 and n >= 1):
@@ -174,11 +193,18 @@ def hockey_stick(epsilon: float, sampling_probability: float, sensitivity_ratio:
     return max(_composed_delta(epsilon, _composed(q, mu, n, grid, pessimistic, d), grid) for d in (+1, -1))
 
 
-def epsilon_at(delta: float, sampling_probability: float, sensitivity_ratio: float, compositions: int = 1,
-               pessimistic: bool = True, grid: float = 1e-4) -> float:
+def epsilon_at(
+    delta: float,
+    sampling_probability: float,
+    sensitivity_ratio: float,
+    compositions: int = 1,
+    pessimistic: bool = True,
+    grid: float = 1e-4,
+) -> float:
     """The smallest epsilon >= 0 with delta(epsilon) <= delta."""
     q, mu, n = float(sampling_probability), float(sensitivity_ratio), int(compositions)
     if n == 1:
+
         def excess(eps: float) -> float:
             return _single_query_delta(eps, q, mu) - delta
     else:
@@ -189,6 +215,7 @@ def epsilon_at(delta: float, sampling_probability: float, sensitivity_ratio: flo
 
         def excess(eps: float) -> float:
             return max(_composed_delta(eps, c, grid) for c in both) - delta
+
     if excess(0.0) <= 0:
         return 0.0
     high = 1.0

@@ -9,7 +9,8 @@ smaller, at delta = the sum of the releases' deltas:
 * RDP composition (Mironov 2017), for releases whose cost comes with a replace-one RDP curve
   (GS-WGAN's training curve from models/privacy/accountant.py, with the measured marginals' line alpha x rho
   added where the release measured them, and the pure-DP checkpoint choice; the DP-SGD
-  generators' curves are add/remove-one, so their releases add their published epsilon instead): the per-row RDP of a release at
+  generators' curves are add/remove-one, so their releases add their published epsilon instead): the per-row RDP of
+  a release at
   order alpha is the larger of training's and the choice's when they read disjoint rows (a row plays
   one role in a release), their sum otherwise; the releases' curves add order by order and the sum is
   converted once with the classic formula  eps = min over alpha of RDP(alpha) + log(1/delta)/(alpha-1).
@@ -61,17 +62,22 @@ class ReleaseCost:
     @classmethod
     def from_dict(cls, raw: dict) -> ReleaseCost:
         training = raw.get("training")
-        return cls(epsilon=float(raw["epsilon"]), delta=float(raw["delta"]),
-                   training=TrainingCurve(**training) if training else None,
-                   choice_epsilon=float(raw.get("choice_epsilon", 0.0)), disjoint=bool(raw.get("disjoint", True)))
+        return cls(
+            epsilon=float(raw["epsilon"]),
+            delta=float(raw["delta"]),
+            training=TrainingCurve(**training) if training else None,
+            choice_epsilon=float(raw.get("choice_epsilon", 0.0)),
+            disjoint=bool(raw.get("disjoint", True)),
+        )
 
     def rdp(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(orders, per-row RDP) of the whole release, or None without a training curve."""
         if self.training is None:
             return None
         t = self.training
-        orders, train = training_rdp(t.discriminators, t.iterations, t.batch_size, t.noise_multiplier, t.critic_draw,
-                                     t.marginals_rho)
+        orders, train = training_rdp(
+            t.discriminators, t.iterations, t.batch_size, t.noise_multiplier, t.critic_draw, t.marginals_rho
+        )
         eps = self.choice_epsilon
         choice = np.minimum(eps, orders * eps * eps / 2.0)
         return orders, (np.maximum(train, choice) if self.disjoint else train + choice)

@@ -92,8 +92,6 @@ def whole_release_epsilon(profile: Profile, training_epsilon: float) -> float:
     return release_epsilon(training_epsilon, decision_epsilon(profile), profile.protocol == "honest")[0]
 
 
-
-
 def choice_sensitivity(rows: int, share_gap_weight: float) -> float:
     return (4.0 + float(share_gap_weight)) / rows
 
@@ -120,36 +118,52 @@ def candidates(results: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float,
-                          rng: np.random.Generator) -> int:
+def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float, rng: np.random.Generator) -> int:
     """Index drawn with probability proportional to exp(epsilon score / (2 sensitivity)) (Gumbel-max)."""
     logits = np.asarray(scores, dtype=np.float64) * (epsilon / (2.0 * sensitivity))
     return int(np.argmax(logits + rng.gumbel(size=len(logits))))
 
 
-def noisy_approval(pairs: float, facts: ValidationFacts, floor: float, epsilon: float,
-                   rng: np.random.Generator) -> bool:
+def noisy_approval(
+    pairs: float, facts: ValidationFacts, floor: float, epsilon: float, rng: np.random.Generator
+) -> bool:
     n = float(facts.rows)
     statistic = pairs / n - floor * facts.positives * facts.negatives / n
     return bool(statistic + rng.laplace(scale=(1.0 + floor) / epsilon) >= 0.0)
 
 
-def decide_release(results: pd.DataFrame, epsilon_training_last: float, facts: ValidationFacts, *,
-                   choice_epsilon_: float, approval_epsilon: float, min_release_auc: float | None,
-                   share_gap_weight: float, disjoint: bool, secret: PrivacySecret) -> ReleaseDecision:
+def decide_release(
+    results: pd.DataFrame,
+    epsilon_training_last: float,
+    facts: ValidationFacts,
+    *,
+    choice_epsilon_: float,
+    approval_epsilon: float,
+    min_release_auc: float | None,
+    share_gap_weight: float,
+    disjoint: bool,
+    secret: PrivacySecret,
+) -> ReleaseDecision:
     """The DP choice of the checkpoint and the DP approval, with the whole release's epsilon.
 
     `results`: one row per checkpoint with iteration, the SCORE_COLUMNS and optional "share:" columns."""
     pool = candidates(results).sort_values("iteration").reset_index(drop=True)
     scores = choice_scores(pool, facts, share_gap_weight)
-    pick = exponential_mechanism(scores, choice_epsilon_, choice_sensitivity(facts.rows, share_gap_weight),
-                                 secret.numpy("release-choice"))
+    pick = exponential_mechanism(
+        scores, choice_epsilon_, choice_sensitivity(facts.rows, share_gap_weight), secret.numpy("release-choice")
+    )
     chosen = pool.iloc[pick]
     approved = True
     if min_release_auc is not None:
-        approved = noisy_approval(float(chosen["real_val_pairs"]), facts, float(min_release_auc), approval_epsilon,
-                                  secret.numpy("release-approval"))
+        approved = noisy_approval(
+            float(chosen["real_val_pairs"]),
+            facts,
+            float(min_release_auc),
+            approval_epsilon,
+            secret.numpy("release-approval"),
+        )
     spent = choice_epsilon(choice_epsilon_, approval_epsilon, min_release_auc)
     total, composition = release_epsilon(epsilon_training_last, spent, disjoint)
-    return ReleaseDecision(int(chosen["iteration"]), approved, float(epsilon_training_last), spent, total,
-                           composition, len(pool))
+    return ReleaseDecision(
+        int(chosen["iteration"]), approved, float(epsilon_training_last), spent, total, composition, len(pool)
+    )

@@ -120,14 +120,18 @@ def load(run_dir: str | Path) -> PrivacySecret:
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
-        raise MissingInputError(f"The run folder {str(Path(run_dir))!r} has no privacy secret; it was not "
-                                "started by dpsynth, or its secret was removed (then it cannot be resumed: "
-                                "start a new run).") from None
+        raise MissingInputError(
+            f"The run folder {str(Path(run_dir))!r} has no privacy secret; it was not "
+            "started by dpsynth, or its secret was removed (then it cannot be resumed: "
+            "start a new run)."
+        ) from None
     try:
         return PrivacySecret.from_hex(text)
     except ValueError:
-        raise MissingInputError(f"The privacy secret of {str(Path(run_dir))!r} is damaged; the run cannot be "
-                                "resumed exactly: start a new run.") from None
+        raise MissingInputError(
+            f"The privacy secret of {str(Path(run_dir))!r} is damaged; the run cannot be "
+            "resumed exactly: start a new run."
+        ) from None
 
 
 def store(run_dir: str | Path, secret: PrivacySecret) -> None:

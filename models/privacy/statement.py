@@ -26,8 +26,11 @@ class PrivacyStatement:
     internal_only: str
 
     def as_dict(self) -> dict:
-        return {"epsilon_covers": self.covers, "epsilon_does_not_cover": list(self.does_not_cover),
-                "internal_only": self.internal_only}
+        return {
+            "epsilon_covers": self.covers,
+            "epsilon_does_not_cover": list(self.does_not_cover),
+            "internal_only": self.internal_only,
+        }
 
     def markdown(self) -> str:
         lines = [self.covers, "", "Epsilon does NOT cover:", ""]
@@ -44,45 +47,64 @@ def privacy_statement(profile: Profile, setting: Setting, facts: PrivacyFacts, *
     protocol = profile.protocol
     missing: list[str] = []
     if not setting.private:
-        covers = ("Nothing: this generator was trained without clipping or noise (a non-private baseline, "
-                  "epsilon = infinity).")
+        covers = (
+            "Nothing: this generator was trained without clipping or noise (a non-private baseline, "
+            "epsilon = infinity)."
+        )
     else:
-        covers = ("Epsilon (with delta) bounds, with respect to replacing any one row of the input table, "
-                  "everything published: the released generator's parameters, every row sampled from them "
-                  "and every statistic of those rows (post-processing of the differentially private "
-                  f"{facts.generator} generator; its training steps are sanitised: {facts.sanitised}")
+        covers = (
+            "Epsilon (with delta) bounds, with respect to replacing any one row of the input table, "
+            "everything published: the released generator's parameters, every row sampled from them "
+            "and every statistic of those rows (post-processing of the differentially private "
+            f"{facts.generator} generator; its training steps are sanitised: {facts.sanitised}"
+        )
         if protocol == "honest":
             covers += f"; {facts.imputation}"
         measured = mechanism_prose(profile)
         if measured is not None:
             covers += f"; and the measured marginals: {measured}"
         if release:
-            covers += ("), the choice of the released checkpoint among all those trained and the decision to "
-                       "publish (differentially private mechanisms on real validation rows, disjoint from the "
-                       "training rows)." if protocol == "honest" else
-                       "), the choice of the released checkpoint and the decision to publish (differentially "
-                       "private mechanisms on real validation rows, composed with training).")
+            covers += (
+                "), the choice of the released checkpoint among all those trained and the decision to "
+                "publish (differentially private mechanisms on real validation rows, disjoint from the "
+                "training rows)."
+                if protocol == "honest"
+                else "), the choice of the released checkpoint and the decision to publish (differentially "
+                "private mechanisms on real validation rows, composed with training)."
+            )
         else:
             covers += ")."
         if protocol == "thesis":
-            missing.append("the KNN imputation over all rows (thesis protocol): one row can change the imputed "
-                           "values of other training rows, so the guarantee holds for the imputed table, not "
-                           "the raw one")
+            missing.append(
+                "the KNN imputation over all rows (thesis protocol): one row can change the imputed "
+                "values of other training rows, so the guarantee holds for the imputed table, not "
+                "the raw one"
+            )
         if not release:
-            missing.append("this experiment's choice of a checkpoint per setting, made with classifiers' AUCs "
-                           "on real validation and test rows (an internal analysis: nothing is published)")
+            missing.append(
+                "this experiment's choice of a checkpoint per setting, made with classifiers' AUCs "
+                "on real validation and test rows (an internal analysis: nothing is published)"
+            )
     if setting.private:
-        missing.append("attacks on how the noise is computed rather than on its distribution: the guarantee is "
-                       "proved for exact Gaussian noise and exactly uniform draws; the code draws them with "
-                       "floating-point samplers from pseudo-random generators seeded from the run's secret "
-                       "(docs/privacy.md, section 4)")
+        missing.append(
+            "attacks on how the noise is computed rather than on its distribution: the guarantee is "
+            "proved for exact Gaussian noise and exactly uniform draws; the code draws them with "
+            "floating-point samplers from pseudo-random generators seeded from the run's secret "
+            "(docs/privacy.md, section 4)"
+        )
     if release:
-        missing.append("other releases of the same table: each adds its own epsilon to its rows' privacy loss; "
-                       "the table's privacy ledger composes them (dpsynth ledger)")
+        missing.append(
+            "other releases of the same table: each adds its own epsilon to its rows' privacy loss; "
+            "the table's privacy ledger composes them (dpsynth ledger)"
+        )
     missing.append("whether the input table passed validation: a table that fails it is not released at all")
-    missing.append("configuration chosen by people after seeing results on the same table, if any (dpsynth's shipped "
-                   "profiles were tuned on runs of the Cardio table)")
-    internal = ("Internal only, never published (and not covered by epsilon): the run folder and the internal "
-                "MLflow run, with the real data, its validation results, real-data AUCs and statistics, the "
-                "networks that read the rows (discriminators, encoders), and the run's privacy secret.")
+    missing.append(
+        "configuration chosen by people after seeing results on the same table, if any (dpsynth's shipped "
+        "profiles were tuned on runs of the Cardio table)"
+    )
+    internal = (
+        "Internal only, never published (and not covered by epsilon): the run folder and the internal "
+        "MLflow run, with the real data, its validation results, real-data AUCs and statistics, the "
+        "networks that read the rows (discriminators, encoders), and the run's privacy secret."
+    )
     return PrivacyStatement(covers, tuple(missing), internal)

@@ -26,7 +26,7 @@ class Table:
 
 @dataclass(frozen=True)
 class Heading:
-    level: int   # 1: a section (h2 in HTML, "##" in Markdown), 2: a subsection
+    level: int  # 1: a section (h2 in HTML, "##" in Markdown), 2: a subsection
     text: str
     kind: ClassVar[str] = "heading"
 
@@ -87,8 +87,7 @@ class Document:
 
     def to_html(self, title: str, banner: str | None = None) -> str:
         """One self-contained HTML page (styles inline, figures as data URIs); `banner` above and below."""
-        return _environment().get_template("document.html.j2").render(title=title, banner=banner,
-                                                                      blocks=self.blocks)
+        return _environment().get_template("document.html.j2").render(title=title, banner=banner, blocks=self.blocks)
 
     def to_markdown(self, title: str) -> str:
         out = [f"# {title}", ""]
@@ -114,9 +113,14 @@ _ENVIRONMENT: Environment | None = None
 def _environment() -> Environment:
     global _ENVIRONMENT
     if _ENVIRONMENT is None:
-        _ENVIRONMENT = Environment(loader=PackageLoader("dpsynth.tasks.report", "templates"), autoescape=True,
-                                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                                   undefined=StrictUndefined)
+        _ENVIRONMENT = Environment(
+            loader=PackageLoader("dpsynth.tasks.report", "templates"),
+            autoescape=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+            undefined=StrictUndefined,
+        )
     return _ENVIRONMENT
 
 

@@ -60,12 +60,14 @@ def auc_figure(results: pd.DataFrame, chosen: dict, thesis_reference: dict | Non
             ax.axhline(value, color="dimgray", linestyle=":", linewidth=1.5, label=label)
             continue
         rows = rows[np.isfinite(rows["epsilon"].astype(float))].sort_values("epsilon")
-        ax.plot(rows["epsilon"], rows["test_auc"], marker="o", markersize=3, linewidth=1, color=_color(i),
-                label=setting)
+        ax.plot(
+            rows["epsilon"], rows["test_auc"], marker="o", markersize=3, linewidth=1, color=_color(i), label=setting
+        )
         pick = chosen.get(setting) or {}
         if is_finite(pick.get("epsilon")) and is_finite(pick.get("test_auc")):
-            ax.scatter([pick["epsilon"]], [pick["test_auc"]], marker="*", s=180, color=_color(i),
-                       edgecolors="black", zorder=5)
+            ax.scatter(
+                [pick["epsilon"]], [pick["test_auc"]], marker="*", s=180, color=_color(i), edgecolors="black", zorder=5
+            )
     real = data[data["setting"] == REAL_SETTING]
     if not real.empty:
         mean = float(real["test_auc"].mean())
@@ -73,8 +75,15 @@ def auc_figure(results: pd.DataFrame, chosen: dict, thesis_reference: dict | Non
     for label, entry in (thesis_reference or {}).items():
         if isinstance(entry, dict) and is_finite(entry.get("auc")) and is_finite(entry.get("epsilon")):
             ax.scatter([float(entry["epsilon"])], [float(entry["auc"])], marker="x", color="gray", zorder=4)
-            ax.annotate(f"thesis: {label}", (float(entry["epsilon"]), float(entry["auc"])), fontsize=7,
-                        color="gray", xytext=(-4, -12), textcoords="offset points", ha="right")
+            ax.annotate(
+                f"thesis: {label}",
+                (float(entry["epsilon"]), float(entry["auc"])),
+                fontsize=7,
+                color="gray",
+                xytext=(-4, -12),
+                textcoords="offset points",
+                ha="right",
+            )
     ax.set_xlabel("epsilon (delta as configured)")
     ax.set_ylabel("AUC on the real test split")
     ax.set_title("Figure 7.1: AUC against epsilon (star: chosen checkpoint)")
@@ -118,8 +127,15 @@ def heatmap_figure(rho: pd.DataFrame, pval: pd.DataFrame, title: str) -> bytes:
         for j in range(n):
             r = rho.iat[i, j]
             text = "" if not np.isfinite(r) else f"{r:.2f}\n{significance_stars(pval.iat[i, j])}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=6,
-                    color="white" if np.isfinite(r) and abs(r) > 0.6 else "black")
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white" if np.isfinite(r) and abs(r) > 0.6 else "black",
+            )
     fig.colorbar(image, ax=ax, shrink=0.8)
     ax.set_title(title, fontsize=9)
     return _png(fig)

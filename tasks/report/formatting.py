@@ -46,14 +46,15 @@ def is_finite(value: SupportsFloat | str | None) -> bool:
         return False
 
 
-def frame_table(frame: pd.DataFrame, digits: int | dict[str, int] = 4, index: bool = True, caption: str = "",
-                index_name: str = "") -> Table:
+def frame_table(
+    frame: pd.DataFrame, digits: int | dict[str, int] = 4, index: bool = True, caption: str = "", index_name: str = ""
+) -> Table:
     """A DataFrame as a table; `digits` per column when a dict (4 for columns it does not name)."""
     header = ([index_name or (frame.index.name or "")] if index else []) + [str(c) for c in frame.columns]
     rows = []
-    for label, values in zip(frame.index, frame.itertuples(index=False)):
+    for label, values in zip(frame.index, frame.itertuples(index=False), strict=False):
         row = [str(label)] if index else []
-        for column, value in zip(frame.columns, values):
+        for column, value in zip(frame.columns, values, strict=False):
             d = digits.get(column, 4) if isinstance(digits, dict) else digits
             row.append(format_number(value, d))
         rows.append(row)
@@ -66,6 +67,8 @@ def mapping_table(mapping: dict, key_header: str = "item", value_header: str = "
         frame = pd.DataFrame.from_dict(mapping, orient="index")
         frame = frame.astype(object).where(frame.notna(), None)
         return frame_table(frame, digits=4, index_name=key_header)
-    rows = [[str(k), format_general(v) if not isinstance(v, (list, tuple)) else ", ".join(map(format_general, v))]
-            for k, v in mapping.items()]
+    rows = [
+        [str(k), format_general(v) if not isinstance(v, (list, tuple)) else ", ".join(map(format_general, v))]
+        for k, v in mapping.items()
+    ]
     return Table([key_header, value_header], rows)

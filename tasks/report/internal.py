@@ -19,19 +19,32 @@ from dpsynth.tasks.report import sections
 from dpsynth.tasks.report.document import Document
 from dpsynth.tasks.report.levels import normalise_chosen
 
-INTERNAL_BANNER = ("INTERNAL - contains real-data statistics (AUCs measured on real data, real distributions, "
-                   "correlations, importances, imputation counts). For the data steward only: never publish. "
-                   "The publishable document is the release notes.")
+INTERNAL_BANNER = (
+    "INTERNAL - contains real-data statistics (AUCs measured on real data, real distributions, "
+    "correlations, importances, imputation counts). For the data steward only: never publish. "
+    "The publishable document is the release notes."
+)
 
 
-def build_internal_report(path: str | Path, *, title: str, schema: DatasetSchema, results: pd.DataFrame,
-                          chosen: dict[str, dict], real_frame: pd.DataFrame | None,
-                          synthetic_frames: dict[str, pd.DataFrame],
-                          ledger_level_shares: dict[str, list[dict]], privacy: dict,
-                          statement: PrivacyStatement,
-                          imputation_counts: dict | None = None, thesis_reference: dict | None = None,
-                          membership: dict | None = None, comparison: dict | None = None,
-                          max_rows: int | None = 20000, seed: int = 0) -> Path:
+def build_internal_report(
+    path: str | Path,
+    *,
+    title: str,
+    schema: DatasetSchema,
+    results: pd.DataFrame,
+    chosen: dict[str, dict],
+    real_frame: pd.DataFrame | None,
+    synthetic_frames: dict[str, pd.DataFrame],
+    ledger_level_shares: dict[str, list[dict]],
+    privacy: dict,
+    statement: PrivacyStatement,
+    imputation_counts: dict | None = None,
+    thesis_reference: dict | None = None,
+    membership: dict | None = None,
+    comparison: dict | None = None,
+    max_rows: int | None = 20000,
+    seed: int = 0,
+) -> Path:
     """Write the INTERNAL report: one self-contained HTML file (figures embedded). Returns its path.
 
     results: one row per selection run, columns of `dpsynth.tasks.evaluate.RESULT_COLUMNS` (optionally
@@ -52,14 +65,19 @@ def build_internal_report(path: str | Path, *, title: str, schema: DatasetSchema
     real = subsample(real_frame, max_rows, seed) if real_frame is not None else None
     synths = {name: subsample(frame, max_rows, seed) for name, frame in synthetic_frames.items()}
     # The frames are subsampled already: the metrics take them whole.
-    quality = ({name: quality_summary(schema, real, frame, max_rows=None, seed=seed) for name, frame in synths.items()}
-               if real is not None else {})
+    quality = (
+        {name: quality_summary(schema, real, frame, max_rows=None, seed=seed) for name, frame in synths.items()}
+        if real is not None
+        else {}
+    )
     real_spearman = spearman_matrix(schema, real, max_rows=None) if real is not None else None
     spearman = {name: spearman_matrix(schema, frame, max_rows=None) for name, frame in synths.items()}
 
     doc = Document()
-    doc.paragraph(f"Dataset {schema.name} (schema version {schema.version}). Generated "
-                  f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.")
+    doc.paragraph(
+        f"Dataset {schema.name} (schema version {schema.version}). Generated "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}."
+    )
     sections.warnings_section(doc, schema, ledger_level_shares, chosen, results, synthetic_frames)
     sections.epsilon_statement(doc, statement)
     sections.privacy_parameters(doc, privacy)

@@ -23,8 +23,11 @@ SHARE_PREFIX = "share:"
 
 def flatten_level_shares(level_shares: dict[str, dict[str, float]]) -> dict[str, float]:
     """{column: {level: share}} as results-table columns {"share:<column>=<level>": share}."""
-    return {f"{SHARE_PREFIX}{col}={level}": float(share)
-            for col, levels in level_shares.items() for level, share in levels.items()}
+    return {
+        f"{SHARE_PREFIX}{col}={level}": float(share)
+        for col, levels in level_shares.items()
+        for level, share in levels.items()
+    }
 
 
 def normalise_chosen(chosen: Mapping[str, Mapping[str, object] | pd.Series | None] | None) -> dict[str, dict]:
@@ -43,8 +46,9 @@ def chosen_iteration(chosen: dict, setting: str) -> int | None:
     return None if it is None or (isinstance(it, float) and math.isnan(it)) else int(it)
 
 
-def vanished_levels(schema: DatasetSchema, ledger_level_shares: dict, chosen: dict | None = None,
-                    results: pd.DataFrame | None = None) -> list[dict]:
+def vanished_levels(
+    schema: DatasetSchema, ledger_level_shares: dict, chosen: dict | None = None, results: pd.DataFrame | None = None
+) -> list[dict]:
     """Every (setting, iteration, column, level) whose share is 0 at a checkpoint.
 
     Sources: the ledger's per-checkpoint level shares (generated samples, DP-covered) and optional
@@ -57,8 +61,14 @@ def vanished_levels(schema: DatasetSchema, ledger_level_shares: dict, chosen: di
     def add(setting: str, iteration: SupportsInt, column: str, level: object, source: str) -> None:
         key = (setting, int(iteration), column, str(level))
         if key not in found:
-            found[key] = {"setting": setting, "iteration": int(iteration), "column": column, "level": str(level),
-                          "chosen": chosen_iteration(chosen, setting) == int(iteration), "source": source}
+            found[key] = {
+                "setting": setting,
+                "iteration": int(iteration),
+                "column": column,
+                "level": str(level),
+                "chosen": chosen_iteration(chosen, setting) == int(iteration),
+                "source": source,
+            }
 
     for setting, entries in (ledger_level_shares or {}).items():
         for entry in entries or []:
@@ -73,35 +83,48 @@ def vanished_levels(schema: DatasetSchema, ledger_level_shares: dict, chosen: di
     if results is not None and not results.empty:
         share_columns = [c for c in results.columns if str(c).startswith(SHARE_PREFIX)]
         for column in share_columns:
-            name, _, level = str(column)[len(SHARE_PREFIX):].partition("=")
+            name, _, level = str(column)[len(SHARE_PREFIX) :].partition("=")
             zero = results[pd.to_numeric(results[column], errors="coerce") <= 0.0]
             for _, row in zero.iterrows():
                 add(row["setting"], row["iteration"], name, level, "results")
-    return sorted(found.values(), key=lambda f: (not f["chosen"], str(f["setting"]), f["column"], f["level"],
-                                                 f["iteration"]))
+    return sorted(
+        found.values(), key=lambda f: (not f["chosen"], str(f["setting"]), f["column"], f["level"], f["iteration"])
+    )
 
 
-def level_warnings(schema: DatasetSchema, ledger_level_shares: dict, chosen: dict | None = None,
-                   results: pd.DataFrame | None = None,
-                   synthetic_frames: dict[str, pd.DataFrame] | None = None) -> list[str]:
+def level_warnings(
+    schema: DatasetSchema,
+    ledger_level_shares: dict,
+    chosen: dict | None = None,
+    results: pd.DataFrame | None = None,
+    synthetic_frames: dict[str, pd.DataFrame] | None = None,
+) -> list[str]:
     """One WARNING line per vanished level: first those at a chosen checkpoint, then one line per
     (setting, column, level) listing the checkpoints, then levels absent from a synthetic table."""
     findings = vanished_levels(schema, ledger_level_shares, chosen, results)
-    lines = [f"WARNING (CHOSEN CHECKPOINT): setting {f['setting']}, iteration {f['iteration']}: level "
-             f"{f['level']!r} of column {f['column']!r} vanished (share 0)." for f in findings if f["chosen"]]
+    lines = [
+        f"WARNING (CHOSEN CHECKPOINT): setting {f['setting']}, iteration {f['iteration']}: level "
+        f"{f['level']!r} of column {f['column']!r} vanished (share 0)."
+        for f in findings
+        if f["chosen"]
+    ]
     grouped: dict[tuple, list[int]] = {}
     for f in findings:
         grouped.setdefault((f["setting"], f["column"], f["level"]), []).append(f["iteration"])
     for (setting, column, level), iterations in grouped.items():
         iterations = sorted(set(iterations))
-        lines.append(f"WARNING: setting {setting}: level {level!r} of column {column!r} vanished (share 0) at "
-                     f"{len(iterations)} checkpoint(s): iterations {', '.join(map(str, iterations))}.")
+        lines.append(
+            f"WARNING: setting {setting}: level {level!r} of column {column!r} vanished (share 0) at "
+            f"{len(iterations)} checkpoint(s): iterations {', '.join(map(str, iterations))}."
+        )
     for setting, frame in (synthetic_frames or {}).items():
         for column, shares in level_frequencies(schema, frame).items():
             for level, share in shares.items():
                 if share <= 0.0:
-                    lines.append(f"WARNING: the synthetic table of setting {setting} has no row with level "
-                                 f"{level!r} of column {column!r}.")
+                    lines.append(
+                        f"WARNING: the synthetic table of setting {setting} has no row with level "
+                        f"{level!r} of column {column!r}."
+                    )
     return lines
 
 

@@ -34,8 +34,14 @@ def epsilon_statement(doc: Document, statement: PrivacyStatement) -> None:
 # ---- the internal report -----------------------------------------------------------------------------------
 
 
-def warnings_section(doc: Document, schema: DatasetSchema, ledger_level_shares: dict, chosen: dict,
-                     results: pd.DataFrame, synthetic_frames: dict) -> None:
+def warnings_section(
+    doc: Document,
+    schema: DatasetSchema,
+    ledger_level_shares: dict,
+    chosen: dict,
+    results: pd.DataFrame,
+    synthetic_frames: dict,
+) -> None:
     lines = level_warnings(schema, ledger_level_shares, chosen, results, synthetic_frames)
     doc.heading(1, "Warnings")
     if lines:
@@ -58,14 +64,18 @@ def privacy_parameters(doc: Document, privacy: dict) -> None:
 
 def chosen_checkpoints(doc: Document, chosen: dict) -> None:
     doc.heading(1, "Chosen checkpoints")
-    doc.paragraph("A release: the checkpoint its differentially private choice drew, at the whole release's "
-                  "epsilon. An experiment: per setting, the lowest-epsilon checkpoint whose AUC is close to the "
-                  "setting's best (thesis Figure 7.1), at that checkpoint's training epsilon. The test AUC is "
-                  "measured on real test rows: internal only.")
+    doc.paragraph(
+        "A release: the checkpoint its differentially private choice drew, at the whole release's "
+        "epsilon. An experiment: per setting, the lowest-epsilon checkpoint whose AUC is close to the "
+        "setting's best (thesis Figure 7.1), at that checkpoint's training epsilon. The test AUC is "
+        "measured on real test rows: internal only."
+    )
     if chosen:
         frame = pd.DataFrame.from_dict(chosen, orient="index")
-        frame = frame[[c for c in ("iteration", "epsilon", "test_auc") if c in frame.columns]
-                      + [c for c in frame.columns if c not in ("iteration", "epsilon", "test_auc")]]
+        frame = frame[
+            [c for c in ("iteration", "epsilon", "test_auc") if c in frame.columns]
+            + [c for c in frame.columns if c not in ("iteration", "epsilon", "test_auc")]
+        ]
         doc.table(frame_table(frame.astype(object), {"epsilon": 3}, index_name="setting"))
     else:
         doc.paragraph("No checkpoint was chosen.")
@@ -73,21 +83,29 @@ def chosen_checkpoints(doc: Document, chosen: dict) -> None:
 
 def generators_compared(doc: Document, comparison: dict) -> None:
     doc.heading(1, "Generators compared")
-    doc.paragraph("Each setting's chosen checkpoint, with what publishing it costs (epsilon), its AUC on real "
-                  "test rows, and its sample quality against the real training rows: Spearman mean absolute "
-                  "difference over feature pairs, mean total-variation distance over discrete features, mean "
-                  "Wasserstein distance over continuous features scaled to [0, 1] by their public bounds.")
-    doc.table(frame_table(pd.DataFrame.from_dict(comparison, orient="index").astype(object),
-                          {"epsilon": 3, "test_auc": 4, "spearman_mad": 4, "mean_tvd": 4,
-                           "mean_wasserstein": 4}, index_name="setting"))
+    doc.paragraph(
+        "Each setting's chosen checkpoint, with what publishing it costs (epsilon), its AUC on real "
+        "test rows, and its sample quality against the real training rows: Spearman mean absolute "
+        "difference over feature pairs, mean total-variation distance over discrete features, mean "
+        "Wasserstein distance over continuous features scaled to [0, 1] by their public bounds."
+    )
+    doc.table(
+        frame_table(
+            pd.DataFrame.from_dict(comparison, orient="index").astype(object),
+            {"epsilon": 3, "test_auc": 4, "spearman_mad": 4, "mean_tvd": 4, "mean_wasserstein": 4},
+            index_name="setting",
+        )
+    )
 
 
 def utility_figure(doc: Document, results: pd.DataFrame, chosen: dict, thesis_reference: dict | None) -> None:
     doc.heading(1, "Figure 7.1: utility against privacy")
     if not results.empty and results["test_auc"].notna().any():
-        doc.image(figures.auc_figure(results, chosen, thesis_reference),
-                  "AUC on the real test split of logistic regression trained on synthetic rows, per checkpoint; "
-                  "dashed: real data (mean over real-vs-real runs); dotted: non-private baseline.")
+        doc.image(
+            figures.auc_figure(results, chosen, thesis_reference),
+            "AUC on the real test split of logistic regression trained on synthetic rows, per checkpoint; "
+            "dashed: real data (mean over real-vs-real runs); dotted: non-private baseline.",
+        )
     else:
         doc.paragraph("No AUC recorded.")
 
@@ -98,23 +116,44 @@ def sample_quality(doc: Document, quality: dict[str, dict]) -> None:
     if not quality:
         doc.paragraph("Needs the real table and at least one synthetic table.")
         return
-    summary = {name: {"mean Wasserstein (bounds-scaled)": q["mean_wasserstein"], "mean TVD": q["mean_tvd"],
-                      "Spearman MAD": q["spearman_mad"]} for name, q in quality.items()}
+    summary = {
+        name: {
+            "mean Wasserstein (bounds-scaled)": q["mean_wasserstein"],
+            "mean TVD": q["mean_tvd"],
+            "Spearman MAD": q["spearman_mad"],
+        }
+        for name, q in quality.items()
+    }
     doc.table(frame_table(pd.DataFrame.from_dict(summary, orient="index"), 4, index_name="setting"))
-    per_feature = {key: pd.DataFrame({name: pd.Series(q[key], dtype=np.float64) for name, q in quality.items()}).T
-                   for key in ("wasserstein", "tvd")}
-    doc.table(frame_table(per_feature["wasserstein"], 4, index_name="setting",
-                          caption="Wasserstein distance per continuous feature (values scaled to [0, 1] "
-                                  "by the public bounds)"))
-    doc.table(frame_table(per_feature["tvd"], 4, index_name="setting",
-                          caption="Total-variation distance per binary/categorical feature"))
+    per_feature = {
+        key: pd.DataFrame({name: pd.Series(q[key], dtype=np.float64) for name, q in quality.items()}).T
+        for key in ("wasserstein", "tvd")
+    }
+    doc.table(
+        frame_table(
+            per_feature["wasserstein"],
+            4,
+            index_name="setting",
+            caption="Wasserstein distance per continuous feature (values scaled to [0, 1] by the public bounds)",
+        )
+    )
+    doc.table(
+        frame_table(
+            per_feature["tvd"],
+            4,
+            index_name="setting",
+            caption="Total-variation distance per binary/categorical feature",
+        )
+    )
 
 
 def distributions(doc: Document, schema: DatasetSchema, real: pd.DataFrame | None, synths: dict) -> None:
     doc.heading(1, "Figure 7.2: continuous-feature distributions")
     for name, frame in synths.items():
-        doc.image(figures.histogram_figure(schema, real, frame, name),
-                  f"Histograms over the public bounds (40 bins): real (gray) vs synthetic {name}.")
+        doc.image(
+            figures.histogram_figure(schema, real, frame, name),
+            f"Histograms over the public bounds (40 bins): real (gray) vs synthetic {name}.",
+        )
 
 
 def feature_moments(doc: Document, schema: DatasetSchema, real: pd.DataFrame | None, synths: dict) -> None:
@@ -130,14 +169,19 @@ def feature_moments(doc: Document, schema: DatasetSchema, real: pd.DataFrame | N
         doc.table(frame_table(pd.DataFrame(columns), 3, index_name="feature"))
 
 
-def correlations(doc: Document, real_spearman: tuple[pd.DataFrame, pd.DataFrame] | None,
-                 spearman: dict[str, tuple[pd.DataFrame, pd.DataFrame]],
-                 quality: dict[str, dict]) -> None:
+def correlations(
+    doc: Document,
+    real_spearman: tuple[pd.DataFrame, pd.DataFrame] | None,
+    spearman: dict[str, tuple[pd.DataFrame, pd.DataFrame]],
+    quality: dict[str, dict],
+) -> None:
     """Heatmaps of the Spearman matrices ((rho, p-values) pairs); the MAD from real is `quality`'s."""
     doc.heading(1, "Figure 7.3: Spearman rank correlations")
-    doc.paragraph("Categorical columns enter as their level codes. Stars: *** p < 0.001, ** p < 0.01, "
-                  "* p < 0.05. MAD: mean absolute difference from the real matrix over the off-diagonal "
-                  "upper triangle.")
+    doc.paragraph(
+        "Categorical columns enter as their level codes. Stars: *** p < 0.001, ** p < 0.01, "
+        "* p < 0.05. MAD: mean absolute difference from the real matrix over the off-diagonal "
+        "upper triangle."
+    )
     if real_spearman is not None:
         rho_real, pval_real = real_spearman
         doc.image(figures.heatmap_figure(rho_real, pval_real, "real"), "Spearman correlations of the real table.")
@@ -155,9 +199,11 @@ def level_shares(doc: Document, schema: DatasetSchema, real: pd.DataFrame | None
         shares[name] = level_frequencies(schema, frame)
     if shares:
         doc.image(figures.frequency_figure(schema, shares), "Share of each declared level: real (gray) and synthetic.")
-        rows = {f"{col}={level}": {name: s.get(col, {}).get(level) for name, s in shares.items()}
-                for col in (c.name for c in schema.discrete)
-                for level in dict.fromkeys(lvl for s in shares.values() for lvl in s.get(col, {}))}
+        rows = {
+            f"{col}={level}": {name: s.get(col, {}).get(level) for name, s in shares.items()}
+            for col in (c.name for c in schema.discrete)
+            for level in dict.fromkeys(lvl for s in shares.values() for lvl in s.get(col, {}))
+        }
         doc.table(frame_table(pd.DataFrame.from_dict(rows, orient="index").astype(object), 4, index_name="level"))
 
 
@@ -181,8 +227,10 @@ def feature_importance(doc: Document, schema: DatasetSchema, real: pd.DataFrame 
     try:
         encoder = TableEncoder(schema)
         importance = real_data_importance(schema, encoder, encoder.encode(complete), seed)
-        doc.paragraph(f"Logistic regression (l2, C = 1) coefficients on the [-1, 1] encoded features and "
-                      f"random-forest importances (50 trees, depth 5), fitted on {len(complete)} real rows.")
+        doc.paragraph(
+            f"Logistic regression (l2, C = 1) coefficients on the [-1, 1] encoded features and "
+            f"random-forest importances (50 trees, depth 5), fitted on {len(complete)} real rows."
+        )
         doc.table(frame_table(importance, 4, index_name="feature"))
     except ValueError as exc:
         doc.paragraph(f"Not computed: {exc}.")
@@ -190,8 +238,9 @@ def feature_importance(doc: Document, schema: DatasetSchema, real: pd.DataFrame 
 
 def checkpoint_level_shares(doc: Document, schema: DatasetSchema, ledger_level_shares: dict, chosen: dict) -> None:
     doc.heading(1, "Level shares at every checkpoint")
-    doc.paragraph("Shares of generated samples recorded in each setting's ledger. Highlighted: a level "
-                  "that vanished (share 0).")
+    doc.paragraph(
+        "Shares of generated samples recorded in each setting's ledger. Highlighted: a level that vanished (share 0)."
+    )
     for setting, entries in ledger_level_shares.items():
         entries = [e for e in entries or [] if e.get("level_shares")]
         if entries:
@@ -206,21 +255,32 @@ def imputation(doc: Document, counts: dict) -> None:
 
 def membership_inference(doc: Document, membership: dict) -> None:
     doc.heading(1, "Membership inference against the chosen checkpoints")
-    doc.paragraph("Members: the generator's training rows; non-members: the real test rows, which nothing "
-                  "published depends on; equally many of each. DCR: the share of synthetic rows whose nearest "
-                  "real row is a member (1/2: no preference for training rows). Attacks: the AUC of telling "
-                  "members from non-members from the synthetic table alone, by the distance to the nearest "
-                  "synthetic row, and by the synthetic over the reference (validation rows) density "
-                  "(DOMIAS-style); 0.5 is chance. Intervals: 95%.")
+    doc.paragraph(
+        "Members: the generator's training rows; non-members: the real test rows, which nothing "
+        "published depends on; equally many of each. DCR: the share of synthetic rows whose nearest "
+        "real row is a member (1/2: no preference for training rows). Attacks: the AUC of telling "
+        "members from non-members from the synthetic table alone, by the distance to the nearest "
+        "synthetic row, and by the synthetic over the reference (validation rows) density "
+        "(DOMIAS-style); 0.5 is chance. Intervals: 95%."
+    )
     rows = []
     for setting, m in membership.items():
         dcr, near, ratio = m["dcr"], m["nearest_synthetic_auc"], m["density_ratio_auc"]
-        rows.append([str(setting), format_number(m["rows_each"]),
-                     f"{dcr['share_closer_to_members']:.3f} [{dcr['low']:.3f}, {dcr['high']:.3f}]",
-                     f"{near['auc']:.3f} [{near['low']:.3f}, {near['high']:.3f}]",
-                     f"{ratio['auc']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}]"])
-    doc.table(Table(["setting", "rows of each", "DCR member share", "nearest-synthetic attack AUC",
-                     "density-ratio attack AUC"], rows))
+        rows.append(
+            [
+                str(setting),
+                format_number(m["rows_each"]),
+                f"{dcr['share_closer_to_members']:.3f} [{dcr['low']:.3f}, {dcr['high']:.3f}]",
+                f"{near['auc']:.3f} [{near['low']:.3f}, {near['high']:.3f}]",
+                f"{ratio['auc']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}]",
+            ]
+        )
+    doc.table(
+        Table(
+            ["setting", "rows of each", "DCR member share", "nearest-synthetic attack AUC", "density-ratio attack AUC"],
+            rows,
+        )
+    )
 
 
 def thesis_values(doc: Document, thesis_reference: dict) -> None:
@@ -238,7 +298,6 @@ def _sort_results(results: pd.DataFrame) -> pd.DataFrame:
 def selection_runs(doc: Document, results: pd.DataFrame) -> None:
     doc.heading(1, "Model selection: every run")
     if not results.empty:
-        doc.table(frame_table(_sort_results(results).astype(object), {"epsilon": 3, "C": 6, "seconds": 2},
-                              index=False))
+        doc.table(frame_table(_sort_results(results).astype(object), {"epsilon": 3, "C": 6, "seconds": 2}, index=False))
     else:
         doc.paragraph("No selection run recorded.")

@@ -42,8 +42,11 @@ def _arm(stage: str) -> None:
 
         dpsynth.models.generators.gswgan.trainer.GeneratorTrainer._save_checkpoint = save_then_die
     else:
-        module, name = ((dpsynth.models.generators.gswgan.sampler.GSWGANSampler, "sample") if stage == "sample" else
-                        (dpsynth.tasks.evaluate, "evaluate_synthetic"))
+        module, name = (
+            (dpsynth.models.generators.gswgan.sampler.GSWGANSampler, "sample")
+            if stage == "sample"
+            else (dpsynth.tasks.evaluate, "evaluate_synthetic")
+        )
         real, calls = getattr(module, name), []
 
         def second_call_dies(*args, **kwargs):

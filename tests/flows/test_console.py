@@ -38,7 +38,9 @@ def _chatter() -> list[str]:
     eprint("Successfully registered model 'cardio-gswgan'.")
     # (pytest ignores FutureWarnings: a UserWarning stands in for torch.load's weights_only warning)
     warnings.warn_explicit("weights_only=False", UserWarning, "serialization.py", 1, module="torch.serialization")
-    warnings.warn_explicit("solver did not converge", RuntimeWarning, "selection.py", 1, module="dpsynth.models.evaluation.selection")
+    warnings.warn_explicit(
+        "solver did not converge", RuntimeWarning, "selection.py", 1, module="dpsynth.models.evaluation.selection"
+    )
     return shown
 
 

@@ -5,7 +5,8 @@ each picked up by a process worker, COMPLETED.
 Everything runs in subprocesses against a server on a free local port with its own PREFECT_HOME, so it
 touches neither the session's test harness nor the user's Prefect profile. The worker runs the flow in
 DPSYNTH_PROJECT, a temporary folder whose code and configs link to this checkout, with DPSYNTH_HOME beside
-it: the ledger, the stores and the run folders land in the home, not in the project. The server and the deployments are made once for the
+it: the ledger, the stores and the run folders land in the home, not in the project. The server and the deployments
+are made once for the
 module (starting and deploying is most of a test's time).
 """
 
@@ -31,7 +32,17 @@ from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 POOL = "dpsynth-pool"
 RELEASE = ("release", "monthly-release")
 EXPERIMENT = ("experiment", "thesis-experiment")
-LINKED = ("dpsynth", "flows", "tasks", "models", "configs", "expectations", "prefect.yaml", "pyproject.toml", "setup.py")
+LINKED = (
+    "dpsynth",
+    "flows",
+    "tasks",
+    "models",
+    "configs",
+    "expectations",
+    "prefect.yaml",
+    "pyproject.toml",
+    "setup.py",
+)
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
@@ -42,24 +53,37 @@ def _free_port() -> int:
 
 
 def _env(prefect_home: Path, api_url: str, project: Path, dpsynth_home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PREFECT_") and k not in ("MLFLOW_TRACKING_URI", "PYTHONPATH")}
-    env.update({
-        "PREFECT_HOME": str(prefect_home),
-        "PREFECT_API_URL": api_url,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_CLI_PROMPT": "false",
-        "DO_NOT_TRACK": "1",
-        "GX_ANALYTICS_ENABLED": "false",
-        "DPSYNTH_PROJECT": str(project),
-        "DPSYNTH_HOME": str(dpsynth_home),
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PREFECT_") and k not in ("MLFLOW_TRACKING_URI", "PYTHONPATH")
+    }
+    env.update(
+        {
+            "PREFECT_HOME": str(prefect_home),
+            "PREFECT_API_URL": api_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_CLI_PROMPT": "false",
+            "DO_NOT_TRACK": "1",
+            "GX_ANALYTICS_ENABLED": "false",
+            "DPSYNTH_PROJECT": str(project),
+            "DPSYNTH_HOME": str(dpsynth_home),
+        }
+    )
     return env
 
 
 def _prefect(*args: str, env: dict, cwd: Path, timeout: float = 120) -> str:
-    done = subprocess.run([sys.executable, "-m", "prefect", *args], check=False, env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect", *args],
+        check=False,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -67,8 +91,15 @@ def _prefect(*args: str, env: dict, cwd: Path, timeout: float = 120) -> str:
 def _start(args: list[str], env: dict, cwd: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as handle:
         # Own process group: stopping it stops the processes it started (uvicorn, the flow run).
-        return subprocess.Popen(args, env=env, cwd=cwd, stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            args,
+            env=env,
+            cwd=cwd,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def _stop(proc: subprocess.Popen | None) -> None:
@@ -124,14 +155,37 @@ def deployed(tmp_path_factory):
     api = httpx.Client(base_url=api_url, timeout=30)
     try:
         # The API alone: the tests create their runs themselves, so the scheduler and other services can rest.
-        server = _start([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                         "--port", str(port), "--no-ui", "--no-services"], env, tmp, server_log)
+        server = _start(
+            [
+                sys.executable,
+                "-m",
+                "prefect",
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-ui",
+                "--no-services",
+            ],
+            env,
+            tmp,
+            server_log,
+        )
         _wait_healthy(api, server, server_log)
         _prefect("work-pool", "create", POOL, "--type", "process", env=env, cwd=project)
         _prefect("--no-prompt", "deploy", "--all", env=env, cwd=project, timeout=240)
         by_name = {d["name"]: d for d in api.post("/deployments/filter", json={}).json()}
-        yield {"api": api, "env": env, "project": project, "home": home, "data": data, "tmp": tmp,
-               "deployments": by_name}
+        yield {
+            "api": api,
+            "env": env,
+            "project": project,
+            "home": home,
+            "data": data,
+            "tmp": tmp,
+            "deployments": by_name,
+        }
     finally:
         api.close()
         _stop(server)
@@ -140,15 +194,20 @@ def deployed(tmp_path_factory):
 def _run_deployment(deployed, name: str, parameters: dict, worker_log: Path) -> None:
     """Create a run of a deployment and let a one-shot process worker pick it up and complete it."""
     api = deployed["api"]
-    created = api.post(f"/deployments/{deployed['deployments'][name]['id']}/create_flow_run",
-                       json={"parameters": parameters})
+    created = api.post(
+        f"/deployments/{deployed['deployments'][name]['id']}/create_flow_run", json={"parameters": parameters}
+    )
     assert created.status_code in (200, 201), created.text
     run_id = created.json()["id"]
     assert created.json()["parameters"]["config"] == "configs/cardio.yaml"  # the deployment's default
     worker = None
     try:
-        worker = _start([sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--run-once",
-                         "--limit", "1"], deployed["env"], deployed["project"], worker_log)
+        worker = _start(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--run-once", "--limit", "1"],
+            deployed["env"],
+            deployed["project"],
+            worker_log,
+        )
         state, deadline = None, time.monotonic() + 300
         while time.monotonic() < deadline:
             state = api.get(f"/flow_runs/{run_id}").json()["state"]["type"]
@@ -184,9 +243,13 @@ def test_prefect_yaml_deploys_and_a_worker_completes_a_release(deployed):
     assert release["pull_steps"][0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(project)
 
     out = tmp / "release-run"
-    profile = publishing_smoke(tmp / "release-profiles")   # the shipped smoke is a trial: it publishes nothing
-    _run_deployment(deployed, RELEASE[1], {"data": str(deployed["data"]), "profile": profile, "out": str(out)},
-                    tmp / "release-worker.log")
+    profile = publishing_smoke(tmp / "release-profiles")  # the shipped smoke is a trial: it publishes nothing
+    _run_deployment(
+        deployed,
+        RELEASE[1],
+        {"data": str(deployed["data"]), "profile": profile, "out": str(out)},
+        tmp / "release-worker.log",
+    )
     # It ran in DPSYNTH_PROJECT (relative config resolved there) and kept its stores and ledger in the home.
     assert (out / "train-k10" / "checkpoints" / "ledger.json").is_file()
     assert json.loads((out / "run.json").read_text())["status"] == "published"
@@ -202,11 +265,18 @@ def _tiny_dask_profile(folder: Path, address: str) -> Path:
     folder.mkdir()
     (folder / "smoke.yaml").symlink_to(ROOT / "configs" / "profiles" / "smoke.yaml")
     path = folder / "smoke-dask.yaml"
-    path.write_text(yaml.safe_dump({
-        "extends": "smoke", "dask_address": address, "release_setting": None,
-        "settings": [{"name": "k2", "discriminators": 2, "private": True}],
-        "gan": {"pretrain_iterations": 10, "iterations": 20, "checkpoint_every": 10},
-        "evaluation": {"real_baseline": False}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "extends": "smoke",
+                "dask_address": address,
+                "release_setting": None,
+                "settings": [{"name": "k2", "discriminators": 2, "private": True}],
+                "gan": {"pretrain_iterations": 10, "iterations": 20, "checkpoint_every": 10},
+                "evaluation": {"real_baseline": False},
+            }
+        )
+    )
     return path
 
 
@@ -220,14 +290,20 @@ def test_the_experiment_deployment_runs_its_selection_runs_on_the_profiles_dask_
     started = time.monotonic()
     tmp = deployed["tmp"]
     out = tmp / "experiment-run"
-    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
-          Client(cluster) as client):
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         client.get_task_stream()  # installs the scheduler's task-stream recorder before the run
         # The Dask worker imports the project (torch, Prefect) while the Prefect worker starts the flow run.
         warm = client.submit(importlib.import_module, "dpsynth.flows.experiment", pure=False)
         profile = _tiny_dask_profile(tmp / "profiles", cluster.scheduler_address)
-        _run_deployment(deployed, EXPERIMENT[1], {"data": str(deployed["data"]), "profile": str(profile),
-                                                  "out": str(out)}, tmp / "experiment-worker.log")
+        _run_deployment(
+            deployed,
+            EXPERIMENT[1],
+            {"data": str(deployed["data"]), "profile": str(profile), "out": str(out)},
+            tmp / "experiment-worker.log",
+        )
         warm.result()
         stream = client.get_task_stream()
         workers = set(client.scheduler_info()["workers"])

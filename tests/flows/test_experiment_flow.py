@@ -12,8 +12,22 @@ from tests.conftest import CARDIO_SCHEMA, ROOT
 
 
 def test_thesis_plan_has_287_selection_runs(demo_csv, capfd):
-    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "thesis",
-                 "--dry-run", "--json"]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "--config",
+                str(CARDIO_SCHEMA),
+                "--data",
+                str(demo_csv),
+                "--profile",
+                "thesis",
+                "--dry-run",
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     assert plan["selection_runs"] == 287 and plan["checkpoints_per_setting"] == 41
     assert plan["discriminators"] == [1, 250, 500, 750, 1000, 1500]
@@ -30,24 +44,36 @@ def _check_experiment(out, summary):
 
 def test_smoke_experiment_on_process_pool_and_rerun_skips(isolated_workdir, demo_csv, capfd):
     out = isolated_workdir / "exp"
-    argv = ["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "smoke",
-            "--out", str(out), "--json"]
+    argv = [
+        "experiment",
+        "--config",
+        str(CARDIO_SCHEMA),
+        "--data",
+        str(demo_csv),
+        "--profile",
+        "smoke",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     captured = capfd.readouterr()
     # --json: nothing on stderr, from the flow's process or from its workers (which inherit the setting).
     assert captured.err == "", captured.err
     summary = json.loads(captured.out.strip().splitlines()[-1])
     _check_experiment(out, summary)
-    done = [out / "train-k10" / "manifest.json", out / "evaluate-k10" / "001" / "manifest.json",
-            out / "evaluate-real" / "002" / "manifest.json"]
+    done = [
+        out / "train-k10" / "manifest.json",
+        out / "evaluate-k10" / "001" / "manifest.json",
+        out / "evaluate-real" / "002" / "manifest.json",
+    ]
     stamps = [p.stat().st_mtime for p in done]
     assert main(argv) == 0
     assert [p.stat().st_mtime for p in done] == stamps  # training and selection runs are not recomputed
     again = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     # A completed experiment run again: its summary, no second MLflow run.
     assert again["reused"] is True and again["mlflow_run_id"] == summary["mlflow_run_id"]
-    assert len(MlflowClient().search_runs(
-        [MlflowClient().get_run(summary["mlflow_run_id"]).info.experiment_id])) == 1
+    assert len(MlflowClient().search_runs([MlflowClient().get_run(summary["mlflow_run_id"]).info.experiment_id])) == 1
 
 
 def test_smoke_experiment_on_local_dask_cluster(isolated_workdir, demo_csv, capfd):
@@ -59,8 +85,23 @@ def test_smoke_experiment_on_local_dask_cluster(isolated_workdir, demo_csv, capf
         path = isolated_workdir / "smoke-dask.yaml"
         path.write_text(yaml.safe_dump(profile))
         out = isolated_workdir / "exp"
-        assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
-                     "--out", str(out), "--json"]) == 0
+        assert (
+            main(
+                [
+                    "experiment",
+                    "--config",
+                    str(CARDIO_SCHEMA),
+                    "--data",
+                    str(demo_csv),
+                    "--profile",
+                    str(path),
+                    "--out",
+                    str(out),
+                    "--json",
+                ]
+            )
+            == 0
+        )
     summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     _check_experiment(out, summary)
 
@@ -71,16 +112,33 @@ def test_settings_start_largest_k_first_one_after_another_on_one_worker(isolated
     from datetime import datetime
 
     profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
-    profile["settings"] = [{"name": "baseline", "discriminators": 1, "private": False},
-                           {"name": "k5", "discriminators": 5, "private": True},
-                           {"name": "k10", "discriminators": 10, "private": True}]
+    profile["settings"] = [
+        {"name": "baseline", "discriminators": 1, "private": False},
+        {"name": "k5", "discriminators": 5, "private": True},
+        {"name": "k10", "discriminators": 10, "private": True},
+    ]
     profile["workers"] = 1
     profile["evaluation"]["real_baseline"] = False
     path = isolated_workdir / "smoke-one-worker.yaml"
     path.write_text(yaml.safe_dump(profile))
     out = isolated_workdir / "exp"
-    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "--config",
+                str(CARDIO_SCHEMA),
+                "--data",
+                str(demo_csv),
+                "--profile",
+                str(path),
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
 
     def span(stage):
         manifest = json.loads((out / stage / "manifest.json").read_text())
@@ -108,29 +166,66 @@ def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_cs
         assert whole <= setting.epsilon_budget and plan.epsilon > 0.85 * setting.epsilon_budget, setting.name
         budgets.setdefault(setting.epsilon_budget, set()).add(profile.generator_of(setting))
     assert budgets == {1.0: {"gswgan", "dpcgan", "dpautogan"}, 3.0: {"gswgan", "dpcgan", "dpautogan"}}
-    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", "compare",
-                 "--dry-run", "--json"]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "--config",
+                str(CARDIO_SCHEMA),
+                "--data",
+                str(demo_csv),
+                "--profile",
+                "compare",
+                "--dry-run",
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     assert plan["generators"]["dpautogan-eps3"] == "dpautogan" and plan["selection_runs"] == sum(
-        plan["checkpoints"].values())
+        plan["checkpoints"].values()
+    )
 
 
 def test_experiment_compares_generators_side_by_side(isolated_workdir, demo_csv, capfd):
     profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
-    profile.update(settings=[{"name": "gs", "generator": "gswgan", "discriminators": 10},
-                             {"name": "cgan", "generator": "dpcgan", "epsilon_budget": 1.5},
-                             {"name": "auto", "generator": "dpautogan", "epsilon_budget": 2.0}],
-                   release_setting="gs")
+    profile.update(
+        settings=[
+            {"name": "gs", "generator": "gswgan", "discriminators": 10},
+            {"name": "cgan", "generator": "dpcgan", "epsilon_budget": 1.5},
+            {"name": "auto", "generator": "dpautogan", "epsilon_budget": 2.0},
+        ],
+        release_setting="gs",
+    )
     profile["evaluation"].update(experiment_choice="dp", real_baseline=False)
     path = isolated_workdir / "mixed.yaml"
     path.write_text(yaml.safe_dump(profile))
     out = isolated_workdir / "exp"
-    assert main(["experiment", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "experiment",
+                "--config",
+                str(CARDIO_SCHEMA),
+                "--data",
+                str(demo_csv),
+                "--profile",
+                str(path),
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     table = summary["comparison"]
-    assert {name: row["generator"] for name, row in table.items()} == {"gs": "gswgan", "cgan": "dpcgan",
-                                                                       "auto": "dpautogan"}
+    assert {name: row["generator"] for name, row in table.items()} == {
+        "gs": "gswgan",
+        "cgan": "dpcgan",
+        "auto": "dpautogan",
+    }
     for name, budget in (("cgan", 1.5), ("auto", 2.0)):
         # The DP choice's epsilon: the whole release's, within the setting's budget, never below training's.
         ledger = json.loads((out / f"train-{name}" / "ledger.json").read_text())["checkpoints"]

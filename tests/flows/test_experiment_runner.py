@@ -34,7 +34,8 @@ def test_the_experiment_flow_runs_the_grid_on_the_runner_its_profile_names(tmp_p
         return {"runner": FlowRunContext.get().task_runner, "args": (config, data, profile, out, generator)}
 
     monkeypatch.setattr(experiment_module, "experiment_grid", grid_that_reports_its_runner)
-    seen = experiment(config=str(CARDIO_SCHEMA), data="table.csv", profile=str(profile), out="runs/x",
-                      generator="dpcgan")
+    seen = experiment(
+        config=str(CARDIO_SCHEMA), data="table.csv", profile=str(profile), out="runs/x", generator="dpcgan"
+    )
     assert seen["runner"] == ProcessPoolTaskRunner(max_workers=3)
     assert seen["args"] == (str(CARDIO_SCHEMA), "table.csv", str(profile), "runs/x", "dpcgan")

@@ -57,8 +57,9 @@ def test_an_output_folder_that_cannot_be_written_is_a_readable_error(isolated_wo
     assert ledger_entries("cardio") == []
 
 
-def test_an_unreachable_tracking_store_stops_the_release_before_any_work(isolated_workdir, demo_csv, capfd,
-                                                                        monkeypatch):
+def test_an_unreachable_tracking_store_stops_the_release_before_any_work(
+    isolated_workdir, demo_csv, capfd, monkeypatch
+):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
     assert main(_argv(demo_csv, "--out", str(isolated_workdir / "run"))) == 7
     err = capfd.readouterr().err
@@ -72,7 +73,7 @@ def test_a_full_disk_while_a_checkpoint_is_written_loses_nothing(isolated_workdi
     def disk_fills_at_checkpoint_40(obj, f, *args, **kwargs):
         if _written(f).name.startswith("generator_000040"):
             _written(f).write_bytes(b"the first blocks of a checkpoint")
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))   # as a failed write: no file named
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a failed write: no file named
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", disk_fills_at_checkpoint_40)
@@ -85,15 +86,16 @@ def test_a_full_disk_while_a_checkpoint_is_written_loses_nothing(isolated_workdi
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
     assert not (run / "bundle").exists() and ledger_entries("cardio") == []
 
-    monkeypatch.setattr(torch, "save", real_save)   # space again: the same command resumes and publishes
+    monkeypatch.setattr(torch, "save", real_save)  # space again: the same command resumes and publishes
     assert main(_argv(demo_csv, "--json")) == 0
     summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     assert summary["run_dir"] == str(run) and len(_versions()) == 1
     assert [e.status for e in ledger_entries("cardio")] == ["published"]
 
 
-def test_a_registry_failure_while_publishing_publishes_nothing_and_a_rerun_does(isolated_workdir, demo_csv, capfd,
-                                                                               monkeypatch):
+def test_a_registry_failure_while_publishing_publishes_nothing_and_a_rerun_does(
+    isolated_workdir, demo_csv, capfd, monkeypatch
+):
     from mlflow.exceptions import MlflowException
 
     import dpsynth.tasks.registry
@@ -108,7 +110,7 @@ def test_a_registry_failure_while_publishing_publishes_nothing_and_a_rerun_does(
     assert "tracking store failed" in err and "Nothing was published" in err and "Traceback" not in err
     (run,) = (isolated_workdir / "runs" / "release").iterdir()
     assert not (run / "bundle").exists() and ledger_entries("cardio") == [] and not _versions()
-    monkeypatch.setattr(dpsynth.tasks.registry, "log_release_model", real)   # the store answers again
+    monkeypatch.setattr(dpsynth.tasks.registry, "log_release_model", real)  # the store answers again
     assert main(_argv(demo_csv)) == 0
     assert len(_versions()) == 1 and [e.status for e in ledger_entries("cardio")] == ["published"]
     assert (run / "bundle" / "release.json").exists()
@@ -118,33 +120,53 @@ def _subprocess_env(workdir: Path, **more) -> dict:
     from prefect.settings import PREFECT_API_URL
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update({"PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
-                "PREFECT_API_URL": PREFECT_API_URL.value() or "", **more})   # the session's test server
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
+            "PREFECT_API_URL": PREFECT_API_URL.value() or "",
+            **more,
+        }
+    )  # the session's test server
     return env
 
 
 def _dpsynth(workdir: Path, argv: list[str], kill_inside: str | None = None, **env) -> subprocess.CompletedProcess:
-    command = ([sys.executable, "-m", "tests.flows.kill_inside", kill_inside] if kill_inside
-               else [sys.executable, "-m", "dpsynth.flows.cli"])
-    return subprocess.run(command + argv, cwd=workdir, env=_subprocess_env(workdir, **env), capture_output=True,
-                          text=True, timeout=600, check=False)
+    command = (
+        [sys.executable, "-m", "tests.flows.kill_inside", kill_inside]
+        if kill_inside
+        else [sys.executable, "-m", "dpsynth.flows.cli"]
+    )
+    return subprocess.run(
+        command + argv,
+        cwd=workdir,
+        env=_subprocess_env(workdir, **env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_release(isolated_workdir, demo_csv):
     argv = _argv(demo_csv, "--json")
     reference = isolated_workdir.parent / "reference"
-    for stage, unfinished in (("pretrain", "pretrain-k10"), ("train", "train-k10"), ("sample", "sample-k10"),
-                              ("select", "evaluate-k10/001")):
+    for stage, unfinished in (
+        ("pretrain", "pretrain-k10"),
+        ("train", "train-k10"),
+        ("sample", "sample-k10"),
+        ("select", "evaluate-k10/001"),
+    ):
         killed = _dpsynth(isolated_workdir, argv, kill_inside=stage)
         assert killed.returncode == -9, (stage, killed.stderr[-2000:])
-        (run,) = (isolated_workdir / "runs" / "release").iterdir()   # the same run, resumed each time
+        (run,) = (isolated_workdir / "runs" / "release").iterdir()  # the same run, resumed each time
         assert not (run / unfinished / "manifest.json").exists(), stage
         assert json.loads((run / "run.json").read_text())["status"] == "running"
         if stage == "pretrain":
             # The reference: the same run (its record and secret) from here on, never interrupted.
             shutil.copytree(run, reference)
             shutil.rmtree(reference / "pretrain-k10")
-        assert not _versions() and ledger_entries("cardio") == [], stage   # nothing published, nothing spent
+        assert not _versions() and ledger_entries("cardio") == [], stage  # nothing published, nothing spent
     done = _dpsynth(isolated_workdir, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = json.loads(done.stdout.strip().splitlines()[-1])
@@ -159,8 +181,10 @@ def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_
     a = torch.load(run / "bundle" / "generator.pt", weights_only=True)["state_dict"]
     b = torch.load(reference / "bundle" / "generator.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
-    pd.testing.assert_frame_equal(pd.read_parquet(run / "bundle" / "synthetic.parquet"),
-                                  pd.read_parquet(reference / "bundle" / "synthetic.parquet"))
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(run / "bundle" / "synthetic.parquet"),
+        pd.read_parquet(reference / "bundle" / "synthetic.parquet"),
+    )
     assert len(_versions()) == 1
     assert [(e.release_id, e.status) for e in ledger_entries("cardio")] == [(resumed["release_id"], "published")]
 
@@ -169,10 +193,14 @@ def test_two_releases_of_the_same_table_at_once_both_publish_and_both_count(isol
     argv = _argv(demo_csv, "--json")
     env = _subprocess_env(isolated_workdir)
     command = [sys.executable, "-m", "dpsynth.flows.cli"] + argv
-    started = [subprocess.Popen(command, cwd=isolated_workdir, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    started = [
+        subprocess.Popen(
+            command, cwd=isolated_workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outputs = [process.communicate(timeout=600) for process in started]
-    for process, (out, err) in zip(started, outputs):
+    for process, (_out, err) in zip(started, outputs, strict=False):
         assert process.returncode == 0, err[-3000:]
     ids = sorted(json.loads(out.strip().splitlines()[-1])["release_id"] for out, _ in outputs)
     assert ids[0] != ids[1] and len(_versions()) == 2
@@ -181,7 +209,8 @@ def test_two_releases_of_the_same_table_at_once_both_publish_and_both_count(isol
 
 @pytest.mark.parametrize("generator, failing_file", [("dpcgan", "generator_000040"), ("dpautogan", "release_000030")])
 def test_a_dp_sgd_release_stopped_inside_training_resumes_to_the_uninterrupted_result(
-        isolated_workdir, demo_csv, capfd, monkeypatch, generator, failing_file):
+    isolated_workdir, demo_csv, capfd, monkeypatch, generator, failing_file
+):
     """The other generators resume as GS-WGAN does: the same secret streams replay the updates after the
     last intact checkpoint, so the release equals one that was never stopped, and counts once."""
     real_save = torch.save
@@ -197,7 +226,7 @@ def test_a_dp_sgd_release_stopped_inside_training_resumes_to_the_uninterrupted_r
     assert "No space left on device" in capfd.readouterr().err
     (run,) = (isolated_workdir / "runs" / "release").iterdir()
     reference = isolated_workdir.parent / "reference"
-    shutil.copytree(run, reference)               # the same run (record, secret), trained from scratch
+    shutil.copytree(run, reference)  # the same run (record, secret), trained from scratch
     shutil.rmtree(reference / "train-k10")
     monkeypatch.setattr(torch, "save", real_save)
     assert main(argv) == 0
@@ -210,7 +239,9 @@ def test_a_dp_sgd_release_stopped_inside_training_resumes_to_the_uninterrupted_r
     b = torch.load(reference / "bundle" / "generator.pt", weights_only=True)
     weights = "state_dict" if generator == "dpcgan" else "generator"
     assert all(torch.equal(a[weights][k], b[weights][k]) for k in a[weights])
-    pd.testing.assert_frame_equal(pd.read_parquet(run / "bundle" / "synthetic.parquet"),
-                                  pd.read_parquet(reference / "bundle" / "synthetic.parquet"))
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(run / "bundle" / "synthetic.parquet"),
+        pd.read_parquet(reference / "bundle" / "synthetic.parquet"),
+    )
     # (The reference is the same release, by id: the ledger holds it once.)
     assert [(e.release_id, e.status) for e in ledger_entries("cardio")] == [(resumed["release_id"], "published")]

@@ -34,8 +34,18 @@ from tests.models.test_release_marginals import first_principles_epsilon
 
 def release_with(generator: str, profile_arg: str, data, capfd) -> tuple[dict, object]:
     """`dpsynth release --generator G --json` on `data` with a profile path: (its summary, its run folder)."""
-    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", profile_arg,
-            "--generator", generator, "--json"]
+    argv = [
+        "release",
+        "--config",
+        str(CARDIO_SCHEMA),
+        "--data",
+        str(data),
+        "--profile",
+        profile_arg,
+        "--generator",
+        generator,
+        "--json",
+    ]
     assert main(argv) == 0
     summary = _last_json(capfd)
     return summary, Path(summary["run_dir"]).resolve()
@@ -50,8 +60,9 @@ def _shares(frame: pd.DataFrame, schema, column: str, bins: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("generator", ["gswgan", "dpcgan"])
-def test_release_measures_composes_and_calibrates(isolated_workdir, demo_csv, cardio_schema, capfd, tmp_path,
-                                                  generator):
+def test_release_measures_composes_and_calibrates(
+    isolated_workdir, demo_csv, cardio_schema, capfd, tmp_path, generator
+):
     profile_arg = publishing_smoke(tmp_path / "profiles")
     summary, out = release_with(generator, profile_arg, demo_csv, capfd)
     profile = load_profile(profile_arg, CARDIO_SCHEMA).with_generator(generator)
@@ -95,24 +106,37 @@ def test_release_measures_composes_and_calibrates(isolated_workdir, demo_csv, ca
     trained = out / "train-k10" / "checkpoints" / raw["generator"]
     pd.testing.assert_frame_equal(
         sample_generator_file(trained, cardio_schema, 300, 7, raw["sha256"], generator),
-        encoder.decode(load_sampler(trained, raw["sha256"], generator).sample(300, 7)))
+        encoder.decode(load_sampler(trained, raw["sha256"], generator).sample(300, 7)),
+    )
 
     # The selection scored what is released: its sample of the chosen checkpoint is the calibrated
     # sampling of the checkpoint file that carries the marginals.
     attached = json.loads((out / "marginals-k10" / "ledger.json").read_text())["checkpoints"]
     chosen = next(e for e in attached if e["iteration"] == summary["iteration"])
     scored = pd.read_parquet(out / "sample-k10" / f"synthetic_{chosen['iteration']:06d}.parquet")
-    pd.testing.assert_frame_equal(scored, sample_generator_file(
-        out / "marginals-k10" / "checkpoints" / chosen["generator"], cardio_schema, len(scored),
-        profile.seed * 1_000_003 + chosen["iteration"], chosen["sha256"], generator))
+    pd.testing.assert_frame_equal(
+        scored,
+        sample_generator_file(
+            out / "marginals-k10" / "checkpoints" / chosen["generator"],
+            cardio_schema,
+            len(scored),
+            profile.seed * 1_000_003 + chosen["iteration"],
+            chosen["sha256"],
+            generator,
+        ),
+    )
 
     # The file holds the noisy counts: they differ from the training rows' real counts by integer noise
     # of the declared scale, not by nothing.
-    values = training_values(cardio_schema, pd.read_parquet(out / "validate" / "table.parquet"),
-                             np.load(out / "preprocess" / "gan_rows.npy"))
-    residuals = np.concatenate([np.asarray(m.noisy_counts) - marginal_counts(values, cardio_schema, m.columns,
-                                                                             measured.bins)
-                                for m in measured.marginals])
+    values = training_values(
+        cardio_schema, pd.read_parquet(out / "validate" / "table.parquet"), np.load(out / "preprocess" / "gan_rows.npy")
+    )
+    residuals = np.concatenate(
+        [
+            np.asarray(m.noisy_counts) - marginal_counts(values, cardio_schema, m.columns, measured.bins)
+            for m in measured.marginals
+        ]
+    )
     std = measured.marginals[0].noise_std
     assert np.all(residuals == np.rint(residuals)) and np.count_nonzero(residuals) > 0.9 * len(residuals)
     assert 0.8 * std < residuals.std() < 1.2 * std and abs(residuals.mean()) < 4 * std / math.sqrt(len(residuals))
@@ -121,7 +145,8 @@ def test_release_measures_composes_and_calibrates(isolated_workdir, demo_csv, ca
     stored = json.loads((out / "marginals" / "measured.json").read_text())
     assert stored == released[MARGINALS_KEY]["measured"]
     shutil.rmtree(out / "marginals")
-    load_secret(out)   # the secret stays in the run folder
-    again = measure_stage(out, cardio_schema, out / "validate" / "table.parquet", out / "preprocess" / "gan_rows.npy",
-                          profile)
+    load_secret(out)  # the secret stays in the run folder
+    again = measure_stage(
+        out, cardio_schema, out / "validate" / "table.parquet", out / "preprocess" / "gan_rows.npy", profile
+    )
     assert json.loads(again["marginals"].read_text()) == stored

@@ -47,8 +47,20 @@ def _release_with(workdir, data, name: str, section: str, key: str, value, **mor
         profile.setdefault(section_, {})[key_] = extra
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(profile))
-    return main(["release", "--allow-same-input", "--config", str(CARDIO_SCHEMA), "--data", str(data),
-                 "--profile", str(path), "--out", str(workdir / f"{name}-run")])
+    return main(
+        [
+            "release",
+            "--allow-same-input",
+            "--config",
+            str(CARDIO_SCHEMA),
+            "--data",
+            str(data),
+            "--profile",
+            str(path),
+            "--out",
+            str(workdir / f"{name}-run"),
+        ]
+    )
 
 
 def _generator_weights(bundle) -> dict:
@@ -71,8 +83,9 @@ def _published_texts(client, model_name: str, version: str, bundle, download_to)
     texts["version"] = json.dumps({"tags": mv.tags, "description": mv.description, "source": mv.source})
     texts["registered"] = json.dumps({"tags": registered.tags, "description": registered.description})
     logged = client.get_logged_model(mv.model_id or mv.source.removeprefix("models:/"))
-    texts["logged_model"] = json.dumps({"params": logged.params, "tags": logged.tags,
-                                        "metrics": [(m.key, m.value) for m in logged.metrics or []]})
+    texts["logged_model"] = json.dumps(
+        {"params": logged.params, "tags": logged.tags, "metrics": [(m.key, m.value) for m in logged.metrics or []]}
+    )
     with registry_as_default():
         local = Path(mlflow.artifacts.download_artifacts(mv.source, dst_path=str(download_to)))
     for path in sorted(p for p in local.rglob("*") if p.is_file()):
@@ -84,8 +97,9 @@ def _published_texts(client, model_name: str, version: str, bundle, download_to)
     return texts
 
 
-def _assert_published_is_dp_covered(texts: dict[str, str], *, data_hash: str, internal_paths: list[str],
-                                    real_aucs: list[float], row_counts: list[int]) -> None:
+def _assert_published_is_dp_covered(
+    texts: dict[str, str], *, data_hash: str, internal_paths: list[str], real_aucs: list[float], row_counts: list[int]
+) -> None:
     """No hash of the private file, internal path, real-data AUC or exact row count in anything published
     (row counts are looked for outside the shipped code and the synthetic tables, where any number may
     appear; the tables' own sizes are checked against `release_rows`)."""
@@ -103,17 +117,17 @@ def _assert_published_is_dp_covered(texts: dict[str, str], *, data_hash: str, in
 
 
 def _high_epsilon_warning(epsilon: float) -> str:
-    return (f"dpsynth release: warning: this release's epsilon is {epsilon:.2f}, above 10: at that level "
-            "differential privacy promises little for any one row; a smaller privacy.epsilon_budget protects "
-            "the table better.")
+    return (
+        f"dpsynth release: warning: this release's epsilon is {epsilon:.2f}, above 10: at that level "
+        "differential privacy promises little for any one row; a smaller privacy.epsilon_budget protects "
+        "the table better."
+    )
 
 
-def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, monkeypatch,
-                                  smoke_release):
+def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd, tmp_path, monkeypatch, smoke_release):
     monkeypatch.setenv("DPSYNTH_PROGRESS_SECONDS", "0")  # every progress update, for the refused run below
-    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", smoke_release,
-            "--json"]
-    loose = os.umask(0o022)   # the usual umask: internals must be owner-only anyway
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", smoke_release, "--json"]
+    loose = os.umask(0o022)  # the usual umask: internals must be owner-only anyway
     try:
         assert main(argv) == 0
     finally:
@@ -128,7 +142,8 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     # The closing line says what was published, where, at what epsilon (2 decimals).
     assert captured.out.strip().splitlines()[-2] == (
         f"release {summary['release_id']}: published {summary['model_uri']} at epsilon {summary['epsilon']:.2f} "
-        f"(delta 1e-05), bundle {summary['bundle_dir']}; AUC {summary['auc']:.3f}")
+        f"(delta 1e-05), bundle {summary['bundle_dir']}; AUC {summary['auc']:.3f}"
+    )
     assert summary["model_uri"] == "models:/cardio-gswgan/1" and summary["bundle_dir"].endswith("/bundle")
     out = isolated_workdir / summary["run_dir"]
     assert out.parent == isolated_workdir / "runs" / "release" and out.name == summary["release_id"]
@@ -142,8 +157,17 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert summary["epsilon_training"] == last and summary["epsilon_choice"] == profile.privacy.choice_epsilon
     assert summary["iteration"] in [e["iteration"] for e in ledger if e["iteration"] > 0]
     assert 0.0 <= summary["auc"] <= 1.0
-    for stage in ("validate", "split", "preprocess", "pretrain-k10", "train-k10", "sample-k10",
-                  "evaluate-k10/000", "evaluate-real/000", "report"):
+    for stage in (
+        "validate",
+        "split",
+        "preprocess",
+        "pretrain-k10",
+        "train-k10",
+        "sample-k10",
+        "evaluate-k10/000",
+        "evaluate-real/000",
+        "report",
+    ):
         assert (out / stage / "manifest.json").exists(), stage
     # Membership inference against the released checkpoint, in the internal report only.
     membership = json.loads((out / "report" / "membership.json").read_text())["k10"]
@@ -152,8 +176,10 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     # Which code computed the critics (C kernels or tensor operations) is on record with the stages.
     expected = kernels_in_use(profile.gan, "cpu")
     assert json.loads((out / "pretrain-k10" / "manifest.json").read_text())["info"]["kernels"] == expected
-    assert (json.loads((out / "train-k10" / "manifest.json").read_text())["info"]["critic_updates"]
-            == expected["critic_updates"])
+    assert (
+        json.loads((out / "train-k10" / "manifest.json").read_text())["info"]["critic_updates"]
+        == expected["critic_updates"]
+    )
 
     client, registry = MlflowClient(), registry_client()
     run = client.get_run(summary["mlflow_run_id"])
@@ -163,21 +189,35 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     # The registry is a store apart: no link to the internal run, no run of its own; the internal store
     # registers nothing.
     assert not champion.run_id and "mlflow_run_id" not in champion.tags
-    assert registry.get_logged_model(champion.model_id or champion.source.removeprefix("models:/")).source_run_id is None
+    assert (
+        registry.get_logged_model(champion.model_id or champion.source.removeprefix("models:/")).source_run_id is None
+    )
     assert registry.search_runs([e.experiment_id for e in registry.search_experiments()]) == []
     assert client.search_registered_models() == []
-    for tag in ("epsilon", "delta", "accountant", "sigma", "C", "K", "T", "batch_size", "schema_version",
-                "code_version"):
+    for tag in (
+        "epsilon",
+        "delta",
+        "accountant",
+        "sigma",
+        "C",
+        "K",
+        "T",
+        "batch_size",
+        "schema_version",
+        "code_version",
+    ):
         assert tag in champion.tags, tag
     # Internal facts stay on the internal run; nothing published carries them (nor a real row).
     assert run.data.tags["dpsynth.report"].endswith("report.html") and "real.auc" in run.data.metrics
     split = np.load(out / "split" / "split.npz")
     texts = _published_texts(registry, "cardio-gswgan", champion.version, out / "bundle", tmp_path / "download")
     _assert_published_is_dp_covered(
-        texts, data_hash=run.data.tags["dpsynth.data_sha256"],
+        texts,
+        data_hash=run.data.tags["dpsynth.data_sha256"],
         internal_paths=[str(isolated_workdir), str(out), str(tmp_path)],
         real_aucs=[summary["auc"], summary["real_auc"]],
-        row_counts=[len(split["train"]), len(split["train"]) + len(split["val"]), len(demo_frame)])
+        row_counts=[len(split["train"]), len(split["train"]) + len(split["val"]), len(demo_frame)],
+    )
     assert json.loads(texts["bundle/release.json"])["synthetic_rows"] == profile.release_rows
     assert bundle_contains_no_real_rows(tmp_path / "download", demo_frame) == []
     # Everything but the bundle is owner-only; the bundle has shareable modes inside its private folder.
@@ -187,8 +227,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
             if (out / "bundle") not in (path, *path.parents):
                 assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
     assert all(p.stat().st_mode & 0o777 == (0o755 if p.is_dir() else 0o644) for p in (out / "bundle").rglob("*"))
-    rows = load_released_model("models:/cardio-gswgan@champion").predict(
-        pd.DataFrame({"n_rows": [50], "seed": [3]}))
+    rows = load_released_model("models:/cardio-gswgan@champion").predict(pd.DataFrame({"n_rows": [50], "seed": [3]}))
     assert len(rows) == 50 and list(rows.columns) == DatasetSchema.from_yaml(CARDIO_SCHEMA).column_names
 
     assert float(champion.tags["epsilon"]) == summary["epsilon"] and champion.tags["T"] == str(ledger[-1]["iteration"])
@@ -206,7 +245,7 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     published = " ".join(p.read_text(errors="ignore") for p in bundle.glob("*.md"))
     assert statement.covers in published
     for value in (summary["auc"], summary["real_auc"]):  # AUCs are measured on real rows: never published
-        for shown in (f"{value:.3f}", f"{value:.4f}"):   # as a number of its own (150.851 is not 0.851)
+        for shown in (f"{value:.3f}", f"{value:.4f}"):  # as a number of its own (150.851 is not 0.851)
             assert not re.search(rf"(?<![\d.]){re.escape(shown)}(?!\d)", published), shown
     # The secret sits in the run folder, owner-only, and nowhere in what was published or logged.
     secret_file = out / "privacy_secret"
@@ -237,8 +276,15 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": PREFECT_API_URL.value()}
-    done = subprocess.run([sys.executable, "-m", "dpsynth.flows.cli", *argv, "--allow-same-input"], cwd=isolated_workdir,
-                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "dpsynth.flows.cli", *argv, "--allow-same-input"],
+        cwd=isolated_workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     again = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.stderr.splitlines() == [_high_epsilon_warning(again["epsilon"])], done.stderr
@@ -247,7 +293,9 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert load_secret(other) != load_secret(out)
     first, second = _generator_weights(bundle), _generator_weights(other / "bundle")
     assert any(not torch.equal(first[k], second[k]) for k in first)
-    assert not np.array_equal(np.load(out / "split" / "split.npz")["val"], np.load(other / "split" / "split.npz")["val"])
+    assert not np.array_equal(
+        np.load(out / "split" / "split.npz")["val"], np.load(other / "split" / "split.npz")["val"]
+    )
 
     # Over budget: refused before anything runs; the champion stays.
     assert _release_with(isolated_workdir, demo_csv, "tight", "privacy", "epsilon_budget", 1.0) == 5
@@ -256,13 +304,21 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
 
     # Not approved (the DP approval test finds the AUC under the profile's floor): refused after evaluation,
     # nothing published, the run final ("refused": a rerun would not draw the decision again).
-    assert _release_with(isolated_workdir, demo_csv, "strict", "evaluation", "min_release_auc", 0.999,
-                         privacy__approval_epsilon=5.0) == 6
+    assert (
+        _release_with(
+            isolated_workdir, demo_csv, "strict", "evaluation", "min_release_auc", 0.999, privacy__approval_epsilon=5.0
+        )
+        == 6
+    )
     err = capfd.readouterr().err
     assert "approval floor" in err and "Traceback" not in err
     # Without --json, every long stage shows its progress on stderr, with a percentage and the time left.
-    for stage, unit in (("pretraining k10", "iterations"), ("training k10", "iterations"),
-                        ("sampling k10", "checkpoints"), ("model selection k10", "runs")):
+    for stage, unit in (
+        ("pretraining k10", "iterations"),
+        ("training k10", "iterations"),
+        ("sampling k10", "checkpoints"),
+        ("model selection k10", "runs"),
+    ):
         assert re.search(rf"^{stage}: \d+% \(\d+/\d+ {unit}\), .*, \d+:\d\d left", err, re.MULTILINE), stage
     assert not (isolated_workdir / "strict-run" / "bundle").exists()
     assert json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["status"] == "refused"
@@ -273,16 +329,24 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--json"]) == 0
     book = _last_json(capfd)
     assert {e["release_id"]: e["status"] for e in book["releases"]} == {
-        summary["release_id"]: "published", again["release_id"]: "published",
-        json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["run_id"]: "refused"}
+        summary["release_id"]: "published",
+        again["release_id"]: "published",
+        json.loads((isolated_workdir / "strict-run" / "run.json").read_text())["run_id"]: "refused",
+    }
     assert max(summary["epsilon"], again["epsilon"]) < book["spent_epsilon"] <= book["basic_composition_epsilon"]
     assert (isolated_workdir / "privacy-ledger.sqlite").stat().st_mode & 0o077 == 0
     registry.delete_model_version("cardio-gswgan", summary["model_version"])
     assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--json"]) == 0
     assert _last_json(capfd)["spent_epsilon"] == book["spent_epsilon"]
     # A release whose planned cost would take the table past its lifetime budget: refused before any work.
-    code = _release_with(isolated_workdir, demo_csv, "lifetime", "privacy", "lifetime_budget",
-                         book["spent_epsilon"] + 0.5 * summary["epsilon"])
+    code = _release_with(
+        isolated_workdir,
+        demo_csv,
+        "lifetime",
+        "privacy",
+        "lifetime_budget",
+        book["spent_epsilon"] + 0.5 * summary["epsilon"],
+    )
     err = capfd.readouterr().err
     assert code == 5 and "lifetime_budget" in err and "Traceback" not in err
     assert not (isolated_workdir / "lifetime-run" / "validate").exists()
@@ -290,11 +354,14 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     assert f"{len(book['releases'])} release(s)" in capfd.readouterr().out
 
 
-@pytest.mark.parametrize("section, key, value, fragment", [
-    ("gan", "critic_draw", "per_step", "critic_draw"),
-    ("gan", "critic_refresh", "drawn", "critic_refresh"),
-    ("protocol", None, "thesis", "protocol"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, fragment",
+    [
+        ("gan", "critic_draw", "per_step", "critic_draw"),
+        ("gan", "critic_refresh", "drawn", "critic_refresh"),
+        ("protocol", None, "thesis", "protocol"),
+    ],
+)
 def test_release_refuses_what_epsilon_cannot_cover(isolated_workdir, demo_csv, capfd, section, key, value, fragment):
     profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
     if key is None:
@@ -303,17 +370,28 @@ def test_release_refuses_what_epsilon_cannot_cover(isolated_workdir, demo_csv, c
         profile[section][key] = value
     path = isolated_workdir / "uncovered.yaml"
     path.write_text(yaml.safe_dump(profile))
-    code = main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", str(path),
-                 "--out", str(isolated_workdir / "run")])
+    code = main(
+        [
+            "release",
+            "--config",
+            str(CARDIO_SCHEMA),
+            "--data",
+            str(demo_csv),
+            "--profile",
+            str(path),
+            "--out",
+            str(isolated_workdir / "run"),
+        ]
+    )
     err = capfd.readouterr().err
     assert code == 2 and fragment in err and "Traceback" not in err
     assert not (isolated_workdir / "run").exists()
 
 
-def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_workdir, demo_csv, capfd,
-                                                                      monkeypatch, smoke_release):
-    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", smoke_release,
-            "--json"]
+def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(
+    isolated_workdir, demo_csv, capfd, monkeypatch, smoke_release
+):
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", smoke_release, "--json"]
     save = GeneratorTrainer._save_checkpoint
     killed = []
 
@@ -321,12 +399,12 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
         save(self)
         if self.iteration == 20 and not killed:
             killed.append(self.iteration)
-            raise KeyboardInterrupt   # stands in for a kill: the checkpoint is on disk, nothing after it
+            raise KeyboardInterrupt  # stands in for a kill: the checkpoint is on disk, nothing after it
 
     monkeypatch.setattr(GeneratorTrainer, "_save_checkpoint", dies_after_the_first_checkpoint)
     assert main(argv) == 130 and killed == [20]
     capfd.readouterr()
-    assert ledger_entries("cardio") == []   # killed before its decision: it costs nothing
+    assert ledger_entries("cardio") == []  # killed before its decision: it costs nothing
     first_attempt = json.loads(next((isolated_workdir / "runs" / "release").glob("*/run.json")).read_text())
     (interrupted,) = (isolated_workdir / "runs" / "release").iterdir()
     assert not (interrupted / "train-k10" / "manifest.json").exists()
@@ -349,8 +427,8 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
     # The same command resumes the interrupted run (same id, same secret) and ends where it would have.
     assert main(argv) == 0
     resumed = _last_json(capfd)
-    assert resumed["mlflow_run_id"] == first_attempt["mlflow_run_id"]   # one MLflow run, resumed
-    assert resumed["run_dir"] == str(interrupted)   # under the home, absolute
+    assert resumed["mlflow_run_id"] == first_attempt["mlflow_run_id"]  # one MLflow run, resumed
+    assert resumed["run_dir"] == str(interrupted)  # under the home, absolute
     assert json.loads((interrupted / "run.json").read_text())["status"] == "published"
     # The reference is a copy of the same run (same id): one entry, entered once, published.
     assert [(e.release_id, e.status) for e in ledger_entries("cardio")] == [(resumed["release_id"], "published")]
@@ -358,6 +436,8 @@ def test_killed_release_resumes_to_the_result_of_an_uninterrupted_one(isolated_w
         assert resumed[key] == whole[key], key
     a, b = _generator_weights(interrupted / "bundle"), _generator_weights(reference / "bundle")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    pd.testing.assert_frame_equal(pd.read_parquet(interrupted / "bundle" / "synthetic.parquet"),
-                                  pd.read_parquet(reference / "bundle" / "synthetic.parquet"))
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(interrupted / "bundle" / "synthetic.parquet"),
+        pd.read_parquet(reference / "bundle" / "synthetic.parquet"),
+    )
     shutil.rmtree(reference)

@@ -24,8 +24,9 @@ def fixed_secret(monkeypatch):
     return secret
 
 
-def test_a_split_without_a_row_of_the_rarer_level_is_counted(isolated_workdir, demo_frame, cardio_schema,
-                                                             fixed_secret, smoke_release, capfd):
+def test_a_split_without_a_row_of_the_rarer_level_is_counted(
+    isolated_workdir, demo_frame, cardio_schema, fixed_secret, smoke_release, capfd
+):
     # The rarer target level has 5 rows, all of which the test secret puts in the training split.
     draws = fixed_secret.numpy("split").random(len(demo_frame))
     rare = np.flatnonzero(draws < 0.5)[:5]
@@ -36,7 +37,7 @@ def test_a_split_without_a_row_of_the_rarer_level_is_counted(isolated_workdir, d
     table.to_csv(data, sep=cardio_schema.separator, index=False)
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(data), "--profile", smoke_release]
 
-    assert main([*argv, "--no-publish"]) == 4   # a trial enters nothing
+    assert main([*argv, "--no-publish"]) == 4  # a trial enters nothing
     assert "no row with target" in capfd.readouterr().err and ledger.entries("cardio") == []
 
     assert main(argv) == 4
@@ -45,9 +46,10 @@ def test_a_split_without_a_row_of_the_rarer_level_is_counted(isolated_workdir, d
     planned = planned_release_cost(load_profile(smoke_release), load_profile(smoke_release).release_target())
     [entry] = ledger.entries("cardio")
     assert entry.status == "aborted" and entry.epsilon == pytest.approx(planned.epsilon)
-    statuses = sorted(json.loads(p.read_text())["status"]
-                      for p in (isolated_workdir / "runs" / "release").glob("*/run.json"))
-    assert statuses == ["refused", "trial-refused"]   # final: the next command is a new release, and counts again
+    statuses = sorted(
+        json.loads(p.read_text())["status"] for p in (isolated_workdir / "runs" / "release").glob("*/run.json")
+    )
+    assert statuses == ["refused", "trial-refused"]  # final: the next command is a new release, and counts again
     # The same file again is refused as such (exit 5); asked for, it is a new release that stops and counts.
     assert main(argv) == 5 and len(ledger.entries("cardio")) == 1
     assert main([*argv, "--allow-same-input"]) == 4 and len(ledger.entries("cardio")) == 2
@@ -62,12 +64,18 @@ def _profile_with(folder, smoke_release, **privacy) -> str:
     return str(path)
 
 
-def test_a_release_past_the_profiles_planned_releases_or_end_date_is_refused(isolated_workdir, demo_csv,
-                                                                             smoke_release, capfd):
+def test_a_release_past_the_profiles_planned_releases_or_end_date_is_refused(
+    isolated_workdir, demo_csv, smoke_release, capfd
+):
     counted = _profile_with(isolated_workdir, smoke_release, planned_releases=1)
     profile = load_profile(counted)
-    ledger.enter("cardio", "cardio-earlier-000000000000", planned_release_cost(profile, profile.release_target()),
-                 None, profile=profile.name)
+    ledger.enter(
+        "cardio",
+        "cardio-earlier-000000000000",
+        planned_release_cost(profile, profile.release_target()),
+        None,
+        profile=profile.name,
+    )
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile"]
     assert main([*argv, counted]) == 5
     err = capfd.readouterr().err
@@ -88,15 +96,16 @@ def test_the_window_is_checked_by_date_and_by_this_profiles_releases_only(privat
     for k in range(5):
         ledger.enter("cardio", f"d{k}", cost, None, profile="default")
     ledger.enter("cardio", "e0", cost, None, profile="eps1")
-    ledger.check_release_window("cardio", profile)                 # 5 of default's 6
+    ledger.check_release_window("cardio", profile)  # 5 of default's 6
     ledger.enter("cardio", "d5", cost, None, profile="default")
-    ledger.check_release_window("cardio", profile, release_id="d5")   # a release resuming itself
+    ledger.check_release_window("cardio", profile, release_id="d5")  # a release resuming itself
     with pytest.raises(ledger.BudgetExceededError, match="planned_releases"):
         ledger.check_release_window("cardio", profile)
     import dataclasses
 
-    until = dataclasses.replace(profile, privacy=dataclasses.replace(profile.privacy, planned_releases=None,
-                                                                     releases_until="2027-06-30"))
+    until = dataclasses.replace(
+        profile, privacy=dataclasses.replace(profile.privacy, planned_releases=None, releases_until="2027-06-30")
+    )
     ledger.check_release_window("cardio", until, today=date(2027, 6, 30))
     with pytest.raises(ledger.BudgetExceededError, match="releases_until"):
         ledger.check_release_window("cardio", until, today=date(2027, 7, 1))

@@ -237,18 +237,36 @@ def test_the_toy_passes_the_generator_conformance_checks(toy_generator, tmp_path
     check_nothing_published_outside_the_scan(trained)
 
 
-def test_release_with_the_toy_publishes_its_labelled_parameters(toy_generator, isolated_workdir, demo_csv, capfd,
-                                                                 tmp_path):
+def test_release_with_the_toy_publishes_its_labelled_parameters(
+    toy_generator, isolated_workdir, demo_csv, capfd, tmp_path
+):
     # The release's setting alone (no GS-WGAN baseline beside it): the report describes the toy's mechanism.
     profile = publishing_smoke(tmp_path / "profiles", settings=[{"name": "k10", "discriminators": 10}])
-    assert main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", profile,
-                 "--generator", "toy", "--json"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "--config",
+                str(CARDIO_SCHEMA),
+                "--data",
+                str(demo_csv),
+                "--profile",
+                profile,
+                "--generator",
+                "toy",
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = _last_json(capfd)
     out = isolated_workdir / summary["run_dir"]
     assert summary["model_uri"] == "models:/cardio-toy/1"
     release = json.loads((out / "bundle" / "release.json").read_text())
     assert release["accountant"]["parameters"]["generator"] == "Toy histograms"
-    assert release["accountant"]["parameters"]["toy_rho"] == 0.5 and release["accountant"]["parameters"]["toy_bins"] == 10
+    assert (
+        release["accountant"]["parameters"]["toy_rho"] == 0.5 and release["accountant"]["parameters"]["toy_bins"] == 10
+    )
     # The notes show each parameter under the toy's label; the internal report under its key.
     notes = (out / "bundle" / "RELEASE_NOTES.md").read_text()
     assert "toy histograms' zCDP rho" in notes and "toy bins per continuous column" in notes

@@ -22,9 +22,11 @@ REAL_TABLE_LINE = f"dpsynth release: {REAL_TABLE_TRIAL}"
 
 
 def _trial_line(summary: dict) -> str:
-    return (f"trial {summary['release_id']}: nothing published (nothing registered, no bundle, no alias moved, "
-            f"nothing entered in the privacy ledger); a release would have spent epsilon {summary['epsilon']:.2f} "
-            f"at delta 1e-05; AUC {summary['auc']:.3f}; internal report {summary['report']}")
+    return (
+        f"trial {summary['release_id']}: nothing published (nothing registered, no bundle, no alias moved, "
+        f"nothing entered in the privacy ledger); a release would have spent epsilon {summary['epsilon']:.2f} "
+        f"at delta 1e-05; AUC {summary['auc']:.3f}; internal report {summary['report']}"
+    )
 
 
 def _published_nothing(workdir: Path, summary: dict) -> None:
@@ -32,8 +34,17 @@ def _published_nothing(workdir: Path, summary: dict) -> None:
     assert summary["published"] is False and summary["trial"] is True
     assert not {"model_uri", "model_version", "bundle_dir"} & set(summary)
     # Every stage ran, up to the DP choice and the internal report.
-    for stage in ("validate", "split", "preprocess", "pretrain-k10", "train-k10", "sample-k10", "evaluate-k10/000",
-                  "evaluate-real/000", "report"):
+    for stage in (
+        "validate",
+        "split",
+        "preprocess",
+        "pretrain-k10",
+        "train-k10",
+        "sample-k10",
+        "evaluate-k10/000",
+        "evaluate-real/000",
+        "report",
+    ):
         assert (out / stage / "manifest.json").exists(), stage
     assert json.loads((out / "decision.json").read_text())["iteration"] == summary["iteration"]
     assert (out / "report" / "report.html").exists()
@@ -46,19 +57,20 @@ def _published_nothing(workdir: Path, summary: dict) -> None:
 
 def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_too(isolated_workdir, capfd):
     table = isolated_workdir / "demo.csv"
-    assert main(["demo-data", "--rows", "3000", "--seed", "1", "--out", str(table), "--config",
-                 str(CARDIO_SCHEMA)]) == 0
+    assert (
+        main(["demo-data", "--rows", "3000", "--seed", "1", "--out", str(table), "--config", str(CARDIO_SCHEMA)]) == 0
+    )
     assert (isolated_workdir / "demo.csv.demo.json").exists()
     capfd.readouterr()
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(table), "--profile", "smoke", "--json"]
     assert main(argv) == 0
     captured = capfd.readouterr()
-    assert captured.err == ""   # a demo table: no word about a real one; nothing published: no warning
+    assert captured.err == ""  # a demo table: no word about a real one; nothing published: no warning
     lines = captured.out.strip().splitlines()
     first = json.loads(lines[-1])
     assert lines[-2] == _trial_line(first)
     _published_nothing(isolated_workdir, first)
-    assert first["epsilon"] > 10   # what smoke would have cost: why it is a trial
+    assert first["epsilon"] > 10  # what smoke would have cost: why it is a trial
     assert not (isolated_workdir / "privacy-ledger.sqlite").exists()
 
     # The same command after a finished trial: a new run (new id, new secret), and again nothing published.
@@ -75,8 +87,9 @@ def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_t
     assert reused["reused"] is True and reused["release_id"] == first["release_id"] and reused["published"] is False
 
 
-def test_no_publish_makes_a_publishing_release_a_trial_that_says_so_on_a_real_table(isolated_workdir, demo_csv,
-                                                                                    capfd, tmp_path):
+def test_no_publish_makes_a_publishing_release_a_trial_that_says_so_on_a_real_table(
+    isolated_workdir, demo_csv, capfd, tmp_path
+):
     # A publishing profile whose lifetime budget (1) is below smoke's epsilon (71.4): as a release it is
     # refused before any work; as a trial it enters nothing, so it checks nothing against the ledger.
     profile = publishing_smoke(tmp_path / "profiles", privacy={"lifetime_budget": 1.0})
@@ -101,15 +114,30 @@ def test_no_publish_makes_a_publishing_release_a_trial_that_says_so_on_a_real_ta
     assert as_release.run_id != summary["release_id"]
 
 
-def test_a_publishing_profile_without_a_lifetime_budget_is_refused_before_any_work(isolated_workdir, demo_csv,
-                                                                                   capfd, tmp_path):
+def test_a_publishing_profile_without_a_lifetime_budget_is_refused_before_any_work(
+    isolated_workdir, demo_csv, capfd, tmp_path
+):
     profile = publishing_smoke(tmp_path / "profiles", privacy={"lifetime_budget": None})
     out = isolated_workdir / "run"
-    assert main(["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", profile,
-                 "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "release",
+                "--config",
+                str(CARDIO_SCHEMA),
+                "--data",
+                str(demo_csv),
+                "--profile",
+                profile,
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capfd.readouterr().err
     assert "privacy.lifetime_budget" in err and "--no-publish" in err and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1   # one paragraph
+    assert len(err.strip().splitlines()) == 1  # one paragraph
     assert not out.exists() and not (isolated_workdir / "runs").exists()
     assert not (isolated_workdir / "privacy-ledger.sqlite").exists()
 
@@ -121,10 +149,14 @@ def test_a_publishing_profile_without_a_lifetime_budget_is_refused_before_any_wo
     assert not out.exists()
 
 
-@pytest.mark.parametrize("value, message", [
-    ("yes", r"p.yaml\): trial: expected true or false \(got 'yes'\)"),
-    (1, r"p.yaml\): trial: expected true or false \(got 1\)"),
-], ids=["text", "number"])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("yes", r"p.yaml\): trial: expected true or false \(got 'yes'\)"),
+        (1, r"p.yaml\): trial: expected true or false \(got 1\)"),
+    ],
+    ids=["text", "number"],
+)
 def test_trial_is_validated_like_every_key(tmp_path, value, message):
     folder = tmp_path / "profiles"
     folder.mkdir()

@@ -1,5 +1,6 @@
 """A release of a wide table end to end: the census-like demo schema (108 encoded columns, a 42-level
-column, heavy-tailed continuous columns) with the smoke profile, as a release that publishes. It keeps every stage honest at a width
+column, heavy-tailed continuous columns) with the smoke profile, as a release that publishes. It keeps every stage
+honest at a width
 far from Cardio's 16, and its duration (pytest --durations) shows a width regression in CI: about 50 s
 on the 2-core development machine."""
 
@@ -25,8 +26,18 @@ def test_wide_table_releases_end_to_end(isolated_workdir, capfd):
     make_demo_table(schema, 3000, seed=2).to_csv(data, sep=schema.separator, index=False)
 
     started = time.perf_counter()
-    code = main(["release", "--config", str(CENSUS_SCHEMA), "--data", str(data), "--profile",
-                 publishing_smoke(isolated_workdir / "profiles"), "--json"])
+    code = main(
+        [
+            "release",
+            "--config",
+            str(CENSUS_SCHEMA),
+            "--data",
+            str(data),
+            "--profile",
+            publishing_smoke(isolated_workdir / "profiles"),
+            "--json",
+        ]
+    )
     seconds = time.perf_counter() - started
     assert code == 0
     summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
@@ -39,7 +50,8 @@ def test_wide_table_releases_end_to_end(isolated_workdir, capfd):
     champion = registry_client().get_model_version_by_alias("census_demo-gswgan", "champion")
     assert float(champion.tags["epsilon"]) == summary["epsilon"]
     rows = load_released_model("models:/census_demo-gswgan@champion").predict(
-        pd.DataFrame({"n_rows": [200], "seed": [1]}))
+        pd.DataFrame({"n_rows": [200], "seed": [1]})
+    )
     assert list(rows.columns) == [c.name for c in schema.columns]
     for column in schema.columns:
         if column.is_continuous:
@@ -57,8 +69,23 @@ def test_the_harder_table_releases_with_a_dp_sgd_generator(isolated_workdir, cap
     schema = DatasetSchema.from_yaml(CENSUS_SCHEMA)
     data = isolated_workdir / "census-hard.csv"
     make_demo_table(schema, 3000, seed=3, shape=SHAPES["hard"]).to_csv(data, sep=schema.separator, index=False)
-    assert main(["release", "--config", str(CENSUS_SCHEMA), "--data", str(data), "--profile",
-                 publishing_smoke(isolated_workdir / "profiles"), "--generator", "dpautogan", "--json"]) == 0
+    assert (
+        main(
+            [
+                "release",
+                "--config",
+                str(CENSUS_SCHEMA),
+                "--data",
+                str(data),
+                "--profile",
+                publishing_smoke(isolated_workdir / "profiles"),
+                "--generator",
+                "dpautogan",
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     assert summary["model_uri"] == "models:/census_demo-dpautogan/1"
     rows = pd.read_parquet(isolated_workdir / summary["run_dir"] / "bundle" / "synthetic.parquet")

@@ -32,12 +32,12 @@ TABLE = {
     1000: (1.98, 4.62, 6.73, 9.99, 14.97),
     1500: (1.34, 2.99, 4.32, 6.30, 9.30),
 }
-CELLS = [(k, t, eps) for k, row in TABLE.items() for t, eps in zip(ITERATIONS, row)]
+CELLS = [(k, t, eps) for k, row in TABLE.items() for t, eps in zip(ITERATIONS, row, strict=False)]
 
 
 @functools.cache
 def _row(discriminators: int) -> dict[int, float]:
-    return dict(zip(ITERATIONS, epsilons_at(discriminators, ITERATIONS, BATCH, SIGMA, DELTA)))
+    return dict(zip(ITERATIONS, epsilons_at(discriminators, ITERATIONS, BATCH, SIGMA, DELTA), strict=False))
 
 
 def _autodp_eps(discriminators: int, iterations: int, sigma: float = SIGMA, delta: float = DELTA) -> float:
@@ -81,9 +81,7 @@ def test_one_discriminator_is_the_plain_gaussian_mechanism(iterations):
     c = iterations * BATCH / (2 * SIGMA**2)
     closed_form = c + 2 * math.sqrt(c * math.log(1 / DELTA))
     assert epsilon_for(1, iterations, BATCH, SIGMA, DELTA) == pytest.approx(closed_form, rel=1e-6)
-    assert epsilon_for(1, iterations, BATCH, SIGMA, DELTA) == pytest.approx(
-        _autodp_eps(1, iterations), rel=0.005
-    )
+    assert epsilon_for(1, iterations, BATCH, SIGMA, DELTA) == pytest.approx(_autodp_eps(1, iterations), rel=0.005)
 
 
 def test_zero_iterations_is_zero():
@@ -141,8 +139,13 @@ def test_state_dict_round_trip():
 
 @pytest.mark.parametrize(
     "change",
-    [{"discriminators": 1000}, {"batch_size": 64}, {"noise_multiplier": 1.5}, {"mechanism": "Poisson RDP"},
-     {"critic_draw": "per_step", "mechanism": mechanism_name("per_step")}],
+    [
+        {"discriminators": 1000},
+        {"batch_size": 64},
+        {"noise_multiplier": 1.5},
+        {"mechanism": "Poisson RDP"},
+        {"critic_draw": "per_step", "mechanism": mechanism_name("per_step")},
+    ],
 )
 def test_load_state_dict_rejects_a_different_mechanism(change):
     state = GSWGANAccountant(1500, BATCH, SIGMA).state_dict() | change
@@ -194,7 +197,8 @@ def test_per_step_draw_is_one_query_per_step_at_sigma_over_sqrt_b():
     """The thesis' shared critic: T compositions of the subsampled Gaussian at sigma / sqrt(B)."""
     for k, t in ((1000, 1), (1500, 50), (250, 3)):
         assert epsilon_for(k, t, BATCH, SIGMA, DELTA, "per_step") == pytest.approx(
-            epsilon_for(k, t, 1, SIGMA / math.sqrt(BATCH), DELTA), rel=1e-12)
+            epsilon_for(k, t, 1, SIGMA / math.sqrt(BATCH), DELTA), rel=1e-12
+        )
     acct = GSWGANAccountant(1000, BATCH, SIGMA, "per_step")
     acct.step(20_000)
     assert acct.compositions == 20_000 and acct.mechanism == mechanism_name("per_step")

@@ -43,8 +43,11 @@ def test_audit_of_a_gaussian_with_known_epsilon_stays_below_it():
 def test_reduced_step_audit_refutes_the_old_accounting_and_not_the_current_one():
     setup = StepAuditSetup(discriminators=50, batch_size=32, delta=1e-3)
     audits = {a["mechanism"]: a for a in step_audit(setup, trials=6000, steps=1, seed=0)}
-    per_row, old, thesis = (audits["per_row"], audits["per_step scored as T x B (the old accounting)"],
-                            audits["per_step"])
+    per_row, old, thesis = (
+        audits["per_row"],
+        audits["per_step scored as T x B (the old accounting)"],
+        audits["per_step"],
+    )
     assert not per_row["claim_refuted"] and per_row["epsilon_lower_bound"] < per_row["epsilon_claimed"]
     assert old["claim_refuted"] and old["epsilon_lower_bound"] > old["epsilon_claimed"] == per_row["epsilon_claimed"]
     assert not thesis["claim_refuted"] and thesis["epsilon_claimed"] > 10 * per_row["epsilon_claimed"]
@@ -59,16 +62,21 @@ def test_reduced_step_audit_refutes_the_old_accounting_and_not_the_current_one()
 def test_one_run_bound_grows_with_correct_guesses_and_vanishes_at_chance():
     from dpsynth.models.privacy.audit import one_run_epsilon_lower_bound, one_run_p_value
 
-    assert one_run_epsilon_lower_bound(1000, 100, 50, 1e-5) == 0.0          # chance
+    assert one_run_epsilon_lower_bound(1000, 100, 50, 1e-5) == 0.0  # chance
     weak, strong = (one_run_epsilon_lower_bound(1000, 100, v, 1e-5) for v in (70, 95))
     assert 0 < weak < strong
     # The bound is where the p-value crosses 5%.
-    assert one_run_p_value(1000, 100, 95, strong - 0.01, 1e-5) < 0.05 <= one_run_p_value(1000, 100, 95, strong + 0.01, 1e-5)
+    assert (
+        one_run_p_value(1000, 100, 95, strong - 0.01, 1e-5)
+        < 0.05
+        <= one_run_p_value(1000, 100, 95, strong + 0.01, 1e-5)
+    )
     # With pure DP the p-value is the binomial tail.
-    assert one_run_p_value(10, 10, 10, 0.0, 0.0) == pytest.approx(0.5 ** 10)
+    assert one_run_p_value(10, 10, 10, 0.0, 0.0) == pytest.approx(0.5**10)
 
 
 # ------------------------------------------------------------------------------- calibration audits
+
 
 @pytest.fixture
 def _one_thread():
@@ -82,9 +90,14 @@ def _one_thread():
 # called once per trial (about 0.1 ms each), so fewer there. At 10^5 a Gaussian mechanism with mu 0.93
 # (exact 4.05) gives bounds near 2.5 with the intended noise and near 4.8 with half of it; at 4 x 10^4,
 # near 2.0 and 4.5.
-REDUCED = {"gswgan-sanitiser": (100_000, 0.45), "dpcgan-update": (100_000, 0.45),
-           "dpautogan-update": (100_000, 0.45), "dpautogan-gaussian-fit": (100_000, 0.45),
-           "dpautogan-moments": (40_000, 0.35), "measured-marginals": (100_000, 0.45)}
+REDUCED = {
+    "gswgan-sanitiser": (100_000, 0.45),
+    "dpcgan-update": (100_000, 0.45),
+    "dpautogan-update": (100_000, 0.45),
+    "dpautogan-gaussian-fit": (100_000, 0.45),
+    "dpautogan-moments": (40_000, 0.35),
+    "measured-marginals": (100_000, 0.45),
+}
 
 
 @pytest.mark.parametrize("mechanism", list(REDUCED))
@@ -101,7 +114,7 @@ def test_reduced_calibration_audit_has_power_and_refutes_half_the_noise(mechanis
     assert not intended["exceeds_exact"]
     halved = audit(trials=trials, halve_noise=True, seed=1)
     assert halved["noise_multiplier_run"] == intended["noise_multiplier"] / 2
-    assert halved["epsilon_exact"] == intended["epsilon_exact"]        # judged against the intended noise
+    assert halved["epsilon_exact"] == intended["epsilon_exact"]  # judged against the intended noise
     assert halved["epsilon_lower_bound"] > halved["epsilon_exact"] and halved["exceeds_exact"] and halved["passed"]
 
 
@@ -138,7 +151,7 @@ def test_the_audited_gaussian_fit_query_is_the_one_fit_gaussian_latent_runs():
 
 # ------------------------------------------------------------------- GS-WGAN's critic draws
 
-DRAW_K, DRAW_STEPS = 8, 800           # 800 steps of B = 32: 25,600 draws, 400 x 32 on each side of a resume
+DRAW_K, DRAW_STEPS = 8, 800  # 800 steps of B = 32: 25,600 draws, 400 x 32 on each side of a resume
 
 
 def _draw_trainer(tmp_path, name: str):
@@ -151,12 +164,31 @@ def _draw_trainer(tmp_path, name: str):
     from tests.conftest import TEST_SECRET_HEX
 
     secret = PrivacySecret.from_hex(TEST_SECRET_HEX)
-    gan = GanConfig(z_dim=4, generator_hidden=(8,), critic_hidden=16, batch_size=32, critic_refresh_steps=1,
-                    iterations=DRAW_STEPS, checkpoint_every=DRAW_STEPS // 2, kernels="torch")
+    gan = GanConfig(
+        z_dim=4,
+        generator_hidden=(8,),
+        critic_hidden=16,
+        batch_size=32,
+        critic_refresh_steps=1,
+        iterations=DRAW_STEPS,
+        checkpoint_every=DRAW_STEPS // 2,
+        kernels="torch",
+    )
     data = torch.rand(DRAW_K * 20, 4, generator=torch.Generator().manual_seed(0)) * 2 - 1
     critics = CriticStack(DRAW_K, 4, 16, False, "default", torch.Generator().manual_seed(1))
-    return GeneratorTrainer(data, make_partition(len(data), DRAW_K, secret), critics, gan, PrivacyConfig(),
-                            Setting("draws", DRAW_K), [], 0, tmp_path / name, torch.device("cpu"), secret)
+    return GeneratorTrainer(
+        data,
+        make_partition(len(data), DRAW_K, secret),
+        critics,
+        gan,
+        PrivacyConfig(),
+        Setting("draws", DRAW_K),
+        [],
+        0,
+        tmp_path / name,
+        torch.device("cpu"),
+        secret,
+    )
 
 
 def _recorded_draws(tmp_path, monkeypatch, name: str, interrupted: bool) -> np.ndarray:
@@ -199,10 +231,12 @@ def _draw_p_values(draws: np.ndarray) -> dict[str, float]:
     from scipy.stats import chisquare
 
     half = len(draws) // 2
-    return {"uniform": float(chisquare(np.bincount(draws.ravel(), minlength=DRAW_K))[1]),
-            "rows": _pairs_p_value(draws[:, 0::2], draws[:, 1::2]),
-            "steps": _pairs_p_value(draws[0::2], draws[1::2]),
-            "resume": _pairs_p_value(draws[:half], draws[half:])}
+    return {
+        "uniform": float(chisquare(np.bincount(draws.ravel(), minlength=DRAW_K))[1]),
+        "rows": _pairs_p_value(draws[:, 0::2], draws[:, 1::2]),
+        "steps": _pairs_p_value(draws[0::2], draws[1::2]),
+        "resume": _pairs_p_value(draws[:half], draws[half:]),
+    }
 
 
 def test_critic_draws_are_uniform_and_independent_across_rows_steps_and_a_resume(tmp_path, monkeypatch, _one_thread):
@@ -215,8 +249,9 @@ def test_critic_draws_are_uniform_and_independent_across_rows_steps_and_a_resume
     assert min(p.values()) > 1e-3, p
 
 
-def test_the_draw_tests_reject_repeated_rows_a_restarted_stream_and_a_restart_on_resume(tmp_path, monkeypatch,
-                                                                                        _one_thread):
+def test_the_draw_tests_reject_repeated_rows_a_restarted_stream_and_a_restart_on_resume(
+    tmp_path, monkeypatch, _one_thread
+):
     """The statistics above have power: a draw where every odd row repeats the row before it, one from a
     stream restarted before every step (the same critics every step), and a resume that restarts the
     secret stream instead of loading its state, are each rejected by the statistic meant for them."""

@@ -36,9 +36,11 @@ def test_point_masses_are_declared_on_continuous_columns_within_bounds():
 
     ok = DatasetSchema.from_dict(schema({"type": "continuous", "bounds": [0, 10], "point_masses": [0, 10]}))
     assert ok.column("x").point_masses == (0.0, 10.0)
-    for column, fragment in [({"type": "continuous", "bounds": [0, 10], "point_masses": [11]}, "within the bounds"),
-                             ({"type": "continuous", "bounds": [0, 10], "point_masses": [1, 1]}, "distinct"),
-                             ({"type": "binary", "levels": [0, 1], "point_masses": [0]}, "only continuous")]:
+    for column, fragment in [
+        ({"type": "continuous", "bounds": [0, 10], "point_masses": [11]}, "within the bounds"),
+        ({"type": "continuous", "bounds": [0, 10], "point_masses": [1, 1]}, "distinct"),
+        ({"type": "binary", "levels": [0, 1], "point_masses": [0]}, "only continuous"),
+    ]:
         with pytest.raises(ConfigError, match=fragment):
             DatasetSchema.from_dict(schema(column))
 
@@ -53,4 +55,4 @@ def test_drawn_values_stay_on_the_decimal_grid_where_the_bin_has_grid_values(car
         on_grid = np.isclose(values, np.round(values, decimals), rtol=0, atol=1e-9)
         # Only a bin narrower than one grid step (as [3.25, 4) of an integer column) takes its midpoint.
         width = (bounds[1] - bounds[0]) / 20
-        assert on_grid.all() if width >= 10.0 ** -decimals else on_grid.mean() > 0.5, bounds
+        assert on_grid.all() if width >= 10.0**-decimals else on_grid.mean() > 0.5, bounds

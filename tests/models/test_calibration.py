@@ -33,7 +33,8 @@ from dpsynth.models.privacy.secret import PrivacySecret
 SECRET = PrivacySecret.from_hex("5e" * 32)
 ROWS = 4000
 SCHEMA = {
-    "name": "small", "target": "target",
+    "name": "small",
+    "target": "target",
     "columns": {
         "age": {"type": "continuous", "bounds": [17, 90], "decimals": 0},
         "hours": {"type": "continuous", "bounds": [1, 99], "decimals": 0},
@@ -209,11 +210,14 @@ def test_measured_cells_are_the_schema_cells(schema, measured):
         assert len(marginal.shares) == math.prod(marginal.shape)
 
 
-@pytest.mark.parametrize("col", [
-    Column("age", "continuous", bounds=(17, 90)),  # a bin edge at 57.15: rounding leaves bin 11
-    Column("share", "continuous", bounds=(0, 1), decimals=2, point_masses=(0.0, 0.5)),  # edges at 0.3, 0.35
-    Column("schooling", "continuous", bounds=(1, 16)),  # bins narrower than the integer step
-])
+@pytest.mark.parametrize(
+    "col",
+    [
+        Column("age", "continuous", bounds=(17, 90)),  # a bin edge at 57.15: rounding leaves bin 11
+        Column("share", "continuous", bounds=(0, 1), decimals=2, point_masses=(0.0, 0.5)),  # edges at 0.3, 0.35
+        Column("schooling", "continuous", bounds=(1, 16)),  # bins narrower than the integer step
+    ],
+)
 def test_written_values_fall_in_their_cell_on_the_decimal_grid(col):
     writable = np.nonzero(_writable_cells(col, 20))[0]
     codes = np.repeat(writable, 500)

@@ -14,8 +14,14 @@ def _results(rows):
 
 
 def test_lowest_epsilon_within_tolerance_of_the_best():
-    results = _results([(0, 0.0, 0.55, 0.9, 0.1), (1000, 2.0, 0.705, 0.9, 0.1), (2000, 3.0, 0.71, 0.9, 0.1),
-                        (3000, 4.0, 0.70, 0.9, 0.1)])
+    results = _results(
+        [
+            (0, 0.0, 0.55, 0.9, 0.1),
+            (1000, 2.0, 0.705, 0.9, 0.1),
+            (2000, 3.0, 0.71, 0.9, 0.1),
+            (3000, 4.0, 0.70, 0.9, 0.1),
+        ]
+    )
     assert choose_checkpoint(results, "real_val_auc", 0.01)["iteration"] == 1000
     assert choose_checkpoint(results, "real_val_auc", 0.0)["iteration"] == 2000
 
@@ -27,8 +33,9 @@ def test_budget_excludes_later_checkpoints_and_none_when_nothing_fits():
 
 
 def test_non_private_ties_on_epsilon_go_to_the_higher_auc_then_the_earlier_iteration():
-    results = _results([(1000, math.inf, 0.70, 0.9, 0.1), (2000, math.inf, 0.705, 0.9, 0.1),
-                        (3000, math.inf, 0.705, 0.9, 0.1)])
+    results = _results(
+        [(1000, math.inf, 0.70, 0.9, 0.1), (2000, math.inf, 0.705, 0.9, 0.1), (3000, math.inf, 0.705, 0.9, 0.1)]
+    )
     assert choose_checkpoint(results, "real_val_auc", 0.01)["iteration"] == 2000
 
 
@@ -45,7 +52,7 @@ def test_max_share_gap_prefers_checkpoints_close_to_the_real_level_shares():
     results["real_val_share_gap"] = [0.30, 0.10, 0.05]
     assert choose_checkpoint(results, "real_val_auc", 0.01)["iteration"] == 1000
     assert choose_checkpoint(results, "real_val_auc", 0.01, max_share_gap=0.15)["iteration"] == 2000
-    assert choose_checkpoint(results, "real_val_auc", 0.01, max_share_gap=0.01)["iteration"] == 1000   # none close
+    assert choose_checkpoint(results, "real_val_auc", 0.01, max_share_gap=0.01)["iteration"] == 1000  # none close
 
 
 def test_selection_metric_never_uses_the_test_split_under_the_honest_protocol():

@@ -60,23 +60,33 @@ def _load_text(tmp_path, text: str) -> Profile:
     return load_profile("p", tmp_path / "schema.yaml")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("gan: {checkpoint_every: 0}", "profile 'p' ("),
-    ("gan: {checkpoint_every: 0}", "p.yaml): gan.checkpoint_every: must be at least 1 (got 0)."),
-    ("gan: {lr_critc: 0.1}", "gan.lr_critc: unknown key (did you mean 'lr_critic'?)"),
-    ("privacy: {xyz: 1}", ("privacy.xyz: unknown key (known keys: approval_epsilon, choice_epsilon, clip, delta, "
-                          "epsilon_budget, lifetime_budget, noise_multiplier, planned_releases, releases_until)")),
-    ("marginals: {rho: 0}", "marginals.rho: must be above 0 (got 0)"),
-    ("marginals: {sigma: 1.0}", ("marginals.sigma: unknown key (known keys: bins, enabled, oversample, rho, "
-                                 "selection_share, selections)")),
-    ("gan: {target_prior: 1.0}", "gan.target_prior: must be below 1 (got 1.0)"),
-    ("gan: {generator_ema: 1.5}", "gan.generator_ema: must be below 1 (got 1.5)"),
-    ("evaluation: {share_gap_weight: -1}", "evaluation.share_gap_weight: must be at least 0"),
-    ("gan: {z_dim: 100000}", "gan.z_dim: must be at most 16384"),
-    ("gan: {iterations: 1000000, checkpoint_every: 1}", "gives 1000000 checkpoints, at most 10000"),
-    ("1: 2", "key 1: keys must be text"),
-    ("extends: [a]", "extends: expected the name of a profile beside it"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gan: {checkpoint_every: 0}", "profile 'p' ("),
+        ("gan: {checkpoint_every: 0}", "p.yaml): gan.checkpoint_every: must be at least 1 (got 0)."),
+        ("gan: {lr_critc: 0.1}", "gan.lr_critc: unknown key (did you mean 'lr_critic'?)"),
+        (
+            "privacy: {xyz: 1}",
+            (
+                "privacy.xyz: unknown key (known keys: approval_epsilon, choice_epsilon, clip, delta, "
+                "epsilon_budget, lifetime_budget, noise_multiplier, planned_releases, releases_until)"
+            ),
+        ),
+        ("marginals: {rho: 0}", "marginals.rho: must be above 0 (got 0)"),
+        (
+            "marginals: {sigma: 1.0}",
+            ("marginals.sigma: unknown key (known keys: bins, enabled, oversample, rho, selection_share, selections)"),
+        ),
+        ("gan: {target_prior: 1.0}", "gan.target_prior: must be below 1 (got 1.0)"),
+        ("gan: {generator_ema: 1.5}", "gan.generator_ema: must be below 1 (got 1.5)"),
+        ("evaluation: {share_gap_weight: -1}", "evaluation.share_gap_weight: must be at least 0"),
+        ("gan: {z_dim: 100000}", "gan.z_dim: must be at most 16384"),
+        ("gan: {iterations: 1000000, checkpoint_every: 1}", "gives 1000000 checkpoints, at most 10000"),
+        ("1: 2", "key 1: keys must be text"),
+        ("extends: [a]", "extends: expected the name of a profile beside it"),
+    ],
+)
 def test_profile_messages_name_the_key_path(tmp_path, text, message):
     with pytest.raises(ConfigError) as info:
         _load_text(tmp_path, text)
@@ -135,13 +145,20 @@ def test_a_valid_schema_still_builds_the_same_columns(cardio_schema):
 # ConfigError with one readable line; nothing else (TypeError, ZeroDivisionError, ...) escapes.
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
     st.dates(min_value=datetime.date(1990, 1, 1), max_value=datetime.date(2030, 1, 1)),
 )
-_values = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), inner, max_size=3)),
-    max_leaves=8)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 def _paths(node, prefix=()):
@@ -169,8 +186,11 @@ def _assert_readable(exc: ConfigError) -> None:
 
 
 _PROFILE = yaml.safe_load((CARDIO_SCHEMA.parent / "profiles" / "smoke.yaml").read_text())
-_PROFILE_PATHS = sorted(_paths(_PROFILE), key=str) + [("gan", k) for k in ("z_dim", "betas", "generator_hidden")] + [
-    ("privacy", "delta"), ("split",), ("evaluation", "penalties"), ("device",), ("extends",), ("workers",)]
+_PROFILE_PATHS = (
+    sorted(_paths(_PROFILE), key=str)
+    + [("gan", k) for k in ("z_dim", "betas", "generator_hidden")]
+    + [("privacy", "delta"), ("split",), ("evaluation", "penalties"), ("device",), ("extends",), ("workers",)]
+)
 _SCHEMA = yaml.safe_load(CARDIO_SCHEMA.read_text())
 _SCHEMA_PATHS = sorted(_paths(_SCHEMA), key=str) + [("columns", "age", "levels"), ("columns", "gender", "bounds")]
 _FOLDER = Path(tempfile.mkdtemp(prefix="dpsynth-config-properties-"))
@@ -192,7 +212,7 @@ def test_any_value_at_any_profile_key_is_a_profile_or_a_config_error(path, value
         return
     assert not extra or not isinstance(raw.get("gan"), dict)  # an unknown key is never accepted
     assert math.isfinite(profile.privacy.delta) and profile.gan.iterations % profile.gan.checkpoint_every == 0
-    plain = profile.to_dict()   # plain data, each generator section under its key, as in the file
+    plain = profile.to_dict()  # plain data, each generator section under its key, as in the file
     assert isinstance(plain["gan"], dict) and load_profile("p", _FOLDER / "schema.yaml").to_dict() == plain
 
 
@@ -225,11 +245,14 @@ def test_any_yaml_document_is_a_schema_or_a_config_error(document):
         _assert_readable(exc)
 
 
-@pytest.mark.parametrize("loc, path", [
-    (("gan", "betas", 0), "gan.betas[0]"),
-    (("columns", "blood pressure", "bounds"), "columns.'blood pressure'.bounds"),
-    (("\n",), "'\\n'"),
-    (("",), "''"),
-])
+@pytest.mark.parametrize(
+    "loc, path",
+    [
+        (("gan", "betas", 0), "gan.betas[0]"),
+        (("columns", "blood pressure", "bounds"), "columns.'blood pressure'.bounds"),
+        (("\n",), "'\\n'"),
+        (("",), "''"),
+    ],
+)
 def test_key_paths_stay_on_one_readable_line(loc, path):
     assert dotted(loc) == path

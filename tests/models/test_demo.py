@@ -57,13 +57,18 @@ def test_target_is_learnable(schema):
 
 
 def test_generic_schema_without_id_and_with_text_levels():
-    schema = DatasetSchema.from_dict({
-        "name": "toy", "target": "label", "columns": {
-            "a": {"type": "continuous", "bounds": [0.5, 9.5], "decimals": 0},
-            "b": {"type": "continuous", "bounds": [-1, 1], "decimals": 2},
-            "kind": {"type": "categorical", "levels": ["x", "y", "z", "w"]},
-            "label": {"type": "binary", "levels": ["neg", "pos"]},
-        }})
+    schema = DatasetSchema.from_dict(
+        {
+            "name": "toy",
+            "target": "label",
+            "columns": {
+                "a": {"type": "continuous", "bounds": [0.5, 9.5], "decimals": 0},
+                "b": {"type": "continuous", "bounds": [-1, 1], "decimals": 2},
+                "kind": {"type": "categorical", "levels": ["x", "y", "z", "w"]},
+                "label": {"type": "binary", "levels": ["neg", "pos"]},
+            },
+        }
+    )
     df = make_demo_table(schema, 500, seed=0)
     assert list(df.columns) == ["a", "b", "kind", "label"]
     assert df["a"].between(0.5, 9.5).all() and df["a"].dtype == np.int64

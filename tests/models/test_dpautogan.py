@@ -46,7 +46,7 @@ GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
 WIDTH = 5
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")   # small models: threads cost more than they give
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
 
 def toy_table(n: int, seed: int = 0) -> torch.Tensor:
@@ -64,10 +64,25 @@ DELTA = 1e-5
 
 
 def small_config(**overrides) -> DPAutoGANConfig:
-    base = {"autoencoder_rate": 0.25, "autoencoder_clip": 1.0, "autoencoder_noise": 1.0, "autoencoder_steps": 4,
-            "critic_rate": 0.2, "critic_clip": 0.5, "critic_noise": 1.5, "critic_steps": 2, "generator_steps": 3,
-            "generator_batch": 8, "checkpoint_every": 2, "latent_dim": 3, "z_dim": 4, "encoder_hidden": (8,),
-            "decoder_hidden": (8,), "generator_hidden": (8,), "critic_hidden": (8,)}
+    base = {
+        "autoencoder_rate": 0.25,
+        "autoencoder_clip": 1.0,
+        "autoencoder_noise": 1.0,
+        "autoencoder_steps": 4,
+        "critic_rate": 0.2,
+        "critic_clip": 0.5,
+        "critic_noise": 1.5,
+        "critic_steps": 2,
+        "generator_steps": 3,
+        "generator_batch": 8,
+        "checkpoint_every": 2,
+        "latent_dim": 3,
+        "z_dim": 4,
+        "encoder_hidden": (8,),
+        "decoder_hidden": (8,),
+        "generator_hidden": (8,),
+        "critic_hidden": (8,),
+    }
     return DPAutoGANConfig(**{**base, **overrides})
 
 
@@ -113,15 +128,15 @@ def test_per_example_gradients_match_one_row_at_a_time(weights):
     assert any(k.startswith("encoder.") for k in batched_ae) and any(k.startswith("decoder.") for k in batched_ae)
     for i in range(rows.shape[0]):
         ae.zero_grad()
-        plain = reconstruction_loss(ae(rows[i:i + 1]), rows[i:i + 1], None)
-        weighted = reconstruction_loss(ae(rows[i:i + 1]), rows[i:i + 1], w)
-        if weights is not None:   # the weights reach the loss: it is not the plain sum
+        plain = reconstruction_loss(ae(rows[i : i + 1]), rows[i : i + 1], None)
+        weighted = reconstruction_loss(ae(rows[i : i + 1]), rows[i : i + 1], w)
+        if weights is not None:  # the weights reach the loss: it is not the plain sum
             assert not torch.allclose(plain, weighted)
         weighted.sum().backward()
         for name, p in ae.named_parameters():
             torch.testing.assert_close(batched_ae[name][i], p.grad, rtol=1e-4, atol=1e-6)
         critic.zero_grad()
-        (critic(fakes[i:i + 1]) - critic(rows[i:i + 1])).sum().backward()
+        (critic(fakes[i : i + 1]) - critic(rows[i : i + 1])).sum().backward()
         for name, p in critic.named_parameters():
             torch.testing.assert_close(batched_d[name][i], p.grad, rtol=1e-4, atol=1e-6)
 
@@ -201,8 +216,11 @@ def test_noise_is_one_draw_of_sigma_c_over_the_expected_batch():
 @pytest.mark.parametrize("phase", ["autoencoder", "critic"])
 def test_update_applies_exactly_the_sanitised_gradient(tmp_path, test_secret, phase):
     trainer = make_trainer(toy_table(80), small_config(), 0, test_secret, tmp_path)
-    net, update = ((trainer.autoencoder, trainer.autoencoder_update) if phase == "autoencoder"
-                   else (trainer.critic, lambda: trainer.critic_update(0)))
+    net, update = (
+        (trainer.autoencoder, trainer.autoencoder_update)
+        if phase == "autoencoder"
+        else (trainer.critic, lambda: trainer.critic_update(0))
+    )
     optimizer = trainer.opt_ae if phase == "autoencoder" else trainer.opt_critic
     before = {k: v.detach().clone() for k, v in net.named_parameters()}
     state = {k: v.detach().clone() for k, v in before.items()}
@@ -222,8 +240,17 @@ def test_update_applies_exactly_the_sanitised_gradient(tmp_path, test_secret, ph
 
 
 def test_poisson_batches_from_the_secret_in_both_phases(tmp_path, test_secret):
-    n, cfg = 200, small_config(autoencoder_rate=0.1, critic_rate=0.15, autoencoder_steps=40, critic_steps=4,
-                               generator_steps=10, checkpoint_every=50)
+    n, cfg = (
+        200,
+        small_config(
+            autoencoder_rate=0.1,
+            critic_rate=0.15,
+            autoencoder_steps=40,
+            critic_steps=4,
+            generator_steps=10,
+            checkpoint_every=50,
+        ),
+    )
     result = make_trainer(toy_table(n), cfg, 0, test_secret, tmp_path).run()
     ae_sizes = [u.real_rows for u in result.updates if u.phase == "autoencoder"]
     critic_sizes = [u.real_rows for u in result.updates if u.phase == "critic"]
@@ -247,8 +274,13 @@ def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, 
     phase1 = Phase(cfg.autoencoder_rate, cfg.autoencoder_noise, 4)
     phase2 = Phase(cfg.critic_rate, cfg.critic_noise, 6)
     assert trainer.accountant.phases == (phase1, phase2)
-    assert [(e["step"], e["phase"]) for e in result.checkpoints] == \
-        [(0, "autoencoder"), (2, "autoencoder"), (4, "autoencoder"), (6, "gan"), (7, "gan")]
+    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [
+        (0, "autoencoder"),
+        (2, "autoencoder"),
+        (4, "autoencoder"),
+        (6, "gan"),
+        (7, "gan"),
+    ]
     eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
     assert eps[0] == 0.0
     assert eps[2] == pytest.approx(epsilon(Phase(phase1.sample_rate, phase1.noise_multiplier, 2), DELTA))
@@ -288,8 +320,9 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_se
     result = resumed.run()
     assert resumed.step_index == 9 and resumed.accountant.phases == whole.accountant.phases
     _states_equal(whole, resumed)
-    assert [(e["step"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == \
-        [(e["step"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints]
+    assert [(e["step"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == [
+        (e["step"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints
+    ]
 
 
 def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(tmp_path, test_secret):
@@ -351,37 +384,46 @@ def test_sampled_level_decoding_keeps_a_level_that_argmax_never_emits():
     # The uniforms follow each batch's z on the same stream: the first batch's z are argmax's.
     np.testing.assert_array_equal(drawn[:8192, 0], argmax[:8192, 0])
     shares = np.bincount(drawn[:, 2:5].argmax(1), minlength=3) / len(drawn)
-    np.testing.assert_allclose(shares, probs.numpy(), atol=0.006)   # 3 sd of 20,000 draws at p = 0.08
+    np.testing.assert_allclose(shares, probs.numpy(), atol=0.006)  # 3 sd of 20,000 draws at p = 0.08
     assert abs((drawn[:, 1] > 0).mean() - 0.03) < 0.004
     np.testing.assert_array_equal(drawn, sample_encoded(decoder, generator, 20_000, seed=3, level_decoding="sample"))
 
 
 def test_draw_levels_follows_each_rows_own_probabilities():
     # Columns: continuous, a 3-level group, binary (probability of +1: 0.25).
-    rows = torch.tensor([[0.5, 2 * 0.0 - 1, 2 * 1.0 - 1, 2 * 0.0 - 1, -0.5],
-                         [0.5, 2 * 0.7 - 1, 2 * 0.0 - 1, 2 * 0.3 - 1, -0.5]])
+    rows = torch.tensor(
+        [[0.5, 2 * 0.0 - 1, 2 * 1.0 - 1, 2 * 0.0 - 1, -0.5], [0.5, 2 * 0.7 - 1, 2 * 0.0 - 1, 2 * 0.3 - 1, -0.5]]
+    )
     out = draw_levels(rows, [(1, 4)], [4], torch.tensor([[0.99, 0.24], [0.69, 0.26]]))
     assert out[:, 0].tolist() == [0.5, 0.5]
-    assert out[0, 1:4].tolist() == [-1.0, 1.0, -1.0]    # probability 1 on the middle level
-    assert out[1, 1:4].tolist() == [1.0, -1.0, -1.0]    # 0.69 < 0.7: the first level
+    assert out[0, 1:4].tolist() == [-1.0, 1.0, -1.0]  # probability 1 on the middle level
+    assert out[1, 1:4].tolist() == [1.0, -1.0, -1.0]  # 0.69 < 0.7: the first level
     assert out[:, 4].tolist() == [1.0, -1.0]
     out = draw_levels(rows, [(1, 4)], [4], torch.tensor([[0.0, 0.0], [0.71, 0.999]]))
-    assert out[0, 1:4].tolist() == [-1.0, 1.0, -1.0]    # a zero-probability level is never drawn
+    assert out[0, 1:4].tolist() == [-1.0, 1.0, -1.0]  # a zero-probability level is never drawn
     assert out[1, 1:4].tolist() == [-1.0, -1.0, 1.0]
     assert out[:, 4].tolist() == [1.0, -1.0]
 
 
 def test_reconstruction_weights_are_checked_and_reach_the_autoencoders_update(tmp_path, test_secret):
     with pytest.raises(ConfigError, match="finite numbers > 0"):
-        make_trainer(toy_table(60), small_config(), 5, test_secret, tmp_path / "zero",
-                     reconstruction_weights=(1.0, 0.0, 1.0, 1.0, 1.0))
+        make_trainer(
+            toy_table(60),
+            small_config(),
+            5,
+            test_secret,
+            tmp_path / "zero",
+            reconstruction_weights=(1.0, 0.0, 1.0, 1.0, 1.0),
+        )
     with pytest.raises(ConfigError, match=r"5 finite numbers > 0 expected, one per encoded column \(got 4\)"):
-        make_trainer(toy_table(60), small_config(), 5, test_secret, tmp_path / "short",
-                     reconstruction_weights=(1.0,) * 4)
+        make_trainer(
+            toy_table(60), small_config(), 5, test_secret, tmp_path / "short", reconstruction_weights=(1.0,) * 4
+        )
     runs = {}
     for name, weights in (("plain", None), ("ones", (1.0,) * WIDTH), ("weighted", (10.0, 5.0, 1.0, 1.0, 1.0))):
-        trainer = make_trainer(toy_table(60), small_config(), 5, test_secret, tmp_path / name,
-                               reconstruction_weights=weights)
+        trainer = make_trainer(
+            toy_table(60), small_config(), 5, test_secret, tmp_path / name, reconstruction_weights=weights
+        )
         trainer.autoencoder_update()
         runs[name] = torch.cat([p.detach().reshape(-1) for p in trainer.autoencoder.parameters()])
     assert torch.equal(runs["plain"], runs["ones"])
@@ -406,12 +448,20 @@ def _reconstruction_error(trainer: DPAutoGANTrainer, rows: torch.Tensor) -> floa
 
 def test_private_autoencoder_learns_to_reconstruct(tmp_path, test_secret):
     data = toy_table(256)
-    cfg = small_config(autoencoder_rate=0.25, autoencoder_clip=1.0, autoencoder_noise=0.3, autoencoder_steps=150,
-                       checkpoint_every=150, lr_autoencoder=0.02, encoder_hidden=(16,), decoder_hidden=(16,))
+    cfg = small_config(
+        autoencoder_rate=0.25,
+        autoencoder_clip=1.0,
+        autoencoder_noise=0.3,
+        autoencoder_steps=150,
+        checkpoint_every=150,
+        lr_autoencoder=0.02,
+        encoder_hidden=(16,),
+        decoder_hidden=(16,),
+    )
     trainer = make_trainer(data, cfg, 0, test_secret, tmp_path)
     untrained = _reconstruction_error(trainer, data)
     assert untrained > 0.3
-    trainer.run(last_step=150)   # phase 1 only
+    trainer.run(last_step=150)  # phase 1 only
     assert trainer.accountant.steps == 150
     assert _reconstruction_error(trainer, data) < 0.1 * untrained
 
@@ -426,7 +476,7 @@ def test_one_rows_latent_statistics_are_bounded_by_the_gaussian_bound():
     norms = latent_statistics(torch.cat([corners, inside])).norm(dim=1)
     assert latent_statistics(corners).shape == (3, d + d * (d + 1) // 2)
     assert torch.all(norms <= gaussian_bound(d) + 1e-6)
-    assert norms[:3].max() == pytest.approx(gaussian_bound(d))   # attained at the corners: the bound is tight
+    assert norms[:3].max() == pytest.approx(gaussian_bound(d))  # attained at the corners: the bound is tight
 
 
 def test_gaussian_fit_adds_one_draw_of_sigma_times_the_bound_to_the_sums():
@@ -457,10 +507,16 @@ def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tm
     expected_mean, expected_scale = fit_gaussian_latent(latents, 3.0, noise)
     result = trainer.run()
     assert torch.equal(trainer.gaussian.mean, expected_mean) and torch.equal(trainer.gaussian.scale, expected_scale)
-    assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == \
-        [(0.25, 1.0, 4), (1.0, 3.0, 1)]
-    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [(0, "autoencoder"), (2, "autoencoder"),
-                                                                   (4, "autoencoder"), (5, "gaussian")]
+    assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == [
+        (0.25, 1.0, 4),
+        (1.0, 3.0, 1),
+    ]
+    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [
+        (0, "autoencoder"),
+        (2, "autoencoder"),
+        (4, "autoencoder"),
+        (5, "gaussian"),
+    ]
     decoder, latent, _ = load_release(tmp_path / result.checkpoints[-1]["release"])
     assert isinstance(latent, GaussianLatent) and torch.equal(latent.mean, expected_mean)
     rows = sample_encoded(decoder, latent, 400, seed=2, level_decoding="sample")
@@ -478,8 +534,9 @@ def test_gaussian_latent_model_resumes_to_the_same_release(tmp_path, test_secret
     whole = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole").run()
     make_trainer(data, cfg, 5, test_secret, tmp_path / "cut").run(stop_after=3)
     resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut").run()
-    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == \
-        [(e["step"], e["sha256"]) for e in whole.checkpoints]
+    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == [
+        (e["step"], e["sha256"]) for e in whole.checkpoints
+    ]
 
 
 # ------------------------------------------------------------------------------ the decoded-moment fit
@@ -490,14 +547,14 @@ def test_one_rows_moment_statistics_are_bounded_by_the_moment_bound():
     corners = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
     inside = torch.rand(500, 3, generator=torch.Generator().manual_seed(0)) * 2 - 1
     stats = moment_statistics(torch.cat([corners, inside]), binary)
-    assert stats.shape[1] == 3 + 3 + 2   # values, the three products, the squares of the two non-binary columns
+    assert stats.shape[1] == 3 + 3 + 2  # values, the three products, the squares of the two non-binary columns
     assert torch.all(stats.norm(dim=1) <= moment_bound(3, 1) + 1e-6)
-    assert stats[:3].norm(dim=1).max() == pytest.approx(moment_bound(3, 1))   # tight at the corners
+    assert stats[:3].norm(dim=1).max() == pytest.approx(moment_bound(3, 1))  # tight at the corners
 
 
 def test_private_moments_clip_the_rows_and_add_one_draw_of_sigma_times_the_bound():
     binary, sigma = [False, True], 3.0
-    rows = torch.tensor([[2.0, 1.0], [-0.5, -1.0], [0.25, 1.0], [-3.0, -1.0]])   # out of range: clipped
+    rows = torch.tensor([[2.0, 1.0], [-0.5, -1.0], [0.25, 1.0], [-3.0, -1.0]])  # out of range: clipped
     got = private_moments(rows, binary, sigma, torch.Generator().manual_seed(7))
     noise = torch.randn(4, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     clipped = rows.double().clamp(-1, 1)
@@ -509,7 +566,9 @@ def test_the_spread_centres_and_scales_from_decoded_rows_and_the_query_clips_aft
     decoded = torch.tensor([[0.1, 1.0], [0.3, -1.0], [0.2, 1.0], [0.2, -1.0]])
     center, width = moment_spread_from(decoded, [False, True], 2.0)
     torch.testing.assert_close(center, torch.tensor([0.2, 0.0], dtype=torch.float64))
-    torch.testing.assert_close(width, torch.tensor([2.0 * float(decoded[:, 0].double().std()), 1.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        width, torch.tensor([2.0 * float(decoded[:, 0].double().std()), 1.0], dtype=torch.float64)
+    )
     rows = torch.tensor([[0.9, 1.0], [0.2, -1.0]])
     spread = spread_columns(rows.double(), center, width)
     assert spread[0, 0] == 1.0 and abs(float(spread[1, 0])) < 1e-6 and spread[:, 1].tolist() == [1.0, -1.0]
@@ -534,21 +593,40 @@ def test_the_moment_fit_moves_the_gaussian_towards_the_target_moments():
             return moment_statistics(decoder(z)[:, list(columns)], binary).mean(0)
 
     targets = decoded_moments(true_mean, true_scale).double()
-    fits = [match_decoded_moments(decoder, start_mean, start_scale, columns, binary, targets, 200, 0.0,
-                                  torch.Generator().manual_seed(3), draws=4096) for _ in range(2)]
+    fits = [
+        match_decoded_moments(
+            decoder,
+            start_mean,
+            start_scale,
+            columns,
+            binary,
+            targets,
+            200,
+            0.0,
+            torch.Generator().manual_seed(3),
+            draws=4096,
+        )
+        for _ in range(2)
+    ]
     mean, scale = fits[0]
     assert torch.equal(mean, fits[1][0]) and torch.equal(scale, fits[1][1])
     before = (decoded_moments(start_mean, start_scale) - targets.float()).norm()
     after = (decoded_moments(mean, scale) - targets.float()).norm()
     assert after < 0.1 * before
     assert torch.equal(scale, torch.tril(scale))
-    assert all(p.requires_grad for p in decoder.parameters())   # the decoder is left as it was
+    assert all(p.requires_grad for p in decoder.parameters())  # the decoder is left as it was
 
 
 @pytest.mark.parametrize("spread", [None, 3.0])
 def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_path, test_secret, spread):
-    cfg = small_config(latent_model="gaussian", latent_noise=3.0, autoencoder_steps=4, moment_noise=5.0,
-                       moment_steps=20, moment_spread=spread)
+    cfg = small_config(
+        latent_model="gaussian",
+        latent_noise=3.0,
+        autoencoder_steps=4,
+        moment_noise=5.0,
+        moment_steps=20,
+        moment_spread=spread,
+    )
     data = toy_table(60)
     trainer = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole", moment_columns=(0, 1))
     trainer.run(stop_after=4)
@@ -560,7 +638,7 @@ def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_pat
     with torch.no_grad():
         mean0, scale0 = fit_gaussian_latent(trainer.autoencoder.encoder(trainer.data), 3.0, noise)
     center = width = None
-    if spread is not None:   # from rows the fitted Gaussian decodes to, the seed's stream
+    if spread is not None:  # from rows the fitted Gaussian decodes to, the seed's stream
         fitted = GaussianLatent(cfg.latent_dim)
         fitted.mean.copy_(mean0)
         fitted.scale.copy_(scale0)
@@ -568,22 +646,36 @@ def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_pat
             decoded = trainer.autoencoder.decoder(fitted(torch.randn(16384, cfg.latent_dim, generator=seeded)))
         center, width = moment_spread_from(decoded[:, [0, 1]], [False, True], spread)
     targets = private_moments(trainer.data[:, [0, 1]], [False, True], 5.0, noise, center, width)
-    mean, scale = match_decoded_moments(trainer.autoencoder.decoder, mean0, scale0, (0, 1), [False, True], targets,
-                                        20, cfg.moment_anchor, seeded, center=center, width=width)
+    mean, scale = match_decoded_moments(
+        trainer.autoencoder.decoder,
+        mean0,
+        scale0,
+        (0, 1),
+        [False, True],
+        targets,
+        20,
+        cfg.moment_anchor,
+        seeded,
+        center=center,
+        width=width,
+    )
     result = trainer.run()
     torch.testing.assert_close(trainer.gaussian.mean, mean, rtol=0, atol=1e-7)
     torch.testing.assert_close(trainer.gaussian.scale, scale, rtol=0, atol=1e-7)
     assert not torch.allclose(mean, mean0)
     phases = [Phase(0.25, 1.0, 4), Phase(1.0, 3.0, 1), Phase(1.0, 5.0, 1)]
-    assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == \
-        [(p.sample_rate, p.noise_multiplier, p.steps) for p in phases]
-    assert result.checkpoints[-1]["step"] == 5 and result.checkpoints[-1]["epsilon"] == \
-        pytest.approx(epsilon(phases, DELTA), rel=1e-9)
+    assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in trainer.accountant.phases] == [
+        (p.sample_rate, p.noise_multiplier, p.steps) for p in phases
+    ]
+    assert result.checkpoints[-1]["step"] == 5 and result.checkpoints[-1]["epsilon"] == pytest.approx(
+        epsilon(phases, DELTA), rel=1e-9
+    )
     # an interrupted run resumes to the same release
     make_trainer(data, cfg, 5, test_secret, tmp_path / "cut", moment_columns=(0, 1)).run(stop_after=4)
     resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut", moment_columns=(0, 1)).run()
-    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == \
-        [(e["step"], e["sha256"]) for e in result.checkpoints]
+    assert [(e["step"], e["sha256"]) for e in resumed.checkpoints] == [
+        (e["step"], e["sha256"]) for e in result.checkpoints
+    ]
 
 
 def test_the_moment_fit_is_checked(tmp_path, test_secret):
@@ -594,11 +686,18 @@ def test_the_moment_fit_is_checked(tmp_path, test_secret):
     with pytest.raises(ConfigError, match="moment_spread: must be above 0"):
         small_config(latent_model="gaussian", moment_noise=5.0, moment_spread=0.0)
     with pytest.raises(ConfigError, match="needs dpautogan.latent_model gaussian and dpautogan.moment_noise"):
-        make_trainer(toy_table(20), small_config(latent_model="gaussian"), 0, test_secret, tmp_path,
-                     moment_columns=(0,))
+        make_trainer(
+            toy_table(20), small_config(latent_model="gaussian"), 0, test_secret, tmp_path, moment_columns=(0,)
+        )
     with pytest.raises(ConfigError, match="below 5"):
-        make_trainer(toy_table(20), small_config(latent_model="gaussian", moment_noise=5.0), 0, test_secret,
-                     tmp_path, moment_columns=(0, 7))
+        make_trainer(
+            toy_table(20),
+            small_config(latent_model="gaussian", moment_noise=5.0),
+            0,
+            test_secret,
+            tmp_path,
+            moment_columns=(0, 7),
+        )
 
 
 def test_latent_model_is_checked():
@@ -618,6 +717,7 @@ def test_a_rows_fake_latent_depends_on_its_position_and_the_update_only():
     many = position_latents(key, 0, torch.arange(20000), 3).double()
     assert abs(float(many.mean())) < 0.02 and abs(float(many.std()) - 1) < 0.02
     from scipy.stats import kstest
+
     assert kstest(many[:, 1].numpy(), "norm").pvalue > 1e-3
     assert abs(float(torch.corrcoef(many.T)[0, 1])) < 0.03
 
@@ -625,12 +725,11 @@ def test_a_rows_fake_latent_depends_on_its_position_and_the_update_only():
 def test_critic_phase_sampling_moves_no_other_pair_and_no_seeded_draw(tmp_path, test_secret):
     """Two secrets draw different Poisson batches; the seeded stream (the generator's latents) must end
     the GAN phase in the same state, and each sampled row's fake must be its position's."""
-    cfg = small_config(autoencoder_steps=1, generator_steps=3, critic_steps=2, critic_rate=0.2,
-                       checkpoint_every=100)
+    cfg = small_config(autoencoder_steps=1, generator_steps=3, critic_steps=2, critic_rate=0.2, checkpoint_every=100)
     states, sizes = [], []
     for i, secret in enumerate([test_secret, PrivacySecret.from_hex("cd" * 32)]):
         trainer = make_trainer(toy_table(100), cfg, 0, secret, tmp_path / f"r{i}")
-        infos = trainer.step()   # the autoencoder's update
+        infos = trainer.step()  # the autoencoder's update
         for _ in range(3):
             infos += trainer.step()
         states.append(trainer.rng.get_state())

@@ -24,7 +24,7 @@ TARGET = 1
 WIDTH = 5
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")   # small models: threads cost more than they give
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
 
 def toy_table(n: int, seed: int = 0) -> torch.Tensor:
@@ -43,9 +43,19 @@ DELTA = 1e-5
 
 def small_config(**overrides) -> DPCGANConfig:
     """The paper's optimisers (SGD for D, Adam for G) and "typed" head, on a tiny network."""
-    base = {"sample_rate": 0.25, "clip": 1.0, "noise_multiplier": 1.0, "iterations": 6, "checkpoint_every": 2,
-            "z_dim": 4, "generator_hidden": (16,), "discriminator_hidden": (16,), "head": "typed",
-            "discriminator_optimizer": "sgd", "lr_discriminator": 0.05}
+    base = {
+        "sample_rate": 0.25,
+        "clip": 1.0,
+        "noise_multiplier": 1.0,
+        "iterations": 6,
+        "checkpoint_every": 2,
+        "z_dim": 4,
+        "generator_hidden": (16,),
+        "discriminator_hidden": (16,),
+        "head": "typed",
+        "discriminator_optimizer": "sgd",
+        "lr_discriminator": 0.05,
+    }
     return DPCGANConfig(**{**base, **overrides})
 
 
@@ -98,7 +108,7 @@ def test_per_sample_gradients_match_one_row_at_a_time():
         batched = per_sample_gradients(disc, rows, labels_of(rows), real)
         for i in range(rows.shape[0]):
             disc.zero_grad()
-            logit = disc(rows[i:i + 1], labels_of(rows[i:i + 1]))
+            logit = disc(rows[i : i + 1], labels_of(rows[i : i + 1]))
             F.binary_cross_entropy_with_logits(logit, torch.full_like(logit, float(real))).backward()
             for name, p in disc.named_parameters():
                 torch.testing.assert_close(batched[name][i], p.grad, rtol=1e-5, atol=1e-6)
@@ -111,8 +121,10 @@ def test_clipping_bounds_each_real_row_contribution():
     extreme = rows[:1].clone()
     extreme[0, 0] = 400.0  # far outside [-1, 1]: its gradient dwarfs everyone else's
     per_row = per_sample_gradients(disc, rows, labels_of(rows), real=True)
-    assert float(flat({k: v[0] for k, v in per_sample_gradients(disc, extreme, labels_of(extreme), True).items()})
-                 .norm()) > 20 * clip
+    assert (
+        float(flat({k: v[0] for k, v in per_sample_gradients(disc, extreme, labels_of(extreme), True).items()}).norm())
+        > 20 * clip
+    )
     assert float(torch.cat([g.reshape(12, -1) for g in per_row.values()], 1).norm(dim=1).min()) > clip  # all clipped
 
     def real_sum(r):
@@ -135,8 +147,7 @@ def test_fake_part_is_clipped_per_row_too():
     fake[0, 0] = 400.0
     parts = sanitized_gradient(disc, fake[:0], labels_of(fake[:0]), fake, labels_of(fake), clip, 0.0, 8, None)
     assert float(flat(parts.fake_sum).norm()) <= clip * 8 + 1e-5
-    without = sanitized_gradient(disc, fake[:0], labels_of(fake[:0]), fake[1:], labels_of(fake[1:]), clip, 0.0, 8,
-                                 None)
+    without = sanitized_gradient(disc, fake[:0], labels_of(fake[:0]), fake[1:], labels_of(fake[1:]), clip, 0.0, 8, None)
     assert float((flat(parts.fake_sum) - flat(without.fake_sum)).norm()) <= clip + 1e-5
 
 
@@ -145,8 +156,9 @@ def test_noise_is_one_draw_on_the_real_part_only():
     real, fake = toy_table(10, seed=1), toy_table(16, seed=2)
     clip, sigma, batch = 0.5, 3.0, 16
     clean = sanitized_gradient(disc, real, labels_of(real), fake, labels_of(fake), clip, 0.0, batch, None)
-    noisy = sanitized_gradient(disc, real, labels_of(real), fake, labels_of(fake), clip, sigma, batch,
-                               torch.Generator().manual_seed(7))
+    noisy = sanitized_gradient(
+        disc, real, labels_of(real), fake, labels_of(fake), clip, sigma, batch, torch.Generator().manual_seed(7)
+    )
     # The clipped sums do not see the noise; the fake sum is exactly the noiseless one.
     torch.testing.assert_close(flat(noisy.fake_sum), flat(clean.fake_sum), rtol=0, atol=0)
     torch.testing.assert_close(flat(noisy.real_sum), flat(clean.real_sum), rtol=0, atol=0)
@@ -154,14 +166,14 @@ def test_noise_is_one_draw_on_the_real_part_only():
     # Exactly one N(0, sigma^2 C^2) vector from the given stream, in parameter order: noising the fake
     # part as well (DPGAN) would add a second draw and raise the spread to sqrt(2) sigma C.
     replay = torch.Generator().manual_seed(7)
-    expected = torch.cat([torch.randn(p.shape, generator=replay).reshape(-1) * sigma * clip
-                          for p in disc.parameters()])
+    expected = torch.cat([torch.randn(p.shape, generator=replay).reshape(-1) * sigma * clip for p in disc.parameters()])
     torch.testing.assert_close(added, expected, rtol=1e-4, atol=1e-4)
     assert added.numel() > 500
     assert abs(float(added.std()) / (sigma * clip) - 1.0) < 0.1
     # An empty Poisson batch still gets its noise: the query ran.
-    empty = sanitized_gradient(disc, real[:0], labels_of(real[:0]), fake, labels_of(fake), clip, sigma, batch,
-                               torch.Generator().manual_seed(7))
+    empty = sanitized_gradient(
+        disc, real[:0], labels_of(real[:0]), fake, labels_of(fake), clip, sigma, batch, torch.Generator().manual_seed(7)
+    )
     torch.testing.assert_close(flat(empty.total) * batch - flat(clean.fake_sum), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -205,8 +217,7 @@ def test_update_applies_the_sanitised_sum_over_the_expected_batch(tmp_path, test
         drawn.add(rows)
         summed = flat(parts.real_sum) + flat(parts.noise) + flat(parts.fake_sum)
         torch.testing.assert_close(flat(parts.total) * trainer.expected_batch, summed, rtol=1e-5, atol=1e-6)
-        step = {k: (before[k] - v.detach()) / cfg.lr_discriminator
-                for k, v in trainer.discriminator.named_parameters()}
+        step = {k: (before[k] - v.detach()) / cfg.lr_discriminator for k, v in trainer.discriminator.named_parameters()}
         torch.testing.assert_close(flat(step), flat(parts.total), rtol=1e-4, atol=1e-5)
     assert len(drawn) > 1 and drawn != {16}
 
@@ -243,8 +254,9 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_se
     result = resumed.run()
     assert resumed.iteration == 6 and resumed.accountant.steps == 6
     _states_equal(whole, resumed)
-    assert [(e["iteration"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == \
-        [(e["iteration"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints]
+    assert [(e["iteration"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == [
+        (e["iteration"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints
+    ]
 
 
 def test_resume_skips_a_damaged_latest_state(tmp_path, test_secret):
@@ -300,9 +312,19 @@ def _label_gaps(gen) -> tuple[float, float]:
 
 
 def test_training_learns_the_planted_label_dependency(tmp_path, test_secret):
-    cfg = small_config(sample_rate=0.25, clip=1.0, noise_multiplier=0.8, iterations=300, checkpoint_every=300,
-                       z_dim=8, generator_hidden=(32,), discriminator_hidden=(32,), discriminator_optimizer="adam",
-                       lr_discriminator=2e-3, lr_generator=2e-3)
+    cfg = small_config(
+        sample_rate=0.25,
+        clip=1.0,
+        noise_multiplier=0.8,
+        iterations=300,
+        checkpoint_every=300,
+        z_dim=8,
+        generator_hidden=(32,),
+        discriminator_hidden=(32,),
+        discriminator_optimizer="adam",
+        lr_discriminator=2e-3,
+        lr_generator=2e-3,
+    )
     trainer = make_trainer(toy_table(256), TARGET, cfg, 0, test_secret, tmp_path)
     before = _label_gaps(trainer.generator)
     assert max(abs(g) for g in before) < 0.3  # the untrained generator ignores the label

@@ -45,5 +45,5 @@ def test_one_hot_and_binary_layout(cardio_schema):
     enc = TableEncoder(cardio_schema)
     block = enc.block("cholesterol")
     assert block.stop - block.start == 3
-    assert enc.encoded_names()[block.start:block.stop] == ["cholesterol=1", "cholesterol=2", "cholesterol=3"]
+    assert enc.encoded_names()[block.start : block.stop] == ["cholesterol=1", "cholesterol=2", "cholesterol=3"]
     assert len(enc.feature_indices) == 15 and enc.target_index not in enc.feature_indices

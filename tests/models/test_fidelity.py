@@ -69,12 +69,14 @@ def census_real(census) -> pd.DataFrame:
 def small_table(colour=None, flag=None, amount=None, age=None, rows: int = 1000) -> pd.DataFrame:
     """`rows` rows of the small schema; any column not given is the same fixed pattern every time."""
     cycle = np.arange(rows)
-    return pd.DataFrame({
-        "colour": colour if colour is not None else np.array(["red", "green", "blue", "grey"])[cycle % 4],
-        "flag": flag if flag is not None else cycle % 2,
-        "amount": amount if amount is not None else (cycle % 10) * 100.0,
-        "age": age if age is not None else 20.0 + cycle % 50,
-    })
+    return pd.DataFrame(
+        {
+            "colour": colour if colour is not None else np.array(["red", "green", "blue", "grey"])[cycle % 4],
+            "flag": flag if flag is not None else cycle % 2,
+            "amount": amount if amount is not None else (cycle % 10) * 100.0,
+            "age": age if age is not None else 20.0 + cycle % 50,
+        }
+    )
 
 
 def repeat(counts: dict) -> np.ndarray:
@@ -84,8 +86,16 @@ def repeat(counts: dict) -> np.ndarray:
 def test_identical_tables_score_zero_everywhere(census, census_real):
     summary = fidelity_summary(census, census_real, census_real.copy())
     assert set(summary["column_tvd"].values()) == {0.0}
-    for figure in ("categorical_tvd_mean", "categorical_tvd_worst", "continuous_tvd_mean", "continuous_tvd_worst",
-                   "pairwise_tvd_mean", "pairwise_tvd_worst", "point_mass_gap_max", "spearman_mad_continuous"):
+    for figure in (
+        "categorical_tvd_mean",
+        "categorical_tvd_worst",
+        "continuous_tvd_mean",
+        "continuous_tvd_worst",
+        "pairwise_tvd_mean",
+        "pairwise_tvd_worst",
+        "point_mass_gap_max",
+        "spearman_mad_continuous",
+    ):
         assert summary[figure] == 0.0, figure
     assert summary["lost_levels"] == []
     assert set(summary["point_mass_gaps"]) == {"capital_gain=0", "capital_loss=0"}
@@ -126,27 +136,30 @@ def test_a_value_at_the_point_mass_is_counted_in_its_own_cell_not_in_its_bin(sma
     assert column_tvd(small, real, synth)["amount"] == 1.0
     assert point_mass_gaps(small, real, synth)["amount=0"] == 1.0
     without_mass = dataclasses.replace(
-        small, columns=tuple(dataclasses.replace(c, point_masses=()) for c in small.columns))
+        small, columns=tuple(dataclasses.replace(c, point_masses=()) for c in small.columns)
+    )
     assert column_tvd(without_mass, real, synth)["amount"] == 0.0
     assert point_mass_gaps(without_mass, real, synth).empty
 
 
 def test_lost_levels_from_one_percent_of_the_real_rows(small):
-    real = small_table(colour=repeat({"red": 900, "green": 81, "blue": 10, "grey": 9}),
-                       age=np.r_[np.full(950, 40.0), np.full(50, 92.0)])
+    real = small_table(
+        colour=repeat({"red": 900, "green": 81, "blue": 10, "grey": 9}),
+        age=np.r_[np.full(950, 40.0), np.full(50, 92.0)],
+    )
     synth = small_table(colour=repeat({"red": 910, "green": 90}), age=np.full(1000, 40.0))
     # blue holds exactly 1% of the real rows, grey 0.9%; the age cell [90, 95) 5%.
     assert lost_levels(small, real, synth) == [("colour", "blue"), ("age", "[90, 95)")]
-    assert lost_levels(small, real, synth, floor=0.005) == [("colour", "blue"), ("colour", "grey"),
-                                                             ("age", "[90, 95)")]
+    assert lost_levels(small, real, synth, floor=0.005) == [("colour", "blue"), ("colour", "grey"), ("age", "[90, 95)")]
     kept_one = small_table(colour=repeat({"red": 909, "green": 90, "blue": 1}), age=np.full(1000, 40.0))
     assert lost_levels(small, real, kept_one) == [("age", "[90, 95)")]
 
 
 def test_pairwise_tvd_sees_a_dependence_that_the_marginals_hide(census):
     real = make_demo_table(census, 4000, seed=3)
-    real["sex"] = np.where(real["relationship"] == "husband", "male",
-                           np.where(real["relationship"] == "wife", "female", real["sex"]))
+    real["sex"] = np.where(
+        real["relationship"] == "husband", "male", np.where(real["relationship"] == "wife", "female", real["sex"])
+    )
     synth = real.copy()
     synth["sex"] = np.random.default_rng(0).permutation(real["sex"].to_numpy())
     assert (column_tvd(census, real, synth) == 0.0).all()
@@ -257,8 +270,7 @@ def test_sdmetrics_quality_reads_the_report_when_present(small, monkeypatch):
             seen.update(columns=list(real.columns), metadata=metadata, verbose=verbose)
 
         def get_properties(self):
-            return pd.DataFrame({"Property": ["Column Shapes", "Column Pair Trends"],
-                                 "Score": np.array([0.9, 0.8])})
+            return pd.DataFrame({"Property": ["Column Shapes", "Column Pair Trends"], "Score": np.array([0.9, 0.8])})
 
         def get_score(self):
             return np.float64(0.85)
@@ -286,8 +298,9 @@ def published_run(folder: Path, schema: DatasetSchema, config: Path) -> Path:
     np.save(folder / "preprocess" / "encoded.npy", TableEncoder(schema).encode(real))
     make_demo_table(schema, 400, seed=6).to_parquet(folder / "bundle" / "synthetic.parquet")
     summary = {"epsilon": 1.0, "auc": 0.7, "real_auc": 0.8, "iteration": 10}
-    (folder / "run.json").write_text(json.dumps({"status": "published", "summary": summary,
-                                                 "run_id": f"{schema.name}-smoke-0a1b"}))
+    (folder / "run.json").write_text(
+        json.dumps({"status": "published", "summary": summary, "run_id": f"{schema.name}-smoke-0a1b"})
+    )
     return folder
 
 
@@ -320,5 +333,10 @@ def test_a_discrete_columns_tvd_is_the_quality_modules(census):
     real, synth = make_demo_table(census, 800, seed=1), make_demo_table(census, 600, seed=2)
     synth.loc[synth.index[:40], census.discrete[0].name] = None
     discrete = [col.name for col in census.discrete]
-    pd.testing.assert_series_equal(column_tvd(census, real, synth)[discrete], tvd_by_feature(census, real, synth),
-                                   check_names=False, rtol=0, atol=0)
+    pd.testing.assert_series_equal(
+        column_tvd(census, real, synth)[discrete],
+        tvd_by_feature(census, real, synth),
+        check_names=False,
+        rtol=0,
+        atol=0,
+    )

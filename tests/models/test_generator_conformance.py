@@ -51,12 +51,12 @@ class Trained:
     setting: Setting
     schema: DatasetSchema
     plan: TrainingPlan
-    ledger: list[dict]          # the train stage's ledger (level shares included)
+    ledger: list[dict]  # the train stage's ledger (level shares included)
     checkpoints: Path
-    samples: Path               # the sample stage's folder
-    resumed: list[dict]         # ledger of a fit to a middle checkpoint, then to the end
-    uninterrupted: list[dict]   # ledger of one fit to the end, in a folder of its own
-    other_table: dict           # the public outputs of the same training on table B
+    samples: Path  # the sample stage's folder
+    resumed: list[dict]  # ledger of a fit to a middle checkpoint, then to the end
+    uninterrupted: list[dict]  # ledger of one fit to the end, in a folder of its own
+    other_table: dict  # the public outputs of the same training on table B
 
 
 def smoke_profile(name: str) -> tuple[Profile, Setting]:
@@ -104,19 +104,22 @@ def public_file_entries(path: Path) -> dict:
 def public_outputs(trained_stage, profile: Profile, setting: Setting, schema: DatasetSchema) -> dict:
     generator = get(profile.generator_of(setting))
     ledger = _ledger(trained_stage["ledger"])
-    return {"plan": generator.plan(profile, setting),
-            "ledger": [(e["iteration"], e["epsilon"]) for e in ledger],
-            "files": [public_file_entries(trained_stage["checkpoints"] / e["generator"]) for e in ledger],
-            "facts": generator.privacy_facts(profile, setting),
-            "summary": privacy_summary(profile, [setting], schema)}
+    return {
+        "plan": generator.plan(profile, setting),
+        "ledger": [(e["iteration"], e["epsilon"]) for e in ledger],
+        "files": [public_file_entries(trained_stage["checkpoints"] / e["generator"]) for e in ledger],
+        "facts": generator.privacy_facts(profile, setting),
+        "summary": privacy_summary(profile, [setting], schema),
+    }
 
 
 def train_for_checks(name: str, profile: Profile, setting: Setting, schema: DatasetSchema, folder: Path) -> Trained:
     """Everything the checks read, for generator `name` under `profile` (two tables, three runs)."""
     first, second = (make_demo_table(schema, ROWS, seed=seed) for seed in (11, 12))
     prepared, trained = _train(folder / "run", schema, first, profile, setting)
-    samples = training.sample_stage(folder / "run", schema, trained["checkpoints"], trained["ledger"], SAMPLED_ROWS,
-                                    profile, setting)
+    samples = training.sample_stage(
+        folder / "run", schema, trained["checkpoints"], trained["ledger"], SAMPLED_ROWS, profile, setting
+    )
     generator, plan = get(name), get(name).plan(profile, setting)
     rows = np.load(prepared.directory / "train_rows.npy")
     middle = len(plan.iterations) // 2 + 1
@@ -125,13 +128,26 @@ def train_for_checks(name: str, profile: Profile, setting: Setting, schema: Data
     for directory in (resumed_dir, whole_dir):
         directory.mkdir()
     generator.fit(TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir), prepared.directory, halfway)
-    resumed = generator.fit(TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir), prepared.directory,
-                            plan).ledger
-    uninterrupted = generator.fit(TrainingJob(profile, setting, schema, rows, SECRET, whole_dir),
-                                  prepared.directory, plan).ledger
+    resumed = generator.fit(
+        TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir), prepared.directory, plan
+    ).ledger
+    uninterrupted = generator.fit(
+        TrainingJob(profile, setting, schema, rows, SECRET, whole_dir), prepared.directory, plan
+    ).ledger
     _, other = _train(folder / "other", schema, second, profile, setting)
-    return Trained(name, profile, setting, schema, plan, _ledger(trained["ledger"]), trained["checkpoints"],
-                   samples.directory, resumed, uninterrupted, public_outputs(other, profile, setting, schema))
+    return Trained(
+        name,
+        profile,
+        setting,
+        schema,
+        plan,
+        _ledger(trained["ledger"]),
+        trained["checkpoints"],
+        samples.directory,
+        resumed,
+        uninterrupted,
+        public_outputs(other, profile, setting, schema),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -143,7 +159,7 @@ def check_plan_within_budget(t: Trained) -> None:
     # The accountant's figure: what training's own ledger records at each planned checkpoint.
     assert [e["iteration"] for e in t.ledger] == list(t.plan.iterations)
     assert [e["epsilon"] for e in t.ledger] == pytest.approx(list(t.plan.epsilons), rel=1e-12)
-    if len(t.plan.iterations) >= 3:   # a budget between the last two checkpoints stops before the last
+    if len(t.plan.iterations) >= 3:  # a budget between the last two checkpoints stops before the last
         tighter = (t.plan.epsilons[-2] + t.plan.epsilons[-1]) / 2
         profile = dataclasses.replace(t.profile, privacy=dataclasses.replace(t.profile.privacy, epsilon_budget=tighter))
         cut = get(t.name).plan(profile, dataclasses.replace(t.setting, epsilon_budget=None))
@@ -163,11 +179,11 @@ def check_sampler_equals_training_sampling(t: Trained, scratch: Path) -> None:
     encoder = TableEncoder(t.schema)
     for entry in t.ledger:
         blob = torch.load(t.checkpoints / entry["generator"], map_location="cpu", weights_only=False)
-        blob["generator_type"] = t.name   # as the release writes it: the light loader then needs no hint
+        blob["generator_type"] = t.name  # as the release writes it: the light loader then needs no hint
         released = scratch / f"released_{entry['iteration']:06d}.pt"
         torch.save(blob, released)
         sampler = load_sampler(released)
-        seed = t.profile.seed * 1_000_003 + entry["iteration"]   # the sample stage's seed
+        seed = t.profile.seed * 1_000_003 + entry["iteration"]  # the sample stage's seed
         written = pd.read_parquet(t.samples / f"synthetic_{entry['iteration']:06d}.parquet")
         pd.testing.assert_frame_equal(sample_rows(sampler, encoder, SAMPLED_ROWS, seed), written)
         shares = encoder.level_shares(sampler.sample(training.LEVEL_SHARE_ROWS, entry["iteration"]))
@@ -184,10 +200,13 @@ def check_every_published_parameter_is_labelled(t: Trained) -> None:
 
 
 def check_nothing_published_outside_the_scan(t: Trained) -> None:
-    ours = {"plan": t.plan, "ledger": [(e["iteration"], e["epsilon"]) for e in t.ledger],
-            "files": [public_file_entries(t.checkpoints / e["generator"]) for e in t.ledger],
-            "facts": get(t.name).privacy_facts(t.profile, t.setting),
-            "summary": privacy_summary(t.profile, [t.setting], t.schema)}
+    ours = {
+        "plan": t.plan,
+        "ledger": [(e["iteration"], e["epsilon"]) for e in t.ledger],
+        "files": [public_file_entries(t.checkpoints / e["generator"]) for e in t.ledger],
+        "facts": get(t.name).privacy_facts(t.profile, t.setting),
+        "summary": privacy_summary(t.profile, [t.setting], t.schema),
+    }
     assert ours == t.other_table
 
 
@@ -200,8 +219,9 @@ def trained(request, tmp_path_factory, cardio_schema) -> Trained:
     torch.set_num_threads(1)
     try:
         profile, setting = smoke_profile(request.param)
-        return train_for_checks(request.param, profile, setting, cardio_schema,
-                                tmp_path_factory.mktemp(f"conformance-{request.param}"))
+        return train_for_checks(
+            request.param, profile, setting, cardio_schema, tmp_path_factory.mktemp(f"conformance-{request.param}")
+        )
     finally:
         torch.set_num_threads(torch_threads)
 

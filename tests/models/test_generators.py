@@ -25,14 +25,27 @@ SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
 
 
 def _profile(generator: str, budget: float | None = None, **sections) -> Profile:
-    return Profile(name="t", generator=generator, settings=(Setting("s", 4),),
-                   privacy=PrivacyConfig(epsilon_budget=budget),
-                   gan=GanConfig(pretrain_iterations=2, iterations=6, checkpoint_every=3, batch_size=8),
-                   dpcgan=DPCGANConfig(**{"sample_rate": 0.05, "iterations": 6, "checkpoint_every": 3,
-                                           **sections.get("dpcgan", {})}),
-                   dpautogan=DPAutoGANConfig(**{"autoencoder_rate": 0.05, "critic_rate": 0.05,
-                                                 "autoencoder_steps": 4, "generator_steps": 4, "critic_steps": 2,
-                                                 "checkpoint_every": 2, **sections.get("dpautogan", {})}))
+    return Profile(
+        name="t",
+        generator=generator,
+        settings=(Setting("s", 4),),
+        privacy=PrivacyConfig(epsilon_budget=budget),
+        gan=GanConfig(pretrain_iterations=2, iterations=6, checkpoint_every=3, batch_size=8),
+        dpcgan=DPCGANConfig(
+            **{"sample_rate": 0.05, "iterations": 6, "checkpoint_every": 3, **sections.get("dpcgan", {})}
+        ),
+        dpautogan=DPAutoGANConfig(
+            **{
+                "autoencoder_rate": 0.05,
+                "critic_rate": 0.05,
+                "autoencoder_steps": 4,
+                "generator_steps": 4,
+                "critic_steps": 2,
+                "checkpoint_every": 2,
+                **sections.get("dpautogan", {}),
+            }
+        ),
+    )
 
 
 def test_the_registry_finds_the_built_in_packages_and_each_profile_has_their_sections():
@@ -53,8 +66,10 @@ def test_the_registry_finds_the_built_in_packages_and_each_profile_has_their_sec
 
 
 def test_a_setting_may_name_its_own_generator_and_budget():
-    prof = dataclasses.replace(_profile("gswgan", budget=10.0),
-                               settings=(Setting("a", 4), Setting("b", generator="dpcgan", epsilon_budget=2.0)))
+    prof = dataclasses.replace(
+        _profile("gswgan", budget=10.0),
+        settings=(Setting("a", 4), Setting("b", generator="dpcgan", epsilon_budget=2.0)),
+    )
     assert [generator_for(prof, s).name for s in prof.settings] == ["gswgan", "dpcgan"]
     assert [prof.budget_for(s) for s in prof.settings] == [10.0, 2.0]
     moved = prof.with_generator("dpautogan")
@@ -68,24 +83,27 @@ def test_dpcgan_plans_with_its_own_accountant_and_stops_within_the_budget():
     expected = [replace_one_epsilon(Phase(0.05, 1.5, t), 1e-5) for t in plan.iterations]
     assert plan.epsilons == pytest.approx(expected, rel=1e-12)
     budget = (expected[3] + expected[4]) / 2
-    stopped = get("dpcgan").plan(dataclasses.replace(prof, privacy=PrivacyConfig(epsilon_budget=budget)),
-                                 prof.settings[0])
+    stopped = get("dpcgan").plan(
+        dataclasses.replace(prof, privacy=PrivacyConfig(epsilon_budget=budget)), prof.settings[0]
+    )
     assert stopped.last == 1500 and stopped.epsilon <= budget < expected[4] and stopped.stopped_by_budget
     with pytest.raises(BudgetExceededError, match="first trained checkpoint"):
-        get("dpcgan").plan(dataclasses.replace(prof, privacy=PrivacyConfig(epsilon_budget=expected[1] / 2)),
-                           prof.settings[0])
+        get("dpcgan").plan(
+            dataclasses.replace(prof, privacy=PrivacyConfig(epsilon_budget=expected[1] / 2)), prof.settings[0]
+        )
 
 
 def test_dpautogan_plan_composes_both_phases_before_converting():
     prof = _profile("dpautogan")
     plan = get("dpautogan").plan(prof, prof.settings[0])
-    assert plan.iterations == (0, 4, 6, 8)   # phase 1's inner checkpoints are not offered
+    assert plan.iterations == (0, 4, 6, 8)  # phase 1's inner checkpoints are not offered
     c = prof.dpautogan
     at_8 = replace_one_epsilon([Phase(0.05, c.autoencoder_noise, 4), Phase(0.05, c.critic_noise, 2 * 4)], 1e-5)
     assert plan.epsilon == pytest.approx(at_8, rel=1e-12)
-    per_phase = (replace_one_epsilon(Phase(0.05, c.autoencoder_noise, 4), 1e-5)
-                 + replace_one_epsilon(Phase(0.05, c.critic_noise, 8), 1e-5))
-    assert plan.epsilon < per_phase   # one conversion of the summed RDP, never a sum of epsilons
+    per_phase = replace_one_epsilon(Phase(0.05, c.autoencoder_noise, 4), 1e-5) + replace_one_epsilon(
+        Phase(0.05, c.critic_noise, 8), 1e-5
+    )
+    assert plan.epsilon < per_phase  # one conversion of the summed RDP, never a sum of epsilons
 
 
 def test_dp_sgd_generators_refuse_a_non_private_setting():
@@ -99,7 +117,7 @@ def test_dpautogan_reconstruction_weights_come_from_the_schema(cardio_schema):
     from dpsynth.models.data.encoding import TableEncoder
     from dpsynth.models.generators.dpautogan.adapter import reconstruction_weights
 
-    assert reconstruction_weights(_profile("dpautogan"), cardio_schema) is None   # the paper's plain sum
+    assert reconstruction_weights(_profile("dpautogan"), cardio_schema) is None  # the paper's plain sum
     prof = _profile("dpautogan", dpautogan={"continuous_weight": 10.0, "target_weight": 5.0})
     weights = reconstruction_weights(prof, cardio_schema)
     encoder = TableEncoder(cardio_schema)
@@ -112,9 +130,13 @@ def test_dpautogan_reconstruction_weights_come_from_the_schema(cardio_schema):
 
 # "dpautogan-gaussian": DP-auto-GAN with the Gaussian latent model in place of the GAN; "dpautogan-moments":
 # the same with the decoded-moment fit (one more query).
-VARIANTS = {"dpautogan-gaussian": ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0}}),
-            "dpautogan-moments": ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0,
-                                                              "moment_noise": 7.0, "moment_steps": 5}})}
+VARIANTS = {
+    "dpautogan-gaussian": ("dpautogan", {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0}}),
+    "dpautogan-moments": (
+        "dpautogan",
+        {"dpautogan": {"latent_model": "gaussian", "latent_noise": 5.0, "moment_noise": 7.0, "moment_steps": 5}},
+    ),
+}
 
 
 def _fit(tmp_path, name: str, cardio_schema, demo_frame):
@@ -130,22 +152,28 @@ def _fit(tmp_path, name: str, cardio_schema, demo_frame):
 
 
 @pytest.mark.parametrize("name", ["dpcgan", "dpautogan", "dpautogan-gaussian", "dpautogan-moments"])
-def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(tmp_path, name, cardio_schema,
-                                                                                demo_frame):
+def test_ledger_epsilon_is_the_replace_one_cost_of_the_updates_the_trainer_ran(
+    tmp_path, name, cardio_schema, demo_frame
+):
     _, plan, result, _ = _fit(tmp_path, name, cardio_schema, demo_frame)
     assert [e["iteration"] for e in result.ledger] == list(plan.iterations)
     # The trainer's own accountant, with one step per private update it actually ran:
     state = torch.load(tmp_path / "checkpoints" / "training_state.pt", weights_only=False)
     ran = DPSGDAccountant.from_state_dict(state["accountant"])
     steps = sum(p.steps for p in ran.phases)
-    expected_steps = {"dpcgan": 6, "dpautogan": 4 + 2 * 4, "dpautogan-gaussian": 4 + 1, "dpautogan-moments": 4 + 2}[name]
+    expected_steps = {"dpcgan": 6, "dpautogan": 4 + 2 * 4, "dpautogan-gaussian": 4 + 1, "dpautogan-moments": 4 + 2}[
+        name
+    ]
     assert steps == expected_steps
-    if name == "dpautogan-gaussian":   # the fit is the Gaussian mechanism: a sampled Gaussian at rate 1, once
+    if name == "dpautogan-gaussian":  # the fit is the Gaussian mechanism: a sampled Gaussian at rate 1, once
         assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in ran.phases] == [(0.05, 2.0, 4), (1.0, 5.0, 1)]
         assert list(plan.iterations) == [0, 5]
-    if name == "dpautogan-moments":   # and the moment query, another Gaussian mechanism
-        assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in ran.phases] == \
-            [(0.05, 2.0, 4), (1.0, 5.0, 1), (1.0, 7.0, 1)]
+    if name == "dpautogan-moments":  # and the moment query, another Gaussian mechanism
+        assert [(p.sample_rate, p.noise_multiplier, p.steps) for p in ran.phases] == [
+            (0.05, 2.0, 4),
+            (1.0, 5.0, 1),
+            (1.0, 7.0, 1),
+        ]
     assert result.ledger[-1]["epsilon"] == pytest.approx(replace_one_epsilon(list(ran.phases), 1e-5), rel=1e-12)
     assert result.ledger[-1]["epsilon"] == pytest.approx(plan.epsilon, rel=1e-12)
     # The add/remove-one figure is kept beside it, never in its place.
@@ -167,7 +195,7 @@ def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, 
     else:
         decoder, gen, blob = dpautogan.load_release(path)
         decoding = blob["spec"]["level_decoding"]
-        assert decoding == "sample"   # the profile's default reaches the released file
+        assert decoding == "sample"  # the profile's default reaches the released file
         assert isinstance(gen, dpautogan_networks.GaussianLatent) == name.startswith("dpautogan-")
         expected = dpautogan.sample_encoded(decoder, gen, 300, 7, level_decoding=decoding)
     np.testing.assert_array_equal(rows, expected)

@@ -65,8 +65,9 @@ def _critics(k: int, gan: GanConfig = GAN, seed: int = 1) -> CriticStack:
     return CriticStack(k, WIDTH, gan.critic_hidden, gan.critic_batchnorm, gan.init, torch.Generator().manual_seed(seed))
 
 
-def _trainer(tmp_path, k=4, setting=None, gan=GAN, privacy=PRIVACY, data=None, critics=None, seed=3, name="run",
-             secret=SECRET):
+def _trainer(
+    tmp_path, k=4, setting=None, gan=GAN, privacy=PRIVACY, data=None, critics=None, seed=3, name="run", secret=SECRET
+):
     data = _data() if data is None else data
     partition = make_partition(N_ROWS, k, SECRET)
     setting = setting or Setting(f"k{k}", k)
@@ -80,6 +81,7 @@ def _state(module: nn.Module) -> dict:
 
 # ------------------------------------------------------------------------------------------ sanitiser
 
+
 def test_clip_rows_bounds_every_row_norm():
     g = torch.Generator().manual_seed(0)
     grad = torch.randn(500, WIDTH, generator=g) * torch.logspace(-3, 3, 500).unsqueeze(1)
@@ -88,7 +90,7 @@ def test_clip_rows_bounds_every_row_norm():
         norms = clipped.norm(dim=1)
         assert (norms <= clip * (1 + 1e-6)).all()
         inside = grad.norm(dim=1) <= clip
-        assert torch.equal(clipped[inside], grad[inside])          # rows inside are untouched
+        assert torch.equal(clipped[inside], grad[inside])  # rows inside are untouched
         assert torch.allclose(norms[~inside], torch.full_like(norms[~inside], clip), rtol=1e-5)
         # direction is kept
         cos = nn.functional.cosine_similarity(clipped, grad, dim=1)
@@ -133,7 +135,8 @@ def test_generator_update_is_computed_from_the_sanitised_tensor_alone(tmp_path):
     critics_before = [p.clone() for p in trainer.critics.params]
     seen = []
     hook = trainer.generator.register_forward_hook(
-        lambda *_: seen.append([p.requires_grad for p in trainer.critics.params]))
+        lambda *_: seen.append([p.requires_grad for p in trainer.critics.params])
+    )
 
     sanitised = trainer.generator_step(k)
 
@@ -148,10 +151,10 @@ def test_generator_update_is_computed_from_the_sanitised_tensor_alone(tmp_path):
     fake = gen_copy(z)
     opt_copy.zero_grad(set_to_none=True)
     fake.backward(sanitised / GAN.batch_size)
-    for p, q in zip(trainer.generator.parameters(), gen_copy.parameters()):
+    for p, q in zip(trainer.generator.parameters(), gen_copy.parameters(), strict=False):
         assert torch.equal(p.grad, q.grad)
     opt_copy.step()
-    for (name, a), b in zip(trainer.generator.state_dict().items(), gen_copy.state_dict().values()):
+    for (name, a), b in zip(trainer.generator.state_dict().items(), gen_copy.state_dict().values(), strict=False):
         assert torch.equal(a, b), name
     # The tensor is noisy: it is not the critic's raw gradient.
     rows = fake.detach().clone().requires_grad_(True)
@@ -169,8 +172,10 @@ def test_generator_step_needs_no_real_rows_and_leaves_critics_unchanged(tmp_path
     before = _state(trainer.generator)
     for k in range(4):
         trainer.generator_step(k)
-    assert all(torch.equal(a, b) for a, b in zip(critics, trainer.critics.params))
-    assert all(torch.equal(a, b) for a, b in zip(moments, trainer.opt_d.exp_avg + trainer.opt_d.exp_avg_sq))
+    assert all(torch.equal(a, b) for a, b in zip(critics, trainer.critics.params, strict=False))
+    assert all(
+        torch.equal(a, b) for a, b in zip(moments, trainer.opt_d.exp_avg + trainer.opt_d.exp_avg_sq, strict=False)
+    )
     after = trainer.generator.state_dict()
     assert all(torch.isfinite(v.float()).all() for v in after.values())
     assert any(not torch.equal(before[n], after[n]) for n in before if "weight" in n)
@@ -191,7 +196,7 @@ def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
     trainer.refresh_critics(k)
 
     for j in range(4):
-        same = all(torch.equal(a[j], p[j]) for a, p in zip(before, trainer.critics.params))
+        same = all(torch.equal(a[j], p[j]) for a, p in zip(before, trainer.critics.params, strict=False))
         assert same == (j != k)
     assert all(torch.equal(p, gen_weights[n]) for n, p in trainer.generator.named_parameters())
     # Reference: same draws, autograd WGAN-GP loss, a fresh torch.optim.Adam (no clipping, no noise).
@@ -204,19 +209,22 @@ def test_critic_steps_update_only_critic_k_without_sanitising(tmp_path):
     params = [p[k].clone().requires_grad_(True) for p in before]
     opt = torch.optim.Adam(params, lr=GAN.lr_critic, betas=GAN.betas)
     for s in range(r):
+
         def forward(x):
             return trainer.critics.forward(params, x)
+
         x_hat = (alpha[s] * real[s] + (1 - alpha[s]) * fakes[s]).requires_grad_(True)
         (grad,) = torch.autograd.grad(forward(x_hat).sum(), x_hat, create_graph=True)
         loss = forward(fakes[s]).mean() - forward(real[s]).mean() + GAN.gp_lambda * ((grad.norm(dim=1) - 1) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-    for p, q in zip(trainer.critics.params, params):
+    for p, q in zip(trainer.critics.params, params, strict=False):
         assert torch.allclose(p[k], q.detach(), atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------ partition
+
 
 def test_partition_is_disjoint_complete_balanced_and_secret():
     other = PrivacySecret.from_hex("a1" * 32)
@@ -224,11 +232,11 @@ def test_partition_is_disjoint_complete_balanced_and_secret():
         part = make_partition(n, k, SECRET)
         sizes = subset_sizes(part)
         assert part.shape == (k, -(-n // k)) and sizes.sum() == n
-        assert sizes.max() - sizes.min() <= (0 if n % k == 0 else 1)      # sizes floor(n/K) or one more
+        assert sizes.max() - sizes.min() <= (0 if n % k == 0 else 1)  # sizes floor(n/K) or one more
         flat = part[part >= 0]
-        assert np.array_equal(np.sort(flat), np.arange(n))               # disjoint, complete: no row dropped
-        for j in range(k):                                                # padding only at a subset's end
-            assert (part[j, :sizes[j]] >= 0).all() and (part[j, sizes[j]:] == -1).all()
+        assert np.array_equal(np.sort(flat), np.arange(n))  # disjoint, complete: no row dropped
+        for j in range(k):  # padding only at a subset's end
+            assert (part[j, : sizes[j]] >= 0).all() and (part[j, sizes[j] :] == -1).all()
         assert np.array_equal(part, make_partition(n, k, SECRET))
     assert not np.array_equal(make_partition(2000, 3, SECRET), make_partition(2000, 3, other))
     with pytest.raises(ConfigError):
@@ -254,8 +262,8 @@ def test_training_reads_real_rows_of_critic_k_only_from_partition_k(tmp_path):
         trainer.refresh_critics(2)
         trainer.generator_step(2)
     assert all(torch.isfinite(p).all() for p in trainer.critics.params)
-    assert not all(torch.equal(a, p[2]) for a, p in zip(before, trainer.critics.params))
-    trainer.refresh_critics(0)   # the poison is real: another critic does read it
+    assert not all(torch.equal(a, p[2]) for a, p in zip(before, trainer.critics.params, strict=False))
+    trainer.refresh_critics(0)  # the poison is real: another critic does read it
     assert not torch.isfinite(trainer.critics.params[0][0]).all()
 
 
@@ -274,7 +282,7 @@ def test_local_row_sampling():
     rng = torch.Generator().manual_seed(0)
     idx = sample_local_rows(40, 32, rng, (5, 3))
     assert idx.shape == (5, 3, 32) and idx.min() >= 0 and idx.max() < 40
-    assert all(len(set(row.tolist())) == 32 for row in idx.reshape(-1, 32))   # without replacement
+    assert all(len(set(row.tolist())) == 32 for row in idx.reshape(-1, 32))  # without replacement
     small = sample_local_rows(10, 32, rng, (2,))
     assert small.shape == (2, 32) and small.max() < 10
     large = sample_local_rows(50_000, 32, rng, ())
@@ -285,11 +293,12 @@ def test_local_row_sampling():
     assert ragged.shape == (4, 6, 32)
     for j in range(4):
         assert ragged[j].max() < sizes[j] and all(len(set(r.tolist())) == 32 for r in ragged[j])
-    mixed = sample_local_rows(torch.tensor([5, 40]), 32, rng, (2, 3))   # one too small: with replacement
+    mixed = sample_local_rows(torch.tensor([5, 40]), 32, rng, (2, 3))  # one too small: with replacement
     assert mixed[0].max() < 5 and mixed[1].max() < 40 and mixed.min() >= 0
 
 
 # ------------------------------------------------------------------------------------------ baseline
+
 
 def test_baseline_setting_adds_no_noise_and_costs_infinite_epsilon(tmp_path):
     setting = Setting("baseline", 1, private=False)
@@ -302,7 +311,7 @@ def test_baseline_setting_adds_no_noise_and_costs_infinite_epsilon(tmp_path):
     upstream = trainer.generator_step(0)
     rows = gen_copy(torch.randn(GAN.batch_size, GAN.z_dim, generator=rng_copy)).detach().requires_grad_(True)
     (raw,) = torch.autograd.grad(-trainer.critics.forward(critic, rows).sum(), rows)
-    assert torch.allclose(upstream, raw, atol=1e-6)          # neither clipped nor noised
+    assert torch.allclose(upstream, raw, atol=1e-6)  # neither clipped nor noised
     assert raw.norm(dim=1).max() > 0
     # the RNG is not used for noise: the next draw equals the copy's next draw
     assert torch.equal(torch.rand(3, generator=trainer.rng), torch.rand(3, generator=rng_copy))
@@ -316,6 +325,7 @@ def test_baseline_setting_adds_no_noise_and_costs_infinite_epsilon(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ resume
+
 
 def _final(trainer_dir) -> tuple[dict, dict]:
     state = torch.load(trainer_dir / STATE_FILE, weights_only=False)
@@ -334,18 +344,18 @@ def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, stop_after
     first.run(12, stop_after=stop_after)
     assert first.iteration == stop_after
     del first
-    second = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="resumed")   # fresh objects
+    second = _trainer(tmp_path, gan=gan, critics=copy.deepcopy(base), name="resumed")  # fresh objects
     result = second.run(12)
     assert second.iteration == 12
 
-    for a, b in zip(full.generator.state_dict().values(), second.generator.state_dict().values()):
+    for a, b in zip(full.generator.state_dict().values(), second.generator.state_dict().values(), strict=False):
         assert torch.equal(a, b)
     state_a, ledger_a = _final(tmp_path / "full")
     state_b, ledger_b = _final(tmp_path / "resumed")
     assert ledger_a == ledger_b
     assert [c["iteration"] for c in result.checkpoints] == [0, 4, 8, 12]
     assert state_a["metrics"] == state_b["metrics"]
-    for a, b in zip(state_a["critics"]["params"], state_b["critics"]["params"]):
+    for a, b in zip(state_a["critics"]["params"], state_b["critics"]["params"], strict=False):
         assert torch.equal(a, b)
     for it in (4, 8, 12):
         ga, _ = load_generator(tmp_path / "full" / f"generator_{it:06d}.pt")
@@ -365,9 +375,9 @@ def test_damaged_training_state_resumes_from_the_previous_one(tmp_path, damage):
     first.run(12, stop_after=8)
     state = tmp_path / "resumed" / "training_state.pt"
     if damage in ("truncate", "both"):
-        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])   # a copy cut short
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a copy cut short
     if damage in ("unhashed", "both"):
-        sidecar(state).unlink()                                               # killed before its hash
+        sidecar(state).unlink()  # killed before its hash
     if damage == "both":
         blob = previous(state).read_bytes()
         previous(state).write_bytes(blob[:-10] + bytes(10))
@@ -377,7 +387,7 @@ def test_damaged_training_state_resumes_from_the_previous_one(tmp_path, damage):
     expected = "iteration 0" if damage == "both" else "resumed from training_state.prev.pt (iteration 4)"
     assert expected in second.resume_notes[-1]
     # Resumed from an older state (or from scratch) with the same secret: the same run, checkpoint for checkpoint.
-    for a, b in zip(full.generator.state_dict().values(), second.generator.state_dict().values()):
+    for a, b in zip(full.generator.state_dict().values(), second.generator.state_dict().values(), strict=False):
         assert torch.equal(a, b)
     for it in (4, 8, 12):
         entry = next(e for e in second.ledger if e["iteration"] == it)
@@ -405,19 +415,21 @@ def test_finished_run_is_not_trained_again(tmp_path):
     again = _trainer(tmp_path)
     result = again.run(8)
     assert again.iteration == 8 and [c["iteration"] for c in result.checkpoints] == [0, 4, 8]
-    for a, b in zip(trainer.generator.state_dict().values(), again.generator.state_dict().values()):
+    for a, b in zip(trainer.generator.state_dict().values(), again.generator.state_dict().values(), strict=False):
         assert torch.equal(a, b)
 
 
 # ------------------------------------------------------------------------------------------ budget
+
 
 def planned_iterations(gan, privacy, setting):
     """The last iteration and the epsilons of GS-WGAN's schedule cut at `privacy.epsilon_budget` (the one
     cut, models/privacy/budget.py)."""
     steps, eps = checkpoint_epsilons(gan, privacy, setting)
     budget = privacy.epsilon_budget if setting.private else None
-    plan = cut_to_budget(Schedule(tuple(steps), tuple(eps), gan.checkpoint_every, "lower the cost"), budget,
-                         setting.name)
+    plan = cut_to_budget(
+        Schedule(tuple(steps), tuple(eps), gan.checkpoint_every, "lower the cost"), budget, setting.name
+    )
     return plan.last, list(plan.epsilons)
 
 
@@ -432,7 +444,7 @@ def test_planned_iterations_stops_at_last_checkpoint_under_budget():
         assert last % gan.checkpoint_every == 0 and 0 < last <= gan.iterations
         assert eps[-1] <= budget and len(eps) == last // 1000 + 1
         if last < gan.iterations:
-            assert all_eps[last // 1000 + 1] > budget     # the next checkpoint would exceed it
+            assert all_eps[last // 1000 + 1] > budget  # the next checkpoint would exceed it
     with pytest.raises(BudgetExceededError):
         planned_iterations(gan, PrivacyConfig(epsilon_budget=1.0), setting)
     last, eps = planned_iterations(gan, PrivacyConfig(epsilon_budget=None), setting)
@@ -456,6 +468,7 @@ def test_training_never_passes_the_budget(tmp_path):
 
 # ------------------------------------------------------------------------------------------ pretraining
 
+
 def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
     """One critic and its own throwaway generator at a time: nn.Modules, autograd, torch.optim.Adam,
     fed with the random draws the batched version makes (official GS-WGAN semantics)."""
@@ -467,7 +480,9 @@ def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
         critics, gens = build_pretrain_chunk(pairs, WIDTH, gan, [], rng, CPU)
         draws = [pretrain_draws(rng, pairs, subset, gan) for _ in range(iterations)]
         for j in range(pairs):
-            critic = nn.Sequential(nn.Linear(WIDTH, gan.critic_hidden), nn.LeakyReLU(0.2), nn.Linear(gan.critic_hidden, 1))
+            critic = nn.Sequential(
+                nn.Linear(WIDTH, gan.critic_hidden), nn.LeakyReLU(0.2), nn.Linear(gan.critic_hidden, 1)
+            )
             gen = Generator(gan.z_dim, tuple(gan.generator_hidden), WIDTH)
             with torch.no_grad():
                 w1, b1, w2, b2 = (p[j] for p in critics.params)
@@ -487,7 +502,7 @@ def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
             for z, local, alpha in draws:
                 for s in range(r):
                     with torch.no_grad():
-                        fake = gen(z[j, s * b:(s + 1) * b])
+                        fake = gen(z[j, s * b : (s + 1) * b])
                     real = rows[local[j, s]]
                     x_hat = (alpha[j, s] * real + (1 - alpha[j, s]) * fake).requires_grad_(True)
                     (grad,) = torch.autograd.grad(critic(x_hat).sum(), x_hat, create_graph=True)
@@ -498,7 +513,7 @@ def _reference_pretraining(data, partition, gan, seed, iterations, chunk_size):
                     opt_d.step()
                 for p in critic.parameters():
                     p.requires_grad_(False)
-                g_loss = -critic(gen(z[j, r * b:])).mean()
+                g_loss = -critic(gen(z[j, r * b :])).mean()
                 opt_g.zero_grad()
                 g_loss.backward()
                 opt_g.step()
@@ -518,11 +533,11 @@ def test_batched_pretraining_equals_per_critic_reference(chunk_size):
     initial = build_pretrain_chunk(3, WIDTH, gan, [], chunk_generator(0, 0), CPU)[0].params
     critics = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=iterations, chunk_size=chunk_size)
     reference = _reference_pretraining(data, partition, gan, 0, iterations, chunk_size)
-    for got, want in zip(critics.params, reference):
+    for got, want in zip(critics.params, reference, strict=False):
         assert got.shape == want.shape
         assert torch.allclose(got, want, atol=1e-5, rtol=0)
-    if chunk_size == 3:   # the critics moved much more than the tolerance
-        assert max((a - b).abs().max().item() for a, b in zip(critics.params[:3], initial[:3])) > 1e-4
+    if chunk_size == 3:  # the critics moved much more than the tolerance
+        assert max((a - b).abs().max().item() for a, b in zip(critics.params[:3], initial[:3], strict=False)) > 1e-4
 
 
 def test_bfloat16_pretraining_stays_within_rounding_of_the_float32_reference():
@@ -535,7 +550,7 @@ def test_bfloat16_pretraining_stays_within_rounding_of_the_float32_reference():
     initial = build_pretrain_chunk(3, WIDTH, gan, [], chunk_generator(0, 0), CPU)[0].params
     critics = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=iterations, chunk_size=3)
     reference = _reference_pretraining(data, partition, gan, 0, iterations, 3)
-    for got, want, start in zip(critics.params[:3], reference, initial):
+    for got, want, start in zip(critics.params[:3], reference, initial, strict=False):
         moved = (want - start).abs().max().item()
         assert moved > 1e-3
         assert (got - want).abs().max().item() <= 0.05 * moved
@@ -553,12 +568,13 @@ def test_auto_pretraining_precision_is_bfloat16_only_where_native():
 def test_pretraining_is_deterministic_and_independent_of_workers():
     data = _data()
     partition = make_partition(N_ROWS, 4, SECRET)
-    torch.set_num_threads(2)   # pretraining uses one intra-op thread per worker whatever this says
-    runs = [pretrain_critics(data, partition, GAN, [], 0, CPU, iterations=2, chunk_size=1, workers=w)
-            for w in (1, 2, 2, 3)]
+    torch.set_num_threads(2)  # pretraining uses one intra-op thread per worker whatever this says
+    runs = [
+        pretrain_critics(data, partition, GAN, [], 0, CPU, iterations=2, chunk_size=1, workers=w) for w in (1, 2, 2, 3)
+    ]
     assert torch.get_num_threads() == 2
     for run in runs[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(runs[0].params, run.params))
+        assert all(torch.equal(a, b) for a, b in zip(runs[0].params, run.params, strict=False))
     other = pretrain_critics(data, partition, GAN, [], 1, CPU, iterations=2, chunk_size=1)
     assert not torch.equal(other.params[0], runs[0].params[0])
 
@@ -572,7 +588,7 @@ def test_pretraining_progress_and_critic_stack_round_trip():
     assert critics.k == 5 and critics.params[0].shape == (5, WIDTH, GAN.critic_hidden)
     loaded = CriticStack(1, WIDTH, GAN.critic_hidden, False, "default", torch.Generator().manual_seed(0))
     loaded.load_state_dict(critics.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(loaded.params, critics.params))
+    assert all(torch.equal(a, b) for a, b in zip(loaded.params, critics.params, strict=False))
 
 
 @pytest.mark.parametrize("head", ["tanh", "typed"])
@@ -583,14 +599,26 @@ def test_training_with_batchnorm_critics_and_typed_head_is_deterministic(tmp_pat
     critics = pretrain_critics(_data(), partition, gan, groups, 0, CPU, iterations=2)
     results = []
     for name in ("a", "b"):
-        trainer = GeneratorTrainer(_data(), partition, copy.deepcopy(critics), gan, PRIVACY, Setting("k3", 3), groups,
-                                   3, tmp_path / name, CPU, SECRET)
+        trainer = GeneratorTrainer(
+            _data(),
+            partition,
+            copy.deepcopy(critics),
+            gan,
+            PRIVACY,
+            Setting("k3", 3),
+            groups,
+            3,
+            tmp_path / name,
+            CPU,
+            SECRET,
+        )
         trainer.run(4)
         results.append(sample_encoded(trainer.generator, 50, seed=0))
     assert np.array_equal(*results) and np.isfinite(results[0]).all()
 
 
 # ------------------------------------------------------------------------------------------ conditional G
+
 
 def _labelled_data(seed: int = 0, rows: int = N_ROWS) -> torch.Tensor:
     """Column 0 is a balanced +-1 target; column 1 follows it (0.6 y + noise); the rest is noise."""
@@ -606,14 +634,26 @@ def test_conditional_training_sanitises_the_generated_columns_only(tmp_path):
     gan = GAN.replace(condition_on_target=True)
     privacy = PrivacyConfig(noise_multiplier=1e-9, clip=0.05)
     partition = make_partition(N_ROWS, 4, SECRET)
-    trainer = GeneratorTrainer(_labelled_data(), partition, _critics(4, gan), gan, privacy, Setting("k4", 4), [],
-                               3, tmp_path / "run", CPU, SECRET, condition=(0, 0.5))
-    trainer.run(0)   # writes checkpoint 0
+    trainer = GeneratorTrainer(
+        _labelled_data(),
+        partition,
+        _critics(4, gan),
+        gan,
+        privacy,
+        Setting("k4", 4),
+        [],
+        3,
+        tmp_path / "run",
+        CPU,
+        SECRET,
+        condition=(0, 0.5),
+    )
+    trainer.run(0)  # writes checkpoint 0
     for k in range(4):
         trainer.refresh_critics(k)
         upstream = trainer.generator_step(k)
         assert (upstream.norm(dim=1) <= 0.05 + 1e-6).all()
-        assert upstream[:, 0].abs().max() < 1e-6   # the label column takes no share of the clipping norm
+        assert upstream[:, 0].abs().max() < 1e-6  # the label column takes no share of the clipping norm
     blob = torch.load(tmp_path / "run" / "generator_000000.pt", weights_only=False)
     assert blob["spec"]["condition"] == [0, 0.5]
     gen, _ = load_generator(tmp_path / "run" / "generator_000000.pt")
@@ -624,22 +664,42 @@ def test_tiny_multi_critic_run_produces_both_target_classes_and_learns_the_label
     """Issue 7's failure was a many-critic run whose target collapsed to one class. A conditional
     generator keeps both classes at the public prior, and must still learn how a feature depends on the
     label from several critics that each see a small subset."""
-    gan = GanConfig(pretrain_iterations=30, iterations=400, checkpoint_every=400, condition_on_target=True,
-                    output_head="typed", critic_refresh_steps=10, generator_ema=0.99, lr_generator=1e-3,
-                    lr_critic=1e-3)
+    gan = GanConfig(
+        pretrain_iterations=30,
+        iterations=400,
+        checkpoint_every=400,
+        condition_on_target=True,
+        output_head="typed",
+        critic_refresh_steps=10,
+        generator_ema=0.99,
+        lr_generator=1e-3,
+        lr_critic=1e-3,
+    )
     data = _labelled_data()
     partition = make_partition(N_ROWS, 8, SECRET)
     condition = (0, 0.5)
     critics = pretrain_critics(data, partition, gan, [], 0, CPU, condition=condition)
-    trainer = GeneratorTrainer(data, partition, critics, gan, PRIVACY, Setting("k8", 8, private=False), [], 3,
-                               tmp_path / "run", CPU, SECRET, condition=condition)
+    trainer = GeneratorTrainer(
+        data,
+        partition,
+        critics,
+        gan,
+        PRIVACY,
+        Setting("k8", 8, private=False),
+        [],
+        3,
+        tmp_path / "run",
+        CPU,
+        SECRET,
+        condition=condition,
+    )
     before = sample_encoded(trainer.released_generator(), 4000, seed=5)
     for _ in range(gan.iterations):
         trainer.step(wasserstein=False)
     rows = sample_encoded(trainer.released_generator(), 4000, seed=5)
     label = rows[:, 0] > 0
     assert 0.45 < label.mean() < 0.55
-    gap = rows[label, 1].mean() - rows[~label, 1].mean()     # real data: 1.2
+    gap = rows[label, 1].mean() - rows[~label, 1].mean()  # real data: 1.2
     gap_before = before[before[:, 0] > 0, 1].mean() - before[before[:, 0] <= 0, 1].mean()
     print(f"label gap before {gap_before:.3f}, after {gap:.3f}")
     assert gap > 0.6 and abs(gap_before) < 0.3
@@ -649,7 +709,7 @@ def test_tiny_multi_critic_run_produces_both_target_classes_and_learns_the_label
 def test_refresh_split_over_threads_changes_no_number(tmp_path, monkeypatch):
     """The C refresh of a step's drawn critics split over two threads gives exactly the single thread's
     critics and generator: every drawn critic is updated independently."""
-    monkeypatch.setattr(gswgan, "SPLIT_REFRESH_MIN", 0)   # split even these narrow critics
+    monkeypatch.setattr(gswgan, "SPLIT_REFRESH_MIN", 0)  # split even these narrow critics
     gan = GanConfig(iterations=6, checkpoint_every=6, kernels="native")
     base = _critics(16, gan)
     trainers = []
@@ -659,9 +719,9 @@ def test_refresh_split_over_threads_changes_no_number(tmp_path, monkeypatch):
         trainer.run(6)
         trainers.append(trainer)
     one, two = trainers
-    for a, b in zip(one.generator.state_dict().values(), two.generator.state_dict().values()):
+    for a, b in zip(one.generator.state_dict().values(), two.generator.state_dict().values(), strict=False):
         assert torch.equal(a, b)
-    for a, b in zip(one.critics.params, two.critics.params):
+    for a, b in zip(one.critics.params, two.critics.params, strict=False):
         assert torch.equal(a, b)
 
 
@@ -671,8 +731,19 @@ def _uneven_trainer(tmp_path, secret: PrivacySecret, name: str, gan: GanConfig =
     rows = 64 * 32 + 10
     partition = make_partition(rows, k, secret)
     assert sorted(set(subset_sizes(partition).tolist())) == [32, 33]
-    return GeneratorTrainer(_data(rows=rows), partition, _critics(k, gan), gan, PRIVACY, Setting(f"k{k}", k), [],
-                            3, tmp_path / name, CPU, secret)
+    return GeneratorTrainer(
+        _data(rows=rows),
+        partition,
+        _critics(k, gan),
+        gan,
+        PRIVACY,
+        Setting(f"k{k}", k),
+        [],
+        3,
+        tmp_path / name,
+        CPU,
+        secret,
+    )
 
 
 @pytest.mark.parametrize("refresh", ["independent", "drawn"])
@@ -725,4 +796,3 @@ def test_a_critic_named_by_several_slots_is_refreshed_once_from_its_first_slot()
     slots = torch.tensor([4, 1, 4, 0, 1, 4])
     drawn, first = gswgan._first_slots(slots)
     assert drawn.tolist() == [0, 1, 4] and first.tolist() == [3, 1, 0]
-

@@ -43,7 +43,7 @@ def test_releases_of_one_accountant_compose_like_its_training_composed():
 
 
 def test_the_choice_counts_per_row_and_sequential_releases_add_it():
-    small = _release(iterations=10, choice=5.0)          # the choice dominates a tiny training
+    small = _release(iterations=10, choice=5.0)  # the choice dominates a tiny training
     assert lifetime_cost([small]).epsilon == pytest.approx(5.0)
     assert lifetime_cost([small, small]).epsilon > 5.0
     joint = _release(choice=1.0, disjoint=False)

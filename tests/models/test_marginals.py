@@ -39,7 +39,8 @@ from dpsynth.models.privacy.secret import PrivacySecret
 SECRET = PrivacySecret.from_hex("5e" * 32)
 
 TINY = {
-    "name": "tiny", "target": "y",
+    "name": "tiny",
+    "target": "y",
     "columns": {
         "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
         "gain": {"type": "continuous", "bounds": [0, 10], "decimals": 0, "point_masses": [0]},
@@ -47,7 +48,8 @@ TINY = {
     },
 }
 SMALL = {
-    "name": "small", "target": "target",
+    "name": "small",
+    "target": "target",
     "columns": {
         "age": {"type": "continuous", "bounds": [17, 90], "decimals": 0},
         "gain": {"type": "continuous", "bounds": [0, 10000], "decimals": 0, "point_masses": [0]},
@@ -80,7 +82,7 @@ def _every_row(schema: DatasetSchema, bins: int) -> list[dict]:
     for col in schema.columns:
         values = list(cell_values(col, np.arange(cell_count(col, bins)), rng, bins)) + [None]
         options.append(values)
-    return [dict(zip(schema.column_names, combo)) for combo in itertools.product(*options)]
+    return [dict(zip(schema.column_names, combo, strict=False)) for combo in itertools.product(*options)]
 
 
 # ------------------------------------------------------------------------------------ sensitivity
@@ -179,9 +181,10 @@ def test_released_counts_are_noisy(small, small_rows):
 
 
 def test_rdp_is_order_times_rho_summed(small):
-    plan = MeasurementPlan((("age",), ("gain", "target")), (3.0, 5.0), selections=2, selection_epsilon=0.3,
-                           selected_noise_multiplier=4.0)
-    rho = 1 / (2 * 9) + 1 / (2 * 25) + 2 * (0.3 ** 2 / 8 + 1 / (2 * 16))
+    plan = MeasurementPlan(
+        (("age",), ("gain", "target")), (3.0, 5.0), selections=2, selection_epsilon=0.3, selected_noise_multiplier=4.0
+    )
+    rho = 1 / (2 * 9) + 1 / (2 * 25) + 2 * (0.3**2 / 8 + 1 / (2 * 16))
     assert plan.rho() == pytest.approx(rho)
     orders = np.array([1.5, 2.0, 10.0, 64.0])
     np.testing.assert_allclose(plan.rdp(orders), orders * rho)
@@ -208,7 +211,7 @@ def test_a_plan_for_epsilon_spends_it(small):
     # Equal rho per measured marginal, a tenth of rho on the selection.
     measured = len(fixed_workload(small)) + 3
     assert measured * 1 / (2 * plan.noise_multipliers[0] ** 2) == pytest.approx(0.9 * plan.rho())
-    assert 3 * plan.selection_epsilon ** 2 / 8 == pytest.approx(0.1 * plan.rho())
+    assert 3 * plan.selection_epsilon**2 / 8 == pytest.approx(0.1 * plan.rho())
 
 
 def test_a_plan_refuses_nonsense(small):
@@ -232,7 +235,7 @@ def test_consistent_shares_are_non_negative_sum_to_one_and_agree():
     shares, total = consistent_shares(marginals, shapes, noisy, [30.0] * len(marginals))
     assert total > 0
     one_way = {}
-    for marginal, table in zip(marginals, shares):
+    for marginal, table in zip(marginals, shares, strict=False):
         assert table.shape == tuple(sizes[n] for n in marginal)
         assert np.all(table >= 0)
         assert table.sum() == pytest.approx(1.0, abs=1e-9)
@@ -245,8 +248,9 @@ def test_consistent_shares_are_non_negative_sum_to_one_and_agree():
 def test_consistent_shares_keep_exact_counts():
     counts = np.array([[30.0, 10.0], [0.0, 60.0]])
     marginals = [("a",), ("b",), ("a", "b")]
-    shares, total = consistent_shares(marginals, [(2,), (2,), (2, 2)],
-                                      [counts.sum(1), counts.sum(0), counts.ravel()], [1.0, 1.0, 1.0])
+    shares, total = consistent_shares(
+        marginals, [(2,), (2,), (2, 2)], [counts.sum(1), counts.sum(0), counts.ravel()], [1.0, 1.0, 1.0]
+    )
     assert total == pytest.approx(100.0)
     np.testing.assert_allclose(shares[2], counts / 100.0, atol=1e-8)
 
@@ -265,7 +269,7 @@ def test_measurement_covers_the_workload_and_serialises(small, small_rows):
     plan = plan_for_rho(small, 0.5, selections=2)
     measured = measure(small_rows, small, plan, SECRET)
     names = [m.columns for m in measured.marginals]
-    assert names[:len(fixed_workload(small))] == list(fixed_workload(small))
+    assert names[: len(fixed_workload(small))] == list(fixed_workload(small))
     assert sum(m.selected for m in measured.marginals) == 2
     assert len(set(names)) == len(names)
     assert measured.total == pytest.approx(len(small_rows), rel=0.02)
@@ -278,7 +282,12 @@ def test_measurement_covers_the_workload_and_serialises(small, small_rows):
 def test_selection_finds_the_dependent_pair(small):
     rows = make_demo_table(small, 3000, seed=2)
     rows["flag"] = np.where(rows["colour"].isin(["red", "green"]), "yes", "no")  # flag follows colour
-    plan = MeasurementPlan(fixed_workload(small), (2.0,) * len(fixed_workload(small)), selections=1,
-                           selection_epsilon=2.0, selected_noise_multiplier=2.0)
+    plan = MeasurementPlan(
+        fixed_workload(small),
+        (2.0,) * len(fixed_workload(small)),
+        selections=1,
+        selection_epsilon=2.0,
+        selected_noise_multiplier=2.0,
+    )
     chosen = [m.columns for m in measure(rows, small, plan, SECRET).marginals if m.selected]
     assert [frozenset(c) for c in chosen] == [frozenset({"colour", "flag"})]

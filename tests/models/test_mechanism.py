@@ -56,9 +56,19 @@ def _trainer(tmp_path, gan: GanConfig, sigma: float, name: str) -> GeneratorTrai
     # lr_critic 0: the refreshes run, but the planted critics keep their gradients.
     # Frozen critics (lr 0): outside what a profile may say, so built without the profile's validation.
     gan = gan.model_copy(update={"lr_critic": 0.0, "batch_size": B, "critic_refresh_steps": 1})
-    return GeneratorTrainer(data, make_partition(2 * K, K, SECRET), _planted_critics(K), gan,
-                            PrivacyConfig(noise_multiplier=sigma, clip=1.0, delta=DELTA), Setting("k", K), [], 0,
-                            tmp_path / name, torch.device("cpu"), SECRET)
+    return GeneratorTrainer(
+        data,
+        make_partition(2 * K, K, SECRET),
+        _planted_critics(K),
+        gan,
+        PrivacyConfig(noise_multiplier=sigma, clip=1.0, delta=DELTA),
+        Setting("k", K),
+        [],
+        0,
+        tmp_path / name,
+        torch.device("cpu"),
+        SECRET,
+    )
 
 
 def observed_mechanism(tmp_path, gan: GanConfig, steps: int = 40) -> QueryMechanism:
@@ -98,7 +108,7 @@ def _accountant_after_one_step(tmp_path, gan: GanConfig) -> float:
 def test_accountant_covers_the_exact_one_step_loss_of_the_trained_mechanism(tmp_path, critic_draw):
     gan = GanConfig(critic_draw=critic_draw)
     mechanism = observed_mechanism(tmp_path, gan)
-    exact = mechanism.epsilon(DELTA, pessimistic=True)       # an upper bound on the true one-step epsilon
+    exact = mechanism.epsilon(DELTA, pessimistic=True)  # an upper bound on the true one-step epsilon
     claimed = _accountant_after_one_step(tmp_path, gan)
     assert claimed >= exact, f"{critic_draw}: accountant {claimed:.3f} < exact {exact:.3f}"
     if critic_draw == "per_step":
@@ -111,7 +121,7 @@ def test_the_shared_critic_accounted_as_separate_rows_fails():
     """What dpsynth published before: one critic per step, accounted as B subsampled rows per step.
     The exact loss of that step is far above what that accounting claims."""
     shared = QueryMechanism.gswgan_step(K, B, SIGMA, "per_step")
-    lower = shared.epsilon(DELTA, pessimistic=False)          # a lower bound on the true epsilon
+    lower = shared.epsilon(DELTA, pessimistic=False)  # a lower bound on the true epsilon
     assert lower > 18.5
     assert epsilon_for(K, 1, B, SIGMA, DELTA, "per_row") < lower
     assert GSWGANAccountant(K, B, SIGMA, "per_step").epsilon_curve([1], DELTA)[0] >= lower
@@ -149,10 +159,20 @@ def test_sanitised_rows_are_the_gaussian_mechanism_claimed(tmp_path):
     # Frozen critics (lr 0): outside what a profile may say, so built without the profile's validation.
     gan = GanConfig().model_copy(update={"lr_critic": 0.0, "batch_size": B, "critic_refresh_steps": 1})
     data = torch.rand(400, WIDTH, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    trainer = GeneratorTrainer(data, make_partition(400, k, SECRET), _planted_critics(k), gan,
-                               PrivacyConfig(noise_multiplier=sigma, clip=1.0), Setting("k4", k), [], 0, tmp_path,
-                               torch.device("cpu"), SECRET)
-    planted = -_planted_critics(k).params[0][:, :, 0]             # upstream of critic j: -v_j (norm 0.5)
+    trainer = GeneratorTrainer(
+        data,
+        make_partition(400, k, SECRET),
+        _planted_critics(k),
+        gan,
+        PrivacyConfig(noise_multiplier=sigma, clip=1.0),
+        Setting("k4", k),
+        [],
+        0,
+        tmp_path,
+        torch.device("cpu"),
+        SECRET,
+    )
+    planted = -_planted_critics(k).params[0][:, :, 0]  # upstream of critic j: -v_j (norm 0.5)
     query, seen = trainer.generator_step, []
 
     def recording(drawn):
@@ -163,7 +183,7 @@ def test_sanitised_rows_are_the_gaussian_mechanism_claimed(tmp_path):
     trainer.generator_step = recording
     for _ in range(steps):
         trainer.step(wasserstein=False)
-    drawn = torch.stack([d for d, _ in seen])                     # [steps, B]
+    drawn = torch.stack([d for d, _ in seen])  # [steps, B]
     upstream = torch.stack([u for _, u in seen])
     assert (planted.norm(dim=1) <= 1.0 + 1e-6).all()
     noise = upstream - planted[drawn]
@@ -171,7 +191,7 @@ def test_sanitised_rows_are_the_gaussian_mechanism_claimed(tmp_path):
     n = noise.numel()
     assert abs(noise.std().item() - expected) < 5 * expected / math.sqrt(2 * n)
     assert abs(noise.mean().item()) < 5 * expected / math.sqrt(n)
-    assert abs(stats.kurtosis(noise.flatten().numpy())) < 0.1      # Gaussian, not a mixture
+    assert abs(stats.kurtosis(noise.flatten().numpy())) < 0.1  # Gaussian, not a mixture
     # Uniform draws, independent across the rows of a step (and of the previous step's).
     _, p_uniform = stats.chisquare(np.bincount(drawn.flatten().numpy(), minlength=k))
     joint = np.bincount((drawn[:, 0] * k + drawn[:, 1]).numpy(), minlength=k * k)

@@ -27,7 +27,7 @@ def test_an_independent_sample_leaks_nothing_measurable():
 def test_copies_of_training_rows_are_caught():
     members, non_members, reference = _rows(1500, 1), _rows(1500, 2), _rows(1500, 3)
     rng = np.random.default_rng(5)
-    synthetic = np.repeat(members, 2, axis=0) + rng.normal(0, 0.01, size=(3000, 8))   # each one copied
+    synthetic = np.repeat(members, 2, axis=0) + rng.normal(0, 0.01, size=(3000, 8))  # each one copied
     report = membership_report(synthetic, members, non_members, reference, rows=1500)
     assert report["dcr"]["low"] > 0.95
     assert report["nearest_synthetic_auc"]["low"] > 0.95 and report["density_ratio_auc"]["low"] > 0.8

@@ -60,14 +60,16 @@ def _rows(shape, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("batch,width,hidden", [(32, 16, 128), (5, 7, 32), (8, 19, 48), (40, 130, 64)])
 def test_step_gradients_equal_the_tensor_code(batch, width, hidden):
     """Shapes the vector code handles in blocks and in remainders (batch and width not multiples of 4,
-    8 or 16, a batch of 32-row tiles and a padded 16-row rest): gradients and the Wasserstein estimate agree with `loss_grads_rows` to float32 rounding."""
+    8 or 16, a batch of 32-row tiles and a padded 16-row rest): gradients and the Wasserstein estimate agree with
+    `loss_grads_rows` to float32 rounding."""
     critic = _critic(1, width, hidden)
     rows = _rows((1, 2 * batch, width), 1)
     alpha = torch.rand(1, batch, 1, generator=torch.Generator().manual_seed(2))
-    want, w_want = critic.loss_grads_rows(critic.params, rows, CriticStack.weighted_rows(rows), alpha, 10.0,
-                                          wasserstein=True)
+    want, w_want = critic.loss_grads_rows(
+        critic.params, rows, CriticStack.weighted_rows(rows), alpha, 10.0, wasserstein=True
+    )
     got, w_got = step_gradients(critic.params, rows[0], alpha[0], 10.0)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=False):
         assert g.shape == w.shape
         assert torch.allclose(g, w, rtol=1e-4, atol=1e-6), (g - w).abs().max()
     assert w_got == pytest.approx(float(w_want[0]), rel=1e-4, abs=1e-6)
@@ -77,19 +79,43 @@ def test_adam_update_is_torch_adam_on_the_kernel_gradients():
     critic = _critic(1, 16, 128)
     params = [p.clone() for p in critic.params]
     opt = StackedAdam(critic.trainable(params), 1e-3, (0.5, 0.9))
-    for t in range(3):   # some history in the moments first
+    for t in range(3):  # some history in the moments first
         rows, alpha = _rows((2 * 32, 16), 10 + t), torch.rand(32, 1, generator=torch.Generator().manual_seed(t))
         grads, _ = step_gradients(params, rows, alpha, 10.0)
         expected = [p.clone() for p in params]
         moments = ([m.clone() for m in opt.exp_avg], [v.clone() for v in opt.exp_avg_sq])
-        torch._fused_adam_(expected[:3], grads, *moments, [], [torch.tensor(float(t + 1))] * 3, lr=1e-3,
-                           beta1=0.5, beta2=0.9, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
-        critic_updates(params, opt.exp_avg, opt.exp_avg_sq, opt.steps, rows[None, None], alpha[None, None], 1e-3,
-                       (0.5, 0.9), 1e-8, 10.0)
+        torch._fused_adam_(
+            expected[:3],
+            grads,
+            *moments,
+            [],
+            [torch.tensor(float(t + 1))] * 3,
+            lr=1e-3,
+            beta1=0.5,
+            beta2=0.9,
+            weight_decay=0.0,
+            eps=1e-8,
+            amsgrad=False,
+            maximize=False,
+        )
+        critic_updates(
+            params,
+            opt.exp_avg,
+            opt.exp_avg_sq,
+            opt.steps,
+            rows[None, None],
+            alpha[None, None],
+            1e-3,
+            (0.5, 0.9),
+            1e-8,
+            10.0,
+        )
         opt.steps += 1
-        for got, want in zip(params[:3] + opt.exp_avg + opt.exp_avg_sq, expected[:3] + moments[0] + moments[1]):
+        for got, want in zip(
+            params[:3] + opt.exp_avg + opt.exp_avg_sq, expected[:3] + moments[0] + moments[1], strict=False
+        ):
             assert torch.allclose(got, want, rtol=1e-6, atol=1e-9)
-    assert torch.equal(params[3], critic.params[3])   # the output bias is not trained
+    assert torch.equal(params[3], critic.params[3])  # the output bias is not trained
 
 
 def test_an_exactly_zero_bias_gradient_stays_zero():
@@ -101,8 +127,18 @@ def test_an_exactly_zero_bias_gradient_stays_zero():
     grads, _ = step_gradients(critic.params, rows, alpha, 10.0)
     assert torch.count_nonzero(grads[1]) == 0
     opt = StackedAdam(critic.trainable(critic.params), 1e-4, (0.5, 0.9))
-    critic_updates(critic.params, opt.exp_avg, opt.exp_avg_sq, opt.steps, rows[None, None], alpha[None, None],
-                   1e-4, (0.5, 0.9), 1e-8, 10.0)
+    critic_updates(
+        critic.params,
+        opt.exp_avg,
+        opt.exp_avg_sq,
+        opt.steps,
+        rows[None, None],
+        alpha[None, None],
+        1e-4,
+        (0.5, 0.9),
+        1e-8,
+        10.0,
+    )
     assert torch.all(critic.params[1] == 50.0)
 
 
@@ -118,7 +154,7 @@ def test_native_pretraining_stays_within_rounding_of_the_tensor_code(matmul):
         gan = GanConfig(pretrain_matmul=matmul, kernels=kernel)
         runs[kernel] = pretrain_critics(data, partition, gan, [], 0, CPU, iterations=20, chunk_size=3).params
     initial = build_pretrain_chunk(3, 16, GanConfig(), [], chunk_generator(0, 0), CPU)[0].params
-    for got, want, start in zip(runs["native"][:3], runs["torch"][:3], initial):
+    for got, want, start in zip(runs["native"][:3], runs["torch"][:3], initial, strict=False):
         moved = (want - start).abs().max().item()
         assert moved > 1e-3
         assert (got - want).abs().max().item() <= 0.05 * moved
@@ -133,8 +169,9 @@ def test_native_training_refresh_stays_within_rounding_of_the_tensor_code(tmp_pa
     for kernel in ("torch", "native"):
         gan = GanConfig(iterations=4, checkpoint_every=4, critic_refresh_steps=20, kernels=kernel)
         critics = _critic(4, 16, gan.critic_hidden, seed=5)
-        trainer = GeneratorTrainer(data, partition, critics, gan, PrivacyConfig(), Setting("k4", 4), [], 3,
-                                   tmp_path / kernel, CPU, SECRET)
+        trainer = GeneratorTrainer(
+            data, partition, critics, gan, PrivacyConfig(), Setting("k4", 4), [], 3, tmp_path / kernel, CPU, SECRET
+        )
         assert trainer.native_critics == (kernel == "native")
         estimate = trainer.refresh_critics(torch.tensor([1, 3]), wasserstein=True)
         results[kernel] = ([p.clone() for p in trainer.critics.params], float(estimate), trainer.opt_d.steps.copy())
@@ -142,8 +179,8 @@ def test_native_training_refresh_stays_within_rounding_of_the_tensor_code(tmp_pa
     (native, w_native, steps_native), (ref, w_ref, steps_ref) = results["native"], results["torch"]
     np.testing.assert_array_equal(steps_native, steps_ref)
     np.testing.assert_array_equal(steps_native, [0, 20, 0, 20])
-    for got, want, s in zip(native[:3], ref[:3], start):
-        assert torch.equal(got[[0, 2]], s[[0, 2]])   # only the drawn critics move
+    for got, want, s in zip(native[:3], ref[:3], start, strict=False):
+        assert torch.equal(got[[0, 2]], s[[0, 2]])  # only the drawn critics move
         for k in (1, 3):
             moved = (want[k] - s[k]).abs().max().item()
             assert moved > 1e-3
@@ -162,17 +199,41 @@ def test_indexed_critic_updates_equal_updates_of_the_gathered_critics():
     gathered = [p[index].clone() for p in stack.params]
     moments = ([m[index].clone() for m in opt.exp_avg], [v[index].clone() for v in opt.exp_avg_sq])
     before = [p.clone() for p in stack.params]
-    w_indexed = critic_updates(stack.params, opt.exp_avg, opt.exp_avg_sq, opt.steps[index], rows, alpha, 1e-3,
-                               (0.5, 0.9), 1e-8, 10.0, wasserstein=True, index=index)
-    w_gathered = critic_updates(gathered, *moments, np.zeros(2, dtype=np.int64), rows, alpha, 1e-3, (0.5, 0.9),
-                                1e-8, 10.0, wasserstein=True)
+    w_indexed = critic_updates(
+        stack.params,
+        opt.exp_avg,
+        opt.exp_avg_sq,
+        opt.steps[index],
+        rows,
+        alpha,
+        1e-3,
+        (0.5, 0.9),
+        1e-8,
+        10.0,
+        wasserstein=True,
+        index=index,
+    )
+    w_gathered = critic_updates(
+        gathered, *moments, np.zeros(2, dtype=np.int64), rows, alpha, 1e-3, (0.5, 0.9), 1e-8, 10.0, wasserstein=True
+    )
     assert torch.equal(w_indexed, w_gathered)
-    for p, g, b in zip(stack.params, gathered, before):
+    for p, g, b in zip(stack.params, gathered, before, strict=False):
         assert torch.equal(p[index], g)
         assert torch.equal(p[[0, 2, 3, 5]], b[[0, 2, 3, 5]])
     with pytest.raises(ValueError):
-        critic_updates(stack.params, opt.exp_avg, opt.exp_avg_sq, opt.steps[:2], rows, alpha, 1e-3, (0.5, 0.9),
-                       1e-8, 10.0, index=np.array([1, 6]))
+        critic_updates(
+            stack.params,
+            opt.exp_avg,
+            opt.exp_avg_sq,
+            opt.steps[:2],
+            rows,
+            alpha,
+            1e-3,
+            (0.5, 0.9),
+            1e-8,
+            10.0,
+            index=np.array([1, 6]),
+        )
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -184,18 +245,29 @@ def test_rows_read_in_place_give_the_updates_of_the_copied_block(shared):
     real_rows = torch.randint(50, (k, steps, b), generator=torch.Generator().manual_seed(2))
     fakes = _rows((steps, b, width) if shared else (k, steps * b + 3, width), 3)
     alpha = torch.rand(k, steps, b, 1, generator=torch.Generator().manual_seed(4))
-    per_critic = fakes.expand(k, steps, b, width) if shared else fakes[:, :steps * b].reshape(k, steps, b, width)
+    per_critic = fakes.expand(k, steps, b, width) if shared else fakes[:, : steps * b].reshape(k, steps, b, width)
     block = torch.cat([data[real_rows], per_critic], 2)
     results = []
     for rows in (CriticRows(data, real_rows, fakes, shared), block):
         stack = _critic(k, width, 32, seed=5)
         opt = StackedAdam(stack.trainable(stack.params), 1e-3, (0.5, 0.9))
-        w = critic_updates(stack.params, opt.exp_avg, opt.exp_avg_sq, opt.steps, rows, alpha, 1e-3, (0.5, 0.9),
-                           1e-8, 10.0, wasserstein=True)
+        w = critic_updates(
+            stack.params,
+            opt.exp_avg,
+            opt.exp_avg_sq,
+            opt.steps,
+            rows,
+            alpha,
+            1e-3,
+            (0.5, 0.9),
+            1e-8,
+            10.0,
+            wasserstein=True,
+        )
         results.append((stack.params, w))
     (in_place, w_in_place), (copied, w_copied) = results
     assert torch.equal(w_in_place, w_copied)
-    for got, want in zip(in_place, copied):
+    for got, want in zip(in_place, copied, strict=False):
         assert torch.equal(got, want)
     with pytest.raises(ValueError):
         CriticRows(data, real_rows, fakes[:1], shared)
@@ -230,15 +302,36 @@ def test_native_training_query_equals_the_tensor_code(tmp_path):
     results = {}
     for kernel in ("torch", "native"):
         gan = GanConfig(iterations=4, checkpoint_every=4, kernels=kernel)
-        trainer = GeneratorTrainer(data, partition, _critic(4, 16, gan.critic_hidden, seed=5), gan, PrivacyConfig(),
-                                   Setting("k4", 4), [], 3, tmp_path / kernel, CPU, SECRET)
+        trainer = GeneratorTrainer(
+            data,
+            partition,
+            _critic(4, 16, gan.critic_hidden, seed=5),
+            gan,
+            PrivacyConfig(),
+            Setting("k4", 4),
+            [],
+            3,
+            tmp_path / kernel,
+            CPU,
+            SECRET,
+        )
         results[kernel] = trainer.query_critics(fake, drawn)
     assert torch.allclose(results["native"], results["torch"], rtol=1e-5, atol=1e-7)
 
 
 def _generators(native: bool) -> GeneratorStack:
-    return GeneratorStack(3, 8, (32, 48), 16, "tanh", [], "default", torch.Generator().manual_seed(0),
-                          matmul_dtype=torch.bfloat16, native_batchnorm=native)
+    return GeneratorStack(
+        3,
+        8,
+        (32, 48),
+        16,
+        "tanh",
+        [],
+        "default",
+        torch.Generator().manual_seed(0),
+        matmul_dtype=torch.bfloat16,
+        native_batchnorm=native,
+    )
 
 
 def test_bfloat16_batchnorm_equals_the_tensor_code():
@@ -255,11 +348,11 @@ def test_bfloat16_batchnorm_equals_the_tensor_code():
         inputs, xhats, scales, _, _ = saved
         results.append(([t.clone() for t in [out] + inputs[1:] + xhats + scales], [g.clone() for g in grads]))
     (tensors_ref, grads_ref), (tensors_c, grads_c) = results
-    for got, want in zip(tensors_c, tensors_ref):
+    for got, want in zip(tensors_c, tensors_ref, strict=False):
         assert got.shape == want.shape
         assert torch.allclose(got, want, rtol=1e-2, atol=1e-3)
         assert (got - want).abs().mean() < 1e-4
-    for got, want in zip(grads_c, grads_ref):
+    for got, want in zip(grads_c, grads_ref, strict=False):
         assert torch.allclose(got, want, rtol=2e-2, atol=1e-3)
 
 
@@ -286,21 +379,25 @@ def test_bfloat16_batchnorm_kernel_formulas():
 def test_kernel_choice():
     assert use_native_critics("auto", 128, False, "cpu") and use_native_critics("native", 128, False, "cpu")
     assert not use_native_critics("torch", 128, False, "cpu")
-    assert not use_native_critics("auto", 128, True, "cpu")     # BatchNorm critics: autograd
-    assert not use_native_critics("auto", 40, False, "cpu")     # hidden width not a multiple of 16
+    assert not use_native_critics("auto", 128, True, "cpu")  # BatchNorm critics: autograd
+    assert not use_native_critics("auto", 40, False, "cpu")  # hidden width not a multiple of 16
     assert not use_native_critics("auto", 128, False, "cuda")
     with pytest.raises(ConfigError, match="kernels 'native' needs"):
         use_native_critics("native", 128, True, "cpu")
     with pytest.raises(ConfigError, match="kernels must be one of"):
         use_native_critics("fast", 128, False, "cpu")
     assert use_native_batchnorm("auto", "cpu", torch.bfloat16)
-    assert not use_native_batchnorm("auto", "cpu", None)              # float32 products: tensor code
+    assert not use_native_batchnorm("auto", "cpu", None)  # float32 products: tensor code
     assert not use_native_batchnorm("torch", "cpu", torch.bfloat16)
     assert not use_native_batchnorm("auto", "cuda", torch.bfloat16)
-    assert kernels_in_use(GanConfig(kernels="torch"), "cpu") == {"critic_updates": "torch",
-                                                                "pretrain_batchnorm": "torch"}
+    assert kernels_in_use(GanConfig(kernels="torch"), "cpu") == {
+        "critic_updates": "torch",
+        "pretrain_batchnorm": "torch",
+    }
     assert kernels_in_use(GanConfig(kernels="auto", pretrain_matmul="float32"), "cpu") == {
-        "critic_updates": "native", "pretrain_batchnorm": "torch"}
+        "critic_updates": "native",
+        "pretrain_batchnorm": "torch",
+    }
 
 
 def test_without_a_compiler_auto_falls_back_and_native_says_why(monkeypatch, tmp_path):
@@ -311,7 +408,7 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(monkeypatch, tmp
     assert not use_native_critics("auto", 128, False, "cpu")
     with pytest.raises(NativeKernelError, match="no C compiler .* on PATH.*'auto' or 'torch'"):
         use_native_critics("native", 128, False, "cpu")
-    assert isinstance(NativeKernelError("x"), ConfigError)   # the command line shows it without a traceback
+    assert isinstance(NativeKernelError("x"), ConfigError)  # the command line shows it without a traceback
 
 
 def test_the_library_is_built_once_per_cache(monkeypatch, tmp_path):
@@ -349,6 +446,7 @@ def test_every_c_source_and_header_keys_the_library(monkeypatch, tmp_path):
 
 def test_a_training_profile_accepts_only_known_kernels():
     from dpsynth.models.config import Profile
+
     with pytest.raises(ConfigError, match="kernels"):
         Profile(name="p", settings=(Setting("k4", 4),), gan=GanConfig().replace(kernels="gpu"))
 
@@ -358,7 +456,7 @@ def test_an_unusable_cache_folder_builds_in_a_private_temporary_one(monkeypatch,
     monkeypatch.setattr(native_kernels, "_build_error", None)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    monkeypatch.setenv("DPSYNTH_NATIVE_CACHE", str(blocker / "cache"))   # cannot be created
+    monkeypatch.setenv("DPSYNTH_NATIVE_CACHE", str(blocker / "cache"))  # cannot be created
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     assert native_kernels.available()

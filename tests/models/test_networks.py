@@ -55,7 +55,7 @@ def test_critic_loss_grads_match_autograd(batchnorm, scheme):
     # The output bias is not trained: its true gradient is zero.
     assert torch.count_nonzero(ref[-1]) == 0
     assert len(grads) == len(ref) - 1
-    for got, want in zip(grads, ref[:-1]):
+    for got, want in zip(grads, ref[:-1], strict=False):
         scale = want.abs().max().item()
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-5 * max(scale, 1.0))
     assert torch.allclose(w, ref_w, rtol=1e-5, atol=1e-5)
@@ -101,7 +101,7 @@ def test_generator_stack_backward_matches_autograd(head, condition):
     assert torch.allclose(out, out_ref, atol=1e-5)
     grads = gens.backward(gens.params, saved, dout)
     assert len(grads) == len(grads_ref)
-    for got, want in zip(grads, grads_ref):
+    for got, want in zip(grads, grads_ref, strict=False):
         assert got.shape == want.shape
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
 
@@ -110,8 +110,9 @@ def test_generator_stack_backward_matches_autograd(head, condition):
 def test_generator_stack_bfloat16_products_round_only(condition):
     """With bfloat16 products the forward pass is the float32 one up to bfloat16 rounding (8 bits of
     mantissa): close, but not bit-equal, so the lower precision is really used."""
-    gens = GeneratorStack(3, 8, (16, 32), 8, "tanh", GROUPS, "default", _rng(7), condition=condition,
-                          matmul_dtype=torch.bfloat16)
+    gens = GeneratorStack(
+        3, 8, (16, 32), 8, "tanh", GROUPS, "default", _rng(7), condition=condition, matmul_dtype=torch.bfloat16
+    )
     z = draw_latent((3, 4 * 16), 8, condition, _rng(8))
     out, _ = gens.forward_train(gens.params, z, 4)
     want = gens.forward(gens.params, z, 4)
@@ -161,7 +162,7 @@ def test_conditional_generator_copies_its_label_into_the_target_column():
     grads = torch.autograd.grad((out * weights).sum(), list(gen.parameters()), allow_unused=True)
     assert all(g is None or torch.count_nonzero(g) == 0 for g in grads)
     with pytest.raises(RuntimeError):
-        gen(torch.randn(5, 8))   # an unconditional input does not fit
+        gen(torch.randn(5, 8))  # an unconditional input does not fit
 
 
 def test_gumbel_head_samples_levels_with_the_softmax_probabilities():
@@ -169,15 +170,15 @@ def test_gumbel_head_samples_levels_with_the_softmax_probabilities():
     sigmoid(logit) for a binary column, while continuous columns keep Tanh."""
     n = 20000
     logits = torch.zeros(n, 8)
-    logits[:, 0] = 1.0                                        # binary: P(+1) = sigmoid(1) = 0.731
-    logits[:, 1:4] = torch.tensor([0.0, 1.0, -1.0])           # group: softmax = 0.245, 0.665, 0.090
+    logits[:, 0] = 1.0  # binary: P(+1) = sigmoid(1) = 0.731
+    logits[:, 1:4] = torch.tensor([0.0, 1.0, -1.0])  # group: softmax = 0.245, 0.665, 0.090
     logits[:, 4] = 0.3
     noise = torch.rand(n, 8, generator=_rng(15))
     out = apply_head(logits, "gumbel", GROUPS, noise)
     assert (out[:, 0] > 0).float().mean().item() == pytest.approx(0.731, abs=0.015)
     shares = torch.bincount(out[:, 1:4].argmax(1), minlength=3).float() / n
     assert torch.allclose(shares, torch.softmax(torch.tensor([0.0, 1.0, -1.0]), 0), atol=0.015)
-    assert (out[:, 1:4].max(1).values > 0.5).float().mean() > 0.85     # mostly near one-hot (tau 0.2)
+    assert (out[:, 1:4].max(1).values > 0.5).float().mean() > 0.85  # mostly near one-hot (tau 0.2)
     assert torch.allclose(out[:, 4], torch.tanh(torch.tensor(0.3)))
     assert torch.allclose(((out[:, 5:8] + 1) / 2).sum(-1), torch.ones(n), atol=1e-5)
 
@@ -196,25 +197,25 @@ def test_stacked_adam_matches_torch_adam():
     refs = [[p[j].clone().requires_grad_(True) for p in params] for j in range(3)]
     opts = [torch.optim.Adam(r, lr=1e-2, betas=(0.0, 0.9)) for r in refs]
     adam = StackedAdam(params, 1e-2, (0.0, 0.9))
-    for it in range(3):  # all networks together
+    for _it in range(3):  # all networks together
         grads = [torch.randn(p.shape, generator=g) for p in params]
         adam.step_all(params, grads)
         for j in range(3):
-            for r, gr in zip(refs[j], grads):
+            for r, gr in zip(refs[j], grads, strict=False):
                 r.grad = gr[j].clone()
             opts[j].step()
-    for it in range(4):  # network 1 alone, through views of the stack
+    for _it in range(4):  # network 1 alone, through views of the stack
         untouched = [p.clone() for p in params]
         grads = [torch.randn(p[1:2].shape, generator=g) for p in params]
         adam.step_one(1, [p[1:2] for p in params], grads)
-        for r, gr in zip(refs[1], grads):
+        for r, gr in zip(refs[1], grads, strict=False):
             r.grad = gr[0].clone()
         opts[1].step()
-        for p, u in zip(params, untouched):
+        for p, u in zip(params, untouched, strict=False):
             assert torch.equal(p[0], u[0]) and torch.equal(p[2], u[2])
     assert adam.steps.tolist() == [3, 7, 3]
     for j in range(3):
-        for p, r in zip(params, refs[j]):
+        for p, r in zip(params, refs[j], strict=False):
             assert torch.allclose(p[j], r.detach(), atol=1e-7)
     state = adam.state_dict()
     other = StackedAdam(params, 1e-2, (0.0, 0.9))

@@ -21,7 +21,7 @@ BAD = [float("nan"), float("inf"), float("-inf")]
 def _rows_with_bad(n: int = 6, width: int = 5, seed: int = 0) -> tuple[torch.Tensor, list[int]]:
     rows = torch.randn(n, width, generator=torch.Generator().manual_seed(seed)) * 3
     bad = [1, 3, 4]
-    for i, value in zip(bad, BAD):
+    for i, value in zip(bad, BAD, strict=False):
         rows[i, i % width] = value
     return rows, bad
 
@@ -43,13 +43,13 @@ def test_gswgan_sanitiser_bounds_nan_and_inf_rows():
     noised = sanitize_rows(rows, 1.0, 1.07, torch.Generator().manual_seed(1))
     noise = sanitize_rows(torch.zeros_like(rows), 1.0, 1.07, torch.Generator().manual_seed(1))
     assert torch.isfinite(noised).all()
-    assert torch.equal(noised[bad], noise[bad])   # a bad row is pure noise
+    assert torch.equal(noised[bad], noise[bad])  # a bad row is pure noise
 
 
 def _per_example(bad_value: float) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(2)
     grads = {"w": torch.randn(4, 3, 2, generator=g) * 5, "b": torch.randn(4, 2, generator=g) * 5}
-    grads["b"][2, 1] = bad_value   # example 2 is bad in one parameter only: all of it must go
+    grads["b"][2, 1] = bad_value  # example 2 is bad in one parameter only: all of it must go
     return grads
 
 
@@ -83,7 +83,7 @@ def test_gaussian_fit_and_moment_query_stay_finite_and_ignore_bad_rows():
     assert torch.isfinite(moments).all()
     reference = rows.clone()
     reference[3] = 0.0
-    reference[9, 1] = 1.0   # an infinity is clipped to the bound like any large value; NaN has no side
+    reference[9, 1] = 1.0  # an infinity is clipped to the bound like any large value; NaN has no side
     expected = private_moments(reference, [False, False, False], 1.0, torch.Generator().manual_seed(6))
     torch.testing.assert_close(moments, expected)
     assert not math.isnan(float(moments.sum()))

@@ -50,7 +50,7 @@ def test_row_local_split_depends_on_index_and_secret_only(test_secret):
 def test_group_imputation_takes_donors_from_the_group_only(cardio_schema, demo_frame):
     table = demo_frame[cardio_schema.column_names].iloc[:60].reset_index(drop=True)
     table.loc[[3, 40], "weight"] = np.nan
-    table.loc[[41, 42, 43, 44, 45], "height"] = 5          # every height of group 2 invalid
+    table.loc[[41, 42, 43, 44, 45], "height"] = 5  # every height of group 2 invalid
     numeric, _ = invalid_to_missing(cardio_schema, table)
     groups = [np.arange(0, 30), np.arange(30, 41), np.arange(41, 46)]
     imputer = UnitScaledImputer(cardio_schema, 3)
@@ -74,9 +74,9 @@ def test_group_imputation_takes_donors_from_the_group_only(cardio_schema, demo_f
 
 def test_out_of_bounds_and_bad_levels_become_missing_and_are_imputed(cardio_schema, demo_frame):
     table = demo_frame[cardio_schema.column_names].copy()
-    table.loc[0, "height"] = 55          # below the public bound
-    table.loc[1, "ap_hi"] = 16020        # implausible
-    table.loc[2, "cholesterol"] = 7      # not a level
+    table.loc[0, "height"] = 55  # below the public bound
+    table.loc[1, "ap_hi"] = 16020  # implausible
+    table.loc[2, "cholesterol"] = 7  # not a level
     table.loc[3, "weight"] = np.nan
     numeric, counts = invalid_to_missing(cardio_schema, table)
     assert counts["height"] == 1 and counts["ap_hi"] == 1 and counts["cholesterol"] == 1 and counts["weight"] == 1
@@ -97,5 +97,7 @@ def test_imputer_sees_only_the_rows_it_was_fitted_on(cardio_schema, demo_frame):
     gap = numeric.iloc[[0]].copy()
     gap["weight"] = np.nan
     fit_a = UnitScaledImputer(cardio_schema, 3).fit(numeric.iloc[1:1000])
-    fit_b = UnitScaledImputer(cardio_schema, 3).fit(numeric.iloc[1:1000].assign(weight=numeric["weight"].iloc[1:1000] + 5))
+    fit_b = UnitScaledImputer(cardio_schema, 3).fit(
+        numeric.iloc[1:1000].assign(weight=numeric["weight"].iloc[1:1000] + 5)
+    )
     assert fit_a.transform(gap)["weight"].iloc[0] != fit_b.transform(gap)["weight"].iloc[0]

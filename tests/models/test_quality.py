@@ -126,8 +126,20 @@ def test_spearman_mad_uses_the_off_diagonal_upper_triangle():
     assert spearman_mad(a, b) == pytest.approx(0.1)  # 0.3 over three pairs
 
 
-@pytest.mark.parametrize("p, stars", [(0.0, "***"), (0.0009, "***"), (0.001, "**"), (0.0099, "**"),
-                                      (0.01, "*"), (0.049, "*"), (0.05, ""), (0.7, ""), (float("nan"), "")])
+@pytest.mark.parametrize(
+    "p, stars",
+    [
+        (0.0, "***"),
+        (0.0009, "***"),
+        (0.001, "**"),
+        (0.0099, "**"),
+        (0.01, "*"),
+        (0.049, "*"),
+        (0.05, ""),
+        (0.7, ""),
+        (float("nan"), ""),
+    ],
+)
 def test_significance_stars(p, stars):
     assert significance_stars(p) == stars
 

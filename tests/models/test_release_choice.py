@@ -30,9 +30,13 @@ FACTS = ValidationFacts(rows=1000, positives=480, negatives=500)
 def _results(aucs, gaps=None, iterations=None) -> pd.DataFrame:
     iterations = iterations or [1000 * (i + 1) for i in range(len(aucs))]
     gaps = gaps or [0.0] * len(aucs)
-    return pd.DataFrame({"iteration": iterations,
-                         "real_val_pairs": [a * FACTS.positives * FACTS.negatives for a in aucs],
-                         "real_val_gap_rows": [g * 980 for g in gaps]})
+    return pd.DataFrame(
+        {
+            "iteration": iterations,
+            "real_val_pairs": [a * FACTS.positives * FACTS.negatives for a in aucs],
+            "real_val_gap_rows": [g * 980 for g in gaps],
+        }
+    )
 
 
 def test_release_costs_the_last_checkpoint_and_the_choice_composed_as_stated():
@@ -50,15 +54,32 @@ def test_release_costs_the_last_checkpoint_and_the_choice_composed_as_stated():
 
 def test_decision_publishes_the_whole_release_epsilon_not_the_chosen_checkpoints():
     results = _results([0.60, 0.70, 0.78, 0.77])
-    decision = decide_release(results, 7.5, FACTS, choice_epsilon_=1.0, approval_epsilon=0.1, min_release_auc=None,
-                              share_gap_weight=1.0, disjoint=True, secret=SECRET)
+    decision = decide_release(
+        results,
+        7.5,
+        FACTS,
+        choice_epsilon_=1.0,
+        approval_epsilon=0.1,
+        min_release_auc=None,
+        share_gap_weight=1.0,
+        disjoint=True,
+        secret=SECRET,
+    )
     assert decision.epsilon == 7.5 and decision.epsilon_training == 7.5 and decision.epsilon_choice == 1.0
     assert decision.iteration in results["iteration"].tolist() and decision.approved
     # The same secret decides the same way (a rerun draws no new noise); the untrained iteration 0 is not
     # a candidate when trained ones exist.
-    again = decide_release(pd.concat([_results([0.9], iterations=[0]), results]), 7.5, FACTS, choice_epsilon_=1.0,
-                           approval_epsilon=0.1, min_release_auc=None, share_gap_weight=1.0, disjoint=True,
-                           secret=SECRET)
+    again = decide_release(
+        pd.concat([_results([0.9], iterations=[0]), results]),
+        7.5,
+        FACTS,
+        choice_epsilon_=1.0,
+        approval_epsilon=0.1,
+        min_release_auc=None,
+        share_gap_weight=1.0,
+        disjoint=True,
+        secret=SECRET,
+    )
     assert again.iteration == decision.iteration and again.candidates == 4
 
 
@@ -68,8 +89,10 @@ def test_exponential_mechanism_draws_in_proportion_to_exp_of_the_score():
     weights = np.exp(epsilon * scores / (2 * sensitivity))
     expected = weights / weights.sum()
     rng = np.random.default_rng(0)
-    draws = np.bincount([exponential_mechanism(scores, epsilon, sensitivity, rng) for _ in range(20_000)],
-                        minlength=3) / 20_000
+    draws = (
+        np.bincount([exponential_mechanism(scores, epsilon, sensitivity, rng) for _ in range(20_000)], minlength=3)
+        / 20_000
+    )
     assert np.abs(draws - expected).max() < 0.015
 
 
@@ -77,16 +100,36 @@ def test_choice_prefers_high_auc_and_small_share_gaps():
     results = _results([0.78, 0.78, 0.70], gaps=[0.30, 0.01, 0.01])
     scores = choice_scores(results, FACTS, 1.0)
     assert scores.argmax() == 1 and scores[0] < scores[1] and scores[2] < scores[1]
-    picks = [decide_release(results, 5.0, FACTS, choice_epsilon_=2.0, approval_epsilon=0.1, min_release_auc=None,
-                            share_gap_weight=1.0, disjoint=True, secret=PrivacySecret.from_hex(f"{i:064x}")).iteration
-             for i in range(50)]
+    picks = [
+        decide_release(
+            results,
+            5.0,
+            FACTS,
+            choice_epsilon_=2.0,
+            approval_epsilon=0.1,
+            min_release_auc=None,
+            share_gap_weight=1.0,
+            disjoint=True,
+            secret=PrivacySecret.from_hex(f"{i:064x}"),
+        ).iteration
+        for i in range(50)
+    ]
     assert picks.count(2000) > 45
 
 
 def test_choice_keeps_checkpoints_with_every_level_when_any_has_them():
     results = _results([0.80, 0.70]).assign(**{"share:gluc=3": [0.0, 0.05]})
-    decision = decide_release(results, 5.0, FACTS, choice_epsilon_=0.001, approval_epsilon=0.1, min_release_auc=None,
-                              share_gap_weight=1.0, disjoint=True, secret=SECRET)
+    decision = decide_release(
+        results,
+        5.0,
+        FACTS,
+        choice_epsilon_=0.001,
+        approval_epsilon=0.1,
+        min_release_auc=None,
+        share_gap_weight=1.0,
+        disjoint=True,
+        secret=SECRET,
+    )
     assert decision.iteration == 2000 and decision.candidates == 1
 
 
@@ -98,6 +141,15 @@ def test_noisy_approval_tracks_the_floor_and_spends_its_own_epsilon():
     # At the floor the test is a fair coin: the noise, not the rows, decides.
     at_floor = np.mean([noisy_approval(0.7 * 480 * 500, FACTS, 0.7, 1.0, rng) for _ in range(4000)])
     assert 0.45 < at_floor < 0.55
-    refused = decide_release(_results([0.55, 0.56]), 5.0, FACTS, choice_epsilon_=1.0, approval_epsilon=1.0,
-                             min_release_auc=0.75, share_gap_weight=1.0, disjoint=True, secret=SECRET)
+    refused = decide_release(
+        _results([0.55, 0.56]),
+        5.0,
+        FACTS,
+        choice_epsilon_=1.0,
+        approval_epsilon=1.0,
+        min_release_auc=0.75,
+        share_gap_weight=1.0,
+        disjoint=True,
+        secret=SECRET,
+    )
     assert not refused.approved and refused.epsilon_choice == 2.0 and refused.epsilon == 5.0

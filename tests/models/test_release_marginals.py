@@ -44,6 +44,7 @@ def _group_privacy(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
     """Replace-one epsilon from an add/remove-one curve: 2 eps(d) at the largest add/remove delta d with
     (1 + e^eps(d)) d <= delta, found by scanning log d (coarse, then finely past the last feasible point)
     rather than by the bisection under test."""
+
     def feasible_eps(log_d: np.ndarray) -> np.ndarray:
         eps = np.min(rdp[None, :] - log_d[:, None] / (orders[None, :] - 1.0), axis=1)
         return np.where((1.0 + np.exp(np.minimum(eps, 700.0))) * np.exp(log_d) <= delta, eps, np.inf)
@@ -68,8 +69,7 @@ def _dpsgd_curve(profile: Profile, last: int) -> tuple[np.ndarray, np.ndarray]:
         from dpsynth.models.generators.dpautogan.adapter import phases_at
 
         phases = [(p.sample_rate, p.noise_multiplier, p.steps) for p in phases_at(profile, last)]
-    rdp = sum(np.asarray(compute_rdp(q=q, noise_multiplier=s, steps=t, orders=list(orders)))
-              for q, s, t in phases if t)
+    rdp = sum(np.asarray(compute_rdp(q=q, noise_multiplier=s, steps=t, orders=list(orders))) for q, s, t in phases if t)
     return orders, rdp
 
 
@@ -79,8 +79,9 @@ def first_principles_epsilon(profile: Profile, setting: Setting, last: int, plan
     the accountant may only be lower, by little); DP-SGD's add/remove curve, then group privacy."""
     if profile.generator == "gswgan":
         gan = profile.gan
-        orders, train = training_rdp(setting.discriminators, last, gan.batch_size, profile.privacy.noise_multiplier,
-                                     gan.critic_draw)
+        orders, train = training_rdp(
+            setting.discriminators, last, gan.batch_size, profile.privacy.noise_multiplier, gan.critic_draw
+        )
         return _classic(orders, train + orders * plan.rho(REPLACE_ONE), profile.privacy.delta)
     orders, train = _dpsgd_curve(profile, last)
     return _group_privacy(orders, train + orders * plan.rho(ADD_REMOVE_ONE), profile.privacy.delta)
@@ -92,12 +93,15 @@ def test_plan_and_ledger_epsilon_is_the_conversion_of_the_summed_curves(generato
     plan = get(generator).plan(profile, setting)
     measured = measurement_plan(profile, cardio_schema)
     expected = first_principles_epsilon(profile, setting, plan.last, measured)
-    if generator == "gswgan":   # the accountant refines the order between integers: lower, never above
+    if generator == "gswgan":  # the accountant refines the order between integers: lower, never above
         assert expected - 0.02 <= plan.epsilon <= expected + 1e-9
     else:
         assert plan.epsilon == pytest.approx(expected, rel=1e-5)
-    training_only = get(generator).plan(dataclasses.replace(profile, marginals=dataclasses.replace(
-        profile.marginals, enabled=False)), setting).epsilon
+    training_only = (
+        get(generator)
+        .plan(dataclasses.replace(profile, marginals=dataclasses.replace(profile.marginals, enabled=False)), setting)
+        .epsilon
+    )
     # Composed, not added: more than training alone, and for GS-WGAN (one replace-one curve) less than
     # training plus the measurement's own epsilon.
     assert training_only < plan.epsilon
@@ -112,7 +116,8 @@ def test_the_measurement_spends_what_the_accountants_add(cardio_schema):
         for adjacency in (REPLACE_ONE, ADD_REMOVE_ONE):
             assert plan.rho(adjacency) == pytest.approx(marginals_rho(profile, adjacency), rel=1e-12)
         assert plan.noise_multipliers[0] == pytest.approx(
-            math.sqrt((len(plan.marginals) + selections) / (2 * 0.3 * (0.9 if selections else 1.0))), rel=1e-12)
+            math.sqrt((len(plan.marginals) + selections) / (2 * 0.3 * (0.9 if selections else 1.0))), rel=1e-12
+        )
 
 
 def test_zero_noise_is_refused_and_negligible_noise_costs_next_to_nothing(tmp_path):
@@ -139,9 +144,10 @@ def test_lifetime_curve_of_a_gswgan_release_includes_the_marginals():
     _, train = training_rdp(t.discriminators, t.iterations, t.batch_size, t.noise_multiplier, t.critic_draw)
     # Training and the marginals read the training rows (their curves add); the choice reads others (max).
     assert t.marginals_rho == 0.5
-    assert np.allclose(curve, np.maximum(train + orders * 0.5, np.minimum(choice, orders * choice ** 2 / 2)),
-                       rtol=1e-12, atol=0)
-    assert np.all(curve > np.maximum(train, np.minimum(choice, orders * choice ** 2 / 2)))
+    assert np.allclose(
+        curve, np.maximum(train + orders * 0.5, np.minimum(choice, orders * choice**2 / 2)), rtol=1e-12, atol=0
+    )
+    assert np.all(curve > np.maximum(train, np.minimum(choice, orders * choice**2 / 2)))
     # One release composes to its own epsilon (up to the accountant's order refinement).
     assert lifetime_cost([cost]).epsilon == pytest.approx(plan.epsilon, abs=0.05)
 
@@ -162,9 +168,10 @@ def test_calibrated_sampling_imports_no_accountant():
     script = textwrap.dedent("""
         import sys
         import dpsynth.models.marginals.calibration, dpsynth.models.generators.samplers, dpsynth.models.pyfunc
-        print(sorted(m for m in ("autodp", "opacus", "dpsynth.models.privacy.accountant", "dpsynth.models.privacy.dpsgd_accountant")
-                     if m in sys.modules))
+        heavy = ("autodp", "opacus", "dpsynth.models.privacy.accountant", "dpsynth.models.privacy.dpsgd_accountant")
+        print(sorted(m for m in heavy if m in sys.modules))
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.strip().splitlines()[-1] == "[]"

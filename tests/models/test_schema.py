@@ -8,8 +8,20 @@ from tests.conftest import CARDIO_SCHEMA
 
 
 def test_cardio_schema_declares_every_column(cardio_schema):
-    assert cardio_schema.column_names == ["age", "gender", "height", "weight", "ap_hi", "ap_lo", "cholesterol",
-                                          "gluc", "smoke", "alco", "active", "cardio"]
+    assert cardio_schema.column_names == [
+        "age",
+        "gender",
+        "height",
+        "weight",
+        "ap_hi",
+        "ap_lo",
+        "cholesterol",
+        "gluc",
+        "smoke",
+        "alco",
+        "active",
+        "cardio",
+    ]
     assert cardio_schema.target == "cardio" and cardio_schema.id_column == "id"
     assert cardio_schema.separator == ";"
     assert cardio_schema.column("height").bounds[1] == 210
@@ -23,15 +35,18 @@ def _write(tmp_path, raw):
     return path
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda r: r.pop("target"), "missing required key 'target'"),
-    (lambda r: r["columns"]["age"].pop("bounds"), "public 'bounds"),
-    (lambda r: r["columns"]["age"].update(bounds=[5, 1]), "low < high"),
-    (lambda r: r["columns"]["gender"].update(levels=[1]), "at least two"),
-    (lambda r: r["columns"]["smoke"].update(levels=[0, 1, 2]), "exactly two"),
-    (lambda r: r["columns"]["age"].update(type="numeric"), "not one of"),
-    (lambda r: r.update(target="age"), "must be a binary column"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r.pop("target"), "missing required key 'target'"),
+        (lambda r: r["columns"]["age"].pop("bounds"), "public 'bounds"),
+        (lambda r: r["columns"]["age"].update(bounds=[5, 1]), "low < high"),
+        (lambda r: r["columns"]["gender"].update(levels=[1]), "at least two"),
+        (lambda r: r["columns"]["smoke"].update(levels=[0, 1, 2]), "exactly two"),
+        (lambda r: r["columns"]["age"].update(type="numeric"), "not one of"),
+        (lambda r: r.update(target="age"), "must be a binary column"),
+    ],
+)
 def test_malformed_schema_is_a_config_error(tmp_path, mutate, message):
     raw = yaml.safe_load(CARDIO_SCHEMA.read_text())
     mutate(raw)
@@ -40,10 +55,15 @@ def test_malformed_schema_is_a_config_error(tmp_path, mutate, message):
 
 
 def test_another_table_is_just_another_yaml(tmp_path):
-    raw = {"name": "toy", "target": "y", "columns": {
-        "x": {"type": "continuous", "bounds": [0, 1], "decimals": 2},
-        "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
-        "y": {"type": "binary", "levels": ["no", "yes"]}}}
+    raw = {
+        "name": "toy",
+        "target": "y",
+        "columns": {
+            "x": {"type": "continuous", "bounds": [0, 1], "decimals": 2},
+            "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
+            "y": {"type": "binary", "levels": ["no", "yes"]},
+        },
+    }
     schema = DatasetSchema.from_yaml(_write(tmp_path, raw))
     assert schema.encoded_width == 5 and schema.separator == ","
 
@@ -64,12 +84,15 @@ def test_profiles_load_and_extend(tmp_path):
     assert child.seed == 3 and child.gan.batch_size == 64 and child.gan.iterations == 2000
 
 
-@pytest.mark.parametrize("text, message", [
-    ("gan: {iterationz: 5}", "unknown key"),
-    ("gan: {batch_size: 'big'}", "expected an integer"),
-    ("protocol: sloppy", "protocol"),
-    ("gan: {iterations: 1500, checkpoint_every: 1000}", "multiple of checkpoint_every"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gan: {iterationz: 5}", "unknown key"),
+        ("gan: {batch_size: 'big'}", "expected an integer"),
+        ("protocol: sloppy", "protocol"),
+        ("gan: {iterations: 1500, checkpoint_every: 1000}", "multiple of checkpoint_every"),
+    ],
+)
 def test_bad_profiles_are_config_errors(tmp_path, text, message):
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "bad.yaml").write_text(text)
@@ -85,7 +108,7 @@ def test_every_shipped_profile_loads_and_names_its_release_setting(path):
     assert profile.name == path.stem
     if len(profile.settings) == 1 or profile.release_setting:
         setting = profile.release_target()
-        plan = generator_for(profile, setting).plan(profile, setting)   # its own generator's accountant
+        plan = generator_for(profile, setting).plan(profile, setting)  # its own generator's accountant
         assert plan.iterations[0] == 0 and plan.last == plan.iterations[-1]
         if profile.budget_for(setting) is not None and setting.private:
             assert plan.epsilon <= profile.budget_for(setting)

@@ -38,7 +38,7 @@ def _data(seed, n, noise=0.0):
 
 def _splits(seed=0, n=3000, noise=0.0):
     X, y = _data(seed, n + 1000, noise)
-    return X[:n], y[:n], X[n:n + 500], y[n:n + 500], X[n + 500:], y[n + 500:]
+    return X[:n], y[:n], X[n : n + 500], y[n : n + 500], X[n + 500 :], y[n + 500 :]
 
 
 # ---- grid ------------------------------------------------------------------------------------------------
@@ -86,9 +86,10 @@ def test_solver_reaches_liblinear_objective_or_lower(penalty):
     X, y, Xv, yv, _, _ = _splits(1)
     Cs = [3e-4, 0.01, 0.3]
     W = fit_logistic_path(X, y, penalty, Cs)
-    for C, w in zip(Cs, W):
-        ll = LogisticRegression(solver="liblinear", C=C, l1_ratio=1.0 if penalty == "l1" else 0.0,
-                                random_state=0).fit(X, y)
+    for C, w in zip(Cs, W, strict=False):
+        ll = LogisticRegression(solver="liblinear", C=C, l1_ratio=1.0 if penalty == "l1" else 0.0, random_state=0).fit(
+            X, y
+        )
         ours = liblinear_objective(X, y, penalty, C, w[:-1], w[-1])
         theirs = liblinear_objective(X, y, penalty, C, ll.coef_, ll.intercept_[0])
         assert ours <= theirs + 1e-9 * abs(theirs)
@@ -102,7 +103,7 @@ def test_path_order_does_not_matter_and_matches_single_fits():
     X, y, *_ = _splits(2)
     Cs = [0.5, 0.001, 0.05]
     W = fit_logistic_path(X, y, "l2", Cs)
-    for C, w in zip(Cs, W):
+    for C, w in zip(Cs, W, strict=False):
         coef, intercept = fit_logistic(X, y, "l2", C)
         np.testing.assert_allclose(coef, w[:-1], atol=1e-7)
         assert intercept == pytest.approx(w[-1], abs=1e-7)
@@ -140,7 +141,7 @@ def test_fast_and_naive_choose_the_same_model(noise):
     assert abs(fast.test_auc - naive.test_auc) <= 0.002
     assert abs(fast.test_auprc - naive.test_auprc) <= 0.002
     assert len(fast.val_aucs) == len(naive.val_aucs) == 40
-    assert max(abs(a - b) for a, b in zip(fast.val_aucs, naive.val_aucs)) < 1e-3
+    assert max(abs(a - b) for a, b in zip(fast.val_aucs, naive.val_aucs, strict=False)) < 1e-3
     assert fast.val_auc == max(fast.val_aucs)
     assert fast.candidate == grid[fast.index]
 
@@ -241,14 +242,17 @@ def _wide_splits(seed=0, n=2500):
     cont = np.clip(rng.normal(size=(m, 8)) / 3, -1, 1)
     cont[:, ::2] = np.clip(np.expm1(np.abs(cont[:, ::2]) * 3) / 6 - 1, -1, 1)
     shares = 1 / np.arange(1, 25) ** 1.5
-    blocks = [cont, np.eye(24)[rng.choice(24, size=m, p=shares / shares.sum())] * 2 - 1,
-              np.where(rng.random((m, 12)) < 0.3, 1.0, -1.0)]
+    blocks = [
+        cont,
+        np.eye(24)[rng.choice(24, size=m, p=shares / shares.sum())] * 2 - 1,
+        np.where(rng.random((m, 12)) < 0.3, 1.0, -1.0),
+    ]
     blocks += [np.eye(5)[rng.choice(5, size=m)] * 2 - 1 for _ in range(4)]
     X = np.concatenate(blocks, axis=1)
     beta = rng.normal(scale=0.7, size=X.shape[1]) * (rng.random(X.shape[1]) < 0.5)
     y = (rng.random(m) < 1 / (1 + np.exp(-(X @ beta - 0.3)))).astype(np.int64)
     X = X.astype(np.float32)
-    return X[:n], y[:n], X[n:n + 500], y[n:n + 500], X[n + 500:], y[n + 500:]
+    return X[:n], y[:n], X[n : n + 500], y[n : n + 500], X[n + 500 :], y[n + 500 :]
 
 
 needs_native = pytest.mark.skipif(not native_kernels.available(), reason="no C compiler here")
@@ -261,9 +265,15 @@ def test_wide_one_hot_table_reaches_the_exact_optimum(penalty):
     X, y, Xv, yv, _, _ = _wide_splits(1)
     Cs = [1e-3, 0.03, 0.8]
     W = fit_logistic_path(X, y, penalty, Cs)
-    for C, w in zip(Cs, W):
-        ll = LogisticRegression(solver="liblinear", C=C, l1_ratio=1.0 if penalty == "l1" else 0.0, tol=1e-8,
-                                max_iter=100_000, random_state=0).fit(X, y)
+    for C, w in zip(Cs, W, strict=False):
+        ll = LogisticRegression(
+            solver="liblinear",
+            C=C,
+            l1_ratio=1.0 if penalty == "l1" else 0.0,
+            tol=1e-8,
+            max_iter=100_000,
+            random_state=0,
+        ).fit(X, y)
         ours = liblinear_objective(X, y, penalty, C, w[:-1], w[-1])
         theirs = liblinear_objective(X, y, penalty, C, ll.coef_, ll.intercept_[0])
         assert ours <= theirs + 1e-9 * abs(theirs)
@@ -292,7 +302,7 @@ def test_c_loops_and_python_loops_give_the_same_path(penalty, monkeypatch):
     monkeypatch.setattr(native_kernels, "available", lambda: False)
     python_stats: dict = {}
     W_python = fit_logistic_path(X, y, penalty, Cs, stats=python_stats)
-    for C, a, b in zip(Cs, W_native, W_python):
+    for C, a, b in zip(Cs, W_native, W_python, strict=False):
         fa = liblinear_objective(X, y, penalty, C, a[:-1], a[-1])
         fb = liblinear_objective(X, y, penalty, C, b[:-1], b[-1])
         assert fa == pytest.approx(fb, rel=1e-9)
@@ -302,10 +312,11 @@ def test_c_loops_and_python_loops_give_the_same_path(penalty, monkeypatch):
 @needs_native
 def test_c_products_equal_numpy_float64():
     rng = np.random.default_rng(0)
-    Xs = np.asfortranarray(rng.uniform(-1, 1, size=(1031, 37)).astype(np.float32))   # a partial row block
+    Xs = np.asfortranarray(rng.uniform(-1, 1, size=(1031, 37)).astype(np.float32))  # a partial row block
     w = rng.normal(size=37)
-    np.testing.assert_allclose(native_kernels.logistic_margins(Xs, w), Xs.astype(np.float64) @ w, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        native_kernels.logistic_margins(Xs, w), Xs.astype(np.float64) @ w, rtol=1e-12, atol=1e-12
+    )
     m = rng.normal(size=1031) * 5
     e = np.exp(-np.abs(m))
     g, r = native_kernels.logistic_gradient(Xs, m, e)

@@ -27,16 +27,28 @@ def release(tmp_path, cardio_schema):
 
 
 def write(tmp_path, release, cardio_schema, name="bundle"):
-    return write_bundle(tmp_path / name, release["record"], synthetic_frame=release["synthetic"],
-                        generator_file=release["generator"], release_notes_path=release["notes"],
-                        schema_path=CARDIO_SCHEMA, separator=cardio_schema.separator)
+    return write_bundle(
+        tmp_path / name,
+        release["record"],
+        synthetic_frame=release["synthetic"],
+        generator_file=release["generator"],
+        release_notes_path=release["notes"],
+        schema_path=CARDIO_SCHEMA,
+        separator=cardio_schema.separator,
+    )
 
 
 def test_bundle_holds_table_generator_ledger_and_notes(tmp_path, release, cardio_schema, demo_frame):
     paths = write(tmp_path, release, cardio_schema)
     bundle = paths["bundle"]
-    assert sorted(p.name for p in bundle.iterdir()) == ["RELEASE_NOTES.md", "generator.pt", "release.json",
-                                                        "schema.yaml", "synthetic.csv", "synthetic.parquet"]
+    assert sorted(p.name for p in bundle.iterdir()) == [
+        "RELEASE_NOTES.md",
+        "generator.pt",
+        "release.json",
+        "schema.yaml",
+        "synthetic.csv",
+        "synthetic.parquet",
+    ]
     pd.testing.assert_frame_equal(pd.read_parquet(paths["parquet"]), release["synthetic"])
     assert len(pd.read_csv(paths["csv"], sep=cardio_schema.separator)) == 500
     assert paths["generator"].read_bytes() == release["generator"].read_bytes()
@@ -46,8 +58,12 @@ def test_bundle_holds_table_generator_ledger_and_notes(tmp_path, release, cardio
     ledger = json.loads(paths["release_json"].read_text())
     # The release costs training to the LAST checkpoint (40) with the choice, not the chosen one's 3.5.
     assert ledger["chosen_checkpoint"] == {"iteration": 20, "epsilon": 3.5} and ledger["epsilon"] == 5.25
-    assert ledger["epsilon_parts"] == {"training_to_last_checkpoint": 5.25, "last_checkpoint": 40,
-                                       "checkpoint_choice_and_approval": 1.0, "composition": "parallel"}
+    assert ledger["epsilon_parts"] == {
+        "training_to_last_checkpoint": 5.25,
+        "last_checkpoint": 40,
+        "checkpoint_choice_and_approval": 1.0,
+        "composition": "parallel",
+    }
     assert [c["iteration"] for c in ledger["checkpoints"]] == [0, 20, 40]
     assert all(set(c) == {"iteration", "epsilon"} for c in ledger["checkpoints"])
     record = release["record"]
@@ -95,8 +111,13 @@ def test_rewriting_replaces_the_bundle_and_refuses_other_rows(tmp_path, release,
 
     # The bundle publishes the record's rows, no more and no fewer.
     with pytest.raises(ValueError, match="500 synthetic rows"):
-        write_bundle(tmp_path / "other", release["record"], synthetic_frame=release["synthetic"].head(499),
-                     generator_file=release["generator"], release_notes_path=release["notes"])
+        write_bundle(
+            tmp_path / "other",
+            release["record"],
+            synthetic_frame=release["synthetic"].head(499),
+            generator_file=release["generator"],
+            release_notes_path=release["notes"],
+        )
     (tmp_path / "not-a-bundle").mkdir()
     (tmp_path / "not-a-bundle" / "keep.txt").write_text("x")
     with pytest.raises(FileExistsError):

@@ -13,8 +13,24 @@ from tests.conftest import CARDIO_SCHEMA
 
 def test_demo_data_writes_a_sidecar_that_names_the_table_hash(tmp_path, capsys):
     table = tmp_path / "demo.csv"
-    assert main(["demo-data", "--rows", "200", "--seed", "4", "--shape", "hard", "--out", str(table),
-                 "--config", str(CARDIO_SCHEMA)]) == 0
+    assert (
+        main(
+            [
+                "demo-data",
+                "--rows",
+                "200",
+                "--seed",
+                "4",
+                "--shape",
+                "hard",
+                "--out",
+                str(table),
+                "--config",
+                str(CARDIO_SCHEMA),
+            ]
+        )
+        == 0
+    )
     assert "demo.csv.demo.json" in capsys.readouterr().out
     sidecar = json.loads((tmp_path / "demo.csv.demo.json").read_text())
     assert sidecar["sha256"] == sha256_file(table)
@@ -25,7 +41,7 @@ def test_demo_data_writes_a_sidecar_that_names_the_table_hash(tmp_path, capsys):
 
 
 def test_only_an_unchanged_table_with_its_sidecar_is_a_demo_table(tmp_path, demo_csv):
-    assert not is_demo_table(demo_csv, sha256_file(demo_csv))   # generated, but no sidecar: real to dpsynth
+    assert not is_demo_table(demo_csv, sha256_file(demo_csv))  # generated, but no sidecar: real to dpsynth
     table = tmp_path / "made.csv"
     assert main(["demo-data", "--rows", "100", "--out", str(table), "--config", str(CARDIO_SCHEMA)]) == 0
     # The sidecar beside another table does not make it a demo table.

@@ -71,7 +71,7 @@ def test_single_class_synthetic_data_is_degenerate_not_an_error(tmp_path, cardio
     result = evaluate_synthetic(cardio_schema, path, encoded, split, Profile(name="t"), index=0, complete=complete)
     assert result["degenerate"] and result["test_auc"] == 0.5 and result["share:cardio=0"] == 0.0
     # A constant classifier ranks every validation pair as a tie: half of them count.
-    y_val = (encoded[split["val"], TableEncoder(cardio_schema).target_index] > 0)
+    y_val = encoded[split["val"], TableEncoder(cardio_schema).target_index] > 0
     assert result["real_val_pairs"] == 0.5 * y_val.sum() * (~y_val).sum()
     # The largest level-share gap to the real validation rows is the lost class's real share.
     real_share = float((table.iloc[split["val"]]["cardio"] == 0).mean())
@@ -89,7 +89,6 @@ def test_share_gap_is_small_for_rows_drawn_like_the_real_ones(tmp_path, cardio_s
     assert abs(result["real_val_gap_rows"] / len(split["val"]) - result["real_val_share_gap"]) < 1e-9
 
 
-
 def test_synthetic_split_has_the_real_sizes_and_is_stratified():
     y = np.array([0] * 630 + [1] * 270)
     train, val = synthetic_split(y, 800, 100, seed=4)
@@ -102,10 +101,9 @@ def test_synthetic_split_has_the_real_sizes_and_is_stratified():
 def test_concordant_pairs_is_the_auc_times_the_pairs():
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, 500)
-    scores = np.round(rng.normal(size=500) + y, 1)        # rounded: many ties
+    scores = np.round(rng.normal(size=500) + y, 1)  # rounded: many ties
     positives = y.sum()
-    assert concordant_pairs(scores, y) == pytest.approx(
-        roc_auc_score(y, scores) * positives * (500 - positives))
+    assert concordant_pairs(scores, y) == pytest.approx(roc_auc_score(y, scores) * positives * (500 - positives))
     assert concordant_pairs(scores, np.zeros(500, dtype=int)) == 0.0
 
 
@@ -125,8 +123,10 @@ def test_dp_choice_score_moves_at_most_its_sensitivity_when_one_row_is_replaced(
         kept = rows[complete]
         x, target = encoded[kept][:, enc.feature_indices], y[kept]
         frame = enc.decode(encoded[kept])
-        result = {"real_val_pairs": [concordant_pairs(x @ coef, target)],
-                  "real_val_gap_rows": [level_count_gap(cardio_schema, frame, shares)]}
+        result = {
+            "real_val_pairs": [concordant_pairs(x @ coef, target)],
+            "real_val_gap_rows": [level_count_gap(cardio_schema, frame, shares)],
+        }
         return float(choice_scores(pd.DataFrame(result), ValidationFacts(n, 0, 0), w)[0])
 
     base = score(rows, complete)

@@ -21,14 +21,14 @@ def ledger_file(tmp_path, monkeypatch):
 def test_entries_count_until_withdrawn_and_publishing_is_idempotent(ledger_file):
     assert ledger.spent("cardio").epsilon == 0.0 and ledger.entries("cardio") == []
     ledger.enter("cardio", "r1", COST, budget=None)
-    ledger.enter("cardio", "r1", COST, budget=None)          # a resumed release replaces its own entry
-    ledger.enter("other", "r9", COST, budget=None)           # another table has its own ledger
+    ledger.enter("cardio", "r1", COST, budget=None)  # a resumed release replaces its own entry
+    ledger.enter("other", "r9", COST, budget=None)  # another table has its own ledger
     assert [e.release_id for e in ledger.entries("cardio")] == ["r1"]
     ledger.mark_published("r1", "cardio-gswgan/1")
     ledger.enter("cardio", "r2", COST, budget=None, status="refused")
     ledger.enter("cardio", "r3", COST, budget=None)
-    ledger.withdraw("r3")                                    # failed before registering: costs nothing
-    ledger.withdraw("r1")                                    # published: never taken out
+    ledger.withdraw("r3")  # failed before registering: costs nothing
+    ledger.withdraw("r1")  # published: never taken out
     statuses = {e.release_id: e.status for e in ledger.entries("cardio")}
     assert statuses == {"r1": "published", "r2": "refused"}
     assert ledger.spent("cardio").epsilon == lifetime_cost([COST, COST]).epsilon < 8.0
@@ -63,14 +63,16 @@ def _enter_one(path: str, release_id: str, budget: float, barrier, results) -> N
         results.put((release_id, "refused"))
 
 
-@pytest.mark.parametrize("budget, expected", [(COST.epsilon + 0.5, ["entered", "refused"]),
-                                              (100.0, ["entered", "entered"])])
+@pytest.mark.parametrize(
+    "budget, expected", [(COST.epsilon + 0.5, ["entered", "refused"]), (100.0, ["entered", "entered"])]
+)
 def test_two_releases_entering_at_once_are_both_counted(ledger_file, budget, expected):
     ledger_file.parent.mkdir(parents=True)
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(2), context.Queue()
-    workers = [context.Process(target=_enter_one, args=(str(ledger_file), f"r{i}", budget, barrier, results))
-               for i in range(2)]
+    workers = [
+        context.Process(target=_enter_one, args=(str(ledger_file), f"r{i}", budget, barrier, results)) for i in range(2)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -82,21 +84,21 @@ def test_two_releases_entering_at_once_are_both_counted(ledger_file, budget, exp
 
 
 def test_the_same_input_file_as_the_last_release_is_refused(ledger_file):
-    ledger.check_new_input("cardio", "aa")                     # an empty ledger refuses nothing
+    ledger.check_new_input("cardio", "aa")  # an empty ledger refuses nothing
     ledger.enter("cardio", "r1", COST, budget=None, input_sha256="aa")
     ledger.enter("other", "r9", COST, budget=None, input_sha256="bb")
     with pytest.raises(BudgetExceededError, match="byte for byte") as refused:
         ledger.check_new_input("cardio", "aa")
     assert refused.value.exit_code == 5 and "r1" in str(refused.value)
-    ledger.check_new_input("cardio", "aa", release_id="r1")    # a release resuming itself
-    ledger.check_new_input("cardio", "bb")                     # another table's file is not this table's
+    ledger.check_new_input("cardio", "aa", release_id="r1")  # a release resuming itself
+    ledger.check_new_input("cardio", "bb")  # another table's file is not this table's
     ledger.enter("cardio", "r2", COST, budget=None, input_sha256="cc")
-    ledger.check_new_input("cardio", "aa")                     # only the last release's file counts
+    ledger.check_new_input("cardio", "aa")  # only the last release's file counts
     ledger.enter("cardio", "r3", COST, budget=None, input_sha256="dd")
-    ledger.withdraw("r3")                                      # withdrawn: counts for nothing
+    ledger.withdraw("r3")  # withdrawn: counts for nothing
     with pytest.raises(BudgetExceededError):
         ledger.check_new_input("cardio", "cc")
-    assert "input_sha256" not in ledger.summary("cardio")["releases"][0]   # internal, never shown
+    assert "input_sha256" not in ledger.summary("cardio")["releases"][0]  # internal, never shown
 
 
 def test_a_ledger_from_before_input_hashes_gains_the_column(ledger_file):
@@ -120,7 +122,7 @@ def test_a_schedules_releases_are_counted_by_profile_aborted_ones_too(ledger_fil
     assert ledger.releases_of_profile("cardio", "default") == 2
     assert ledger.releases_of_profile("cardio", "default", excluding="r1") == 1
     assert ledger.releases_of_profile("other", "default") == 0
-    assert ledger.spent("cardio").epsilon == pytest.approx(lifetime_cost([COST] * 3).epsilon)   # aborted counts
+    assert ledger.spent("cardio").epsilon == pytest.approx(lifetime_cost([COST] * 3).epsilon)  # aborted counts
 
 
 def test_forecast_composes_more_releases_as_the_ledger_would_and_says_where_it_stops(ledger_file):
@@ -131,7 +133,7 @@ def test_forecast_composes_more_releases_as_the_ledger_would_and_says_where_it_s
     assert 1 < first_over < 6 and result["stops_at"] == first_over
     # Refused releases cost nothing: the spending stays at the last one that fitted.
     fitted = composed[first_over - 2]
-    assert result["after"] == pytest.approx(composed[:first_over - 1] + [fitted] * (7 - first_over))
+    assert result["after"] == pytest.approx(composed[: first_over - 1] + [fitted] * (7 - first_over))
     assert result["spent_epsilon"] == pytest.approx(COST.epsilon)
     assert ledger.forecast("cardio", COST, 3, budget=None)["after"] == pytest.approx(composed[:3])
     assert ledger.forecast("cardio", COST, 2, budget=None)["stops_at"] is None

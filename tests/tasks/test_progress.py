@@ -26,10 +26,14 @@ def shown(stream) -> list[str]:
 
 
 def test_line_has_percentage_rate_and_time_left():
-    assert (format_line("pretraining k1000", 900, 2000, "iteration", per_second=2.5)
-            == "pretraining k1000: 45% (900/2000 iterations), 2.5 iterations/s, 7:20 left")
-    assert (format_line("training k10", 40, 40, "iteration", per_second=104.2, elapsed=0.4, note="epsilon 9.990")
-            == "training k10: 100% (40/40 iterations) in 0:00, 104 iterations/s, epsilon 9.990")
+    assert (
+        format_line("pretraining k1000", 900, 2000, "iteration", per_second=2.5)
+        == "pretraining k1000: 45% (900/2000 iterations), 2.5 iterations/s, 7:20 left"
+    )
+    assert (
+        format_line("training k10", 40, 40, "iteration", per_second=104.2, elapsed=0.4, note="epsilon 9.990")
+        == "training k10: 100% (40/40 iterations) in 0:00, 104 iterations/s, epsilon 9.990"
+    )
     # No rate yet (the first update): no time left either.
     assert format_line("sampling k10", 0, 41, "checkpoint") == "sampling k10: 0% (0/41 checkpoints)"
 
@@ -44,29 +48,29 @@ def test_rate_and_duration_read_well_at_every_scale():
 def test_throttled_to_the_interval_plus_first_and_last_update():
     clock, out = Clock(), io.StringIO()
     progress = Progress("pretraining k10", 100, clock=clock, stream=out, seconds=5, mode="")
-    progress.update(0)                      # first: shown
+    progress.update(0)  # first: shown
     clock.now += 1
-    progress.update(10)                     # 1 s later: not due
+    progress.update(10)  # 1 s later: not due
     clock.now += 4
-    progress.update(50)                     # 5 s after the first: due, 10 iterations/s, 5 s left
+    progress.update(50)  # 5 s after the first: due, 10 iterations/s, 5 s left
     clock.now += 1
-    progress.update(60)                     # not due
+    progress.update(60)  # not due
     clock.now += 1
-    progress.update(100)                    # the last: always shown, with the time taken
+    progress.update(100)  # the last: always shown, with the time taken
     assert shown(out) == [
         "pretraining k10: 0% (0/100 iterations)",
         "pretraining k10: 50% (50/100 iterations), 10.0 iterations/s, 0:05 left",
         "pretraining k10: 100% (100/100 iterations) in 0:07, 14.3 iterations/s",
     ]
     clock.now += 10
-    progress.update(100)                    # nothing after the last
+    progress.update(100)  # nothing after the last
     assert len(shown(out)) == 3
 
 
 def test_a_resumed_stage_measures_its_rate_from_where_it_resumed():
     clock, out = Clock(), io.StringIO()
     progress = Progress("training k10", 40, clock=clock, stream=out, seconds=0, mode="")
-    progress.update(20)                     # resumed from the checkpoint at iteration 20
+    progress.update(20)  # resumed from the checkpoint at iteration 20
     clock.now += 10
     progress.update(30, "epsilon 41.459")
     assert shown(out)[-1] == "training k10: 75% (30/40 iterations), 1.0 iterations/s, 0:10 left, epsilon 41.459"
@@ -74,14 +78,18 @@ def test_a_resumed_stage_measures_its_rate_from_where_it_resumed():
 
 def test_rewritten_in_place_on_a_terminal_and_ended_by_an_interruption():
     clock, term = Clock(), Terminal()
-    with pytest.raises(KeyboardInterrupt), Progress("sampling k10", 3, "checkpoint", clock=clock, stream=term,
-                                                    seconds=0, mode="") as progress:
+    with (
+        pytest.raises(KeyboardInterrupt),
+        Progress("sampling k10", 3, "checkpoint", clock=clock, stream=term, seconds=0, mode="") as progress,
+    ):
         progress.update(0)
         clock.now += 1
         progress.update(1)
         raise KeyboardInterrupt
-    assert term.getvalue() == ("\rsampling k10: 0% (0/3 checkpoints)\x1b[K"
-                               "\rsampling k10: 33% (1/3 checkpoints), 1.0 checkpoints/s, 0:02 left\x1b[K\n")
+    assert term.getvalue() == (
+        "\rsampling k10: 0% (0/3 checkpoints)\x1b[K"
+        "\rsampling k10: 33% (1/3 checkpoints), 1.0 checkpoints/s, 0:02 left\x1b[K\n"
+    )
 
 
 @pytest.mark.parametrize("mode, expected", [("lines", 2), ("off", 0)])

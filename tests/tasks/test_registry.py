@@ -34,8 +34,16 @@ def make_generator_file(path: Path, schema, *, epsilon: float, seed: int, iterat
     torch.manual_seed(seed)
     gen = spec.build()
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"spec": spec.to_dict(), "state_dict": gen.state_dict(), "iteration": iteration,
-                "epsilon": epsilon, "delta": 1e-5}, path)
+    torch.save(
+        {
+            "spec": spec.to_dict(),
+            "state_dict": gen.state_dict(),
+            "iteration": iteration,
+            "epsilon": epsilon,
+            "delta": 1e-5,
+        },
+        path,
+    )
     return path
 
 
@@ -65,19 +73,38 @@ def tags_for(release_id: str, cardio_schema, epsilon: float) -> dict:
     from tests.tasks.test_public_release import make_release
 
     profile = Profile(name="test", settings=(Setting("k10", 10),))
-    return release_tags(make_release(cardio_schema, profile=profile, release_id=release_id, epsilon=epsilon,
-                                     ledger=[{"iteration": 0, "epsilon": 0.0}, {"iteration": 20, "epsilon": epsilon}]))
+    return release_tags(
+        make_release(
+            cardio_schema,
+            profile=profile,
+            release_id=release_id,
+            epsilon=epsilon,
+            ledger=[{"iteration": 0, "epsilon": 0.0}, {"iteration": 20, "epsilon": epsilon}],
+        )
+    )
 
 
-def register(release_run, cardio_schema, store, name, release_id, *, epsilon=3.5, budget=10.0, seed=0,
-             file_epsilon=None):
+def register(
+    release_run, cardio_schema, store, name, release_id, *, epsilon=3.5, budget=10.0, seed=0, file_epsilon=None
+):
     from dpsynth.tasks.registry import register_release
 
-    gen = make_generator_file(store / name / f"{release_id}.pt", cardio_schema,
-                              epsilon=epsilon if file_epsilon is None else file_epsilon, seed=seed)
-    return register_release(run_id=release_run, model_name=name, generator_file=gen, schema_path=CARDIO_SCHEMA,
-                            tags=tags_for(release_id, cardio_schema, epsilon), description=f"release {release_id}",
-                            epsilon=epsilon, epsilon_budget=budget)
+    gen = make_generator_file(
+        store / name / f"{release_id}.pt",
+        cardio_schema,
+        epsilon=epsilon if file_epsilon is None else file_epsilon,
+        seed=seed,
+    )
+    return register_release(
+        run_id=release_run,
+        model_name=name,
+        generator_file=gen,
+        schema_path=CARDIO_SCHEMA,
+        tags=tags_for(release_id, cardio_schema, epsilon),
+        description=f"release {release_id}",
+        epsilon=epsilon,
+        epsilon_budget=budget,
+    )
 
 
 def champion(name):
@@ -223,9 +250,10 @@ def test_registered_model_loads_in_a_fresh_process_without_dpsynth(release_run, 
                           "prefect": "prefect" in sys.modules, "flows": "flows" in sys.modules}}))
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'registry' / 'registry.db'}"   # the registry, plain MLflow
-    done = subprocess.run([sys.executable, "-c", script], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=180)
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store / 'registry' / 'registry.db'}"  # the registry, plain MLflow
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["columns"] == cardio_schema.column_names and out["n"] == 25
@@ -234,12 +262,19 @@ def test_registered_model_loads_in_a_fresh_process_without_dpsynth(release_run, 
 
 
 def test_models_package_imports_mlflow_only_in_pyfunc():
-    modules = sorted(".".join(p.relative_to(ROOT / "models").with_suffix("").parts)
-                     for p in (ROOT / "models").rglob("*.py") if p.stem not in ("__init__", "pyfunc"))
+    modules = sorted(
+        ".".join(p.relative_to(ROOT / "models").with_suffix("").parts)
+        for p in (ROOT / "models").rglob("*.py")
+        if p.stem not in ("__init__", "pyfunc")
+    )
     assert "privacy.accountant" in modules and "generators.gswgan.trainer" in modules
-    script = ("import importlib, sys\n"
-              f"for m in {modules!r}: importlib.import_module('dpsynth.models.' + m)\n"
-              "print(sorted(k for k in sys.modules if k.split('.')[0] in ('mlflow', 'prefect')))\n")
-    done = subprocess.run([sys.executable, "-c", script], check=False, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    script = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module('dpsynth.models.' + m)\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('mlflow', 'prefect')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

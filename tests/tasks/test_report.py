@@ -66,9 +66,10 @@ def _results() -> pd.DataFrame:
     for i, auc in enumerate(REAL_AUCS):
         rows.append({"setting": "real", "iteration": 1000 * i, "index": i, "epsilon": NAN, "test_auc": auc})
     for i, auc in enumerate(BASELINE_AUCS):
-        rows.append({"setting": "baseline", "iteration": 1000 * (i + 1), "index": i + 1, "epsilon": INF,
-                     "test_auc": auc})
-    for i, (eps, auc) in enumerate(zip(K10_EPS, K10_AUCS)):
+        rows.append(
+            {"setting": "baseline", "iteration": 1000 * (i + 1), "index": i + 1, "epsilon": INF, "test_auc": auc}
+        )
+    for i, (eps, auc) in enumerate(zip(K10_EPS, K10_AUCS, strict=False)):
         rows.append({"setting": "k10", "iteration": 1000 * (i + 1), "index": i + 1, "epsilon": eps, "test_auc": auc})
     frame = pd.DataFrame(rows)
     frame["penalty"], frame["C"], frame["degenerate"], frame["seconds"] = "l2", 0.0123, False, 1.5
@@ -81,35 +82,59 @@ def _results() -> pd.DataFrame:
     return frame[RESULT_COLUMNS]
 
 
-CHOSEN = {"k10": {"iteration": 2000, "epsilon": 3.25, "test_auc": K10_AUCS[1]},
-          "baseline": {"iteration": 1000, "epsilon": INF, "test_auc": BASELINE_AUCS[0]}}
-PRIVACY = {"mechanism": "subsampled Gaussian, sampling without replacement", "delta": 1e-5,
-           "noise_multiplier": 1.07, "clip": 1.0, "batch_size": 32, "iterations": 3000,
-           "settings": {"k10": {"discriminators": 10, "private": True},
-                        "baseline": {"discriminators": 1, "private": False}},
-           "validation_unexpected_rows": 4242,  # no label: internal report only
-           "labels": {"mechanism": "mechanism", "delta": "delta", "noise_multiplier": "noise multiplier sigma",
-                      "clip": "clipping norm C", "batch_size": "batch size B",
-                      "iterations": "generator iterations (planned)"}}
-LEDGER = [{"iteration": 0, "epsilon": 0.0}, {"iteration": 1000, "epsilon": 1.5},
-          {"iteration": 2000, "epsilon": 3.25, "critic_wasserstein": 9.87654},
-          {"iteration": 3000, "epsilon": 6.125}]
+CHOSEN = {
+    "k10": {"iteration": 2000, "epsilon": 3.25, "test_auc": K10_AUCS[1]},
+    "baseline": {"iteration": 1000, "epsilon": INF, "test_auc": BASELINE_AUCS[0]},
+}
+PRIVACY = {
+    "mechanism": "subsampled Gaussian, sampling without replacement",
+    "delta": 1e-5,
+    "noise_multiplier": 1.07,
+    "clip": 1.0,
+    "batch_size": 32,
+    "iterations": 3000,
+    "settings": {"k10": {"discriminators": 10, "private": True}, "baseline": {"discriminators": 1, "private": False}},
+    "validation_unexpected_rows": 4242,  # no label: internal report only
+    "labels": {
+        "mechanism": "mechanism",
+        "delta": "delta",
+        "noise_multiplier": "noise multiplier sigma",
+        "clip": "clipping norm C",
+        "batch_size": "batch size B",
+        "iterations": "generator iterations (planned)",
+    },
+}
+LEDGER = [
+    {"iteration": 0, "epsilon": 0.0},
+    {"iteration": 1000, "epsilon": 1.5},
+    {"iteration": 2000, "epsilon": 3.25, "critic_wasserstein": 9.87654},
+    {"iteration": 3000, "epsilon": 6.125},
+]
 
 
 def _shares(gluc3=0.1, cardio1=0.5):
-    return {"gender": {"1": 0.6, "2": 0.4}, "cholesterol": {"1": 0.5, "2": 0.3, "3": 0.2},
-            "gluc": {"1": 0.6, "2": 0.4 - gluc3, "3": gluc3}, "smoke": {"0": 0.7, "1": 0.3},
-            "alco": {"0": 0.9, "1": 0.1}, "active": {"0": 0.2, "1": 0.8},
-            "cardio": {"0": 1.0 - cardio1, "1": cardio1}}
+    return {
+        "gender": {"1": 0.6, "2": 0.4},
+        "cholesterol": {"1": 0.5, "2": 0.3, "3": 0.2},
+        "gluc": {"1": 0.6, "2": 0.4 - gluc3, "3": gluc3},
+        "smoke": {"0": 0.7, "1": 0.3},
+        "alco": {"0": 0.9, "1": 0.1},
+        "active": {"0": 0.2, "1": 0.8},
+        "cardio": {"0": 1.0 - cardio1, "1": cardio1},
+    }
 
 
 def _ledger_shares(vanish: bool) -> dict:
     if not vanish:
         return {"k10": [{"iteration": it, "level_shares": _shares()} for it in (0, 1000, 2000, 3000)]}
-    return {"k10": [{"iteration": 0, "level_shares": _shares(gluc3=0.0)},
-                    {"iteration": 1000, "level_shares": _shares()},
-                    {"iteration": 2000, "level_shares": _shares(cardio1=0.0)},  # the chosen checkpoint
-                    {"iteration": 3000, "level_shares": _shares(gluc3=0.0)}]}
+    return {
+        "k10": [
+            {"iteration": 0, "level_shares": _shares(gluc3=0.0)},
+            {"iteration": 1000, "level_shares": _shares()},
+            {"iteration": 2000, "level_shares": _shares(cardio1=0.0)},  # the chosen checkpoint
+            {"iteration": 3000, "level_shares": _shares(gluc3=0.0)},
+        ]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -118,22 +143,43 @@ def internal(tmp_path_factory, schema, real, synth) -> tuple[Path, str]:
     collapsed = synth.copy()
     collapsed["alco"] = 0  # level 1 absent from this synthetic table
     path = build_internal_report(
-        directory / "report.html", title="Cardio experiment", schema=schema, results=_results(), chosen=CHOSEN,
-        real_frame=real, synthetic_frames={"k10": synth, "baseline": collapsed},
-        ledger_level_shares=_ledger_shares(vanish=True), privacy=PRIVACY, statement=STATEMENT,
+        directory / "report.html",
+        title="Cardio experiment",
+        schema=schema,
+        results=_results(),
+        chosen=CHOSEN,
+        real_frame=real,
+        synthetic_frames={"k10": synth, "baseline": collapsed},
+        ledger_level_shares=_ledger_shares(vanish=True),
+        privacy=PRIVACY,
+        statement=STATEMENT,
         imputation_counts={"height": 12, "ap_hi": 34},
-        thesis_reference={"K=1500 best trade-off": {"auc": 0.717, "epsilon": 6.45}}, seed=0,
-        membership={"k10": {"rows_each": 300, "dcr": {"share_closer_to_members": 0.5123, "low": 0.49, "high": 0.53},
-                            "nearest_synthetic_auc": {"auc": 0.5071, "low": 0.48, "high": 0.53},
-                            "density_ratio_auc": {"auc": 0.5234, "low": 0.5, "high": 0.55}}})
+        thesis_reference={"K=1500 best trade-off": {"auc": 0.717, "epsilon": 6.45}},
+        seed=0,
+        membership={
+            "k10": {
+                "rows_each": 300,
+                "dcr": {"share_closer_to_members": 0.5123, "low": 0.49, "high": 0.53},
+                "nearest_synthetic_auc": {"auc": 0.5071, "low": 0.48, "high": 0.53},
+                "density_ratio_auc": {"auc": 0.5234, "low": 0.5, "high": 0.55},
+            }
+        },
+    )
     return path, path.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def notes(tmp_path_factory, schema, synth) -> str:
-    path = build_release_notes(tmp_path_factory.mktemp("notes") / "RELEASE_NOTES.md", title="Cardio release",
-                               schema=schema, synthetic_frame=synth, privacy=PRIVACY, statement=STATEMENT, chosen={"k10": CHOSEN["k10"]},
-                               ledger=LEDGER)
+    path = build_release_notes(
+        tmp_path_factory.mktemp("notes") / "RELEASE_NOTES.md",
+        title="Cardio release",
+        schema=schema,
+        synthetic_frame=synth,
+        privacy=PRIVACY,
+        statement=STATEMENT,
+        chosen={"k10": CHOSEN["k10"]},
+        ledger=LEDGER,
+    )
     return path.read_text(encoding="utf-8")
 
 
@@ -160,8 +206,17 @@ def test_internal_report_is_one_self_contained_html_file(internal):
 def test_internal_report_is_marked_internal_and_holds_the_real_data_content(internal, schema, real):
     _, text = internal
     assert "INTERNAL" in text and "(INTERNAL)</h1>" in text
-    for section in ("Figure 7.1", "Figure 7.2", "Figure 7.3", "Figure 7.4", "Table 7.1", "Table 7.2",
-                    "Model selection: every run", "Level shares at every checkpoint", "KNN imputation"):
+    for section in (
+        "Figure 7.1",
+        "Figure 7.2",
+        "Figure 7.3",
+        "Figure 7.4",
+        "Table 7.1",
+        "Table 7.2",
+        "Model selection: every run",
+        "Level shares at every checkpoint",
+        "KNN imputation",
+    ):
         assert section in text
     assert format_number(REAL_AUCS[1], 4) in text  # the selection table (every run)
     assert format_number(feature_stats(schema, real).loc["age", "mean"], 3) in text  # Table 7.2
@@ -174,20 +229,30 @@ def test_internal_report_shows_the_quality_modules_metrics(internal, schema, rea
     text = html.unescape(internal[1])
     quality = quality_summary(schema, subsample(real, 20000, 0), subsample(synth, 20000, 0), max_rows=None)
     assert f"synthetic k10 (MAD from real {quality['spearman_mad']:.4f})" in text
-    row = (f"<tr><td>k10</td><td>{quality['mean_wasserstein']:.4f}</td><td>{quality['mean_tvd']:.4f}</td>"
-           f"<td>{quality['spearman_mad']:.4f}</td></tr>")
+    row = (
+        f"<tr><td>k10</td><td>{quality['mean_wasserstein']:.4f}</td><td>{quality['mean_tvd']:.4f}</td>"
+        f"<td>{quality['spearman_mad']:.4f}</td></tr>"
+    )
     assert row in text
     for feature, distance in quality["tvd"].items():
         assert f"<th>{feature}</th>" in text and f"<td>{distance:.4f}</td>" in text
-    assert "labels:" not in text   # the notes' labels are no privacy parameter
+    assert "labels:" not in text  # the notes' labels are no privacy parameter
 
 
 def test_internal_report_escapes_every_text(tmp_path, schema, synth):
     privacy = {"mechanism": "<script>alert(1)</script>", "labels": {"mechanism": "mechanism"}}
-    text = build_internal_report(tmp_path / "r.html", title="a <b>bold</b> & title", schema=schema,
-                                 results=pd.DataFrame(columns=RESULT_COLUMNS), chosen={}, real_frame=None,
-                                 synthetic_frames={"k10": synth}, ledger_level_shares={}, privacy=privacy,
-                                 statement=STATEMENT).read_text()
+    text = build_internal_report(
+        tmp_path / "r.html",
+        title="a <b>bold</b> & title",
+        schema=schema,
+        results=pd.DataFrame(columns=RESULT_COLUMNS),
+        chosen={},
+        real_frame=None,
+        synthetic_frames={"k10": synth},
+        ledger_level_shares={},
+        privacy=privacy,
+        statement=STATEMENT,
+    ).read_text()
     assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<title>a &lt;b&gt;bold&lt;/b&gt; &amp; title (INTERNAL)</title>" in text
     assert text.count(f'<div class="banner">{html.escape(INTERNAL_BANNER)}</div>') == 2
@@ -197,27 +262,47 @@ def test_internal_report_warns_about_vanished_levels(internal):
     _, text = internal
     text = html.unescape(text)
     assert "WARNING (CHOSEN CHECKPOINT): setting k10, iteration 2000: level '1' of column 'cardio'" in text
-    assert "WARNING: setting k10: level '3' of column 'gluc' vanished (share 0) at 2 checkpoint(s): " \
-           "iterations 0, 3000" in text
+    assert (
+        "WARNING: setting k10: level '3' of column 'gluc' vanished (share 0) at 2 checkpoint(s): "
+        "iterations 0, 3000" in text
+    )
     assert "WARNING: the synthetic table of setting baseline has no row with level '1' of column 'alco'" in text
     assert 'class="vanished"' in internal[1]
 
 
 def test_no_warning_without_a_vanished_level(tmp_path, schema, real, synth):
-    path = build_internal_report(tmp_path / "r.html", title="t", schema=schema, results=_results(), chosen=CHOSEN,
-                                 real_frame=real, synthetic_frames={"k10": synth},
-                                 ledger_level_shares=_ledger_shares(vanish=False), privacy=PRIVACY, statement=STATEMENT,
-                                 imputation_counts=None, thesis_reference=None)
+    path = build_internal_report(
+        tmp_path / "r.html",
+        title="t",
+        schema=schema,
+        results=_results(),
+        chosen=CHOSEN,
+        real_frame=real,
+        synthetic_frames={"k10": synth},
+        ledger_level_shares=_ledger_shares(vanish=False),
+        privacy=PRIVACY,
+        statement=STATEMENT,
+        imputation_counts=None,
+        thesis_reference=None,
+    )
     text = path.read_text()
     assert "WARNING" not in text and 'class="vanished"' not in text
     assert "No level of a binary or categorical column vanished" in text
 
 
 def test_internal_report_without_real_table_or_results(tmp_path, schema, synth):
-    path = build_internal_report(tmp_path / "r.html", title="t", schema=schema,
-                                 results=pd.DataFrame(columns=RESULT_COLUMNS), chosen={}, real_frame=None,
-                                 synthetic_frames={"k10": synth}, ledger_level_shares={}, privacy={},
-                                 statement=STATEMENT)
+    path = build_internal_report(
+        tmp_path / "r.html",
+        title="t",
+        schema=schema,
+        results=pd.DataFrame(columns=RESULT_COLUMNS),
+        chosen={},
+        real_frame=None,
+        synthetic_frames={"k10": synth},
+        ledger_level_shares={},
+        privacy={},
+        statement=STATEMENT,
+    )
     text = path.read_text()
     assert "No AUC recorded." in text and "No real table given." in text
     assert "data:image/png;base64," in text
@@ -229,12 +314,22 @@ def test_vanished_levels_from_ledger_and_result_columns(schema):
     assert shares["share:gluc=3"] == 0.0 and len(shares) == 16
     results.loc[results["setting"] == "baseline", "share:gluc=3"] = 0.0
     found = vanished_levels(schema, _ledger_shares(vanish=True), CHOSEN, results)
-    assert {"setting": "k10", "iteration": 2000, "column": "cardio", "level": "1", "chosen": True,
-            "source": "ledger"} in found
+    assert {
+        "setting": "k10",
+        "iteration": 2000,
+        "column": "cardio",
+        "level": "1",
+        "chosen": True,
+        "source": "ledger",
+    } in found
     assert [f["chosen"] for f in found] == [True, True, False, False, False]  # chosen checkpoints first
     assert {(f["setting"], f["iteration"], f["column"], f["level"]) for f in found} == {
-        ("k10", 2000, "cardio", "1"), ("k10", 0, "gluc", "3"), ("k10", 3000, "gluc", "3"),
-        ("baseline", 1000, "gluc", "3"), ("baseline", 2000, "gluc", "3")}
+        ("k10", 2000, "cardio", "1"),
+        ("k10", 0, "gluc", "3"),
+        ("k10", 3000, "gluc", "3"),
+        ("baseline", 1000, "gluc", "3"),
+        ("baseline", 2000, "gluc", "3"),
+    }
     assert [f["chosen"] for f in found if f["setting"] == "baseline"] == [True, False]
     assert level_warnings(schema, _ledger_shares(vanish=False), CHOSEN) == []
 
@@ -265,7 +360,7 @@ def test_release_notes_contain_no_real_data_statistic(notes, schema, real):
 
 
 def test_release_notes_hold_the_synthetic_statistics_and_privacy_facts(notes, schema, synth):
-    for feature, row in feature_stats(schema, synth).iterrows():
+    for _feature, row in feature_stats(schema, synth).iterrows():
         assert format_number(row["mean"], 3) in notes and format_number(row["std"], 3) in notes
     for column, levels in level_frequencies(schema, synth).items():
         for level, share in levels.items():
@@ -282,17 +377,32 @@ def test_release_notes_show_labelled_parameters_only(tmp_path, schema, synth):
     """The notes publish each parameter under the label the privacy summary gives it; an unlabelled key
     (anything the summary did not mean to publish) stays out."""
     privacy = {**PRIVACY, "labels": {"delta": "delta", "batch_size": "the batch"}}
-    text = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=privacy,
-                               statement=STATEMENT, chosen={"k10": CHOSEN["k10"]}, ledger=LEDGER).read_text()
+    text = build_release_notes(
+        tmp_path / "n.md",
+        title="t",
+        schema=schema,
+        synthetic_frame=synth,
+        privacy=privacy,
+        statement=STATEMENT,
+        chosen={"k10": CHOSEN["k10"]},
+        ledger=LEDGER,
+    ).read_text()
     assert "| the batch | 32 |" in text and "| delta | 1e-05 |" in text
     assert "| noise multiplier sigma |" not in text and "| 1.07 |" not in text and "| mechanism |" not in text
 
 
 def test_epsilon_statement_in_both_documents(notes, internal, tmp_path, schema, synth):
     internal_text = html.unescape(internal[1])
-    html_notes = build_release_notes_html(tmp_path / "notes.html", title="Cardio release", schema=schema,
-                                          synthetic_frame=synth, privacy=PRIVACY, statement=STATEMENT, chosen={"k10": CHOSEN["k10"]},
-                                          ledger=LEDGER).read_text()
+    html_notes = build_release_notes_html(
+        tmp_path / "notes.html",
+        title="Cardio release",
+        schema=schema,
+        synthetic_frame=synth,
+        privacy=PRIVACY,
+        statement=STATEMENT,
+        chosen={"k10": CHOSEN["k10"]},
+        ledger=LEDGER,
+    ).read_text()
     for text in (notes, internal_text, html.unescape(html_notes)):
         assert STATEMENT.covers in text and STATEMENT.internal_only in text
         for item in STATEMENT.does_not_cover:
@@ -303,8 +413,16 @@ def test_epsilon_statement_in_both_documents(notes, internal, tmp_path, schema, 
 
 
 def test_release_notes_of_a_non_private_release_say_so(tmp_path, schema, synth):
-    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=PRIVACY, statement=STATEMENT,
-                               chosen={"baseline": CHOSEN["baseline"]}, ledger=[{"iteration": 1000, "epsilon": INF}])
+    path = build_release_notes(
+        tmp_path / "n.md",
+        title="t",
+        schema=schema,
+        synthetic_frame=synth,
+        privacy=PRIVACY,
+        statement=STATEMENT,
+        chosen={"baseline": CHOSEN["baseline"]},
+        ledger=[{"iteration": 1000, "epsilon": INF}],
+    )
     text = path.read_text()
     assert "NOT differentially private" in text and format_number(BASELINE_AUCS[0], 4) not in text
 
@@ -315,9 +433,15 @@ def test_release_notes_of_a_conditional_generator_say_the_target_share_is_set_by
 
     profile = load_profile("thesis-k1500", CARDIO_YAML)
     privacy = privacy_summary(profile, profile.settings, schema)
-    path = build_release_notes(tmp_path / "n.md", title="t", schema=schema, synthetic_frame=synth, privacy=privacy, statement=STATEMENT,
-                               chosen={"k1500": {"iteration": 2000, "epsilon": 3.0}},
-                               ledger=[{"iteration": 2000, "epsilon": 3.0}])
+    path = build_release_notes(
+        tmp_path / "n.md",
+        title="t",
+        schema=schema,
+        synthetic_frame=synth,
+        privacy=privacy,
+        statement=STATEMENT,
+        chosen={"k1500": {"iteration": 2000, "epsilon": 3.0}},
+        ledger=[{"iteration": 2000, "epsilon": 3.0}],
+    )
     text = path.read_text()
     assert "set by design, not learned" in text and "cardio = 1 with probability 0.5" in text
-

@@ -19,8 +19,11 @@ from dpsynth.tasks.validate import validate_stage
 from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
 
 K = 12
-PROFILE = Profile(name="rowlocal", settings=(Setting("k12", K),),
-                  gan=GanConfig(pretrain_iterations=1, iterations=2, checkpoint_every=1))
+PROFILE = Profile(
+    name="rowlocal",
+    settings=(Setting("k12", K),),
+    gan=GanConfig(pretrain_iterations=1, iterations=2, checkpoint_every=1),
+)
 
 
 def _table_with_gaps(demo_frame) -> pd.DataFrame:
@@ -41,16 +44,23 @@ def _run(tmp_path, name: str, table: pd.DataFrame, cardio_schema) -> dict:
     validated = validate_stage(run_dir, CARDIO_SCHEMA, data)
     split = split_stage(run_dir, cardio_schema, validated["table"], PROFILE)
     prep = preprocess_stage(run_dir, cardio_schema, validated["table"], split["split"], PROFILE)
-    pre = prepare_stage(run_dir, cardio_schema, validated["table"], prep["encoded"], prep["gan_rows"], PROFILE,
-                         PROFILE.settings[0])
+    pre = prepare_stage(
+        run_dir, cardio_schema, validated["table"], prep["encoded"], prep["gan_rows"], PROFILE, PROFILE.settings[0]
+    )
     gan_rows = np.load(prep["gan_rows"])
     partition = np.load(pre["partition"])
     subset_of = np.full(len(table), -1)
     for k in range(K):
         subset_of[gan_rows[partition[k][partition[k] >= 0]]] = k
-    return {"split": dict(np.load(split["split"])), "encoded": np.load(prep["encoded"]),
-            "complete": np.load(prep["complete"]), "gan_rows": gan_rows, "subset_of": subset_of,
-            "train_rows": np.load(pre["train_rows"]), "sizes": subset_sizes(partition)}
+    return {
+        "split": dict(np.load(split["split"])),
+        "encoded": np.load(prep["encoded"]),
+        "complete": np.load(prep["complete"]),
+        "gan_rows": gan_rows,
+        "subset_of": subset_of,
+        "train_rows": np.load(pre["train_rows"]),
+        "sizes": subset_sizes(partition),
+    }
 
 
 @pytest.mark.parametrize("where", ["train", "val"])
@@ -59,8 +69,8 @@ def test_changing_one_row_moves_no_other_row(tmp_path, cardio_schema, demo_frame
     before = _run(tmp_path, "a", table, cardio_schema)
     r = int(before["split"][where][7])
     changed = table.copy()
-    changed.loc[r, "cardio"] = 1 - int(changed.loc[r, "cardio"])      # its label flipped
-    changed.loc[r, "ap_hi"] = 5000                                     # an invalid value: now imputed
+    changed.loc[r, "cardio"] = 1 - int(changed.loc[r, "cardio"])  # its label flipped
+    changed.loc[r, "ap_hi"] = 5000  # an invalid value: now imputed
     changed.loc[r, "weight"] = 180.0
     after = _run(tmp_path, "b", changed, cardio_schema)
 
@@ -79,7 +89,7 @@ def test_changing_one_row_moves_no_other_row(tmp_path, cardio_schema, demo_frame
     assert len(outside) > 0.8 * len(before["gan_rows"])
     assert np.array_equal(before["train_rows"][outside], after["train_rows"][outside])
     if where == "val":
-        assert np.array_equal(before["train_rows"], after["train_rows"])   # a validation row trains nothing
+        assert np.array_equal(before["train_rows"], after["train_rows"])  # a validation row trains nothing
     else:
         assert not np.array_equal(before["train_rows"][position[r]], after["train_rows"][position[r]])
     # Imputed rows exist, in other subsets too (the check above is not vacuous).

@@ -11,8 +11,9 @@ def _modes(*paths):
     return [p.stat().st_mode & 0o777 for p in paths]
 
 
-def test_the_default_tree_is_owner_only_and_an_out_folder_keeps_its_parent(tmp_path, demo_csv, monkeypatch,
-                                                                           private_home):
+def test_the_default_tree_is_owner_only_and_an_out_folder_keeps_its_parent(
+    tmp_path, demo_csv, monkeypatch, private_home
+):
     monkeypatch.chdir(tmp_path)
     loose = os.umask(0o022)
     try:
@@ -25,8 +26,10 @@ def test_the_default_tree_is_owner_only_and_an_out_folder_keeps_its_parent(tmp_p
         open_run(default)
         # Without --out a run goes under the home, not the working folder.
         assert default.run_dir.parent == private_home / "runs" / "release" and not (tmp_path / "runs").exists()
-        assert _modes(private_home, private_home / "runs", private_home / "runs" / "release",
-                      default.run_dir) == [0o700] * 4
-        assert all(m & 0o077 == 0 for m in _modes(*default.run_dir.iterdir()))   # run.json, the secret
+        assert (
+            _modes(private_home, private_home / "runs", private_home / "runs" / "release", default.run_dir)
+            == [0o700] * 4
+        )
+        assert all(m & 0o077 == 0 for m in _modes(*default.run_dir.iterdir()))  # run.json, the secret
     finally:
         os.umask(loose)

@@ -40,14 +40,16 @@ def test_a_schedule_without_an_end_that_the_budget_stops_within_twelve_runs_is_r
 
 
 def test_an_end_date_counts_the_schedules_runs(tmp_path, private_home):
-    assert cron_runs_until(MONTHLY, "UTC", "2027-05-15", NOW) == 6     # December to May
-    assert cron_runs_until(MONTHLY, "UTC", "2027-05-01", NOW) == 6     # the run at 02:00 on the last day
-    ok = check_schedule(str(CARDIO_SCHEMA), _profile(tmp_path, planned_releases=None, releases_until="2027-05-15"),
-                        MONTHLY, now=NOW)
+    assert cron_runs_until(MONTHLY, "UTC", "2027-05-15", NOW) == 6  # December to May
+    assert cron_runs_until(MONTHLY, "UTC", "2027-05-01", NOW) == 6  # the run at 02:00 on the last day
+    ok = check_schedule(
+        str(CARDIO_SCHEMA), _profile(tmp_path, planned_releases=None, releases_until="2027-05-15"), MONTHLY, now=NOW
+    )
     assert ok["runs"] == 6 and ok["declared_end"] == ["privacy.releases_until"]
     with pytest.raises(BudgetExceededError, match="refuse run 7"):
-        check_schedule(str(CARDIO_SCHEMA), _profile(tmp_path, planned_releases=None, releases_until="2027-12-31"),
-                       MONTHLY, now=NOW)
+        check_schedule(
+            str(CARDIO_SCHEMA), _profile(tmp_path, planned_releases=None, releases_until="2027-12-31"), MONTHLY, now=NOW
+        )
 
 
 def test_the_forecast_starts_from_what_the_table_has_already_spent(private_home):

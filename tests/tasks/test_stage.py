@@ -9,6 +9,7 @@ def _writer(calls):
         out = directory / "out.txt"
         out.write_text("done")
         return {"out": out}, {"n": len(calls)}
+
     return work
 
 
@@ -86,7 +87,7 @@ def test_a_reused_stage_says_so_unless_progress_is_off(tmp_path, capsys, monkeyp
         run_stage(tmp_path / "run", name, {"src": src}, {}, _writer([]))
         run_stage(tmp_path / "run", name, {"src": src}, {}, _writer([]))
     err = capsys.readouterr().err
-    assert "split: reused" in err and "evaluate-k10/003" not in err   # selection runs: the progress display
-    monkeypatch.setenv("DPSYNTH_PROGRESS", "off")                      # --json
+    assert "split: reused" in err and "evaluate-k10/003" not in err  # selection runs: the progress display
+    monkeypatch.setenv("DPSYNTH_PROGRESS", "off")  # --json
     run_stage(tmp_path / "run", "split", {"src": src}, {}, _writer([]))
     assert capsys.readouterr().err == ""

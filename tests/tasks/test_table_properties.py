@@ -24,27 +24,39 @@ from dpsynth.models.errors import DpsynthError, InvalidTableError
 from dpsynth.tasks.table_io import read_table
 from dpsynth.tasks.validate import check_table, conform_table
 
-SCHEMA = DatasetSchema.from_dict({
-    "name": "toy", "target": "y", "id_column": "id", "separator": ";",
-    "columns": {
-        "x": {"type": "continuous", "bounds": [0, 10], "decimals": 1},
-        "n": {"type": "continuous", "bounds": [-5, 5]},
-        "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
-        "grade": {"type": "categorical", "levels": [1, 2, 3]},
-        "sex": {"type": "binary", "levels": ["f", "m"]},
-        "y": {"type": "binary", "levels": [0, 1]},
-    }})
+SCHEMA = DatasetSchema.from_dict(
+    {
+        "name": "toy",
+        "target": "y",
+        "id_column": "id",
+        "separator": ";",
+        "columns": {
+            "x": {"type": "continuous", "bounds": [0, 10], "decimals": 1},
+            "n": {"type": "continuous", "bounds": [-5, 5]},
+            "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
+            "grade": {"type": "categorical", "levels": [1, 2, 3]},
+            "sex": {"type": "binary", "levels": ["f", "m"]},
+            "y": {"type": "binary", "levels": [0, 1]},
+        },
+    }
+)
 MAX_ROWS = 6
 # derandomize: the same examples on every run, so the suite never depends on a lucky draw (both
 # outcomes must appear among them), while the tables still cover what a hand-written list would miss.
-FAST = settings(max_examples=30, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # Cells that are wrong in some column or other: text, blanks, NaN, infinity, huge numbers, booleans.
 _junk = st.one_of(
     st.sampled_from(["abc", "", " ", "1,5", "NaN", "inf", "-", "red ", "RED", "yes", "1e999", "0x10"]),
-    st.text(max_size=4), st.none(), st.booleans(), st.just(float("nan")), st.just(float("inf")),
-    st.integers(min_value=-(10**20), max_value=10**20), st.floats(allow_nan=False, width=32),
+    st.text(max_size=4),
+    st.none(),
+    st.booleans(),
+    st.just(float("nan")),
+    st.just(float("inf")),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(allow_nan=False, width=32),
 )
 
 
@@ -54,8 +66,12 @@ def _acceptable(column):
     if column.is_continuous:
         low, high = column.bounds
         valid = st.floats(min_value=low, max_value=high).map(lambda v: round(v, column.decimals))
-        imputed = st.one_of(st.none(), st.just(float("nan")), st.floats(min_value=high + 1, max_value=1e9),
-                            st.floats(min_value=-1e9, max_value=low - 1))
+        imputed = st.one_of(
+            st.none(),
+            st.just(float("nan")),
+            st.floats(min_value=high + 1, max_value=1e9),
+            st.floats(min_value=-1e9, max_value=low - 1),
+        )
     else:
         valid = st.sampled_from(column.levels)
         imputed = st.none()
@@ -107,7 +123,7 @@ def _preprocessed(frame: pd.DataFrame) -> np.ndarray:
 
 
 def _check_and_preprocess(frame: pd.DataFrame) -> str:
-    """"refused" (with a readable dpsynth error) or "preprocessed" (into finite values in [-1, 1])."""
+    """ "refused" (with a readable dpsynth error) or "preprocessed" (into finite values in [-1, 1])."""
     try:
         report = check_table(SCHEMA, frame)
     except DpsynthError as exc:
@@ -141,8 +157,11 @@ def test_a_written_table_is_read_refused_or_preprocessed():
     path = _FOLDER / "table.csv"
 
     @FAST
-    @given(frame=tables(), header_only=st.sampled_from([False] * 9 + [True]),
-           garbage=st.sampled_from([""] * 15 + ["\x00\x01", "a;b\n1;2;3;4\n", "\xff", "\n;;;;\n", "x,y\n"]))
+    @given(
+        frame=tables(),
+        header_only=st.sampled_from([False] * 9 + [True]),
+        garbage=st.sampled_from([""] * 15 + ["\x00\x01", "a;b\n1;2;3;4\n", "\xff", "\n;;;;\n", "x,y\n"]),
+    )
     def check(frame, header_only, garbage):
         # Sometimes the header only, sometimes bytes after the table that break it.
         text = frame.head(0 if header_only else len(frame)).to_csv(sep=SCHEMA.separator, index=False)

@@ -50,8 +50,11 @@ def write_csv(df: pd.DataFrame, path: Path, sep: str = ";") -> Path:
 
 
 def assert_public(report_or_text) -> None:
-    text = report_or_text if isinstance(report_or_text, str) else (
-        json.dumps(report_or_text.to_public_dict()) + report_or_text.summary_text())
+    text = (
+        report_or_text
+        if isinstance(report_or_text, str)
+        else (json.dumps(report_or_text.to_public_dict()) + report_or_text.summary_text())
+    )
     assert SECRET_TEXT not in text
     assert str(SECRET_LEVEL) not in text
 
@@ -119,13 +122,18 @@ def test_unknown_extra_column_is_warned_and_dropped(schema, demo, tmp_path):
 
 
 def test_string_levels_and_comma_separator(tmp_path):
-    schema = DatasetSchema.from_dict({
-        "name": "toy", "target": "y", "columns": {
-            "x": {"type": "continuous", "bounds": [0, 1], "decimals": 3},
-            "z": {"type": "continuous", "bounds": [-5, 5], "decimals": 1},
-            "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
-            "y": {"type": "binary", "levels": ["no", "yes"]},
-        }})
+    schema = DatasetSchema.from_dict(
+        {
+            "name": "toy",
+            "target": "y",
+            "columns": {
+                "x": {"type": "continuous", "bounds": [0, 1], "decimals": 3},
+                "z": {"type": "continuous", "bounds": [-5, 5], "decimals": 1},
+                "colour": {"type": "categorical", "levels": ["red", "green", "blue"]},
+                "y": {"type": "binary", "levels": ["no", "yes"]},
+            },
+        }
+    )
     df = make_demo_table(schema, 50, seed=0)
     report = check_table(schema, read_table(write_csv(df, tmp_path / "t.csv", sep=","), schema))
     assert report.passed
@@ -177,8 +185,12 @@ def test_binary_file_is_not_a_table(schema, tmp_path):
     fake_parquet.write_bytes(rng.bytes(5000))
     truncated = tmp_path / "truncated.csv"
     truncated.write_bytes(b"PAR1" + rng.bytes(100))
-    for path, words in ((png, "binary file"), (noise, "not UTF-8"), (fake_parquet, "not a readable Parquet"),
-                        (truncated, "not a readable Parquet")):
+    for path, words in (
+        (png, "binary file"),
+        (noise, "not UTF-8"),
+        (fake_parquet, "not a readable Parquet"),
+        (truncated, "not a readable Parquet"),
+    ):
         with pytest.raises(InvalidTableError, match=words) as info:
             read_table(path, schema)
         assert "Traceback" not in str(info.value)
@@ -294,8 +306,10 @@ def test_committed_suite_matches_schema(schema, tmp_path):
     # A newer GX only changes the recorded version: regenerate with `python -m dpsynth.tasks.validate`.
     committed["meta"].pop("great_expectations_version")
     fresh["meta"].pop("great_expectations_version")
-    assert committed == fresh, "expectations/cardio.json is stale: python -m dpsynth.tasks.validate " \
-                               "configs/cardio.yaml expectations/cardio.json"
+    assert committed == fresh, (
+        "expectations/cardio.json is stale: python -m dpsynth.tasks.validate "
+        "configs/cardio.yaml expectations/cardio.json"
+    )
     written = write_suite(schema, tmp_path / "s.json")
     assert json.loads(written.read_text())["name"] == "cardio_v1"
 
@@ -310,10 +324,15 @@ def test_loaded_suite_validates_like_a_built_one(schema, demo):
 
 def test_suite_covers_every_rule(schema):
     types = [e.expectation_type for e in build_suite(schema).expectations]
-    for rule in ("expect_column_to_exist", "expect_column_values_to_be_in_type_list",
-                 "expect_column_values_to_be_between", "expect_column_values_to_be_in_set",
-                 "expect_table_row_count_to_be_between", "expect_column_values_to_not_be_null",
-                 "expect_column_proportion_of_non_null_values_to_be_between"):
+    for rule in (
+        "expect_column_to_exist",
+        "expect_column_values_to_be_in_type_list",
+        "expect_column_values_to_be_between",
+        "expect_column_values_to_be_in_set",
+        "expect_table_row_count_to_be_between",
+        "expect_column_values_to_not_be_null",
+        "expect_column_proportion_of_non_null_values_to_be_between",
+    ):
         assert rule in types
     assert types.count("expect_column_to_exist") == len(schema.columns)
 

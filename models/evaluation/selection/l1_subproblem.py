@@ -23,8 +23,9 @@ def l1_optimality(g: np.ndarray, w: np.ndarray) -> float:
     return float(np.max(np.abs(v)))
 
 
-def _polish(H: list[list[float]], a: list[float], u: list[float], support: list[int],
-            tol: float) -> tuple[np.ndarray, np.ndarray] | None:
+def _polish(
+    H: list[list[float]], a: list[float], u: list[float], support: list[int], tol: float
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Exact minimiser of the l1 sub-problem if the signs of u on `support` are the optimal ones.
 
     On a fixed sign pattern s the sub-problem is smooth: solve H_SS du_S = -(a_S + s_S). Accept the result
@@ -54,8 +55,9 @@ def _polish(H: list[list[float]], a: list[float], u: list[float], support: list[
     return u_new, a_new
 
 
-def l1_coordinate_descent(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: int,
-                          stats: dict, native: bool | None = None) -> np.ndarray:
+def l1_coordinate_descent(
+    H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: int, stats: dict, native: bool | None = None
+) -> np.ndarray:
     """Coordinate descent for  min_u g.(u - w) + 0.5 (u - w)' H (u - w) + ||u||_1  on a d x d problem, from
     u = w. Stops when the minimum-norm subgradient of the sub-problem is below `tol` (infinity norm).
 
@@ -72,8 +74,9 @@ def l1_coordinate_descent(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: floa
     return np.array(u)
 
 
-def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray,
-               support: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool] | None:
+def _face_step(
+    H: np.ndarray, a: np.ndarray, u: np.ndarray, support: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, bool] | None:
     """Move toward the minimiser of the l1 sub-problem on the face of u's sign pattern (there it is a
     smooth quadratic: H_SS du = -(a_S + s_S)), stopping where the first coordinate reaches zero (it is set
     to exactly zero and leaves the support). Returns (u, a, reached), reached: the face's minimiser
@@ -114,13 +117,14 @@ def _face_step(H: np.ndarray, a: np.ndarray, u: np.ndarray,
     return u_new, a_new, hit < 0
 
 
-def _coordinate_descent_native(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: int,
-                               stats: dict) -> np.ndarray:
+def _coordinate_descent_native(
+    H: np.ndarray, g: np.ndarray, w: np.ndarray, tol: float, max_sweeps: int, stats: dict
+) -> np.ndarray:
     """C coordinate descent in chunks of `FACE_STEP_EVERY` sweeps; between chunks, once the support has
     settled, a step on the face of the current sign pattern (`_face_step`)."""
     H = np.ascontiguousarray(H, dtype=np.float64)
     u = np.array(w, dtype=np.float64)
-    a = np.array(g, dtype=np.float64)   # u = w: the gradient of the smooth part is g
+    a = np.array(g, dtype=np.float64)  # u = w: the gradient of the smooth part is g
     sweeps = 0
     prev_support = None
     face_steps = True
@@ -145,8 +149,9 @@ def _coordinate_descent_native(H: np.ndarray, g: np.ndarray, w: np.ndarray, tol:
     return u
 
 
-def _coordinate_descent_python(H: list[list[float]], g: list[float], w: list[float], u: list[float],
-                               tol: float, max_sweeps: int, stats: dict) -> list[float]:
+def _coordinate_descent_python(
+    H: list[list[float]], g: list[float], w: list[float], u: list[float], tol: float, max_sweeps: int, stats: dict
+) -> list[float]:
     """The reference loop in pure Python floats (fast enough at Cardio's width of 17)."""
     d1 = len(g)
     du = [u[k] - w[k] for k in range(d1)]

@@ -60,12 +60,12 @@ REFRESH = 0.03
 
 def _warn_not_converged(stats: dict, C: float) -> None:
     stats["not_converged"] = stats.get("not_converged", 0) + 1
-    warnings.warn(f"logistic solver did not reach its tolerance within max_iter (C={C:g})", RuntimeWarning,
-                  stacklevel=3)
+    warnings.warn(
+        f"logistic solver did not reach its tolerance within max_iter (C={C:g})", RuntimeWarning, stacklevel=3
+    )
 
 
-def _hessian_is_stale(prob: LogisticProblem, now: float, before: float | None, target: float,
-                      fresh: bool) -> bool:
+def _hessian_is_stale(prob: LogisticProblem, now: float, before: float | None, target: float, fresh: bool) -> bool:
     """Whether to recompute the Hessian: the last step (with a stale one) shrank the optimality measure
     by less than `REFRESH`, and the steps still needed at that rate cost more than a new Hessian and two
     steps. Costs in multiply-adds: a Hessian n d^2 / 4 (a float32 symmetric product), a step 3 n d (three
@@ -84,7 +84,6 @@ def _hessian_is_stale(prob: LogisticProblem, now: float, before: float | None, t
     return steps_at_this_rate > 2 + hessian_in_steps
 
 
-
 def _cholesky(A: np.ndarray) -> np.ndarray:
     """Upper Cholesky factor of a symmetric positive definite A (LAPACK directly: scipy's checking
     wrappers cost more than the factorisation at Cardio's width)."""
@@ -101,8 +100,9 @@ def _cho_solve(factor: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-def _solve_l2(prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | None, tol: float, max_iter: int,
-              stats: dict) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+def _solve_l2(
+    prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | None, tol: float, max_iter: int, stats: dict
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Damped Newton for 0.5||w||^2 + C L(w) from w; S is a (possibly stale) unscaled Hessian of L.
     Returns w, S and the Cholesky factor of I + C S (kept while S is: stale steps cost d^2, not d^3)."""
     eye = np.eye(prob.d1)
@@ -154,8 +154,9 @@ def _solve_l2(prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | No
     return w, S, factor
 
 
-def _solve_l1(prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | None, tol: float, max_iter: int,
-              stats: dict) -> tuple[np.ndarray, np.ndarray | None]:
+def _solve_l1(
+    prob: LogisticProblem, C: float, w: np.ndarray, S: np.ndarray | None, tol: float, max_iter: int, stats: dict
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Proximal Newton (newGLMNET) for ||w||_1 + C L(w) from w; S is a (possibly stale) Hessian of L."""
     d1 = prob.d1
     m = prob.margins(w)
@@ -243,8 +244,15 @@ def _l1_predictor(w: np.ndarray, S: np.ndarray, C: float, step: float) -> np.nda
     return out
 
 
-def solve_path(prob: LogisticProblem, penalty: str, Cs: Sequence[float], tol: float, max_iter: int,
-               w0: np.ndarray | None, stats: dict) -> np.ndarray:
+def solve_path(
+    prob: LogisticProblem,
+    penalty: str,
+    Cs: Sequence[float],
+    tol: float,
+    max_iter: int,
+    w0: np.ndarray | None,
+    stats: dict,
+) -> np.ndarray:
     """`fit_logistic_path` on a prepared problem, under the caller's BLAS limit: the solutions [len(Cs), d1]
     in the order of `Cs`, solved along increasing C, each warm-started from the last by a predictor."""
     cs = np.asarray(Cs, dtype=np.float64)
@@ -281,9 +289,17 @@ def one_blas_thread() -> AbstractContextManager[object]:
     return _threadpools.limit(limits=1, user_api="blas")
 
 
-def fit_logistic_path(X: np.ndarray, y: np.ndarray, penalty: str, Cs: Sequence[float], *, tol: float = 1e-10,
-                      max_iter: int = 200, w0: np.ndarray | None = None,
-                      stats: dict | None = None) -> np.ndarray:
+def fit_logistic_path(
+    X: np.ndarray,
+    y: np.ndarray,
+    penalty: str,
+    Cs: Sequence[float],
+    *,
+    tol: float = 1e-10,
+    max_iter: int = 200,
+    w0: np.ndarray | None = None,
+    stats: dict | None = None,
+) -> np.ndarray:
     """Solutions of liblinear's objective for every C in `Cs` (any order; solved along increasing C).
 
     Returns an array of shape (len(Cs), n_features + 1): the coefficients, then the intercept weight.
@@ -297,15 +313,17 @@ def fit_logistic_path(X: np.ndarray, y: np.ndarray, penalty: str, Cs: Sequence[f
         return solve_path(LogisticProblem(X, y), penalty, Cs, tol, max_iter, w0, stats)
 
 
-def fit_logistic(X: np.ndarray, y: np.ndarray, penalty: str, C: float, *, tol: float = 1e-10,
-                 w0: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+def fit_logistic(
+    X: np.ndarray, y: np.ndarray, penalty: str, C: float, *, tol: float = 1e-10, w0: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     """One fit of liblinear's objective; returns (coef, intercept) like LogisticRegression would."""
     w = fit_logistic_path(X, y, penalty, [C], tol=tol, w0=w0)[0]
     return w[:-1].copy(), float(w[-1])
 
 
-def liblinear_objective(X: np.ndarray, y: np.ndarray, penalty: str, C: float, coef: np.ndarray,
-                        intercept: float) -> float:
+def liblinear_objective(
+    X: np.ndarray, y: np.ndarray, penalty: str, C: float, coef: np.ndarray, intercept: float
+) -> float:
     """The objective liblinear minimises (intercept weight regularised, intercept_scaling = 1)."""
     prob = LogisticProblem(X, y)
     w = np.append(np.ravel(coef), intercept)

@@ -103,28 +103,50 @@ def liblinear_model(penalty: str, C: float, random_state: int | None) -> Logisti
     (``l1_ratio`` 0 or 1; scikit-learn 1.8+ deprecates ``penalty=``)."""
     from sklearn.linear_model import LogisticRegression
 
-    return LogisticRegression(solver="liblinear", C=C, l1_ratio=1.0 if penalty == "l1" else 0.0,
-                              random_state=random_state)
+    return LogisticRegression(
+        solver="liblinear", C=C, l1_ratio=1.0 if penalty == "l1" else 0.0, random_state=random_state
+    )
 
 
-def _naive_val_auc(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y_val: np.ndarray, cand: Candidate,
-                   random_state: int | None) -> float:
+def _naive_val_auc(
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_val: np.ndarray,
+    y_val: np.ndarray,
+    cand: Candidate,
+    random_state: int | None,
+) -> float:
     model = liblinear_model(cand.penalty, cand.C, random_state).fit(X_train, y_train)
     return float(roc_auc_score(y_val, model.decision_function(X_val)))
 
 
-def _degenerate(X_test: np.ndarray, y_test: np.ndarray, candidates: Sequence[Candidate], method: str,
-                t0: float) -> SelectionResult:
+def _degenerate(
+    X_test: np.ndarray, y_test: np.ndarray, candidates: Sequence[Candidate], method: str, t0: float
+) -> SelectionResult:
     return SelectionResult(
-        penalty=None, C=None, val_auc=float("nan"), test_auc=0.5,
-        test_auprc=float(np.mean(y_test)), seconds=time.perf_counter() - t0,
-        val_aucs=[float("nan")] * len(candidates), degenerate=True, method=method,
+        penalty=None,
+        C=None,
+        val_auc=float("nan"),
+        test_auc=0.5,
+        test_auprc=float(np.mean(y_test)),
+        seconds=time.perf_counter() - t0,
+        val_aucs=[float("nan")] * len(candidates),
+        degenerate=True,
+        method=method,
     )
 
 
-def _fast_selection(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray, y_val: np.ndarray,
-                    X_full: np.ndarray, y_full: np.ndarray, candidates: Sequence[Candidate], n_jobs: int | None,
-                    tol: float) -> tuple[int, list[float], np.ndarray, float]:
+def _fast_selection(
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_val: np.ndarray,
+    y_val: np.ndarray,
+    X_full: np.ndarray,
+    y_full: np.ndarray,
+    candidates: Sequence[Candidate],
+    n_jobs: int | None,
+    tol: float,
+) -> tuple[int, list[float], np.ndarray, float]:
     prob = LogisticProblem(X_train, y_train)
     pens = sorted({c.penalty for c in candidates}, key=PENALTIES.index)
     by_pen = {p: [i for i, c in enumerate(candidates) if c.penalty == p] for p in pens}
@@ -151,10 +173,20 @@ def _fast_selection(X_train: np.ndarray, y_train: np.ndarray, X_val: np.ndarray,
     return best, val_aucs, w[:-1].copy(), float(w[-1])
 
 
-def select_model(X_train: ArrayLike, y_train: ArrayLike, X_val: ArrayLike, y_val: ArrayLike, X_test: ArrayLike,
-                 y_test: ArrayLike, candidates: Sequence[Candidate], *,
-                 method: str = "fast", n_jobs: int | None = 1, random_state: int | None = 0,
-                 tol: float = 1e-10) -> SelectionResult:
+def select_model(
+    X_train: ArrayLike,
+    y_train: ArrayLike,
+    X_val: ArrayLike,
+    y_val: ArrayLike,
+    X_test: ArrayLike,
+    y_test: ArrayLike,
+    candidates: Sequence[Candidate],
+    *,
+    method: str = "fast",
+    n_jobs: int | None = 1,
+    random_state: int | None = 0,
+    tol: float = 1e-10,
+) -> SelectionResult:
     """Algorithm 3: choose the candidate with the best validation AUC, refit on train + val, score on test.
 
     method: "fast" (path-wise dense solver of liblinear's objective) or "naive" (one liblinear fit per
@@ -188,7 +220,8 @@ def select_model(X_train: ArrayLike, y_train: ArrayLike, X_val: ArrayLike, y_val
             from joblib import Parallel, delayed
 
             val_aucs = Parallel(n_jobs=n_jobs)(
-                delayed(_naive_val_auc)(X_train, y_train, X_val, y_val, c, random_state) for c in candidates)
+                delayed(_naive_val_auc)(X_train, y_train, X_val, y_val, c, random_state) for c in candidates
+            )
         best = _best_index(val_aucs)
         chosen = candidates[best]
         model = liblinear_model(chosen.penalty, chosen.C, random_state).fit(X_full, y_full)
@@ -196,14 +229,22 @@ def select_model(X_train: ArrayLike, y_train: ArrayLike, X_val: ArrayLike, y_val
     else:
         with one_blas_thread():
             best, val_aucs, coef, intercept = _fast_selection(
-                X_train, y_train, X_val, y_val, X_full, y_full, candidates, n_jobs, tol)
+                X_train, y_train, X_val, y_val, X_full, y_full, candidates, n_jobs, tol
+            )
         chosen = candidates[best]
 
     test_scores = X_test.astype(np.float64) @ coef + intercept
     return SelectionResult(
-        penalty=chosen.penalty, C=chosen.C, val_auc=float(val_aucs[best]),
-        test_auc=float(auc_columns(y_test, test_scores)[0]),   # roc_auc_score's value, without its checks
+        penalty=chosen.penalty,
+        C=chosen.C,
+        val_auc=float(val_aucs[best]),
+        test_auc=float(auc_columns(y_test, test_scores)[0]),  # roc_auc_score's value, without its checks
         test_auprc=float(average_precision_score(y_test, test_scores)),
-        seconds=time.perf_counter() - t0, val_aucs=[float(a) for a in val_aucs], degenerate=False,
-        method=method, index=best, coef=coef, intercept=intercept,
+        seconds=time.perf_counter() - t0,
+        val_aucs=[float(a) for a in val_aucs],
+        degenerate=False,
+        method=method,
+        index=best,
+        coef=coef,
+        intercept=intercept,
     )

@@ -4,7 +4,9 @@ section is `dpautogan`."""
 from dpsynth.models.generators.registry import Registration
 
 GENERATOR = Registration(
-    name="dpautogan", section="dpautogan",
+    name="dpautogan",
+    section="dpautogan",
     config="dpsynth.models.generators.dpautogan.config:DPAutoGANConfig",
     adapter="dpsynth.models.generators.dpautogan.adapter:DPAutoGAN",
-    sampler="dpsynth.models.generators.dpautogan.sampler:DPAutoGANSampler")
+    sampler="dpsynth.models.generators.dpautogan.sampler:DPAutoGANSampler",
+)

@@ -30,11 +30,17 @@ from dpsynth.models.generators.base import (
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
-    "q1": "autoencoder sampling rate q1", "sigma1": "autoencoder noise multiplier sigma1",
-    "C1": "autoencoder clipping norm C1", "q3": "critic sampling rate q3", "sigma3": "critic noise multiplier sigma3",
-    "C3": "critic clipping norm C3", "updates_per_generator_step": "critic updates per generator step",
-    "autoencoder_steps": "autoencoder steps", "latent_model": "latent model",
-    "sigma_latent": "Gaussian fit's noise multiplier", "sigma_moments": "moment query's noise multiplier",
+    "q1": "autoencoder sampling rate q1",
+    "sigma1": "autoencoder noise multiplier sigma1",
+    "C1": "autoencoder clipping norm C1",
+    "q3": "critic sampling rate q3",
+    "sigma3": "critic noise multiplier sigma3",
+    "C3": "critic clipping norm C3",
+    "updates_per_generator_step": "critic updates per generator step",
+    "autoencoder_steps": "autoencoder steps",
+    "latent_model": "latent model",
+    "sigma_latent": "Gaussian fit's noise multiplier",
+    "sigma_moments": "moment query's noise multiplier",
 }
 
 
@@ -65,8 +71,10 @@ def moment_columns(profile: Profile, schema) -> tuple[int, ...] | None:
     if target and target[0].stop - target[0].start == 1:
         columns.append(encoder.target_index)
     if not columns:
-        raise ConfigError("dpautogan.moment_noise: the schema has no continuous column and no binary target "
-                          "for the moment fit; set moment_noise to null")
+        raise ConfigError(
+            "dpautogan.moment_noise: the schema has no continuous column and no binary target "
+            "for the moment fit; set moment_noise to null"
+        )
     return tuple(columns)
 
 
@@ -93,8 +101,9 @@ def replace_one_epsilon_at(profile: Profile, step: int) -> float:
     from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
     from dpsynth.models.privacy.dpsgd_accountant import replace_one_epsilon
 
-    return replace_one_epsilon(phases_at(profile, step), profile.privacy.delta,
-                               extra_rho=marginals_rho(profile, ADD_REMOVE_ONE))
+    return replace_one_epsilon(
+        phases_at(profile, step), profile.privacy.delta, extra_rho=marginals_rho(profile, ADD_REMOVE_ONE)
+    )
 
 
 def checkpoint_steps(profile: Profile) -> list[int]:
@@ -102,7 +111,7 @@ def checkpoint_steps(profile: Profile) -> list[int]:
     0, then the end of phase 1 and every checkpoint after it; with the Gaussian latent model 0 and the fit."""
     c = profile.dpautogan
     if c.latent_model == "gaussian":
-        return [0, c.autoencoder_steps + 1]   # the autoencoder alone samples nothing: its Gaussian fit does
+        return [0, c.autoencoder_steps + 1]  # the autoencoder alone samples nothing: its Gaussian fit does
     total = c.autoencoder_steps + c.generator_steps
     later = [s for s in range(c.autoencoder_steps + 1, total + 1) if s % c.checkpoint_every == 0 or s == total]
     return [0, c.autoencoder_steps] + later
@@ -118,17 +127,28 @@ class DPAutoGAN(GeneratorType):
     def schedule(self, profile: Profile, setting: Setting) -> Schedule:
         steps = checkpoint_steps(profile)
         epsilons = [replace_one_epsilon_at(profile, s) for s in steps]
-        return Schedule(tuple(steps), tuple(epsilons), profile.dpautogan.autoencoder_steps + 1,
-                        "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps")
+        return Schedule(
+            tuple(steps),
+            tuple(epsilons),
+            profile.dpautogan.autoencoder_steps + 1,
+            "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps",
+        )
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
         from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
 
         groups = TableEncoder(job.schema).head_groups()
-        trainer = DPAutoGANTrainer(torch.from_numpy(job.data), groups, job.profile.dpautogan, job.profile.seed,
-                                   job.secret, job.directory / "checkpoints", delta=job.profile.privacy.delta,
-                                   reconstruction_weights=reconstruction_weights(job.profile, job.schema),
-                                   moment_columns=moment_columns(job.profile, job.schema))
+        trainer = DPAutoGANTrainer(
+            torch.from_numpy(job.data),
+            groups,
+            job.profile.dpautogan,
+            job.profile.seed,
+            job.secret,
+            job.directory / "checkpoints",
+            delta=job.profile.privacy.delta,
+            reconstruction_weights=reconstruction_weights(job.profile, job.schema),
+            moment_columns=moment_columns(job.profile, job.schema),
+        )
 
         def checkpoint(step: int, _: float) -> None:
             if progress is not None:
@@ -136,61 +156,100 @@ class DPAutoGAN(GeneratorType):
 
         result = trainer.run(progress=checkpoint, last_step=plan.last)
         shown = set(plan.iterations)
-        ledger = [{"iteration": e["step"], "epsilon": replace_one_epsilon_at(job.profile, e["step"]),
-                   "epsilon_add_remove": e["epsilon"], "generator": e["release"], "sha256": e["sha256"],
-                   "phase": e["phase"]}
-                  for e in result.checkpoints if e["step"] in shown]
+        ledger = [
+            {
+                "iteration": e["step"],
+                "epsilon": replace_one_epsilon_at(job.profile, e["step"]),
+                "epsilon_add_remove": e["epsilon"],
+                "generator": e["release"],
+                "sha256": e["sha256"],
+                "phase": e["phase"],
+            }
+            for e in result.checkpoints
+            if e["step"] in shown
+        ]
         return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.dpautogan
-        autoencoder = {"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
-                       "autoencoder_steps": c.autoencoder_steps}
+        autoencoder = {
+            "q1": c.autoencoder_rate,
+            "sigma1": c.autoencoder_noise,
+            "C1": c.autoencoder_clip,
+            "autoencoder_steps": c.autoencoder_steps,
+        }
         if c.latent_model == "gaussian":
             moments = c.moment_noise is not None
             return PrivacyFacts(
                 generator=f"{self.label} (Gaussian latent model)",
-                mechanism=("the autoencoder by Poisson-subsampled Gaussian updates (DP-SGD; encoder and decoder "
-                           "clipped together), then one Gaussian mechanism on the sums of every training row's "
-                           "latent and its products (each row's share bounded by the latents' range [-1, 1])"
-                           + ("; then one more on the sums of the rows' continuous columns and binary target and "
-                              "their products (values clipped to [-1, 1]), to which the Gaussian is fitted through "
-                              "the decoder" if moments else "")),
+                mechanism=(
+                    "the autoencoder by Poisson-subsampled Gaussian updates (DP-SGD; encoder and decoder "
+                    "clipped together), then one Gaussian mechanism on the sums of every training row's "
+                    "latent and its products (each row's share bounded by the latents' range [-1, 1])"
+                    + (
+                        "; then one more on the sums of the rows' continuous columns and binary target and "
+                        "their products (values clipped to [-1, 1]), to which the Gaussian is fitted through "
+                        "the decoder"
+                        if moments
+                        else ""
+                    )
+                ),
                 accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis; the Gaussian fit"
-                           + (" and the moment query each" if moments else "") + " as rate 1), "
-                           "all phases added order by order, one composition per private query",
+                + (" and the moment query each" if moments else "")
+                + " as rate 1), "
+                "all phases added order by order, one composition per private query",
                 conversion=DPSGD_CONVERSION,
                 sampling=f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g}; "
-                         "every training row enters the Gaussian fit once"
-                         + (" and the moment query once" if moments else ""),
+                "every training row enters the Gaussian fit once" + (" and the moment query once" if moments else ""),
                 adjacency=DPSGD_ADJACENCY,
-                sanitised=("each autoencoder update clips every row's gradient and adds Gaussian noise to the sum; "
-                           "the Gaussian fit adds noise to the latents' sums"
-                           + ("; the moment query to the moments' sums" if moments else "")
-                           + "; the released decoder, mean and covariance read the data only through them; the "
-                           "Poisson batches and the noise come from a secret drawn for the run"),
+                sanitised=(
+                    "each autoencoder update clips every row's gradient and adds Gaussian noise to the sum; "
+                    "the Gaussian fit adds noise to the latents' sums"
+                    + ("; the moment query to the moments' sums" if moments else "")
+                    + "; the released decoder, mean and covariance read the data only through them; the "
+                    "Poisson batches and the noise come from a secret drawn for the run"
+                ),
                 imputation=NO_DONORS,
-                parameters={**autoencoder, "latent_model": "gaussian", "sigma_latent": c.latent_noise,
-                            **({"sigma_moments": c.moment_noise} if moments else {})},
-                labels=LABELS)
+                parameters={
+                    **autoencoder,
+                    "latent_model": "gaussian",
+                    "sigma_latent": c.latent_noise,
+                    **({"sigma_moments": c.moment_noise} if moments else {}),
+                },
+                labels=LABELS,
+            )
         return PrivacyFacts(
             generator=self.label,
-            mechanism=("Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "
-                       "clipped together), then the WGAN critic (each real row's pair gradient clipped)"),
+            mechanism=(
+                "Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "
+                "clipped together), then the WGAN critic (each real row's pair gradient clipped)"
+            ),
             accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
-                       "order (Lemma 1), one composition per private update",
+            "order (Lemma 1), one composition per private update",
             conversion=DPSGD_CONVERSION,
-            sampling=(f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
-                      f"and a critic batch with probability q3 = {c.critic_rate:g}, independently"),
+            sampling=(
+                f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
+                f"and a critic batch with probability q3 = {c.critic_rate:g}, independently"
+            ),
             adjacency=DPSGD_ADJACENCY,
-            sanitised=("each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
-                       "to the sum; the released decoder and generator read the data only through them; the "
-                       "Poisson batches and the noise come from a secret drawn for the run"),
+            sanitised=(
+                "each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
+                "to the sum; the released decoder and generator read the data only through them; the "
+                "Poisson batches and the noise come from a secret drawn for the run"
+            ),
             imputation=NO_DONORS,
-            parameters={"q1": c.autoencoder_rate, "sigma1": c.autoencoder_noise, "C1": c.autoencoder_clip,
-                        "q3": c.critic_rate, "sigma3": c.critic_noise, "C3": c.critic_clip,
-                        "updates_per_generator_step": c.critic_steps, "autoencoder_steps": c.autoencoder_steps},
-            labels=LABELS)
+            parameters={
+                "q1": c.autoencoder_rate,
+                "sigma1": c.autoencoder_noise,
+                "C1": c.autoencoder_clip,
+                "q3": c.critic_rate,
+                "sigma3": c.critic_noise,
+                "C3": c.critic_clip,
+                "updates_per_generator_step": c.critic_steps,
+                "autoencoder_steps": c.autoencoder_steps,
+            },
+            labels=LABELS,
+        )
 
     def checkpoint_interval(self, profile: Profile) -> int:
         return profile.dpautogan.checkpoint_every

@@ -24,8 +24,9 @@ def reconstruction_loss(recon: torch.Tensor, rows: torch.Tensor, weights: torch.
     return (loss if weights is None else loss * weights).sum(-1)
 
 
-def autoencoder_per_example(ae: Autoencoder, rows: torch.Tensor,
-                            weights: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def autoencoder_per_example(
+    ae: Autoencoder, rows: torch.Tensor, weights: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """Each row's gradient of its (weighted) reconstruction loss, for encoder AND decoder weights."""
 
     def loss_one(p, row):

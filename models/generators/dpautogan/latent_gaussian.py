@@ -31,16 +31,18 @@ def noisy_sums(stats: torch.Tensor, noise_multiplier: float, bound: float, rng: 
     return sums + torch.randn(sums.shape, generator=rng, dtype=torch.float64) * noise_multiplier * bound
 
 
-def fit_gaussian_latent(latents: torch.Tensor, noise_multiplier: float,
-                        rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def fit_gaussian_latent(
+    latents: torch.Tensor, noise_multiplier: float, rng: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gaussian mechanism on the latents' sums: N(0, (sigma x bound)^2) added once to each entry of
     the summed statistics (float64), then mean and covariance from the noisy sums divided by the number
     of rows (fixed between replace-one neighbours), the covariance projected onto the positive definite
     matrices (eigenvalues at least 1e-6). Returns the mean and a Cholesky factor of the covariance."""
     n, d = latents.shape
     # A row with a NaN latent (a diverged encoder) would carry NaN into the sums: zeroed, it stays in bound.
-    sums = noisy_sums(latent_statistics(zero_nonfinite_rows(latents.double())), noise_multiplier,
-                      gaussian_bound(d), rng)
+    sums = noisy_sums(
+        latent_statistics(zero_nonfinite_rows(latents.double())), noise_multiplier, gaussian_bound(d), rng
+    )
     mean = sums[:d] / n
     upper = torch.triu_indices(d, d)
     second = torch.zeros(d, d, dtype=torch.float64)
@@ -56,7 +58,7 @@ def moment_statistics(rows: torch.Tensor, binary: list[bool]) -> torch.Tensor:
     not binary (a binary column is +-1, so its square is 1 on every row and tells nothing)."""
     m = rows.shape[1]
     upper = torch.triu_indices(m, m)
-    keep = [(i != j) or not binary[i] for i, j in zip(upper[0].tolist(), upper[1].tolist())]
+    keep = [(i != j) or not binary[i] for i, j in zip(upper[0].tolist(), upper[1].tolist(), strict=False)]
     upper = upper[:, torch.tensor(keep, dtype=torch.bool)]
     return torch.cat([rows, rows[:, upper[0]] * rows[:, upper[1]]], 1)
 
@@ -89,8 +91,14 @@ def moment_spread_from(decoded: torch.Tensor, binary: list[bool], spread: float)
     return center, width
 
 
-def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: float, rng: torch.Generator,
-                    center: torch.Tensor | None = None, width: torch.Tensor | None = None) -> torch.Tensor:
+def private_moments(
+    rows: torch.Tensor,
+    binary: list[bool],
+    noise_multiplier: float,
+    rng: torch.Generator,
+    center: torch.Tensor | None = None,
+    width: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The Gaussian mechanism on the sums of the rows' `moment_statistics` (values spread by `center` and
     `width` when given, which must not depend on the rows themselves, then clipped to [-1, 1], so one row
     moves the sums by at most `moment_bound`): N(0, (sigma x bound)^2) once per entry, float64, divided by
@@ -99,10 +107,20 @@ def private_moments(rows: torch.Tensor, binary: list[bool], noise_multiplier: fl
     return noisy_sums(stats, noise_multiplier, moment_bound(rows.shape[1], sum(binary)), rng) / rows.shape[0]
 
 
-def match_decoded_moments(decoder: Decoder, mean: torch.Tensor, scale: torch.Tensor, columns: tuple[int, ...],
-                          binary: list[bool], targets: torch.Tensor, steps: int, anchor: float,
-                          rng: torch.Generator, draws: int = 16384, center: torch.Tensor | None = None,
-                          width: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def match_decoded_moments(
+    decoder: Decoder,
+    mean: torch.Tensor,
+    scale: torch.Tensor,
+    columns: tuple[int, ...],
+    binary: list[bool],
+    targets: torch.Tensor,
+    steps: int,
+    anchor: float,
+    rng: torch.Generator,
+    draws: int = 16384,
+    center: torch.Tensor | None = None,
+    width: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Post-processing of private outputs only: move the Gaussian latent's mean and Cholesky factor so
     that the decoded rows' expected `moment_statistics` on `columns` come close to `targets` (the private
     moments), by `steps` Adam steps on fixed N(0, I) draws from `rng`, plus `anchor` times the squared
@@ -122,12 +140,13 @@ def match_decoded_moments(decoder: Decoder, mean: torch.Tensor, scale: torch.Ten
             z = mu + eps @ torch.tril(factor).T
             z = z + (z.clamp(-1.0, 1.0) - z).detach()
             got = moment_statistics(spread_columns(decoder(z)[:, list(columns)], center, width), binary).mean(0)
-            loss = ((got - wanted) ** 2).sum() + anchor * (((mu - mean) ** 2).sum()
-                                                           + ((torch.tril(factor) - scale) ** 2).sum())
+            loss = ((got - wanted) ** 2).sum() + anchor * (
+                ((mu - mean) ** 2).sum() + ((torch.tril(factor) - scale) ** 2).sum()
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
     finally:
-        for p, was in zip(decoder.parameters(), trainable):
+        for p, was in zip(decoder.parameters(), trainable, strict=False):
             p.requires_grad_(was)
     return mu.detach(), torch.tril(factor.detach())

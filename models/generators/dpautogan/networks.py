@@ -48,8 +48,15 @@ def check_groups(groups, width: int) -> tuple[tuple[int, int, str], ...]:
 class Autoencoder(nn.Module):
     """Encoder rows -> latents in [-1, 1] (Tanh); decoder latents -> rows through `OutputHead`."""
 
-    def __init__(self, width: int, latent_dim: int, encoder_hidden: tuple[int, ...],
-                 decoder_hidden: tuple[int, ...], head: str, groups):
+    def __init__(
+        self,
+        width: int,
+        latent_dim: int,
+        encoder_hidden: tuple[int, ...],
+        decoder_hidden: tuple[int, ...],
+        head: str,
+        groups,
+    ):
         super().__init__()
         self.encoder = nn.Sequential(*_mlp(width, encoder_hidden, latent_dim), nn.Tanh())
         self.decoder = Decoder(latent_dim, decoder_hidden, width, head, groups)
@@ -115,11 +122,14 @@ class Critic(nn.Module):
 
 def check_level_decoding(level_decoding: str, head: str) -> None:
     if level_decoding not in LEVEL_DECODINGS:
-        raise ConfigError(f"dpautogan.level_decoding must be one of {', '.join(LEVEL_DECODINGS)}, "
-                          f"got {level_decoding!r}")
+        raise ConfigError(
+            f"dpautogan.level_decoding must be one of {', '.join(LEVEL_DECODINGS)}, got {level_decoding!r}"
+        )
     if level_decoding == "sample" and head != "typed":
-        raise ConfigError("dpautogan.level_decoding: sample needs head: typed (its softmax gives each one-hot "
-                          "group's level probabilities)")
+        raise ConfigError(
+            "dpautogan.level_decoding: sample needs head: typed (its softmax gives each one-hot "
+            "group's level probabilities)"
+        )
 
 
 @dataclass(frozen=True)
@@ -138,18 +148,32 @@ class ReleaseSpec:
     latent_model: str = "gan"
 
     def build(self) -> tuple[Decoder, LatentGenerator | GaussianLatent]:
-        latent = (GaussianLatent(self.latent_dim) if self.latent_model == "gaussian"
-                  else LatentGenerator(self.z_dim, self.generator_hidden, self.latent_dim))
+        latent = (
+            GaussianLatent(self.latent_dim)
+            if self.latent_model == "gaussian"
+            else LatentGenerator(self.z_dim, self.generator_hidden, self.latent_dim)
+        )
         return Decoder(self.latent_dim, self.decoder_hidden, self.width, self.head, self.groups), latent
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(decoder_hidden=list(self.decoder_hidden), generator_hidden=list(self.generator_hidden),
-                 groups=[list(g) for g in self.groups])
+        d.update(
+            decoder_hidden=list(self.decoder_hidden),
+            generator_hidden=list(self.generator_hidden),
+            groups=[list(g) for g in self.groups],
+        )
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ReleaseSpec:
-        return cls(int(d["width"]), int(d["latent_dim"]), int(d["z_dim"]), tuple(d["decoder_hidden"]),
-                   tuple(d["generator_hidden"]), d["head"], tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]),
-                   d.get("level_decoding", "argmax"), d.get("latent_model", "gan"))
+        return cls(
+            int(d["width"]),
+            int(d["latent_dim"]),
+            int(d["z_dim"]),
+            tuple(d["decoder_hidden"]),
+            tuple(d["generator_hidden"]),
+            d["head"],
+            tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]),
+            d.get("level_decoding", "argmax"),
+            d.get("latent_model", "gan"),
+        )

@@ -37,8 +37,9 @@ class DPAutoGANSampler:
         self.level_decoding = spec.level_decoding
 
     def sample(self, n_rows: int, seed: int) -> np.ndarray:
-        return sample_encoded(self.decoder, self.generator, n_rows, seed, batch=BATCH,
-                              level_decoding=self.level_decoding)
+        return sample_encoded(
+            self.decoder, self.generator, n_rows, seed, batch=BATCH, level_decoding=self.level_decoding
+        )
 
 
 def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, nn.Module, dict]:
@@ -51,8 +52,14 @@ def load_release(path: str | Path, sha256: str | None = None) -> tuple[Decoder, 
     return decoder.eval(), generator.eval(), blob
 
 
-def sample_encoded(decoder: Decoder, generator: LatentGenerator | GaussianLatent, n_rows: int, seed: int,
-                   batch: int = BATCH, level_decoding: str = "argmax") -> np.ndarray:
+def sample_encoded(
+    decoder: Decoder,
+    generator: LatentGenerator | GaussianLatent,
+    n_rows: int,
+    seed: int,
+    batch: int = BATCH,
+    level_decoding: str = "argmax",
+) -> np.ndarray:
     """n encoded rows in [-1, 1]: z ~ N(0, I) from `seed` -> generator -> decoder; with `level_decoding`
     "sample", each discrete column then gets a level drawn from the decoder's probabilities (uniforms
     from the same stream, after each batch's z; see `draw_levels`)."""
@@ -81,7 +88,7 @@ def draw_levels(rows: torch.Tensor, groups, binary, uniforms: torch.Tensor) -> t
     for g, (start, stop) in enumerate(groups):
         cumulative = torch.cumsum((rows[:, start:stop] + 1.0) * 0.5, dim=1)
         # Scaled by the row's total so rounding never leaves a uniform above the last level's sum.
-        threshold = uniforms[:, g:g + 1] * cumulative[:, -1:]
+        threshold = uniforms[:, g : g + 1] * cumulative[:, -1:]
         level = (cumulative <= threshold).sum(dim=1).clamp(max=stop - start - 1)
         block = torch.full_like(rows[:, start:stop], -1.0)
         block[torch.arange(rows.shape[0]), level] = 1.0

@@ -163,9 +163,19 @@ class DPAutoGANTrainer:
     blocks). `run()` trains both phases, resuming from `checkpoint_dir` when a training state is there,
     and returns the ledger of released (decoder, generator) checkpoints with their epsilons."""
 
-    def __init__(self, data: torch.Tensor, groups, config: DPAutoGANConfig, seed: int, secret: PrivacySecret,
-                 checkpoint_dir: str | Path, *, delta: float, reconstruction_weights: tuple[float, ...] | None = None,
-                 moment_columns: tuple[int, ...] | None = None):
+    def __init__(
+        self,
+        data: torch.Tensor,
+        groups,
+        config: DPAutoGANConfig,
+        seed: int,
+        secret: PrivacySecret,
+        checkpoint_dir: str | Path,
+        *,
+        delta: float,
+        reconstruction_weights: tuple[float, ...] | None = None,
+        moment_columns: tuple[int, ...] | None = None,
+    ):
         self.config = cfg = config
         self.delta = float(delta)
         self.data = torch.as_tensor(data, dtype=torch.float32)
@@ -174,24 +184,36 @@ class DPAutoGANTrainer:
         # The sanitised sums' divisors: the expected batches q n (never a drawn batch's size).
         self.ae_divisor, self.critic_divisor = self.ae_rate * n, self.critic_rate * n
         self.reconstruction_weights = _reconstruction_weights(reconstruction_weights, width)
-        self.loss_weights = (None if self.reconstruction_weights is None else
-                             torch.tensor(self.reconstruction_weights, dtype=torch.float32))
+        self.loss_weights = (
+            None
+            if self.reconstruction_weights is None
+            else torch.tensor(self.reconstruction_weights, dtype=torch.float32)
+        )
         self._binary = set(binary_columns(check_groups(groups, width)))
         self.moment_columns = _moment_columns(moment_columns, cfg, width)
-        self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, cfg.decoder_hidden, cfg.generator_hidden, cfg.head,
-                                check_groups(groups, width), cfg.level_decoding, cfg.latent_model)
+        self.spec = ReleaseSpec(
+            width,
+            cfg.latent_dim,
+            cfg.z_dim,
+            cfg.decoder_hidden,
+            cfg.generator_hidden,
+            cfg.head,
+            check_groups(groups, width),
+            cfg.level_decoding,
+            cfg.latent_model,
+        )
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(int(seed))
         self.autoencoder = Autoencoder(width, cfg.latent_dim, cfg.encoder_hidden, cfg.decoder_hidden, cfg.head, groups)
         self.generator = LatentGenerator(cfg.z_dim, cfg.generator_hidden, cfg.latent_dim)
-        self.gaussian = GaussianLatent(cfg.latent_dim)   # fitted by the "gaussian" latent model only
+        self.gaussian = GaussianLatent(cfg.latent_dim)  # fitted by the "gaussian" latent model only
         self.critic = Critic(width if cfg.critic_space == "data" else cfg.latent_dim, cfg.critic_hidden)
         for net in (self.autoencoder, self.generator, self.critic):
             init_generator_(net, "default", self.rng)  # PyTorch's default init, drawn from the seed's stream
         self.sampling_rng = secret.torch("dpautogan-sampling")
         self.noise_rng = secret.torch("dpautogan-noise")
-        self.fake_key = secret.seed("dpautogan-fakes")   # `position_latents`: the critic's fakes per row
+        self.fake_key = secret.seed("dpautogan-fakes")  # `position_latents`: the critic's fakes per row
         self.opt_ae = torch.optim.Adam(self.autoencoder.parameters(), lr=cfg.lr_autoencoder, betas=(0.9, 0.999))
         self.opt_critic = torch.optim.RMSprop(self.critic.parameters(), lr=cfg.lr_critic, alpha=0.99)
         self.opt_g = torch.optim.RMSprop(self.generator.parameters(), lr=cfg.lr_generator, alpha=0.99)
@@ -243,8 +265,13 @@ class DPAutoGANTrainer:
         with torch.no_grad():
             fake_latents = self.generator(position_latents(self.fake_key, update, index, cfg.z_dim))
             real, fake = self.critic_inputs(self.data[index], fake_latents)
-        parts = sanitize(critic_per_pair(self.critic, real, fake), cfg.critic_clip, cfg.critic_noise,
-                         self.critic_divisor, self.noise_rng)
+        parts = sanitize(
+            critic_per_pair(self.critic, real, fake),
+            cfg.critic_clip,
+            cfg.critic_noise,
+            self.critic_divisor,
+            self.noise_rng,
+        )
         apply_gradient(self.critic, parts.total, self.opt_critic)
         return int(index.numel()), parts
 
@@ -253,7 +280,7 @@ class DPAutoGANTrainer:
         _, fake = self.critic_inputs(self.data[:0], self.fake_latents(self.config.generator_batch))
         loss = -self.critic(fake).mean()
         grads = torch.autograd.grad(loss, list(self.generator.parameters()))
-        for p, g in zip(self.generator.parameters(), grads):
+        for p, g in zip(self.generator.parameters(), grads, strict=False):
             p.grad = g
         self.opt_g.step()
         return float(loss.detach())
@@ -278,15 +305,26 @@ class DPAutoGANTrainer:
             raise ConfigError("a decoded-moment fit needs dpautogan.latent_model gaussian and dpautogan.moment_noise")
         binary = [c in self._binary for c in columns]
         center = width = None
-        if cfg.moment_spread is not None:   # from rows the private Gaussian and decoder make: post-processing
+        if cfg.moment_spread is not None:  # from rows the private Gaussian and decoder make: post-processing
             with torch.no_grad():
                 z = self.gaussian(torch.randn(16384, cfg.latent_dim, generator=self.rng))
-                center, width = moment_spread_from(self.autoencoder.decoder(z)[:, list(columns)], binary,
-                                                   cfg.moment_spread)
+                center, width = moment_spread_from(
+                    self.autoencoder.decoder(z)[:, list(columns)], binary, cfg.moment_spread
+                )
         targets = private_moments(self.data[:, list(columns)], binary, noise, self.noise_rng, center, width)
-        mean, scale = match_decoded_moments(self.autoencoder.decoder, self.gaussian.mean, self.gaussian.scale,
-                                            columns, binary, targets, cfg.moment_steps, cfg.moment_anchor, self.rng,
-                                            center=center, width=width)
+        mean, scale = match_decoded_moments(
+            self.autoencoder.decoder,
+            self.gaussian.mean,
+            self.gaussian.scale,
+            columns,
+            binary,
+            targets,
+            cfg.moment_steps,
+            cfg.moment_anchor,
+            self.rng,
+            center=center,
+            width=width,
+        )
         self.gaussian.mean.copy_(mean)
         self.gaussian.scale.copy_(scale)
         return int(self.data.shape[0])
@@ -333,37 +371,64 @@ class DPAutoGANTrainer:
     def _save_checkpoint(self) -> None:
         step, eps = self.step_index, self.epsilon()
         release = self.dir / f"release_{step:06d}.pt"
-        digest = save_verified({"spec": self.spec.to_dict(), "decoder": self.autoencoder.decoder.state_dict(),
-                                "generator": self.released_latent().state_dict(), "step": step, "epsilon": eps,
-                                "delta": self.delta, "adjacency": ADJACENCY}, release)
+        digest = save_verified(
+            {
+                "spec": self.spec.to_dict(),
+                "decoder": self.autoencoder.decoder.state_dict(),
+                "generator": self.released_latent().state_dict(),
+                "step": step,
+                "epsilon": eps,
+                "delta": self.delta,
+                "adjacency": ADJACENCY,
+            },
+            release,
+        )
         self.ledger = [e for e in self.ledger if e["step"] < step] + [
-            {"step": step,
-             "phase": "autoencoder" if step <= self.config.autoencoder_steps else self.config.latent_model,
-             "epsilon": eps, "release": release.name, "sha256": digest}]
+            {
+                "step": step,
+                "phase": "autoencoder" if step <= self.config.autoencoder_steps else self.config.latent_model,
+                "epsilon": eps,
+                "release": release.name,
+                "sha256": digest,
+            }
+        ]
         state = {
-            "step": step, **self._written_for(),
-            "autoencoder": self.autoencoder.state_dict(), "generator": self.generator.state_dict(),
-            "critic": self.critic.state_dict(), "gaussian": self.gaussian.state_dict(),
-            "opt_ae": self.opt_ae.state_dict(), "opt_critic": self.opt_critic.state_dict(),
+            "step": step,
+            **self._written_for(),
+            "autoencoder": self.autoencoder.state_dict(),
+            "generator": self.generator.state_dict(),
+            "critic": self.critic.state_dict(),
+            "gaussian": self.gaussian.state_dict(),
+            "opt_ae": self.opt_ae.state_dict(),
+            "opt_critic": self.opt_critic.state_dict(),
             "opt_g": self.opt_g.state_dict(),
-            "accountant": self.accountant.state_dict(), "rng": self.rng.get_state(),
-            "sampling_rng": self.sampling_rng.get_state(), "noise_rng": self.noise_rng.get_state(),
+            "accountant": self.accountant.state_dict(),
+            "rng": self.rng.get_state(),
+            "sampling_rng": self.sampling_rng.get_state(),
+            "noise_rng": self.noise_rng.get_state(),
             "ledger": self.ledger,
         }
         save_training_state(state, self.dir / STATE_FILE)
-        write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": ADJACENCY,
-                                      "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
+        write_text_atomic(
+            json.dumps(
+                {"mechanism": self.accountant.mechanism, "adjacency": ADJACENCY, "checkpoints": self.ledger}, indent=1
+            ),
+            self.dir / LEDGER_FILE,
+        )
 
     def _written_for(self) -> dict:
         """What a training state must have been written for to be resumed here."""
-        return {"config": self.config.model_dump(), "delta": self.delta,
-                "reconstruction_weights": self.reconstruction_weights, "moment_columns": self.moment_columns,
-                "rows": int(self.data.shape[0])}
+        return {
+            "config": self.config.model_dump(),
+            "delta": self.delta,
+            "reconstruction_weights": self.reconstruction_weights,
+            "moment_columns": self.moment_columns,
+            "rows": int(self.data.shape[0]),
+        }
 
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it)."""
-        state, self.resume_notes = resume_state(
-            self.dir / STATE_FILE, "step", written_for=self._written_for())
+        state, self.resume_notes = resume_state(self.dir / STATE_FILE, "step", written_for=self._written_for())
         if state is None:
             return False
         self.step_index = state["step"]
@@ -378,10 +443,16 @@ class DPAutoGANTrainer:
 
     def _checkpoint_due(self) -> bool:
         return self.step_index % self.config.checkpoint_every == 0 or self.step_index in (
-            self.config.autoencoder_steps, self.config.total_steps)
+            self.config.autoencoder_steps,
+            self.config.total_steps,
+        )
 
-    def run(self, stop_after: int | None = None,
-            progress: Callable[[int, float], None] | None = None, last_step: int | None = None) -> TrainingResult:
+    def run(
+        self,
+        stop_after: int | None = None,
+        progress: Callable[[int, float], None] | None = None,
+        last_step: int | None = None,
+    ) -> TrainingResult:
         """Train both phases to `last_step` (default: the end), checkpointing as the module notes say.
         `stop_after` ends the call after that many steps (simulates an interruption). `progress(step,
         epsilon)` at every checkpoint."""
@@ -407,8 +478,10 @@ def _reconstruction_weights(weights, width: int) -> tuple[float, ...] | None:
         return None
     weights = tuple(float(w) for w in weights)
     if len(weights) != width or not all(math.isfinite(w) and w > 0 for w in weights):
-        raise ConfigError(f"dpautogan reconstruction weights: {width} finite numbers > 0 expected, one per "
-                          f"encoded column (got {len(weights)})")
+        raise ConfigError(
+            f"dpautogan reconstruction weights: {width} finite numbers > 0 expected, one per "
+            f"encoded column (got {len(weights)})"
+        )
     return weights
 
 

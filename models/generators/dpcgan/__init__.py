@@ -4,7 +4,9 @@ is `dpcgan`."""
 from dpsynth.models.generators.registry import Registration
 
 GENERATOR = Registration(
-    name="dpcgan", section="dpcgan",
+    name="dpcgan",
+    section="dpcgan",
     config="dpsynth.models.generators.dpcgan.config:DPCGANConfig",
     adapter="dpsynth.models.generators.dpcgan.adapter:DPCGAN",
-    sampler="dpsynth.models.generators.dpcgan.sampler:DPCGANSampler")
+    sampler="dpsynth.models.generators.dpcgan.sampler:DPCGANSampler",
+)

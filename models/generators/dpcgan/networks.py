@@ -24,8 +24,10 @@ def check_groups(groups, out_width: int, target_index: int) -> list[tuple[int, i
     """The encoder's (start, stop, kind) blocks; the target must be one of them, binary."""
     checked = [(int(g[0]), int(g[1]), str(g[2])) for g in groups]
     if not any(g == (target_index, target_index + 1, "binary") for g in checked):
-        raise ConfigError(f"encoded column {target_index} is not a binary block of the encoding: DP-CGAN "
-                          "conditions on a binary target column")
+        raise ConfigError(
+            f"encoded column {target_index} is not a binary block of the encoding: DP-CGAN "
+            "conditions on a binary target column"
+        )
     if checked and max(g[1] for g in checked) > out_width:
         raise ConfigError(f"the encoding's blocks reach past the encoded width {out_width}")
     return checked
@@ -36,8 +38,7 @@ class ConditionalGenerator(nn.Module):
 
     The "gumbel" head also reads one Uniform(0, 1) per encoded column (`head_noise`)."""
 
-    def __init__(self, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str,
-                 groups, target_index: int):
+    def __init__(self, z_dim: int, hidden: tuple[int, ...], out_width: int, head: str, groups, target_index: int):
         super().__init__()
         if head not in HEADS:
             raise ConfigError(f"the output head must be one of {', '.join(HEADS)}, got {head!r}")
@@ -97,16 +98,27 @@ class CGANGeneratorSpec:
     label_prior: float
 
     def build(self) -> ConditionalGenerator:
-        return ConditionalGenerator(self.z_dim, self.hidden, self.out_width, self.head, self.groups,
-                                    self.target_index)
+        return ConditionalGenerator(self.z_dim, self.hidden, self.out_width, self.head, self.groups, self.target_index)
 
     def to_dict(self) -> dict:
-        return {"z_dim": self.z_dim, "hidden": list(self.hidden), "out_width": self.out_width, "head": self.head,
-                "groups": [list(g) for g in self.groups], "target_index": self.target_index,
-                "label_prior": self.label_prior}
+        return {
+            "z_dim": self.z_dim,
+            "hidden": list(self.hidden),
+            "out_width": self.out_width,
+            "head": self.head,
+            "groups": [list(g) for g in self.groups],
+            "target_index": self.target_index,
+            "label_prior": self.label_prior,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> CGANGeneratorSpec:
-        return cls(int(d["z_dim"]), tuple(d["hidden"]), int(d["out_width"]), d["head"],
-                   tuple((int(g[0]), int(g[1]), str(g[2])) for g in d["groups"]), int(d["target_index"]),
-                   float(d["label_prior"]))
+        return cls(
+            int(d["z_dim"]),
+            tuple(d["hidden"]),
+            int(d["out_width"]),
+            d["head"],
+            tuple((int(g[0]), int(g[1]), str(g[2])) for g in d["groups"]),
+            int(d["target_index"]),
+            float(d["label_prior"]),
+        )

@@ -39,8 +39,14 @@ def load_generator(path: str | Path, sha256: str | None = None) -> tuple[Conditi
     return gen, blob
 
 
-def sample_encoded(gen: ConditionalGenerator, n_rows: int, seed: int, label: int | None = None,
-                   label_prior: float = 0.5, batch: int = BATCH) -> np.ndarray:
+def sample_encoded(
+    gen: ConditionalGenerator,
+    n_rows: int,
+    seed: int,
+    label: int | None = None,
+    label_prior: float = 0.5,
+    batch: int = BATCH,
+) -> np.ndarray:
     """n encoded rows: all with `label` (0 or 1), or labels drawn from the public `label_prior`."""
     if label not in (None, 0, 1):
         raise ConfigError(f"a DP-CGAN label is 0 or 1, got {label!r}")

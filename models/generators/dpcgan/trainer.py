@@ -101,8 +101,10 @@ LEDGER_FILE = "ledger.json"
 # The sanitised discriminator gradient
 # ---------------------------------------------------------------------------------------------------
 
-def per_sample_gradients(disc: ConditionalDiscriminator, rows: torch.Tensor, labels: torch.Tensor,
-                         real: bool) -> dict[str, torch.Tensor]:
+
+def per_sample_gradients(
+    disc: ConditionalDiscriminator, rows: torch.Tensor, labels: torch.Tensor, real: bool
+) -> dict[str, torch.Tensor]:
     """Each row's gradient of its own loss (real: -log D; fake: -log(1 - D)), per parameter name,
     shape [rows, *parameter shape]. LayerNorm works on one row at a time, so one row's gradient does
     not depend on the other rows of the batch."""
@@ -126,9 +128,17 @@ class SanitizedGradient:
     total: dict[str, torch.Tensor]
 
 
-def sanitized_gradient(disc: ConditionalDiscriminator, real: torch.Tensor, real_labels: torch.Tensor,
-                       fake: torch.Tensor, fake_labels: torch.Tensor, clip: float, noise_multiplier: float,
-                       expected_batch: float, noise_rng: torch.Generator | None) -> SanitizedGradient:
+def sanitized_gradient(
+    disc: ConditionalDiscriminator,
+    real: torch.Tensor,
+    real_labels: torch.Tensor,
+    fake: torch.Tensor,
+    fake_labels: torch.Tensor,
+    clip: float,
+    noise_multiplier: float,
+    expected_batch: float,
+    noise_rng: torch.Generator | None,
+) -> SanitizedGradient:
     """The discriminator's gradient: real and fake per-example gradients clipped separately to `clip`,
     Gaussian noise of standard deviation noise_multiplier * clip on the real sum only (drawn from
     `noise_rng`, in the order of `disc.named_parameters()`), all divided by `expected_batch`."""
@@ -142,6 +152,7 @@ def sanitized_gradient(disc: ConditionalDiscriminator, real: torch.Tensor, real_
 # ---------------------------------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class StepInfo:
@@ -171,8 +182,18 @@ class DPCGANTrainer:
     `run(last_iteration)` trains (resuming from `checkpoint_dir/training_state.pt` when present) and
     returns the ledger of generator checkpoints with their epsilons (add/remove-one; module notes)."""
 
-    def __init__(self, data: torch.Tensor, target_index: int, groups, config: DPCGANConfig, seed: int,
-                 secret: PrivacySecret, checkpoint_dir: str | Path, *, delta: float):
+    def __init__(
+        self,
+        data: torch.Tensor,
+        target_index: int,
+        groups,
+        config: DPCGANConfig,
+        seed: int,
+        secret: PrivacySecret,
+        checkpoint_dir: str | Path,
+        *,
+        delta: float,
+    ):
         self.config, self.delta = config, float(delta)
         self.data = torch.as_tensor(data, dtype=torch.float32)
         n, width = self.data.shape
@@ -181,9 +202,15 @@ class DPCGANTrainer:
         # The sanitised sum's divisor: the expected batch q n (never the drawn batch's size).
         self.expected_batch = self.sample_rate * n
         self.fake_rows = max(1, round(self.expected_batch))
-        self.spec = CGANGeneratorSpec(config.z_dim, config.generator_hidden, width, config.head,
-                                      tuple(check_groups(groups, width, target_index)), int(target_index),
-                                      config.label_prior)
+        self.spec = CGANGeneratorSpec(
+            config.z_dim,
+            config.generator_hidden,
+            width,
+            config.head,
+            tuple(check_groups(groups, width, target_index)),
+            int(target_index),
+            config.label_prior,
+        )
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(int(seed))
@@ -200,8 +227,9 @@ class DPCGANTrainer:
         if config.discriminator_optimizer == "sgd":
             self.opt_d = torch.optim.SGD(self.discriminator.parameters(), lr=config.lr_discriminator)
         else:
-            self.opt_d = torch.optim.Adam(self.discriminator.parameters(), lr=config.lr_discriminator,
-                                          betas=config.betas)
+            self.opt_d = torch.optim.Adam(
+                self.discriminator.parameters(), lr=config.lr_discriminator, betas=config.betas
+            )
         from dpsynth.models.privacy.dpsgd_accountant import DPSGDAccountant  # here: sampling needs no Opacus
 
         self.accountant = DPSGDAccountant(self.sample_rate, config.noise_multiplier)
@@ -226,8 +254,17 @@ class DPCGANTrainer:
         index = self.draw_real_batch()
         with torch.no_grad():
             fake, fake_labels = self.draw_fake(self.fake_rows)
-        parts = sanitized_gradient(self.discriminator, self.data[index], self.labels[index], fake, fake_labels,
-                                   cfg.clip, cfg.noise_multiplier, self.expected_batch, self.noise_rng)
+        parts = sanitized_gradient(
+            self.discriminator,
+            self.data[index],
+            self.labels[index],
+            fake,
+            fake_labels,
+            cfg.clip,
+            cfg.noise_multiplier,
+            self.expected_batch,
+            self.noise_rng,
+        )
         apply_gradient(self.discriminator, parts.total, self.opt_d)
         return int(index.numel()), parts
 
@@ -260,11 +297,20 @@ class DPCGANTrainer:
         it = self.iteration
         eps = self.epsilon()
         gen_file = self.dir / f"generator_{it:06d}.pt"
-        digest = save_verified({"spec": self.spec.to_dict(), "state_dict": self.generator.state_dict(),
-                                "iteration": it, "epsilon": eps, "delta": self.delta,
-                                "adjacency": "add/remove-one"}, gen_file)
+        digest = save_verified(
+            {
+                "spec": self.spec.to_dict(),
+                "state_dict": self.generator.state_dict(),
+                "iteration": it,
+                "epsilon": eps,
+                "delta": self.delta,
+                "adjacency": "add/remove-one",
+            },
+            gen_file,
+        )
         self.ledger = [e for e in self.ledger if e["iteration"] < it] + [
-            {"iteration": it, "epsilon": eps, "generator": gen_file.name, "sha256": digest}]
+            {"iteration": it, "epsilon": eps, "generator": gen_file.name, "sha256": digest}
+        ]
         state = {
             "iteration": it,
             **self._written_for(),
@@ -279,8 +325,13 @@ class DPCGANTrainer:
             "ledger": self.ledger,
         }
         save_training_state(state, self.dir / STATE_FILE)
-        write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism, "adjacency": "add/remove-one",
-                                       "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
+        write_text_atomic(
+            json.dumps(
+                {"mechanism": self.accountant.mechanism, "adjacency": "add/remove-one", "checkpoints": self.ledger},
+                indent=1,
+            ),
+            self.dir / LEDGER_FILE,
+        )
 
     def _written_for(self) -> dict:
         """What a training state must have been written for to be resumed here."""
@@ -289,7 +340,8 @@ class DPCGANTrainer:
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it)."""
         state, self.resume_notes = resume_state(
-            self.dir / STATE_FILE, "iteration", written_for={**self._written_for(), "rows": self.data.shape[0]})
+            self.dir / STATE_FILE, "iteration", written_for={**self._written_for(), "rows": self.data.shape[0]}
+        )
         if state is None:
             return False
         self.iteration = state["iteration"]
@@ -304,8 +356,12 @@ class DPCGANTrainer:
         self.ledger = state["ledger"]
         return True
 
-    def run(self, last_iteration: int | None = None, stop_after: int | None = None,
-            progress: Callable[[int, float], None] | None = None) -> TrainingResult:
+    def run(
+        self,
+        last_iteration: int | None = None,
+        stop_after: int | None = None,
+        progress: Callable[[int, float], None] | None = None,
+    ) -> TrainingResult:
         """Train to `last_iteration` (default: config.iterations), checkpointing every `checkpoint_every`
         updates. `stop_after` ends the call after that many updates (simulates an interruption).
         `progress(iteration, epsilon)` is called at every checkpoint."""

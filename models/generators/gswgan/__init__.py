@@ -4,7 +4,9 @@ through the sanitised gradients of the critics its rows query. Its profile secti
 from dpsynth.models.generators.registry import Registration
 
 GENERATOR = Registration(
-    name="gswgan", section="gan",
+    name="gswgan",
+    section="gan",
     config="dpsynth.models.generators.gswgan.config:GanConfig",
     adapter="dpsynth.models.generators.gswgan.adapter:GSWGAN",
-    sampler="dpsynth.models.generators.gswgan.sampler:GSWGANSampler")
+    sampler="dpsynth.models.generators.gswgan.sampler:GSWGANSampler",
+)

@@ -92,8 +92,10 @@ class GanConfig(SectionConfig):
         if iterations % every:
             raise ValueError(f"iterations ({iterations}) must be a multiple of checkpoint_every (got {every})")
         if iterations // every > MAX_CHECKPOINTS:
-            raise ValueError(f"gives {iterations // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
-                             f"(got {every} for {iterations} iterations)")
+            raise ValueError(
+                f"gives {iterations // every} checkpoints, at most {MAX_CHECKPOINTS} are allowed "
+                f"(got {every} for {iterations} iterations)"
+            )
         return every
 
     @classmethod

@@ -37,7 +37,7 @@ def pretrain_matmul_dtype(gan: GanConfig, device: torch.device | str) -> torch.d
 
 
 def _cpu_has_native_bfloat16() -> bool:
-    try:   # oneDNN's own check (AVX512-BF16, AMX); a build without it has no native bfloat16 path
+    try:  # oneDNN's own check (AVX512-BF16, AMX); a build without it has no native bfloat16 path
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
@@ -47,8 +47,10 @@ def kernels_in_use(gan: GanConfig, device: torch.device | str) -> dict[str, str]
     """What `gan.kernels` resolves to here, per inner loop ("native": the C kernels; "torch": tensor code)."""
     critics = use_native_critics(gan.kernels, gan.critic_hidden, gan.critic_batchnorm, device)
     batchnorm = use_native_batchnorm(gan.kernels, device, pretrain_matmul_dtype(gan, device))
-    return {"critic_updates": "native" if critics else "torch",
-            "pretrain_batchnorm": "native" if batchnorm else "torch"}
+    return {
+        "critic_updates": "native" if critics else "torch",
+        "pretrain_batchnorm": "native" if batchnorm else "torch",
+    }
 
 
 @contextmanager

@@ -33,6 +33,18 @@ class FusedAdamStep:
         exp_avg, exp_avg_sq, steps = self._state
         torch._foreach_add_(steps, 1)
         grads = cast("list[torch.Tensor]", [p.grad for p in self.params])  # every one set by the backward pass
-        torch._fused_adam_(self.params, grads, exp_avg, exp_avg_sq, [], steps,
-                           lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1],
-                           weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False, maximize=False)
+        torch._fused_adam_(
+            self.params,
+            grads,
+            exp_avg,
+            exp_avg_sq,
+            [],
+            steps,
+            lr=group["lr"],
+            beta1=group["betas"][0],
+            beta2=group["betas"][1],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            amsgrad=False,
+            maximize=False,
+        )

@@ -35,17 +35,29 @@ class GeneratorSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GeneratorSpec:
         condition = d.get("condition")
-        return cls(d["z_dim"], tuple(d["hidden"]), d["out_width"], d["head"], tuple(tuple(g) for g in d["groups"]),
-                   (int(condition[0]), float(condition[1])) if condition is not None else None)
+        return cls(
+            d["z_dim"],
+            tuple(d["hidden"]),
+            d["out_width"],
+            d["head"],
+            tuple(tuple(g) for g in d["groups"]),
+            (int(condition[0]), float(condition[1])) if condition is not None else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"z_dim": self.z_dim, "hidden": list(self.hidden), "out_width": self.out_width,
-                "head": self.head, "groups": [list(g) for g in self.groups],
-                "condition": list(self.condition) if self.condition is not None else None}
+        return {
+            "z_dim": self.z_dim,
+            "hidden": list(self.hidden),
+            "out_width": self.out_width,
+            "head": self.head,
+            "groups": [list(g) for g in self.groups],
+            "condition": list(self.condition) if self.condition is not None else None,
+        }
 
 
-def generator_spec(gan: GanConfig, out_width: int, groups: Sequence[HeadGroup],
-                   condition: tuple[int, float] | None = None) -> GeneratorSpec:
+def generator_spec(
+    gan: GanConfig, out_width: int, groups: Sequence[HeadGroup], condition: tuple[int, float] | None = None
+) -> GeneratorSpec:
     """The spec of the generator the section `gan` trains, for rows `out_width` encoded columns wide."""
     return GeneratorSpec(gan.z_dim, tuple(gan.generator_hidden), out_width, gan.output_head, tuple(groups), condition)
 
@@ -61,8 +73,9 @@ def target_condition(gan: GanConfig, target_index: int, target_kind: str) -> tup
     return (int(target_index), float(gan.target_prior))
 
 
-def load_generator(path: str | Path, device: str | torch.device = "cpu",
-                   sha256: str | None = None) -> tuple[Generator, dict[str, Any]]:
+def load_generator(
+    path: str | Path, device: str | torch.device = "cpu", sha256: str | None = None
+) -> tuple[Generator, dict[str, Any]]:
     """A generator checkpoint; with `sha256` (the training ledger's), only if the file still matches it."""
     if sha256 is not None:
         blob = load_verified(Path(path), sha256, map_location=device, weights_only=False)

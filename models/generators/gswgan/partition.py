@@ -48,8 +48,13 @@ def subset_sizes(partition: np.ndarray | torch.Tensor) -> np.ndarray | torch.Ten
     return (partition >= 0).sum(1)
 
 
-def sample_local_rows(sizes: int | np.ndarray | torch.Tensor, batch: int, rng: torch.Generator,
-                      shape: tuple[int, ...] = (), bounds: tuple[int, int] | None = None) -> torch.Tensor:
+def sample_local_rows(
+    sizes: int | np.ndarray | torch.Tensor,
+    batch: int,
+    rng: torch.Generator,
+    shape: tuple[int, ...] = (),
+    bounds: tuple[int, int] | None = None,
+) -> torch.Tensor:
     """Indices into critics' subsets, shape `shape + (batch,)`; `sizes` is one subset size, or the sizes
     [shape[0]] of the subsets along the first dimension. Without replacement when every subset holds a
     batch; with replacement when one does not, or when one holds more than 64 batches (then a repeat

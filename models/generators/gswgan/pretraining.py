@@ -55,9 +55,14 @@ def default_chunk_size(device: torch.device | str) -> int:
     return DEFAULT_CHUNK_CUDA if torch.device(device).type == "cuda" else DEFAULT_CHUNK_CPU
 
 
-def pretrain_draws(rng: torch.Generator, pairs: int, subset_size: int | torch.Tensor, gan: GanConfig,
-                   condition: tuple[int, float] | None = None,
-                   out_width: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pretrain_draws(
+    rng: torch.Generator,
+    pairs: int,
+    subset_size: int | torch.Tensor,
+    gan: GanConfig,
+    condition: tuple[int, float] | None = None,
+    out_width: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The random inputs of one pretraining iteration of a chunk of `pairs` pairs, in drawing order:
     latents [pairs, (r + 1) * B, latent width] (chunk s < r of B rows: fakes of critic step s; chunk r:
     the generator step), local row indices [pairs, r, B] and interpolation weights alpha [pairs, r, B, 1].
@@ -70,21 +75,46 @@ def pretrain_draws(rng: torch.Generator, pairs: int, subset_size: int | torch.Te
     return z, local, alpha
 
 
-def build_pretrain_chunk(pairs: int, width: int, gan: GanConfig, groups: Sequence[HeadGroup],
-                         rng: torch.Generator, device: torch.device, condition: tuple[int, float] | None = None,
-                         ) -> tuple[CriticStack, GeneratorStack]:
+def build_pretrain_chunk(
+    pairs: int,
+    width: int,
+    gan: GanConfig,
+    groups: Sequence[HeadGroup],
+    rng: torch.Generator,
+    device: torch.device,
+    condition: tuple[int, float] | None = None,
+) -> tuple[CriticStack, GeneratorStack]:
     """A chunk's initial critics and throwaway generators, drawn from its stream (before its iterations)."""
     critics = CriticStack(pairs, width, gan.critic_hidden, gan.critic_batchnorm, gan.init, rng, device)
     matmul_dtype = pretrain_matmul_dtype(gan, device)
-    gens = GeneratorStack(pairs, gan.z_dim, tuple(gan.generator_hidden), width, gan.output_head, list(groups),
-                          gan.init, rng, device, condition, matmul_dtype,
-                          native_batchnorm=use_native_batchnorm(gan.kernels, device, matmul_dtype))
+    gens = GeneratorStack(
+        pairs,
+        gan.z_dim,
+        tuple(gan.generator_hidden),
+        width,
+        gan.output_head,
+        list(groups),
+        gan.init,
+        rng,
+        device,
+        condition,
+        matmul_dtype,
+        native_batchnorm=use_native_batchnorm(gan.kernels, device, matmul_dtype),
+    )
     return critics, gens
 
 
-def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, groups: Sequence[HeadGroup],
-                    rng: torch.Generator, device: torch.device, iterations: int, tick: Callable[[int], None],
-                    condition: tuple[int, float] | None) -> list[torch.Tensor]:
+def _pretrain_chunk(
+    data: torch.Tensor,
+    part: torch.Tensor,
+    gan: GanConfig,
+    groups: Sequence[HeadGroup],
+    rng: torch.Generator,
+    device: torch.device,
+    iterations: int,
+    tick: Callable[[int], None],
+    condition: tuple[int, float] | None,
+) -> list[torch.Tensor]:
     pairs = part.shape[0]
     subset = subset_sizes(part)
     width = data.shape[1]
@@ -105,35 +135,56 @@ def _pretrain_chunk(data: torch.Tensor, part: torch.Tensor, gan: GanConfig, grou
             # All r updates of every critic of the chunk in one C call (models/native/kernels.py), reading
             # the real rows by index and each pair's fake rows where they lie.
             source = CriticRows(data, real_rows.view(pairs, r, b), fakes, shared=False)
-            critic_updates(critics.params, opt_d.exp_avg, opt_d.exp_avg_sq, opt_d.steps, source, alpha,
-                           opt_d.lr, opt_d.betas, opt_d.eps, gan.gp_lambda)
+            critic_updates(
+                critics.params,
+                opt_d.exp_avg,
+                opt_d.exp_avg_sq,
+                opt_d.steps,
+                source,
+                alpha,
+                opt_d.lr,
+                opt_d.betas,
+                opt_d.eps,
+                gan.gp_lambda,
+            )
             opt_d.steps += r
         elif critics.batchnorm:
             real = data[real_rows].view(pairs, r, b, width)
             for s in range(r):
-                grads, _ = critics.loss_grads(critics.params, real[:, s], fakes[:, s * b:(s + 1) * b], alpha[:, s],
-                                              gan.gp_lambda)
+                grads, _ = critics.loss_grads(
+                    critics.params, real[:, s], fakes[:, s * b : (s + 1) * b], alpha[:, s], gan.gp_lambda
+                )
                 opt_d.step_all(c_train, grads)
         else:
             # Rows [real; fake] of every critic step, and the same rows times their loss weights.
             real = data[real_rows].view(pairs, r, b, width)
-            x_rf = torch.cat([real, fakes[:, :r * b].view(pairs, r, b, width)], 2)
+            x_rf = torch.cat([real, fakes[:, : r * b].view(pairs, r, b, width)], 2)
             xe = critics.weighted_rows(x_rf)
             for s in range(r):
-                grads, _ = critics.loss_grads_rows(critics.params, x_rf[:, s], xe[:, s], alpha[:, s], gan.gp_lambda,
-                                                   ws=ws)
+                grads, _ = critics.loss_grads_rows(
+                    critics.params, x_rf[:, s], xe[:, s], alpha[:, s], gan.gp_lambda, ws=ws
+                )
                 opt_d.step_all(c_train, grads)
         # Generator loss -mean D(G(z)) per pair, through the updated (now fixed) critic.
-        dfake = critics.input_grad(critics.params, fakes[:, r * b:], ws).mul_(-1.0 / b)
+        dfake = critics.input_grad(critics.params, fakes[:, r * b :], ws).mul_(-1.0 / b)
         opt_g.step_all(g_train, gens.backward(gens.params, saved, dfake, ws))
         tick(pairs)
     return critics.params
 
 
-def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, groups: Sequence[HeadGroup],
-                     seed: int, device: torch.device, iterations: int | None = None,
-                     progress: Callable[[int], None] | None = None, chunk_size: int | None = None,
-                     workers: int | None = None, condition: tuple[int, float] | None = None) -> CriticStack:
+def pretrain_critics(
+    data: torch.Tensor,
+    partition: np.ndarray,
+    gan: GanConfig,
+    groups: Sequence[HeadGroup],
+    seed: int,
+    device: torch.device,
+    iterations: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    chunk_size: int | None = None,
+    workers: int | None = None,
+    condition: tuple[int, float] | None = None,
+) -> CriticStack:
     """Pretrain K critics, each against its own throwaway generator on its own subset (official GS-WGAN;
     no privacy cost: nothing of this reaches the released generator except through the sanitised
     training steps).
@@ -185,5 +236,5 @@ def pretrain_critics(data: torch.Tensor, partition: np.ndarray, gan: GanConfig, 
                 results = list(pool.map(work, range(len(chunks))))
         else:
             results = [work(i) for i in range(len(chunks))]
-    params = [torch.cat(parts) for parts in zip(*results)]
+    params = [torch.cat(parts) for parts in zip(*results, strict=False)]
     return CriticStack.from_params(params, gan.critic_batchnorm)

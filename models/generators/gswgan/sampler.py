@@ -18,9 +18,14 @@ class GSWGANSampler:
     def __init__(self, blob: dict):
         spec = blob["spec"]
         condition = spec.get("condition")
-        self.net = Generator(int(spec["z_dim"]), tuple(spec["hidden"]), int(spec["out_width"]), spec["head"],
-                             [tuple(g) for g in spec["groups"]],
-                             (int(condition[0]), float(condition[1])) if condition is not None else None)
+        self.net = Generator(
+            int(spec["z_dim"]),
+            tuple(spec["hidden"]),
+            int(spec["out_width"]),
+            spec["head"],
+            [tuple(g) for g in spec["groups"]],
+            (int(condition[0]), float(condition[1])) if condition is not None else None,
+        )
         self.net.load_state_dict(blob["state_dict"])
         self.net.eval()
         self.width = int(spec["out_width"])

@@ -77,7 +77,8 @@ def _first_slots(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     drawn, inverse = torch.unique(slots, return_inverse=True)
     positions = torch.arange(slots.numel(), dtype=torch.int64)
     first = torch.full((drawn.numel(),), slots.numel(), dtype=torch.int64).scatter_reduce_(
-        0, inverse, positions, reduce="amin")
+        0, inverse, positions, reduce="amin"
+    )
     return drawn, first
 
 
@@ -110,12 +111,25 @@ class GeneratorTrainer:
     uninterrupted one.
     """
 
-    def __init__(self, data: torch.Tensor, partition: np.ndarray, critics: CriticStack, gan: GanConfig,
-                 privacy: PrivacyConfig, setting: Setting, groups: Sequence[HeadGroup], seed: int,
-                 checkpoint_dir: Path, device: torch.device, secret: PrivacySecret,
-                 level_share_fn: Callable[[np.ndarray], dict[str, Any]] | None = None,
-                 threads: int | None = 1, condition: tuple[int, float] | None = None,
-                 refresh_workers: int | None = None, marginals_rho: float = 0.0) -> None:
+    def __init__(
+        self,
+        data: torch.Tensor,
+        partition: np.ndarray,
+        critics: CriticStack,
+        gan: GanConfig,
+        privacy: PrivacyConfig,
+        setting: Setting,
+        groups: Sequence[HeadGroup],
+        seed: int,
+        checkpoint_dir: Path,
+        device: torch.device,
+        secret: PrivacySecret,
+        level_share_fn: Callable[[np.ndarray], dict[str, Any]] | None = None,
+        threads: int | None = 1,
+        condition: tuple[int, float] | None = None,
+        refresh_workers: int | None = None,
+        marginals_rho: float = 0.0,
+    ) -> None:
         self.gan, self.privacy, self.setting = gan, privacy, setting
         # The measured marginals' replace-one zCDP (models/marginals/release.py): they read the same rows,
         # so every checkpoint's epsilon is the conversion of training's curve plus theirs.
@@ -160,8 +174,9 @@ class GeneratorTrainer:
         # A fresh Adam per critic for the training phase, as in the official GS-WGAN code.
         self.opt_d = StackedAdam(critics.trainable(critics.params), gan.lr_critic, gan.betas)
         self.native_critics = use_native_critics(gan.kernels, critics.params[0].shape[-1], critics.batchnorm, device)
-        self.accountant = GSWGANAccountant(discriminators(setting), gan.batch_size, privacy.noise_multiplier,
-                                           gan.critic_draw)
+        self.accountant = GSWGANAccountant(
+            discriminators(setting), gan.batch_size, privacy.noise_multiplier, gan.critic_draw
+        )
         self.iteration = 0
         self.ledger: list[dict[str, Any]] = []
         self.resume_notes: list[str] = []
@@ -206,8 +221,9 @@ class GeneratorTrainer:
         drawn, first = _first_slots(slots)
         return self._update_critics(drawn, local[first], alpha[first], z, wasserstein)
 
-    def _update_critics(self, drawn: torch.Tensor, local: torch.Tensor, alpha: torch.Tensor, z: torch.Tensor,
-                        wasserstein: bool = False) -> float | None:
+    def _update_critics(
+        self, drawn: torch.Tensor, local: torch.Tensor, alpha: torch.Tensor, z: torch.Tensor, wasserstein: bool = False
+    ) -> float | None:
         """local.shape[1] updates of each critic in `drawn` (distinct), in place in the stack, on the rows
         `local` [u, r, B] of its subset and fakes G(z) (r batches of B), penalty weights `alpha`."""
         u, r, b = local.shape
@@ -229,16 +245,28 @@ class GeneratorTrainer:
         estimates = [self._refresh_one(int(k), real[i], fakes, alpha[i], wasserstein) for i, k in enumerate(drawn)]
         return float(torch.stack(_asked(estimates)).mean()) if wasserstein else None
 
-    def _native_updates(self, source: CriticRows, alpha: torch.Tensor, index: np.ndarray,
-                        wasserstein: bool) -> torch.Tensor | None:
+    def _native_updates(
+        self, source: CriticRows, alpha: torch.Tensor, index: np.ndarray, wasserstein: bool
+    ) -> torch.Tensor | None:
         """The C updates of the critics at `index` (distinct), split over `refresh_workers` threads: each
         critic's updates are independent of the others', so the split changes no number (the C call
         releases the GIL)."""
+
         def updates(part: slice) -> torch.Tensor | None:
-            return critic_updates(self.critics.params, self.opt_d.exp_avg, self.opt_d.exp_avg_sq,
-                                  self.opt_d.steps[index[part]], source.part(part), alpha[part], self.opt_d.lr,
-                                  self.opt_d.betas, self.opt_d.eps, self.gan.gp_lambda, wasserstein,
-                                  index=index[part])
+            return critic_updates(
+                self.critics.params,
+                self.opt_d.exp_avg,
+                self.opt_d.exp_avg_sq,
+                self.opt_d.steps[index[part]],
+                source.part(part),
+                alpha[part],
+                self.opt_d.lr,
+                self.opt_d.betas,
+                self.opt_d.eps,
+                self.gan.gp_lambda,
+                wasserstein,
+                index=index[part],
+            )
 
         width, hidden = self.critics.params[0].shape[-2:]
         workers = min(self.refresh_workers, index.size) if width * hidden >= SPLIT_REFRESH_MIN else 1
@@ -254,12 +282,13 @@ class GeneratorTrainer:
         estimates = [f.result() for f in others] + [last]
         return torch.cat(_asked(estimates)) if wasserstein else None
 
-    def _refresh_one(self, k: int, real: torch.Tensor, fakes: torch.Tensor, alpha: torch.Tensor,
-                     wasserstein: bool) -> torch.Tensor | None:
+    def _refresh_one(
+        self, k: int, real: torch.Tensor, fakes: torch.Tensor, alpha: torch.Tensor, wasserstein: bool
+    ) -> torch.Tensor | None:
         """The tensor code's updates of critic k (the reference of the C kernels): real, fakes [r, B, d]."""
         gan, r = self.gan, real.shape[0]
         critics = self.critics
-        params = [p[k:k + 1] for p in critics.params]  # views: updated in place
+        params = [p[k : k + 1] for p in critics.params]  # views: updated in place
         train = critics.trainable(params)
         moments = self.opt_d.moments(k)
         estimate = None
@@ -274,8 +303,9 @@ class GeneratorTrainer:
             if critics.batchnorm:
                 grads, w = critics.loss_grads(params, reals[s], fakes_[s], alphas[s], gan.gp_lambda, last)
             else:
-                grads, w = critics.loss_grads_rows(params, rows[s], weighted[s], alphas[s], gan.gp_lambda, last,
-                                                   self._ws)
+                grads, w = critics.loss_grads_rows(
+                    params, rows[s], weighted[s], alphas[s], gan.gp_lambda, last, self._ws
+                )
             self.opt_d.step_one(k, train, grads, moments)
             if last:
                 estimate = w[0]
@@ -287,7 +317,7 @@ class GeneratorTrainer:
         generated rows (public: they come from G), and row i takes its gradient of that critic's sum."""
         critics = self.critics
         if bool((drawn == drawn[0]).all()):
-            params = [p[int(drawn[0]):int(drawn[0]) + 1] for p in critics.params]
+            params = [p[int(drawn[0]) : int(drawn[0]) + 1] for p in critics.params]
             return critics.input_grad(params, fake.unsqueeze(0), self._ws).squeeze(0).neg_()
         drawn = drawn.to(self.device)
         if self.native_critics:
@@ -349,8 +379,16 @@ class GeneratorTrainer:
         it = self.iteration
         gen_file = self.dir / f"generator_{it:06d}.pt"
         epsilon = self._epsilon()
-        digest = save_verified({"spec": self.spec.to_dict(), "state_dict": self.released_generator().state_dict(),
-                                "iteration": it, "epsilon": epsilon, "delta": self.privacy.delta}, gen_file)
+        digest = save_verified(
+            {
+                "spec": self.spec.to_dict(),
+                "state_dict": self.released_generator().state_dict(),
+                "iteration": it,
+                "epsilon": epsilon,
+                "delta": self.privacy.delta,
+            },
+            gen_file,
+        )
         entry: dict[str, Any] = {"iteration": it, "epsilon": epsilon, "generator": gen_file.name, "sha256": digest}
         if self.level_share_fn is not None:
             entry["level_shares"] = self.level_share_fn(sample_encoded(self.released_generator(), 2000, seed=it))
@@ -370,9 +408,17 @@ class GeneratorTrainer:
             "metrics": self.metrics,
         }
         save_training_state(state, self.dir / STATE_FILE)
-        write_text_atomic(json.dumps({"mechanism": self.accountant.mechanism if self.setting.private else None,
-                                       "critic_draw": self.gan.critic_draw,
-                                       "checkpoints": self.ledger}, indent=1), self.dir / LEDGER_FILE)
+        write_text_atomic(
+            json.dumps(
+                {
+                    "mechanism": self.accountant.mechanism if self.setting.private else None,
+                    "critic_draw": self.gan.critic_draw,
+                    "checkpoints": self.ledger,
+                },
+                indent=1,
+            ),
+            self.dir / LEDGER_FILE,
+        )
 
     def _load_state(self) -> bool:
         """Resume from the newest intact training state (the latest, else the one before it); records in
@@ -396,9 +442,13 @@ class GeneratorTrainer:
         self.metrics = state["metrics"]
         return True
 
-    def run(self, last_iteration: int, stop_after: int | None = None,
-            progress: Callable[[int, float], None] | None = None,
-            on_step: Callable[[int], None] | None = None) -> TrainingResult:
+    def run(
+        self,
+        last_iteration: int,
+        stop_after: int | None = None,
+        progress: Callable[[int, float], None] | None = None,
+        on_step: Callable[[int], None] | None = None,
+    ) -> TrainingResult:
         """Train to `last_iteration`, checkpointing every `checkpoint_every`. `stop_after` ends the call
         early after that many iterations (used to simulate an interruption). `progress(iteration,
         epsilon)` is called at every checkpoint; `on_step(iteration)` once with the iteration training
@@ -408,11 +458,17 @@ class GeneratorTrainer:
             self._save_checkpoint()  # iteration 0: the untrained generator costs no privacy
         with intra_op_threads(self.threads if self.device.type == "cpu" else None):
             self._train_to(last_iteration, stop_after, progress, on_step)
-        return TrainingResult(list(self.ledger), last_iteration < self.gan.iterations,
-                              time.perf_counter() - start, list(self.metrics))
+        return TrainingResult(
+            list(self.ledger), last_iteration < self.gan.iterations, time.perf_counter() - start, list(self.metrics)
+        )
 
-    def _train_to(self, last_iteration: int, stop_after: int | None, progress: Callable[[int, float], None] | None,
-                  on_step: Callable[[int], None] | None) -> None:
+    def _train_to(
+        self,
+        last_iteration: int,
+        stop_after: int | None,
+        progress: Callable[[int, float], None] | None,
+        on_step: Callable[[int], None] | None,
+    ) -> None:
         done = 0
         self.generator.train()
         if on_step is not None:
