@@ -6,11 +6,15 @@ A continuous column has `bins` equal-width cells over its bounds, then one cell 
 mass (`point_masses` in the schema, e.g. a money column's 0): a value equal to a point mass goes to the
 point mass's cell, not to the bin it lies in. Values outside the bounds go to the nearest end bin.
 Missing or undeclared values get code -1.
+
+A continuous column's bin narrower than its decimals' step may hold no value of its decimal grid: such a
+cell can never be written (`writable_cells`, public).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pandas as pd
@@ -21,6 +25,8 @@ from dpsynth.models.data.schema import Column
 
 DEFAULT_BINS = 20
 MISSING = -1
+# Enumerating a column's decimal grid (to find the cells it can fill) is done when it has at most this many points.
+MAX_GRID = 2_000_000
 
 
 def cell_count(col: Column, bins: int = DEFAULT_BINS) -> int:
@@ -47,6 +53,35 @@ def cell_codes(col: Column, values: ArrayLike, bins: int = DEFAULT_BINS) -> np.n
         codes[numbers == mass] = bins + k
     codes[~np.isfinite(numbers)] = MISSING
     return codes
+
+
+def writable_cells(col: Column, bins: int = DEFAULT_BINS) -> np.ndarray:
+    """Which of the column's cells hold a value on its decimal grid (every cell of a discrete column; a
+    continuous column's bins narrower than its decimals' step may hold none). Public: bounds, decimals,
+    point masses and `bins` only."""
+    if not col.is_continuous:
+        return np.ones(cell_count(col, bins), dtype=bool)
+    low, high = col.continuous_bounds
+    width = (high - low) / bins
+    if width >= (len(col.point_masses) + 1) * 10.0**-col.decimals:
+        return np.ones(cell_count(col, bins), dtype=bool)  # every bin holds a grid value that is no point mass
+    grid = decimal_grid(col)
+    if grid is None:
+        return np.ones(cell_count(col, bins), dtype=bool)
+    return np.bincount(cell_codes(col, grid, bins), minlength=cell_count(col, bins)) > 0
+
+
+def decimal_grid(col: Column) -> np.ndarray | None:
+    """Every value of a continuous column's decimal grid within its bounds, when there are at most
+    `MAX_GRID` (else None); None for a discrete column."""
+    if not col.is_continuous:
+        return None
+    step = 10.0**-col.decimals
+    low, high = col.continuous_bounds
+    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
+    if last - first + 1 > MAX_GRID:
+        return None
+    return np.round(np.arange(first, last + 1) * step, col.decimals)
 
 
 def cell_labels(col: Column, bins: int = DEFAULT_BINS) -> list[str]:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dpsynth.models.data.binning import cell_codes, cell_count, cell_values
+from dpsynth.models.data.binning import cell_codes, cell_count, cell_values, decimal_grid, writable_cells
 from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.marginals.measure import MeasuredMarginals, counts_of_cells, flat_cells, frame_codes
@@ -44,10 +44,9 @@ RAKING_SWEEPS = 50
 RAKING_TOLERANCE = 1e-4
 MAX_WEIGHT = 10.0
 ROUNDS = 4
-# Redraws for values that rounding pushed out of their cell; enumerating a column's decimal grid (to
-# find the cells it can fill and to draw from them directly) is done when it has at most this many points.
+# Redraws for values that rounding pushed out of their cell (a column's decimal grid is enumerated, to
+# find the cells it can fill and to draw from them directly, when it has at most binning.MAX_GRID points).
 _REDRAWS = 8
-_MAX_GRID = 2_000_000
 
 
 def calibrate(
@@ -69,7 +68,7 @@ def calibrate(
     names = [name for name in schema.column_names if name in set(measured.columns)]
     columns = {name: schema.column(name) for name in names}
     original = frame_codes(schema, synthetic, names, measured.bins)
-    writable = {name: _writable_cells(col, measured.bins) for name, col in columns.items()}
+    writable = {name: writable_cells(col, measured.bins) for name, col in columns.items()}
     codes = np.stack([original[name] for name in names], axis=1) if names else np.zeros((len(synthetic), 0), int)
     codes = _fill_missing(codes, names, measured, writable, rng)
 
@@ -107,33 +106,6 @@ def calibrate(
 
 
 # -------------------------------------------------------------------------------------- targets
-
-
-def _writable_cells(col: Column, bins: int) -> np.ndarray:
-    """Which of the column's cells hold a value on its decimal grid (every cell of a discrete column; a
-    continuous column's bins narrower than its decimals' step may hold none)."""
-    if not col.is_continuous:
-        return np.ones(cell_count(col, bins), dtype=bool)
-    low, high = col.continuous_bounds
-    width = (high - low) / bins
-    if width >= (len(col.point_masses) + 1) * 10.0**-col.decimals:
-        return np.ones(cell_count(col, bins), dtype=bool)  # every bin holds a grid value that is no point mass
-    grid = _grid(col, bins)
-    if grid is None:
-        return np.ones(cell_count(col, bins), dtype=bool)
-    return np.bincount(cell_codes(col, grid, bins), minlength=cell_count(col, bins)) > 0
-
-
-def _grid(col: Column, bins: int) -> np.ndarray | None:
-    """Every value of a continuous column's decimal grid within its bounds, when there are few enough."""
-    if not col.is_continuous:
-        return None
-    step = 10.0**-col.decimals
-    low, high = col.continuous_bounds
-    first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
-    if last - first + 1 > _MAX_GRID:
-        return None
-    return np.round(np.arange(first, last + 1) * step, col.decimals)
 
 
 def _target_shares(shares: np.ndarray, marginal: Sequence[str], writable: dict[str, np.ndarray]) -> np.ndarray:
@@ -376,7 +348,7 @@ def _values_in_cells(col: Column, codes: np.ndarray, rng: np.random.Generator, b
             return values
         values[bad] = cell_values(col, codes[bad], rng, bins)
     bad = ~_in_cell(col, values, codes, bins)
-    grid = _grid(col, bins) if bad.any() else None
+    grid = decimal_grid(col) if bad.any() else None
     if grid is not None:
         values[bad] = _grid_draws(col, grid, codes[bad], rng, bins, values[bad])
     return values

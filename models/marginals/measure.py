@@ -161,6 +161,24 @@ def selection_rho(epsilon: float, adjacency: str = "replace-one") -> float:
     return (scale * epsilon) ** 2 / 8.0
 
 
+def epsilon_of_rho(
+    rho: float, delta: float, conversion: str = "classic", orders: Iterable[float] | None = None
+) -> float:
+    """(epsilon at `delta`) of a rho-zCDP mechanism by the project's RDP conversion: its RDP at order a is
+    a x rho on `orders` (default: dpsynth.models.privacy.dpsgd_accountant.ORDERS), converted "classic" or
+    "opacus" (dpsynth.models.privacy.dpsgd_accountant). Rho 0 releases nothing: epsilon 0."""
+    from dpsynth.models.privacy.accountant import check_delta
+    from dpsynth.models.privacy.dpsgd_accountant import _check_conversion, _check_orders, _convert
+
+    if not is_real(rho) or float(rho) < 0:
+        raise ConfigError(f"rho must be a finite number >= 0, got {rho!r}")
+    grid = np.asarray(_check_orders(orders), dtype=float)
+    d, conv = check_delta(delta), _check_conversion(conversion)
+    if float(rho) == 0.0:
+        return 0.0
+    return _convert(grid, grid * float(rho), d, conv)
+
+
 def _check_adjacency(adjacency: object) -> str:
     if adjacency not in ADJACENCIES:
         raise ConfigError(f"adjacency must be one of {', '.join(ADJACENCIES)}, got {adjacency!r}")
@@ -235,11 +253,7 @@ class MeasurementPlan:
         adjacency: str = "replace-one",
     ) -> float:
         """(epsilon at `delta`) of the measurement alone, by the project's RDP conversion."""
-        from dpsynth.models.privacy.accountant import check_delta
-        from dpsynth.models.privacy.dpsgd_accountant import _check_conversion, _check_orders, _convert
-
-        grid = np.asarray(_check_orders(orders), dtype=float)
-        return _convert(grid, self.rdp(grid, adjacency), check_delta(delta), _check_conversion(conversion))
+        return epsilon_of_rho(self.rho(adjacency), delta, conversion, orders)
 
     def noise_std(self, index: int) -> float:
         """The noise std of the fixed marginal at `index`."""

@@ -165,7 +165,7 @@ def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_cs
         whole = whole_release_epsilon(profile, plan.epsilon)
         assert whole <= setting.epsilon_budget and plan.epsilon > 0.85 * setting.epsilon_budget, setting.name
         budgets.setdefault(setting.epsilon_budget, set()).add(profile.generator_of(setting))
-    assert budgets == {1.0: {"gswgan", "dpcgan", "dpautogan"}, 3.0: {"gswgan", "dpcgan", "dpautogan"}}
+    assert budgets == {1.0: {"gswgan", "dpcgan", "dpautogan", "mst"}, 3.0: {"gswgan", "dpcgan", "dpautogan", "mst"}}
     assert (
         main(
             [

@@ -9,12 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpsynth.models.data.binning import cell_codes, cell_count
+from dpsynth.models.data.binning import cell_codes, cell_count, writable_cells
 from dpsynth.models.data.demo import SHAPES, make_demo_table
 from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.marginals.calibration import (
     _values_in_cells,
-    _writable_cells,
     calibrate,
     marginal_distances,
     move_rows,
@@ -219,7 +218,7 @@ def test_measured_cells_are_the_schema_cells(schema, measured):
     ],
 )
 def test_written_values_fall_in_their_cell_on_the_decimal_grid(col):
-    writable = np.nonzero(_writable_cells(col, 20))[0]
+    writable = np.nonzero(writable_cells(col, 20))[0]
     codes = np.repeat(writable, 500)
     values = _values_in_cells(col, codes, np.random.default_rng(0), 20)
     np.testing.assert_array_equal(cell_codes(col, values), codes)

@@ -1,0 +1,28 @@
+"""MST's profile section `mst`: its zCDP budget, the cells of a continuous column, and the estimator's
+iterations. Delta, the budget, the DP choice and the measured marginals are the shared privacy keys."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, Strict, StrictBool
+
+from dpsynth.models.config_validation import Count, Positive
+from dpsynth.models.generators.section import SectionConfig
+
+
+class MSTConfig(SectionConfig):
+    # MST's whole zCDP (replace-one), a third each on the 1-way marginals, the tree's selection and the
+    # 2-way marginals. null: the largest rho whose replace-one epsilon, with the profile's measured
+    # marginals composed (their rho added), fits the setting's budget (a setting without a budget then
+    # needs a rho). The DP choice of the checkpoint reads the validation rows, disjoint from the training
+    # rows under the honest protocol, so it costs in parallel (models/privacy/release_choice.py).
+    rho: Positive | None = None
+    # Equal-width bins of a continuous column's public bounds (plus one cell per declared point mass).
+    bins: Annotated[int, Strict(), Field(ge=1, le=1000)] = 20
+    # Mirror-descent iterations of the estimator (post-processing of the noisy marginals).
+    iterations: Count = 2500
+    # Not MST as published: each pair's selection score minus the public expected L1 error of its own
+    # measurement, so that wide pairs are not chosen for the noise they would add (AIM's idea; the score's
+    # sensitivity is unchanged).
+    noise_penalty: StrictBool = False

@@ -1,0 +1,186 @@
+"""How MST spends its zCDP budget under REPLACE-ONE adjacency, and its two mechanisms.
+
+With rho the whole budget and d columns (d >= 2), a third of rho goes to each phase:
+
+* d 1-way marginals, each by the Gaussian mechanism at noise std s1: a replaced row takes one count from
+  one cell and gives one to another, so a count vector moves by L2 sqrt(2) (`L2_SENSITIVITY`) and one
+  marginal costs 2 / (2 s1^2) = 1 / s1^2; d of them cost rho / 3, so s1 = sqrt(3 d / rho);
+* d - 1 rounds of the exponential mechanism at epsilon e, each choosing one pair of columns: the score
+  (an L1 distance between real counts and a function of earlier noisy outputs) moves by at most 2
+  (`SCORE_SENSITIVITY`); the mechanism is e-DP and e-bounded-range, so a round costs e^2 / 8 zCDP
+  (Cesar and Rogers 2021) and e = sqrt(8 (rho / 3) / (d - 1));
+* d - 1 2-way marginals of the chosen pairs, Gaussian at s2 = sqrt(3 (d - 1) / rho).
+
+Everything in between (which cells a column keeps, the candidate pairs, the 1-way estimate that scores
+pairs) depends on earlier noisy outputs and public facts only, so the phases compose adaptively:
+d / s1^2 + (d - 1) (e^2 / 8 + 1 / s2^2) = rho (`MSTBudget.spent`). Its RDP at order a is a x rho, the
+curve the project's conversion turns into (epsilon, delta) with the measured marginals' rho added.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+
+L2_SENSITIVITY = math.sqrt(2.0)
+SCORE_SENSITIVITY = 2.0
+# The conversion of MST's zCDP to (epsilon, delta) (models/marginals/measure.py `epsilon_of_rho`).
+CONVERSION = "classic"
+
+
+@dataclass(frozen=True)
+class MSTBudget:
+    """How MST spends `rho` (zCDP, replace-one) on a table of `columns` columns."""
+
+    rho: float
+    columns: int
+
+    def __post_init__(self) -> None:
+        if not self.rho > 0 or not math.isfinite(self.rho):
+            raise ConfigError(f"MST's rho must be a finite number > 0, got {self.rho!r}")
+        if self.columns < 2:
+            raise ConfigError(f"MST builds a tree of column pairs: it needs at least two columns, got {self.columns}")
+
+    @property
+    def rounds(self) -> int:
+        """Exponential-mechanism rounds, and 2-way marginals: the spanning tree's edges."""
+        return self.columns - 1
+
+    @property
+    def phase_rho(self) -> tuple[float, float, float]:
+        """(1-way measurements, selection, 2-way measurements): thirds."""
+        return self.rho / 3.0, self.rho / 3.0, self.rho / 3.0
+
+    @property
+    def one_way_std(self) -> float:
+        return gaussian_std(self.phase_rho[0] / self.columns)
+
+    @property
+    def selection_epsilon(self) -> float:
+        """Epsilon of each exponential-mechanism round: rho_round = epsilon^2 / 8."""
+        return math.sqrt(8.0 * self.phase_rho[1] / self.rounds)
+
+    @property
+    def two_way_std(self) -> float:
+        return gaussian_std(self.phase_rho[2] / self.rounds)
+
+    def spent(self) -> float:
+        """The rho the mechanisms add up to (equal to `rho` up to rounding): the composition."""
+        one_way = self.columns * gaussian_rho(self.one_way_std)
+        return one_way + self.rounds * (self.selection_epsilon**2 / 8.0 + gaussian_rho(self.two_way_std))
+
+    def to_dict(self) -> dict:
+        return {
+            "rho": self.rho,
+            "columns": self.columns,
+            "phase_rho": list(self.phase_rho),
+            "one_way_std": self.one_way_std,
+            "selection_epsilon": self.selection_epsilon,
+            "two_way_std": self.two_way_std,
+            "rho_spent": self.spent(),
+        }
+
+
+def gaussian_std(rho: float) -> float:
+    """Noise std of the Gaussian mechanism on a count vector (L2 sensitivity sqrt(2)) that costs `rho`."""
+    if not rho > 0:
+        raise ValueError(f"rho must be > 0, got {rho!r}")
+    return L2_SENSITIVITY / math.sqrt(2.0 * rho)
+
+
+def gaussian_rho(std: float) -> float:
+    """zCDP of that Gaussian mechanism at noise `std`: Delta^2 / (2 std^2) = 1 / std^2."""
+    return L2_SENSITIVITY**2 / (2.0 * std**2)
+
+
+def gaussian_counts(counts: np.ndarray, std: float, rng: np.random.Generator) -> np.ndarray:
+    """The Gaussian mechanism on a count vector: each draw N(0, std^2) rounded to an integer, then added
+    (post-processing of the draw, as models/marginals/measure.py `noisy_marginal` does: the floating-point
+    bits of the sampler never reach the output)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    return counts + np.rint(rng.normal(0.0, std, counts.shape))
+
+
+def selection_probabilities(scores: np.ndarray, epsilon: float, sensitivity: float = SCORE_SENSITIVITY) -> np.ndarray:
+    """The exponential mechanism's output distribution: softmax(epsilon u / (2 sensitivity))."""
+    logits = epsilon * np.asarray(scores, dtype=np.float64) / (2.0 * sensitivity)
+    weights = np.exp(logits - logits.max())
+    return weights / weights.sum()
+
+
+def exponential_mechanism(
+    scores: np.ndarray, epsilon: float, rng: np.random.Generator, sensitivity: float = SCORE_SENSITIVITY
+) -> int:
+    """One draw of the exponential mechanism by Gumbel-max: the argmax of epsilon u / (2 sensitivity) plus
+    Gumbel noise, distributed as `selection_probabilities`."""
+    logits = epsilon * np.asarray(scores, dtype=np.float64) / (2.0 * sensitivity)
+    return int(np.argmax(logits + rng.gumbel(size=logits.shape)))
+
+
+class DisjointSet:
+    """Components of the forest chosen so far (union-find)."""
+
+    def __init__(self, size: int):
+        self.parent = list(range(size))
+
+    def find(self, item: int) -> int:
+        while self.parent[item] != item:
+            self.parent[item] = self.parent[self.parent[item]]
+            item = self.parent[item]
+        return item
+
+    def union(self, a: int, b: int) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def select_tree(
+    scores: dict[tuple[int, int], float], columns: int, epsilon: float, rng: np.random.Generator
+) -> list[tuple[int, int]]:
+    """`columns - 1` exponential-mechanism rounds, each over the pairs that join two components of the
+    forest chosen so far: a spanning tree (Kruskal's algorithm with private choices)."""
+    pairs = sorted(scores)
+    values = np.array([scores[p] for p in pairs], dtype=np.float64)
+    components = DisjointSet(columns)
+    chosen: list[tuple[int, int]] = []
+    for _ in range(columns - 1):
+        candidates = np.flatnonzero([components.find(a) != components.find(b) for a, b in pairs])
+        a, b = pairs[int(candidates[exponential_mechanism(values[candidates], epsilon, rng)])]
+        components.union(a, b)
+        chosen.append((a, b))
+    return chosen
+
+
+# ------------------------------------------------------------------------------------------ epsilon
+
+
+def epsilon_of(rho: float, delta: float) -> float:
+    """Replace-one (epsilon at `delta`) of a rho-zCDP mechanism (or of several on the same rows, their rhos
+    added), by the project's RDP conversion."""
+    from dpsynth.models.marginals.measure import epsilon_of_rho
+
+    return epsilon_of_rho(rho, delta, CONVERSION)
+
+
+@functools.lru_cache(maxsize=256)
+def rho_for_epsilon(epsilon: float, delta: float, spent: float = 0.0) -> float:
+    """The largest rho whose epsilon, with `spent` (the rho of other mechanisms on the same rows) added,
+    stays within `epsilon`: bisection on log rho, as models/marginals/measure.py `plan_for_epsilon` does
+    (the conversion is increasing in rho)."""
+    if epsilon_of(spent + 1e-12, delta) > epsilon:
+        raise BudgetExceededError(
+            f"No MST fits epsilon {epsilon:g} at delta {delta:g}: the measured marginals alone (rho {spent:g}) "
+            f"cost {epsilon_of(spent, delta):.4g}. Raise the budget, or lower marginals.rho."
+        )
+    low, high = math.log(1e-12), math.log(1e4)
+    for _ in range(100):
+        middle = (low + high) / 2.0
+        if epsilon_of(spent + math.exp(middle), delta) <= epsilon:
+            low = middle
+        else:
+            high = middle
+    return math.exp(low)
