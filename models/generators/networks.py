@@ -684,7 +684,7 @@ class Workspace:
     allocates its large temporaries afresh at every step pays page faults on each of them: with a
     workspace per loop they are allocated once. Tensors taken from it are valid until its next use."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
 
     def __call__(self, name: str, shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
