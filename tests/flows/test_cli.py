@@ -139,7 +139,7 @@ def test_profiles_lists_the_shipped_profiles(capsys):
         assert (row["release"] == "publishes") == (
             not row["trial"] and row["lifetime_budget"] is not None and not row["release"].startswith("experiment")
         ), row
-    for name in ("default", "eps1", "eps3", "census-eps3", "thesis-k1500"):
+    for name in ("default", "eps1", "eps3", "census-eps3", "mst-eps1", "thesis-k1500"):
         assert listed[name]["release"] == "publishes" and listed[name]["lifetime_budget"] == 30.0, name
     # The table: a header and a line per profile, with its name and budgets.
     table = out.strip().splitlines()[1:-1]

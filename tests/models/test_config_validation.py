@@ -36,6 +36,7 @@ SHIPPED_HASHES = {
     "eps1": "a1f393e0215784094e67265799bf48168ffabfdc562854b5e8fa373cd75eec4f",
     "eps3": "61965e4109d0d2be62dfe82aced75bb4802b9c2ec7787b1781b7dea6b42fab7c",
     "census-eps3": "790cb5628e36925cd8397619c4c2adf4e403a2f7dca961442cb1b7595449f241",
+    "mst-eps1": "a3e22b53432f368c262af1826b535132182e0791dcbca76e79ed2f66015fd87b",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
