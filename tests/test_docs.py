@@ -19,10 +19,10 @@ STATEMENT_PAGE = DOCS / "governance.md"
 README_MAX_WORDS = 1200
 # The two commands a fresh machine runs; CI and reviewers copy them from README as they are.
 MAIN_JOB_COMMAND = (
-    "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && dpsynth release --config "
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e . && dpsynth release --config "
     "configs/cardio.yaml --data ../shared/data/cardio_train.csv --profile default --json"
 )
-TEST_COMMAND = 'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[dev]" && python -m pytest'
+TEST_COMMAND = 'python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e ".[dev]" && python -m pytest'
 REAL_TABLE_ARGUMENT = "--data ../shared/data/cardio_train.csv"
 # A path into the repository: one of its top-level folders, then a file or folder name. A folder name
 # glued to a longer one (`~/.dpsynth/...`, `/srv/dpsynth/...`) is not a repository path.
