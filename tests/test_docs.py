@@ -22,7 +22,9 @@ MAIN_JOB_COMMAND = (
     "python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e . && dpsynth release --config "
     "configs/cardio.yaml --data ../shared/data/cardio_train.csv --profile default --json"
 )
-TEST_COMMAND = 'python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e ".[dev]" && python -m pytest'
+TEST_COMMAND = (
+    'python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e ".[dev]" && python -m pytest'
+)
 REAL_TABLE_ARGUMENT = "--data ../shared/data/cardio_train.csv"
 # A path into the repository: one of its top-level folders, then a file or folder name. A folder name
 # glued to a longer one (`~/.dpsynth/...`, `/srv/dpsynth/...`) is not a repository path.
