@@ -11,7 +11,10 @@ preprocessing, the generator or the choice:
 * mean Wasserstein distance over the continuous columns, values scaled to [0, 1] by the public bounds;
 * the fidelity figures that carry targets (models/evaluation/fidelity.py: 1-way and 2-way total-variation distances
   on public cells, lost levels, point-mass gaps, Spearman gap between continuous columns), each judged
-  "met" or "missed" against `FIDELITY_TARGETS`; --json adds each run's whole fidelity summary.
+  "met" or "missed" against `FIDELITY_TARGETS` with its traffic light (green met, amber within twice the
+  target, red worse), the worst pair's 2-way TVD, and SDMetrics' QualityReport scores (Column Shapes,
+  Column Pair Trends, overall; on at most `SDMETRICS_MAX_ROWS` rows of each table) so that the figures
+  compare with other tools; --json adds each run's whole fidelity summary.
 
 Then mean and standard deviation per profile. Internal figures: every number depends on real rows.
 
@@ -30,7 +33,13 @@ import pandas as pd
 
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.evaluation.fidelity import FIDELITY_TARGETS, MISSED, fidelity_summary, fidelity_verdicts
+from dpsynth.models.evaluation.fidelity import (
+    FIDELITY_TARGETS,
+    MISSED,
+    fidelity_summary,
+    fidelity_verdicts,
+    sdmetrics_quality,
+)
 from dpsynth.models.evaluation.quality import (
     spearman_mad,
     spearman_matrix,
@@ -80,18 +89,38 @@ def measure(schema: DatasetSchema, run: Path) -> dict:
     }
 
 
-# Columns of `fidelity_figures` beside the run's other figures: one per target (lost levels by their number).
-FIDELITY_COLUMNS = [f"fidelity_{figure}" for figure in FIDELITY_TARGETS]
+# Columns of `fidelity_figures` beside the run's other figures: one per target (lost levels by their number),
+# the worst pair's 2-way TVD, and SDMetrics' three scores (NaN when sdmetrics is not installed).
+SDMETRICS_SCORES = ("column_shapes", "column_pair_trends", "overall")
+FIDELITY_COLUMNS = [
+    *(f"fidelity_{figure}" for figure in FIDELITY_TARGETS),
+    "fidelity_pairwise_tvd_worst",
+    *(f"sdmetrics_{score}" for score in SDMETRICS_SCORES),
+]
 
 
 def fidelity_figures(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.DataFrame) -> dict:
-    """The fidelity figures that carry targets, flat for the tables (NaN where one does not apply, so that
-    profiles average), the targets missed, and the whole summary with its verdicts under "fidelity"."""
+    """The fidelity figures, flat for the tables (NaN where one does not apply, so that profiles average),
+    the targets missed and each target's light, and the whole summary with its verdicts and SDMetrics'
+    scores under "fidelity"."""
     summary = fidelity_summary(schema, real, synthetic)
     verdicts = fidelity_verdicts(summary)
+    sdmetrics = sdmetrics_quality(schema, real, synthetic)
     figures = {f"fidelity_{figure}": np.nan if v["value"] is None else v["value"] for figure, v in verdicts.items()}
+    figures["fidelity_pairwise_tvd_worst"] = _or_nan(summary["pairwise_tvd_worst"])
+    figures |= {f"sdmetrics_{score}": _or_nan((sdmetrics or {}).get(score)) for score in SDMETRICS_SCORES}
     missed = [figure for figure, v in verdicts.items() if v["verdict"] == MISSED]
-    return {**figures, "fidelity_missed": ", ".join(missed) or "none", "fidelity": {**summary, "verdicts": verdicts}}
+    lights = ", ".join(f"{figure}={v['light']}" for figure, v in verdicts.items())
+    return {
+        **figures,
+        "fidelity_missed": ", ".join(missed) or "none",
+        "fidelity_lights": lights,
+        "fidelity": {**summary, "verdicts": verdicts, "sdmetrics": sdmetrics},
+    }
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else float(value)
 
 
 def lost_levels(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.DataFrame, floor: float = 0.01) -> str:
@@ -116,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     measured = [measure(schema, run) for run in args.runs]
     everything = pd.DataFrame([{k: v for k, v in m.items() if k != "fidelity"} for m in measured])
     fidelity = everything[["run", "profile", *FIDELITY_COLUMNS, "fidelity_missed"]]
-    rows = everything.drop(columns=[*FIDELITY_COLUMNS, "fidelity_missed"])
+    lights = everything[["run", "fidelity_lights"]]
+    rows = everything.drop(columns=[*FIDELITY_COLUMNS, "fidelity_missed", "fidelity_lights"])
     metrics = [
         "epsilon",
         "auc",
@@ -137,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                 index=False, float_format=lambda v: f"{v:.4f}"
             )
         )
+        print()
+        print("Traffic lights (green: target met, amber: within 2x the target, red: worse)")
+        print(lights.rename(columns={"fidelity_lights": "lights"}).to_string(index=False))
         print()
         print(
             fidelity.groupby("profile")[FIDELITY_COLUMNS]

@@ -6,8 +6,9 @@
   published notes, DP-covered or public content only.
 
 The package: `document` (the block model, rendered to Markdown or through the Jinja2 templates in
-`templates/` to HTML), `formatting`, `figures` (matplotlib), `levels` (vanished levels), `sections`
-(each section of the documents). Every sample-quality metric comes from
+`templates/` to HTML), `formatting`, `figures` (matplotlib), `levels` (vanished levels), `summary` (the
+internal report's first screen), `sections` (each section of the documents). Fidelity figures come from
+`dpsynth.models.evaluation.fidelity`. Every sample-quality metric comes from
 `dpsynth.models.evaluation.quality`. Plain inputs only (DataFrames, dicts, paths): no Prefect or MLflow
 here; a flow wires them.
 """

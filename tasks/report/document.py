@@ -1,8 +1,8 @@
 """A small document model, rendered to HTML (Jinja2 templates, autoescaped) or to Markdown.
 
 Both documents are built as a list of blocks (headings, paragraphs, warnings, bullet lists, tables,
-figures); the internal report renders them to one self-contained HTML page, the release notes to
-Markdown (published) or HTML.
+figures, panels that group blocks in one element); the internal report renders them to one
+self-contained HTML page, the release notes to Markdown (published) or HTML.
 """
 
 from __future__ import annotations
@@ -21,7 +21,22 @@ class Table:
     rows: list[list[str]]
     highlight: set[tuple[int, int]] = field(default_factory=set)  # (row, column) cells to mark
     caption: str = ""
+    cell_classes: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column): a CSS class
     kind: ClassVar[str] = "table"
+
+    def column_groups(self, max_columns: int = 12) -> list[list[int]]:
+        """Column positions in groups of at most `max_columns`, each group after the first repeating the
+        first column (the rows' labels): a wide table is laid out as several tables one under another, so
+        that it wraps within the page instead of running off it."""
+        if len(self.header) <= max_columns:
+            return [list(range(len(self.header)))]
+        rest = range(1, len(self.header))
+        step = max_columns - 1
+        return [[0, *rest[i : i + step]] for i in range(0, len(rest), step)]
+
+    def cell_class(self, row: int, column: int) -> str:
+        """The cell's CSS class: "vanished" when highlighted, else its entry in `cell_classes`, else ""."""
+        return "vanished" if (row, column) in self.highlight else self.cell_classes.get((row, column), "")
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,17 @@ class Image:
         return base64.b64encode(self.png).decode("ascii")
 
 
-Block = Heading | Paragraph | WarningLine | Bullets | Table | Image
+@dataclass(frozen=True)
+class Panel:
+    """Blocks shown together in one element of the page (the internal report's first-screen summary),
+    `element_id` naming it so that a check can find it; Markdown lays the blocks out in order."""
+
+    element_id: str
+    blocks: tuple[Heading | Paragraph | WarningLine | Bullets | Table, ...]
+    kind: ClassVar[str] = "panel"
+
+
+Block = Heading | Paragraph | WarningLine | Bullets | Table | Image | Panel
 
 
 @dataclass
@@ -85,13 +110,16 @@ class Document:
     def image(self, png: bytes, caption: str) -> None:
         self.blocks.append(Image(png, caption))
 
+    def panel(self, panel: Panel) -> None:
+        self.blocks.append(panel)
+
     def to_html(self, title: str, banner: str | None = None) -> str:
         """One self-contained HTML page (styles inline, figures as data URIs); `banner` above and below."""
         return _environment().get_template("document.html.j2").render(title=title, banner=banner, blocks=self.blocks)
 
     def to_markdown(self, title: str) -> str:
         out = [f"# {title}", ""]
-        for block in self.blocks:
+        for block in _flat(self.blocks):
             if isinstance(block, Heading):
                 out += ["#" * (block.level + 1) + " " + block.text, ""]
             elif isinstance(block, Paragraph):
@@ -105,6 +133,14 @@ class Document:
             elif isinstance(block, Image):  # the published notes carry no figures; keep the caption only
                 out += [f"*{block.caption}*", ""]
         return "\n".join(out)
+
+
+def _flat(blocks: Iterable[Block]) -> list[Block]:
+    """The blocks with each panel's own in its place."""
+    out: list[Block] = []
+    for block in blocks:
+        out += list(block.blocks) if isinstance(block, Panel) else [block]
+    return out
 
 
 _ENVIRONMENT: Environment | None = None

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.quality import significance_stars
-from dpsynth.tasks.report.formatting import is_finite
+from dpsynth.tasks.report.formatting import is_finite, is_untrained, untrained_label
 
 REAL_SETTING = "real"
 BASELINE_SETTING = "baseline"
@@ -45,52 +47,105 @@ def _line_value(setting: str, rows: pd.DataFrame, chosen: dict) -> float:
     return float(rows["test_auc"].max())
 
 
-def auc_figure(results: pd.DataFrame, chosen: dict, thesis_reference: dict | None) -> bytes:
-    """Figure 7.1: each private setting's AUC against epsilon (star: its chosen checkpoint), non-private
-    settings and the real-vs-real runs as horizontal lines, the thesis's reference points as crosses."""
-    fig = Figure(figsize=(8, 4.8), layout="constrained")
+@dataclass(frozen=True)
+class DrawnFigure:
+    """A figure's PNG and the caption that describes what was actually drawn on it."""
+
+    png: bytes
+    caption: str
+
+
+def _reference_points(thesis_reference: dict | None) -> list[tuple[str, float, float]]:
+    """(label, epsilon, AUC) of each reference result with a finite epsilon (the others have no place on
+    an epsilon axis)."""
+    points = []
+    for label, entry in (thesis_reference or {}).items():
+        if isinstance(entry, dict) and is_finite(entry.get("auc")) and is_finite(entry.get("epsilon")):
+            points.append((str(label), float(entry["epsilon"]), float(entry["auc"])))
+    return points
+
+
+def auc_figure(results: pd.DataFrame, chosen: dict, thesis_reference: dict | None) -> DrawnFigure:
+    """Figure 7.1: each private setting's AUC against epsilon (star: its chosen checkpoint; hollow circle:
+    its untrained checkpoint), non-private settings and the real-vs-real runs as horizontal lines, the
+    published reference points as numbered crosses whose key is in the caption (labels beside the points
+    overlap where several sit at one epsilon)."""
+    fig = Figure(figsize=(9, 5), layout="constrained")
     ax = fig.add_subplot()
     data = results.dropna(subset=["test_auc"])
     settings = [s for s in dict.fromkeys(data["setting"]) if s != REAL_SETTING]
+    notes = ["lines: AUC against epsilon per checkpoint of each private setting; star: its chosen checkpoint"]
+    non_private, untrained_drawn, epsilons = [], False, []
     for i, setting in enumerate(settings):
         rows = data[data["setting"] == setting]
         if _non_private(rows):
             value = _line_value(setting, rows, chosen)
             label = ("non-private baseline" if setting == BASELINE_SETTING else setting) + f" ({value:.3f})"
             ax.axhline(value, color="dimgray", linestyle=":", linewidth=1.5, label=label)
+            non_private.append(str(setting))
             continue
         rows = rows[np.isfinite(rows["epsilon"].astype(float))].sort_values("epsilon")
+        epsilons += rows["epsilon"].astype(float).tolist()
         ax.plot(
             rows["epsilon"], rows["test_auc"], marker="o", markersize=3, linewidth=1, color=_color(i), label=setting
         )
+        untrained = rows[[is_untrained(it) for it in rows["iteration"]]] if "iteration" in rows else rows.iloc[:0]
+        if not untrained.empty:
+            eps, auc = float(untrained["epsilon"].iloc[0]), float(untrained["test_auc"].iloc[0])
+            ax.scatter([eps], [auc], marker="o", s=70, facecolors="none", edgecolors=_color(i), zorder=5)
+            ax.annotate(
+                untrained_label(eps),
+                (eps, auc),
+                fontsize=8,
+                color=_color(i),
+                xytext=(8, 6),
+                textcoords="offset points",
+            )
+            untrained_drawn = True
         pick = chosen.get(setting) or {}
         if is_finite(pick.get("epsilon")) and is_finite(pick.get("test_auc")):
             ax.scatter(
                 [pick["epsilon"]], [pick["test_auc"]], marker="*", s=180, color=_color(i), edgecolors="black", zorder=5
             )
+            epsilons.append(float(pick["epsilon"]))
+    if untrained_drawn:
+        notes.append(
+            "hollow circle: the untrained checkpoint (iteration 0, before any training step; its epsilon is only "
+            "what was spent before training, and its rows are calibrated to the measured marginals when the profile "
+            "measures them, which is how it can score above trained checkpoints)"
+        )
+    if non_private:
+        notes.append(f"dotted: non-private setting(s) {', '.join(non_private)} (no epsilon: drawn across)")
     real = data[data["setting"] == REAL_SETTING]
     if not real.empty:
         mean = float(real["test_auc"].mean())
         ax.axhline(mean, color="black", linestyle="--", linewidth=1.5, label=f"real data (mean {mean:.3f})")
-    for label, entry in (thesis_reference or {}).items():
-        if isinstance(entry, dict) and is_finite(entry.get("auc")) and is_finite(entry.get("epsilon")):
-            ax.scatter([float(entry["epsilon"])], [float(entry["auc"])], marker="x", color="gray", zorder=4)
-            ax.annotate(
-                f"thesis: {label}",
-                (float(entry["epsilon"]), float(entry["auc"])),
-                fontsize=7,
-                color="gray",
-                xytext=(-4, -12),
-                textcoords="offset points",
-                ha="right",
+        notes.append(f"dashed: real training rows (mean of {len(real)} real-vs-real runs)")
+    points = _reference_points(thesis_reference)
+    for k, (_, eps, auc) in enumerate(points, start=1):
+        ax.scatter([eps], [auc], marker="x", color="gray", zorder=4)
+        ax.annotate(str(k), (eps, auc), fontsize=7, color="dimgray", xytext=(4, 2), textcoords="offset points")
+        epsilons.append(eps)
+    if points:
+        ax.scatter([], [], marker="x", color="gray", label="published results (numbered, see caption)")
+        notes.append(
+            "gray crosses: published results on this table, "
+            + "; ".join(
+                f"{k} = {label} (epsilon {eps:g}, AUC {auc:.3f})" for k, (label, eps, auc) in enumerate(points, 1)
             )
+        )
+    if epsilons and max(epsilons) > 10:  # epsilons from 0 to tens: linear up to 1, logarithmic beyond
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_xlim(left=0)
+        notes.append("epsilon axis linear from 0 to 1, logarithmic beyond")
     ax.set_xlabel("epsilon (delta as configured)")
     ax.set_ylabel("AUC on the real test split")
-    ax.set_title("Figure 7.1: AUC against epsilon (star: chosen checkpoint)")
+    ax.set_title("Figure 7.1: AUC against epsilon")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="lower right")
-    return _png(fig)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    caption = "AUC on the real test split of logistic regression trained on synthetic rows. " + "; ".join(notes) + "."
+    return DrawnFigure(_png(fig), caption)
 
 
 def histogram_figure(schema: DatasetSchema, real: pd.DataFrame | None, synth: pd.DataFrame, setting: str) -> bytes:
@@ -108,6 +163,7 @@ def histogram_figure(schema: DatasetSchema, real: pd.DataFrame | None, synth: pd
         ax.hist(values, bins=bins, density=True, histtype="step", linewidth=1.5, color="C0", label=setting)
         ax.set_title(f"{col.name}" + (f" ({col.unit})" if col.unit else ""), fontsize=9)
         ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(4))  # wide bounds (age in days) would crowd the labels
         ax.set_yticks([])
         if i == 0:
             ax.legend(fontsize=7)

@@ -72,3 +72,34 @@ def mapping_table(mapping: dict, key_header: str = "item", value_header: str = "
         for k, v in mapping.items()
     ]
     return Table([key_header, value_header], rows)
+
+
+# The checkpoint saved before the first training step: its generator has seen no row through training, so
+# its epsilon is only what was spent before training (0, or the measured marginals its rows are calibrated
+# to), and its AUC can lie above trained checkpoints'.
+UNTRAINED_ITERATION = 0
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, (int, float, np.integer, np.floating, str)) and is_finite(value):
+        return float(value)
+    return None
+
+
+def untrained_label(epsilon: object = None) -> str:
+    """How the documents name the untrained checkpoint: "untrained (epsilon 0)", or with its epsilon when
+    something was spent before training."""
+    spent = _finite(epsilon)
+    if spent is None or spent == 0.0:
+        return "untrained (epsilon 0)"
+    return f"untrained (epsilon {format_general(round(spent, 3))})"
+
+
+def is_untrained(iteration: object) -> bool:
+    number = _finite(iteration)
+    return number is not None and int(number) == UNTRAINED_ITERATION
+
+
+def iteration_label(iteration: object, epsilon: object = None) -> str:
+    """A checkpoint's iteration as a table cell: the untrained one says so ("0, untrained (epsilon 0)")."""
+    return f"0, {untrained_label(epsilon)}" if is_untrained(iteration) else format_number(iteration)

@@ -1,7 +1,9 @@
 """The INTERNAL report: one self-contained HTML file for the data steward, never published.
 
 It holds real-data statistics (AUCs on the real test split, real distributions, correlations,
-importances, imputation counts), so it is marked INTERNAL at its top and bottom.
+importances, imputation counts, fidelity against the real table), so it is marked INTERNAL at its top and
+bottom. It opens with the answer (`summary`: epsilon, what it covers, AUC, fidelity with traffic lights,
+warnings), then the sections, the thesis' figures and tables in a section of their own.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ from pathlib import Path
 import pandas as pd
 
 from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.fidelity import fidelity_summary, sdmetrics_quality
 from dpsynth.models.evaluation.quality import quality_summary, spearman_matrix, subsample
 from dpsynth.models.privacy.statement import PrivacyStatement
 from dpsynth.tasks.evaluate import RESULT_COLUMNS
 from dpsynth.tasks.report import sections
 from dpsynth.tasks.report.document import Document
-from dpsynth.tasks.report.levels import normalise_chosen
+from dpsynth.tasks.report.levels import level_warnings, normalise_chosen
+from dpsynth.tasks.report.summary import summary_panel
 
 INTERNAL_BANNER = (
-    "INTERNAL - contains real-data statistics (AUCs measured on real data, real distributions, "
-    "correlations, importances, imputation counts). For the data steward only: never publish. "
+    "INTERNAL - contains real-data statistics (AUCs measured on real data, fidelity against the real table, "
+    "real distributions, correlations, importances, imputation counts). For the data steward only: never publish. "
     "The publishable document is the release notes."
 )
 
@@ -55,7 +59,8 @@ def build_internal_report(
     {setting: [{iteration, level_shares: {column: {level: share}}}]}. privacy: the privacy summary
     (`dpsynth.tasks.reporting.privacy_summary`), every key shown. imputation_counts: {column: count or
     {kind: count}}. thesis_reference: {label: {auc, epsilon, ...}}. Quality statistics use at most
-    `max_rows` rows per table (drawn with `seed`).
+    `max_rows` rows per table (drawn with `seed`); the fidelity figures (`dpsynth.models.evaluation.fidelity`)
+    count over the whole tables, SDMetrics reads at most its own cap of rows.
     """
     path = Path(path)
     chosen = normalise_chosen(chosen)
@@ -73,29 +78,58 @@ def build_internal_report(
     real_spearman = spearman_matrix(schema, real, max_rows=None) if real is not None else None
     spearman = {name: spearman_matrix(schema, frame, max_rows=None) for name, frame in synths.items()}
 
+    # Fidelity on the whole tables (counts over public cells: fast); SDMetrics subsamples by itself.
+    fidelity = (
+        {
+            name: fidelity_summary(schema, real_frame, frame, spearman_rows=max_rows)
+            for name, frame in synthetic_frames.items()
+        }
+        if real_frame is not None
+        else {}
+    )
+    sdmetrics = (
+        {name: sdmetrics_quality(schema, real_frame, frame, seed=seed) for name, frame in synthetic_frames.items()}
+        if real_frame is not None
+        else {}
+    )
+    level_lines = level_warnings(schema, ledger_level_shares, chosen, results, synthetic_frames)
+
     doc = Document()
     doc.paragraph(
         f"Dataset {schema.name} (schema version {schema.version}). Generated "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}."
     )
-    sections.warnings_section(doc, schema, ledger_level_shares, chosen, results, synthetic_frames)
+    doc.panel(
+        summary_panel(
+            statement=statement,
+            privacy=privacy,
+            chosen=chosen,
+            results=results,
+            fidelity=fidelity,
+            sdmetrics=sdmetrics,
+            level_warning_count=len(level_lines),
+        )
+    )
+    sections.warnings_section(doc, level_lines)
     sections.epsilon_statement(doc, statement)
     sections.privacy_parameters(doc, privacy)
     sections.chosen_checkpoints(doc, chosen)
     if comparison:
         sections.generators_compared(doc, comparison)
-    sections.utility_figure(doc, results, chosen, thesis_reference)
+    sections.fidelity_details(doc, fidelity, sdmetrics)
     sections.sample_quality(doc, quality)
+    if membership:
+        sections.membership_inference(doc, membership)
+    sections.checkpoint_level_shares(doc, schema, ledger_level_shares, chosen)
+    if imputation_counts:
+        sections.imputation(doc, imputation_counts)
+    sections.thesis_heading(doc)
+    sections.utility_figure(doc, results, chosen, thesis_reference)
     sections.distributions(doc, schema, real, synths)
     sections.feature_moments(doc, schema, real, synths)
     sections.correlations(doc, real_spearman, spearman, quality)
     sections.level_shares(doc, schema, real, synths)
     sections.feature_importance(doc, schema, real, seed)
-    sections.checkpoint_level_shares(doc, schema, ledger_level_shares, chosen)
-    if imputation_counts:
-        sections.imputation(doc, imputation_counts)
-    if membership:
-        sections.membership_inference(doc, membership)
     if thesis_reference:
         sections.thesis_values(doc, thesis_reference)
     sections.selection_runs(doc, results)

@@ -15,7 +15,7 @@ import pandas as pd
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.quality import level_frequencies
 from dpsynth.tasks.report.document import Table
-from dpsynth.tasks.report.formatting import format_number
+from dpsynth.tasks.report.formatting import format_number, iteration_label
 
 # Optional per-run level-share columns in the results table: "share:<column>=<level>".
 SHARE_PREFIX = "share:"
@@ -135,7 +135,9 @@ def level_share_table(schema: DatasetSchema, entries: list[dict], chosen_at: int
     rows, highlight = [], set()
     for i, entry in enumerate(sorted(entries, key=lambda e: e["iteration"])):
         shares = entry.get("level_shares") or {}
-        label = str(entry["iteration"]) + (" (chosen)" if entry["iteration"] == chosen_at else "")
+        label = iteration_label(entry["iteration"], entry.get("epsilon")) + (
+            " (chosen)" if entry["iteration"] == chosen_at else ""
+        )
         row = [label]
         for j, (column, level) in enumerate(keys):
             if column not in shares:

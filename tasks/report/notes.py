@@ -3,7 +3,8 @@
 Statistics of the released synthetic table, the privacy parameters (under the labels the privacy
 summary gives them), the settings, the epsilon ledger, the public schema, and the statement of what
 epsilon covers. No AUC (even the released checkpoint's AUC is measured on real test rows), no
-real-data statistic, no imputation count, no discriminator loss, no validation detail.
+real-data statistic, no fidelity figure against the real table (a sentence says it is internal), no
+imputation count, no discriminator loss, no validation detail.
 
 A release's notes are rendered from its `PublicRelease` (`write_public_release_notes`); an experiment's,
 per setting, from its privacy summary and chosen checkpoint (`build_release_notes`).
@@ -25,6 +26,7 @@ from dpsynth.tasks.report.formatting import (
     format_number,
     frame_table,
     is_finite,
+    iteration_label,
     mapping_table,
 )
 from dpsynth.tasks.report.levels import normalise_chosen
@@ -43,6 +45,15 @@ PUBLIC_SETTING_KEYS = (
     "iterations",
     "last_iteration",
     "epsilon_budget",
+)
+
+
+# Fidelity against the real table (TVDs, lost levels, SDMetrics' scores) is computed from real rows, which
+# epsilon does not cover: the notes say where it is instead of showing it.
+FIDELITY_NOT_PUBLISHED = (
+    "Fidelity to the real table (total-variation distances, lost levels, SDMetrics quality scores) is computed "
+    "from the real rows, which this release's epsilon does not cover, so it is not published: it is in the "
+    "internal report only. The statistics above describe the synthetic rows alone."
 )
 
 
@@ -104,7 +115,10 @@ def release_notes_document(
     doc.table(
         Table(
             ["setting", "iteration", "epsilon"],
-            [[str(s), format_number(e.get("iteration")), format_number(e.get("epsilon"), 3)] for s, e in picks.items()],
+            [
+                [str(s), iteration_label(e.get("iteration"), e.get("epsilon")), format_number(e.get("epsilon"), 3)]
+                for s, e in picks.items()
+            ],
         )
     )
 
@@ -118,7 +132,7 @@ def release_notes_document(
         Table(
             ["iteration", "epsilon"],
             [
-                [format_number(entry.get("iteration")), format_number(entry.get("epsilon"), 3)]
+                [iteration_label(entry.get("iteration"), entry.get("epsilon")), format_number(entry.get("epsilon"), 3)]
                 for entry in sorted(ledger or [], key=lambda e: e.get("iteration", 0))
             ],
         )
@@ -145,6 +159,7 @@ def release_notes_document(
         for level, share in levels.items()
     ]
     doc.table(Table(["column", "level", "share (synthetic)"], rows))
+    doc.paragraph(FIDELITY_NOT_PUBLISHED)
 
     doc.heading(1, "Schema (public)")
     doc.table(

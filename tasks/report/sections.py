@@ -18,8 +18,8 @@ from dpsynth.tasks.evaluate import RESULT_COLUMNS
 from dpsynth.tasks.report import figures
 from dpsynth.tasks.report.document import Document, Table
 from dpsynth.tasks.report.figures import REAL_SETTING
-from dpsynth.tasks.report.formatting import format_number, frame_table, mapping_table
-from dpsynth.tasks.report.levels import chosen_iteration, level_share_table, level_warnings
+from dpsynth.tasks.report.formatting import format_number, frame_table, iteration_label, mapping_table
+from dpsynth.tasks.report.levels import chosen_iteration, level_share_table
 
 
 def epsilon_statement(doc: Document, statement: PrivacyStatement) -> None:
@@ -34,15 +34,8 @@ def epsilon_statement(doc: Document, statement: PrivacyStatement) -> None:
 # ---- the internal report -----------------------------------------------------------------------------------
 
 
-def warnings_section(
-    doc: Document,
-    schema: DatasetSchema,
-    ledger_level_shares: dict,
-    chosen: dict,
-    results: pd.DataFrame,
-    synthetic_frames: dict,
-) -> None:
-    lines = level_warnings(schema, ledger_level_shares, chosen, results, synthetic_frames)
+def warnings_section(doc: Document, lines: list[str]) -> None:
+    """`lines`: the level warnings (`dpsynth.tasks.report.levels.level_warnings`)."""
     doc.heading(1, "Warnings")
     if lines:
         for line in lines:
@@ -76,7 +69,11 @@ def chosen_checkpoints(doc: Document, chosen: dict) -> None:
             [c for c in ("iteration", "epsilon", "test_auc") if c in frame.columns]
             + [c for c in frame.columns if c not in ("iteration", "epsilon", "test_auc")]
         ]
-        doc.table(frame_table(frame.astype(object), {"epsilon": 3}, index_name="setting"))
+        table = frame_table(frame.astype(object), {"epsilon": 3}, index_name="setting")
+        if "iteration" in frame.columns:
+            for row, (_, entry) in zip(table.rows, frame.iterrows(), strict=True):
+                row[1] = iteration_label(entry["iteration"], entry.get("epsilon"))
+        doc.table(table)
     else:
         doc.paragraph("No checkpoint was chosen.")
 
@@ -98,16 +95,74 @@ def generators_compared(doc: Document, comparison: dict) -> None:
     )
 
 
+def thesis_heading(doc: Document) -> None:
+    """The section that reproduces the thesis' figures and tables (its subsections follow)."""
+    doc.heading(1, "Thesis reproduction: Figures 7.1 to 7.4, Tables 7.1 and 7.2")
+    doc.paragraph(
+        "The thesis' figures and tables, drawn for this run. The summary at the top holds the answer; these "
+        "show where it comes from."
+    )
+
+
 def utility_figure(doc: Document, results: pd.DataFrame, chosen: dict, thesis_reference: dict | None) -> None:
-    doc.heading(1, "Figure 7.1: utility against privacy")
+    doc.heading(2, "Figure 7.1: utility against privacy")
     if not results.empty and results["test_auc"].notna().any():
-        doc.image(
-            figures.auc_figure(results, chosen, thesis_reference),
-            "AUC on the real test split of logistic regression trained on synthetic rows, per checkpoint; "
-            "dashed: real data (mean over real-vs-real runs); dotted: non-private baseline.",
-        )
+        drawn = figures.auc_figure(results, chosen, thesis_reference)
+        doc.image(drawn.png, drawn.caption)
     else:
         doc.paragraph("No AUC recorded.")
+
+
+def fidelity_details(doc: Document, fidelity: dict[str, dict], sdmetrics: dict[str, dict | None]) -> None:
+    """The figures behind the summary's fidelity table: `fidelity` {setting: `fidelity_summary`},
+    `sdmetrics` {setting: `sdmetrics_quality` or None}."""
+    doc.heading(1, "Fidelity against the real table")
+    if not fidelity:
+        doc.paragraph("Needs the real table and at least one synthetic table.")
+        return
+    first = next(iter(fidelity.values()))
+    doc.paragraph(
+        f"Total-variation distance (TVD, 0.5 x the sum of |real share - synthetic share|) over public cells: the "
+        f"declared levels of a binary or categorical column; {first['bins']} equal bins of a continuous column's "
+        f"public bounds plus one cell per declared point mass; one cell for missing values. 2-way TVD: over the "
+        f"joint cells of a pair of columns ({first['pairs_scored']} of {first['pairs_total']} pairs scored). A "
+        f"level is lost when it holds at least {first['lost_level_floor']:.0%} of the real rows and no synthetic "
+        f"row. Spearman MAD: mean absolute gap of the rank correlations between continuous columns. SDMetrics: "
+        f"its single-table QualityReport (Column Shapes, Column Pair Trends, overall: their mean; 1 is best)."
+    )
+    per_column = pd.DataFrame({name: pd.Series(f["column_tvd"], dtype=np.float64) for name, f in fidelity.items()})
+    doc.table(frame_table(per_column, 4, index_name="column", caption="TVD per column (1-way)"))
+    gaps = pd.DataFrame({name: pd.Series(f["point_mass_gaps"], dtype=np.float64) for name, f in fidelity.items()})
+    if not gaps.empty:
+        doc.table(
+            frame_table(gaps, 4, index_name="point mass", caption="|real share - synthetic share| at each point mass")
+        )
+    for name, f in fidelity.items():
+        lost = ", ".join(f"{column}={level}" for column, level in f["lost_levels"]) or "none"
+        pair = " and ".join(f["pairwise_tvd_worst_pair"] or []) or "none"
+        doc.paragraph(f"Setting {name}: levels lost: {lost}. Worst pair (2-way TVD): {pair}.")
+    rows = {
+        name: {
+            "Column Shapes": s["column_shapes"],
+            "Column Pair Trends": s["column_pair_trends"],
+            "overall": s["overall"],
+            "real rows scored": s["rows_scored"][0],
+            "synthetic rows scored": s["rows_scored"][1],
+        }
+        for name, s in sdmetrics.items()
+        if s is not None
+    }
+    if rows:
+        doc.table(
+            frame_table(
+                pd.DataFrame.from_dict(rows, orient="index").astype(object),
+                4,
+                index_name="setting",
+                caption="SDMetrics QualityReport (1 is best)",
+            )
+        )
+    else:
+        doc.paragraph("SDMetrics scores not computed: sdmetrics is not installed.")
 
 
 def sample_quality(doc: Document, quality: dict[str, dict]) -> None:
@@ -148,16 +203,17 @@ def sample_quality(doc: Document, quality: dict[str, dict]) -> None:
 
 
 def distributions(doc: Document, schema: DatasetSchema, real: pd.DataFrame | None, synths: dict) -> None:
-    doc.heading(1, "Figure 7.2: continuous-feature distributions")
+    doc.heading(2, "Figure 7.2: continuous-feature distributions")
     for name, frame in synths.items():
+        shown = f"real (gray, filled) vs synthetic {name} (blue line)" if real is not None else f"synthetic {name}"
         doc.image(
             figures.histogram_figure(schema, real, frame, name),
-            f"Histograms over the public bounds (40 bins): real (gray) vs synthetic {name}.",
+            f"Histograms (densities) over the public bounds, 40 bins: {shown}.",
         )
 
 
 def feature_moments(doc: Document, schema: DatasetSchema, real: pd.DataFrame | None, synths: dict) -> None:
-    doc.heading(1, "Table 7.2: mean and standard deviation of continuous features")
+    doc.heading(2, "Table 7.2: mean and standard deviation of continuous features")
     columns = {}
     if real is not None:
         s = feature_stats(schema, real)
@@ -176,7 +232,7 @@ def correlations(
     quality: dict[str, dict],
 ) -> None:
     """Heatmaps of the Spearman matrices ((rho, p-values) pairs); the MAD from real is `quality`'s."""
-    doc.heading(1, "Figure 7.3: Spearman rank correlations")
+    doc.heading(2, "Figure 7.3: Spearman rank correlations")
     doc.paragraph(
         "Categorical columns enter as their level codes. Stars: *** p < 0.001, ** p < 0.01, "
         "* p < 0.05. MAD: mean absolute difference from the real matrix over the off-diagonal "
@@ -191,14 +247,15 @@ def correlations(
 
 
 def level_shares(doc: Document, schema: DatasetSchema, real: pd.DataFrame | None, synths: dict) -> None:
-    doc.heading(1, "Figure 7.4: level shares of binary and categorical features")
+    doc.heading(2, "Figure 7.4: level shares of binary and categorical features")
     shares = {}
     if real is not None:
         shares[REAL_SETTING] = level_frequencies(schema, real)
     for name, frame in synths.items():
         shares[name] = level_frequencies(schema, frame)
     if shares:
-        doc.image(figures.frequency_figure(schema, shares), "Share of each declared level: real (gray) and synthetic.")
+        shown = "real (gray) and each synthetic table" if real is not None else "each synthetic table"
+        doc.image(figures.frequency_figure(schema, shares), f"Share of each declared level: {shown}.")
         rows = {
             f"{col}={level}": {name: s.get(col, {}).get(level) for name, s in shares.items()}
             for col in (c.name for c in schema.discrete)
@@ -219,7 +276,7 @@ def _complete_rows(schema: DatasetSchema, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def feature_importance(doc: Document, schema: DatasetSchema, real: pd.DataFrame | None, seed: int) -> None:
-    doc.heading(1, "Table 7.1: feature importance on the real data")
+    doc.heading(2, "Table 7.1: feature importance on the real data")
     if real is None:
         doc.paragraph("No real table given.")
         return
@@ -284,7 +341,11 @@ def membership_inference(doc: Document, membership: dict) -> None:
 
 
 def thesis_values(doc: Document, thesis_reference: dict) -> None:
-    doc.heading(1, "Thesis reference values")
+    doc.heading(2, "Published reference values")
+    doc.paragraph(
+        "Results published on this table (the thesis and other tools); those with an epsilon are the "
+        "numbered crosses of Figure 7.1."
+    )
     doc.table(mapping_table(thesis_reference, "system"))
 
 
@@ -298,6 +359,13 @@ def _sort_results(results: pd.DataFrame) -> pd.DataFrame:
 def selection_runs(doc: Document, results: pd.DataFrame) -> None:
     doc.heading(1, "Model selection: every run")
     if not results.empty:
-        doc.table(frame_table(_sort_results(results).astype(object), {"epsilon": 3, "C": 6, "seconds": 2}, index=False))
+        ordered = _sort_results(results)
+        table = frame_table(ordered.astype(object), {"epsilon": 3, "C": 6, "seconds": 2}, index=False)
+        if "iteration" in ordered.columns:  # the untrained checkpoint of a generator says so (not the real runs)
+            at = list(ordered.columns).index("iteration")
+            for row, (_, entry) in zip(table.rows, ordered.iterrows(), strict=True):
+                if entry.get("setting") != REAL_SETTING:
+                    row[at] = iteration_label(entry["iteration"], entry.get("epsilon"))
+        doc.table(table)
     else:
         doc.paragraph("No selection run recorded.")

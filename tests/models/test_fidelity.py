@@ -7,7 +7,6 @@ import dataclasses
 import json
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,10 @@ from dpsynth.models.data.demo import SHAPES, make_demo_table
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.fidelity import (
+    AMBER,
     FIDELITY_TARGETS,
+    GREEN,
+    RED,
     column_tvd,
     continuous_spearman_mad,
     fidelity_summary,
@@ -28,7 +30,9 @@ from dpsynth.models.evaluation.fidelity import (
     pairwise_tvd,
     point_mass_gaps,
     scored_pairs,
+    sdmetrics_metadata,
     sdmetrics_quality,
+    traffic_light,
 )
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -232,13 +236,13 @@ def test_verdicts_flip_at_the_target(figure):
     target = FIDELITY_TARGETS[figure]
     assert fidelity_verdicts({figure: target})[figure]["verdict"] == "met"
     assert fidelity_verdicts({figure: float(np.nextafter(target, 1.0))})[figure]["verdict"] == "missed"
-    assert fidelity_verdicts({})[figure] == {"value": None, "target": target, "verdict": "n/a"}
+    assert fidelity_verdicts({})[figure] == {"value": None, "target": target, "verdict": "n/a", "light": "n/a"}
 
 
 def test_any_lost_level_misses_its_target():
     assert fidelity_verdicts({"lost_levels": []})["lost_levels"]["verdict"] == "met"
     missed = fidelity_verdicts({"lost_levels": [["colour", "blue"]]})["lost_levels"]
-    assert missed == {"value": 1, "target": 0, "verdict": "missed"}
+    assert missed == {"value": 1, "target": 0, "verdict": "missed", "light": "red"}
 
 
 def test_tables_without_rows_or_columns_are_refused(small):
@@ -258,34 +262,44 @@ def test_summary_is_fast_on_a_census_sized_table(census):
 
 
 def test_sdmetrics_quality_is_none_without_sdmetrics(small, monkeypatch):
-    monkeypatch.setitem(sys.modules, "sdmetrics", None)  # import fails as if not installed
+    for name in ("sdmetrics", "sdmetrics.reports", "sdmetrics.reports.single_table"):
+        monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed (even once imported)
     assert sdmetrics_quality(small, small_table(), small_table()) is None
 
 
-def test_sdmetrics_quality_reads_the_report_when_present(small, monkeypatch):
-    seen = {}
+def test_sdmetrics_quality_runs_the_quality_report_with_the_schemas_metadata(census, census_real):
+    """The real QualityReport: a table scores about 1 against itself, lower against a table whose columns
+    were shuffled apart (shapes kept, pair trends broken); the metadata follows the schema's kinds."""
+    metadata = sdmetrics_metadata(census)
+    assert metadata["columns"]["age"] == {"sdtype": "numerical"}
+    assert metadata["columns"]["income"] == {"sdtype": "categorical"}
+    real = census_real.iloc[:1000]
+    same = sdmetrics_quality(census, real, real)
+    assert same is not None and plain_types(same)
+    assert same["column_shapes"] == pytest.approx(1.0) and same["column_pair_trends"] == pytest.approx(1.0)
+    rng = np.random.default_rng(0)
+    shuffled = real.apply(lambda column: column.to_numpy()[rng.permutation(len(column))])
+    broken = sdmetrics_quality(census, real, shuffled)
+    assert broken["column_shapes"] == pytest.approx(1.0)  # every column's values are the real ones
+    assert broken["column_pair_trends"] < 0.97
+    assert broken["overall"] == pytest.approx((broken["column_shapes"] + broken["column_pair_trends"]) / 2)
 
-    class QualityReport:
-        def generate(self, real, synth, metadata, verbose=True):
-            seen.update(columns=list(real.columns), metadata=metadata, verbose=verbose)
 
-        def get_properties(self):
-            return pd.DataFrame({"Property": ["Column Shapes", "Column Pair Trends"], "Score": np.array([0.9, 0.8])})
+def test_sdmetrics_quality_reads_a_deterministic_subsample_beyond_its_cap(census, census_real):
+    synth = make_demo_table(census, 2000, seed=2, shape=SHAPES["hard"])
+    first = sdmetrics_quality(census, census_real, synth, max_rows=500, seed=3)
+    assert first["rows_scored"] == [500, 500]
+    assert sdmetrics_quality(census, census_real, synth, max_rows=500, seed=3) == first
+    assert sdmetrics_quality(census, census_real, synth, max_rows=None)["rows_scored"] == [3000, 2000]
 
-        def get_score(self):
-            return np.float64(0.85)
 
-    module = types.ModuleType("sdmetrics.reports.single_table")
-    module.QualityReport = QualityReport
-    for name in ("sdmetrics", "sdmetrics.reports"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "sdmetrics.reports.single_table", module)
-    scores = sdmetrics_quality(small, small_table().assign(extra=1), small_table())
-    assert scores == {"column_shapes": 0.9, "column_pair_trends": 0.8, "overall": 0.85}
-    assert plain_types(scores)
-    assert seen["columns"] == ["colour", "flag", "amount", "age"] and seen["verbose"] is False
-    assert seen["metadata"]["columns"]["amount"] == {"sdtype": "numerical"}
-    assert seen["metadata"]["columns"]["flag"] == {"sdtype": "categorical"}
+@pytest.mark.parametrize(
+    ("value", "target", "light"),
+    [(0.01, 0.01, GREEN), (0.0101, 0.01, AMBER), (0.02, 0.01, AMBER), (0.0201, 0.01, RED), (0, 0, GREEN), (1, 0, RED)],
+)
+def test_traffic_light_is_green_at_the_target_amber_within_twice_it_red_beyond(value, target, light):
+    assert traffic_light(value, target) == light
+    assert traffic_light(None, target) == "n/a"
 
 
 def published_run(folder: Path, schema: DatasetSchema, config: Path) -> Path:

@@ -14,6 +14,7 @@ import pytest
 from dpsynth.models.config import load_profile
 from dpsynth.models.data.demo import make_demo_table
 from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.evaluation.fidelity import fidelity_summary, fidelity_verdicts, sdmetrics_quality
 from dpsynth.models.evaluation.quality import feature_stats, level_frequencies, quality_summary, subsample
 from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.evaluate import RESULT_COLUMNS
@@ -27,6 +28,9 @@ from dpsynth.tasks.report import (
     level_warnings,
     vanished_levels,
 )
+from dpsynth.tasks.report.document import Table
+from dpsynth.tasks.report.notes import FIDELITY_NOT_PUBLISHED
+from dpsynth.tasks.report.summary import LIGHT_WORDS, SUMMARY_HEADING, SUMMARY_ID, plain_coverage
 
 CARDIO_YAML = Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml"
 _DEFAULT = load_profile("default", CARDIO_YAML)
@@ -367,7 +371,8 @@ def test_release_notes_hold_the_synthetic_statistics_and_privacy_facts(notes, sc
             assert f"| {column} | {level} | {format_number(share, 4)} |" in notes
     assert "(epsilon, delta) = (3.250, 1e-05)" in notes
     for entry in LEDGER:
-        assert f"| {entry['iteration']} | {format_number(entry['epsilon'], 3)} |" in notes
+        label = "0, untrained (epsilon 0)" if entry["iteration"] == 0 else str(entry["iteration"])
+        assert f"| {label} | {format_number(entry['epsilon'], 3)} |" in notes
     assert "subsampled Gaussian, sampling without replacement" in notes
     assert "| noise multiplier sigma | 1.07 |" in notes and "| batch size B | 32 |" in notes
     assert "| k10 | 10 | True |" in notes  # the settings table
@@ -445,3 +450,144 @@ def test_release_notes_of_a_conditional_generator_say_the_target_share_is_set_by
     )
     text = path.read_text()
     assert "set by design, not learned" in text and "cardio = 1 with probability 0.5" in text
+
+
+# ---- the first screen, the thesis section, captions, wide tables -------------------------------------------
+
+
+def _summary_html(text: str) -> str:
+    start = text.index(f'<section id="{SUMMARY_ID}" class="panel">')
+    return text[start : text.index("</section>", start)]
+
+
+def test_internal_report_opens_with_the_summary(internal):
+    """The summary panel is the first thing after the title, before every other section."""
+    text = internal[1]
+    title_end = text.index("</h1>")
+    assert text.index(f'<section id="{SUMMARY_ID}"') > title_end
+    assert re.findall(r"<h2>(.*?)</h2>", text)[0] == SUMMARY_HEADING
+    assert text.index(SUMMARY_HEADING) < text.index("<h2>Warnings</h2>") < text.index("<h2>Privacy parameters</h2>")
+
+
+def test_summary_holds_epsilon_coverage_auc_and_warnings(internal):
+    summary = html.unescape(_summary_html(internal[1]))
+    assert "<td>k10</td><td>2000</td><td>3.250</td><td>1e-05</td>" in summary
+    assert f"<td>{K10_AUCS[1]:.3f}</td><td>{np.mean(REAL_AUCS):.3f}</td>" in summary
+    assert "inf (NOT differentially private)" in summary  # the baseline
+    assert plain_coverage(STATEMENT) in summary
+    assert "Setting baseline is NOT differentially private" in summary
+    assert "Setting baseline never produces" in summary and "alco=1" in summary  # its alco was collapsed
+    assert "warning(s) about vanished levels: see the Warnings section" in summary
+
+
+def test_plain_coverage_is_the_statement_without_its_parenthesised_detail():
+    plain = plain_coverage(STATEMENT)
+    assert "(" not in plain and ")" not in plain and "  " not in plain
+    assert plain.startswith("Epsilon bounds, with respect to replacing any one row of the input table, everything")
+    assert plain.endswith("the decision to publish.")
+
+
+def test_summary_fidelity_cells_carry_the_targets_light(internal, schema, real, synth):
+    """Each target figure's cell holds its value and light, as `fidelity_verdicts` judges the figures of the
+    whole tables; SDMetrics' scores are `sdmetrics_quality`'s."""
+    summary = _summary_html(internal[1])
+    verdicts = fidelity_verdicts(fidelity_summary(schema, real, synth, spearman_rows=20000))
+    for figure in ("categorical_tvd_mean", "continuous_tvd_mean", "pairwise_tvd_mean", "spearman_mad_continuous"):
+        v = verdicts[figure]
+        cell = f'<td class="light-{v["light"]}">{v["value"]:.4f} - {LIGHT_WORDS[v["light"]]}</td>'
+        assert cell in summary, figure
+    scores = sdmetrics_quality(schema, real, synth, seed=0)
+    for key in ("column_shapes", "column_pair_trends", "overall"):
+        assert f"<td>{scores[key]:.4f}</td>" in summary
+    assert "<td>n/a</td>" in summary  # cardio declares no point mass
+
+
+def test_thesis_figures_sit_in_a_section_of_their_own(internal):
+    text = internal[1]
+    headings = re.findall(r"<h([23])>(.*?)</h\1>", text)
+    levels = {title: level for level, title in headings}
+    start = [title for _, title in headings].index("Thesis reproduction: Figures 7.1 to 7.4, Tables 7.1 and 7.2")
+    assert levels["Thesis reproduction: Figures 7.1 to 7.4, Tables 7.1 and 7.2"] == "2"
+    for title, level in headings[start + 1 :]:
+        if title.startswith(("Figure 7.", "Table 7.", "Published reference")):
+            assert level == "3", title
+    thesis = [title for _, title in headings[start + 1 :] if title.startswith(("Figure 7.", "Table 7."))]
+    assert len(thesis) == 6
+    assert all(not title.startswith(("Figure 7.", "Table 7.")) for _, title in headings[:start])
+
+
+def _figure_caption(text: str, heading: str) -> str:
+    after = text[text.index(heading) :]
+    return html.unescape(re.search(r"<figcaption>(.*?)</figcaption>", after).group(1))
+
+
+def test_figure_7_1_caption_names_only_what_is_drawn(internal, tmp_path, schema, synth):
+    caption = _figure_caption(internal[1], "Figure 7.1: utility against privacy")
+    assert "dotted: non-private setting(s) baseline" in caption and "dashed: real training rows" in caption
+    assert "1 = K=1500 best trade-off (epsilon 6.45, AUC 0.717)" in caption
+    assert "untrained" not in caption  # the fixture's results have no iteration 0
+    private_only = _results()
+    private_only = private_only[private_only["setting"] == "k10"]
+    text = build_internal_report(
+        tmp_path / "r.html",
+        title="t",
+        schema=schema,
+        results=private_only,
+        chosen={"k10": CHOSEN["k10"]},
+        real_frame=None,
+        synthetic_frames={"k10": synth},
+        ledger_level_shares={},
+        privacy=PRIVACY,
+        statement=STATEMENT,
+    ).read_text()
+    caption = _figure_caption(text, "Figure 7.1: utility against privacy")
+    assert "dotted" not in caption and "dashed" not in caption and "crosses" not in caption
+    assert "Fidelity not measured" in text
+
+
+def test_the_untrained_checkpoint_is_labelled_wherever_it_shows(tmp_path, schema, real, synth):
+    results = _results()
+    untrained = results[results["setting"] == "k10"].iloc[[0]].assign(iteration=0, index=0, epsilon=0.0, test_auc=0.7)
+    results = pd.concat([results, untrained], ignore_index=True)
+    text = html.unescape(
+        build_internal_report(
+            tmp_path / "r.html",
+            title="t",
+            schema=schema,
+            results=results,
+            chosen={"k10": {"iteration": 0, "epsilon": 0.0, "test_auc": 0.7}},
+            real_frame=real,
+            synthetic_frames={"k10": synth},
+            ledger_level_shares=_ledger_shares(vanish=False),
+            privacy=PRIVACY,
+            statement=STATEMENT,
+        ).read_text()
+    )
+    assert "hollow circle: the untrained checkpoint (iteration 0" in _figure_caption(text, "Figure 7.1")
+    summary = _summary_html(text)
+    assert "<td>k10</td><td>0, untrained (epsilon 0)</td>" in summary
+    assert "<td>0, untrained (epsilon 0) (chosen)</td>" in text  # level shares at every checkpoint
+    runs = text[text.index("Model selection: every run") :]
+    assert "<td>k10</td><td>0, untrained (epsilon 0)</td>" in runs
+    assert "<td>real</td><td>0</td>" in runs  # the real-vs-real runs are no checkpoint
+
+
+def test_wide_tables_are_laid_out_in_groups_that_repeat_the_first_column():
+    table = Table(["row", *(f"c{i}" for i in range(30))], [["a", *map(str, range(30))]])
+    groups = table.column_groups(12)
+    assert [len(g) for g in groups] == [12, 12, 9] and all(g[0] == 0 for g in groups)
+    assert sorted({j for g in groups for j in g}) == list(range(31))
+    assert Table(["a", "b"], []).column_groups(12) == [[0, 1]]
+
+
+def test_the_selection_table_wraps_within_the_page(internal):
+    runs = internal[1][internal[1].index("Model selection: every run") :]
+    tables = re.findall(r"<table>.*?</table>", runs, re.DOTALL)
+    assert len(tables) > 1 and all(t.count("<th>") <= 12 for t in tables)
+    assert "(continued:" in runs
+    assert all("<th>setting</th>" in t for t in tables)
+
+
+def test_release_notes_say_fidelity_to_the_real_table_is_internal(notes):
+    assert FIDELITY_NOT_PUBLISHED in notes
+    assert "SDMetrics" not in notes.replace(FIDELITY_NOT_PUBLISHED, "")
