@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 LAYERS = ("models", "tasks", "flows")
 
 setup(
-    packages=["dpsynth", "dpsynth.configs"]
+    packages=["dpsynth", "dpsynth.api", "dpsynth.configs"]
     + [f"dpsynth.{name}" for name in find_packages(include=[f"{layer}*" for layer in LAYERS])],
     package_dir={"dpsynth": "dpsynth", "dpsynth.configs": "configs", **{f"dpsynth.{layer}": layer for layer in LAYERS}},
 )

@@ -7,7 +7,9 @@ with this package as its code (``code_paths``), so that
     mlflow.pyfunc.load_model("models:/cardio-gswgan@champion").predict(pd.DataFrame({"n_rows": [1000],
                                                                                     "seed": [0]}))
 
-works in a fresh process where dpsynth is not installed. Loading and sampling use only this package's
+works in a fresh process where dpsynth is not installed (`seed` is optional: without it, or with a
+missing value, a request draws fresh randomness from the operating system; a given seed gives the same
+rows every time). Loading and sampling use only this package's
 networks, encoder and schema, torch, numpy, pandas and yaml (models/generators/samplers.py, for
 every generator type): no Prefect, no flows, no accountant (autodp, Opacus). This is the one module of `models`
 that imports
@@ -23,15 +25,24 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from mlflow.models import ModelSignature, infer_signature
 from mlflow.pyfunc import PythonModel, PythonModelContext
+from mlflow.types import ColSpec, Schema
 
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.generators.samplers import read_generator_file, sample_rows, sampler_from_blob
+from dpsynth.models.generators.samplers import (
+    fresh_seed,
+    public_facts,
+    read_generator_file,
+    sample_rows,
+    sampler_from_blob,
+)
 
 GENERATOR_ARTIFACT = "generator"
 SCHEMA_ARTIFACT = "schema"
 INPUT_COLUMNS = ("n_rows", "seed")
+REQUIRED_COLUMNS = ("n_rows",)
 # Largest request one predict call serves (rows are generated in batches, but all held in memory).
 MAX_ROWS = 10_000_000
 
@@ -41,8 +52,14 @@ def load_generator_file(path: str | Path) -> tuple[Any, dict[str, object]]:
     and the file's public facts (spec, iteration, epsilon, delta, generator). The generator types'
     samplers share no base class, hence Any."""
     blob = read_generator_file(path)
-    info = {k: v for k, v in blob.items() if k == "spec" or not isinstance(v, dict)}  # no weights
-    return sampler_from_blob(blob), info
+    return sampler_from_blob(blob), public_facts(blob)
+
+
+def model_signature(output_example: pd.DataFrame) -> ModelSignature:
+    """The registered model's signature: `n_rows` required, `seed` optional (MLflow enforces the
+    signature before `predict` runs, so a required `seed` would refuse a request without one)."""
+    inputs = Schema([ColSpec("long", "n_rows"), ColSpec("long", "seed", required=False)])
+    return ModelSignature(inputs=inputs, outputs=infer_signature(None, output_example).outputs)
 
 
 def sample_table(sampler: Any, encoder: TableEncoder, n_rows: int, seed: int) -> pd.DataFrame:
@@ -58,23 +75,27 @@ def _requests(model_input: object) -> list[tuple[int, int]]:
         model_input = pd.DataFrame({k: np.atleast_1d(v) for k, v in model_input.items()})
     if not isinstance(model_input, pd.DataFrame):
         raise TypeError(
-            f"predict expects a DataFrame with columns 'n_rows' and 'seed', not {type(model_input).__name__}."
+            f"predict expects a DataFrame with column 'n_rows' (and optionally 'seed'), "
+            f"not {type(model_input).__name__}."
         )
-    missing = [c for c in INPUT_COLUMNS if c not in model_input.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in model_input.columns]
     if missing:
         raise ValueError(
             f"predict input lacks column(s) {', '.join(missing)}: expected one row with "
-            "'n_rows' (how many synthetic rows) and 'seed' (an integer)."
+            "'n_rows' (how many synthetic rows) and optionally 'seed' (an integer)."
         )
     if len(model_input) == 0:
-        raise ValueError("predict input has no rows: expected one row with 'n_rows' and 'seed'.")
+        raise ValueError("predict input has no rows: expected one row with 'n_rows' (and optionally 'seed').")
+    seeds = model_input["seed"] if "seed" in model_input.columns else [None] * len(model_input)
     requests = []
-    for n_rows, seed in zip(model_input["n_rows"], model_input["seed"], strict=False):
-        if pd.isna(n_rows) or pd.isna(seed) or float(n_rows) != int(n_rows) or float(seed) != int(seed):
-            raise ValueError("'n_rows' and 'seed' must be integers.")
+    for n_rows, seed in zip(model_input["n_rows"], seeds, strict=True):
+        if pd.isna(n_rows) or float(n_rows) != int(n_rows):
+            raise ValueError("'n_rows' must be an integer.")
+        if seed is not None and not pd.isna(seed) and float(seed) != int(seed):
+            raise ValueError("'seed' must be an integer (or left out, for fresh rows).")
         if not 0 <= int(n_rows) <= MAX_ROWS:
             raise ValueError(f"'n_rows' must be between 0 and {MAX_ROWS}, not {int(n_rows)}.")
-        requests.append((int(n_rows), int(seed)))
+        requests.append((int(n_rows), fresh_seed() if seed is None or pd.isna(seed) else int(seed)))
     return requests
 
 
@@ -94,7 +115,7 @@ class SyntheticTableModel(PythonModel):
     def predict(
         self, context: PythonModelContext, model_input: pd.DataFrame, params: dict | None = None
     ) -> pd.DataFrame:
-        """`model_input`: a DataFrame with one row, columns `n_rows` and `seed`. Returns `n_rows` rows
-        with the schema's columns, types, bounds and levels."""
+        """`model_input`: a DataFrame with one row, columns `n_rows` and (optionally) `seed`. Returns
+        `n_rows` rows with the schema's columns, types, bounds and levels."""
         frames = [sample_table(self.generator, self.encoder, n, s) for n, s in _requests(model_input)]
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

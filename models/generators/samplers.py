@@ -11,10 +11,19 @@ The type is under "generator_type" (a DP-auto-GAN file's "generator" holds its g
 A file that carries measured marginals (under "marginals", public: noisy counts and their plan) samples
 through `sample_rows`, which calibrates the generator's rows to them (models/marginals/calibration.py, no
 accountant either); a file without them samples as it always did.
+
+A released file records its format (`"format_version"`, `GENERATOR_FORMAT_VERSION`): a reader loads
+every file whose version it knows and refuses a newer one with a message saying to upgrade; a file
+without it (every release before the key existed, and training checkpoints) is version 1. Change the
+version only when a reader of the current code could no longer sample a new file correctly.
+Conditioning on the target (`sample_with_label`) is for the generators that take the target's label as
+an input (a GS-WGAN generator with a `condition`, DP-CGAN); every other condition is the caller's to
+draw by rejection from ordinary samples.
 """
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,6 +31,7 @@ import numpy as np
 import torch
 
 from dpsynth.models.checkpoint_files import load_verified
+from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.registry import DEFAULT_GENERATOR, names, registration
 
 if TYPE_CHECKING:
@@ -35,6 +45,11 @@ MARGINALS_KEY = "marginals"
 # The calibration's random generator is seeded from the request's seed and this, so that it draws apart
 # from the generator's own latents (seeded by the seed alone).
 CALIBRATION_STREAM = 0xCA11B
+# The format of the released generator file this code writes, and the newest it reads (see above).
+FORMAT_VERSION_KEY = "format_version"
+GENERATOR_FORMAT_VERSION = 1
+# Seeds drawn for a request without one: 63 bits from the OS's CSPRNG (torch seeds take up to 64).
+FRESH_SEED_BITS = 63
 
 
 class Sampler(Protocol):
@@ -81,12 +96,76 @@ def sample_rows(sampler: Sampler, encoder: TableEncoder, n_rows: int, seed: int)
     return calibrate(drawn, encoder.schema, measured, rng, rows=n_rows)
 
 
+def fresh_seed() -> int:
+    """A seed from the operating system's randomness, for a request that gives none: fresh rows."""
+    return secrets.randbits(FRESH_SEED_BITS)
+
+
 def read_generator_file(path: str | Path, sha256: str | None = None) -> dict:
-    """The file's contents; with `sha256` (a ledger's), only if the file still matches it."""
+    """The file's contents; with `sha256` (a ledger's), only if the file still matches it. A file of a
+    newer format than this code reads is refused (`format_version`)."""
     if sha256 is not None:
-        return load_verified(Path(path), sha256, map_location="cpu", weights_only=False)
-    return torch.load(path, map_location="cpu", weights_only=True)
+        blob = load_verified(Path(path), sha256, map_location="cpu", weights_only=False)
+    else:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    format_version(blob, str(path))
+    return blob
+
+
+def format_version(blob: dict[str, Any], where: str = "the generator file") -> int:
+    """The file's format version (1 when it records none), or ConfigError when this code cannot read it."""
+    version = blob.get(FORMAT_VERSION_KEY, 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ConfigError(f"{where} records an invalid format version {version!r}: it was not written by dpsynth.")
+    if version > GENERATOR_FORMAT_VERSION:
+        raise ConfigError(
+            f"{where} is a generator file of format version {version}, newer than this dpsynth reads "
+            f"(up to {GENERATOR_FORMAT_VERSION}): upgrade dpsynth to a version that supports it to load it."
+        )
+    return version
+
+
+def public_facts(blob: dict[str, Any]) -> dict[str, object]:
+    """The file's public facts without its weights: spec, generator type, iteration, epsilon, delta, format."""
+    facts = {k: v for k, v in blob.items() if k == "spec" or not isinstance(v, dict)}
+    facts.setdefault(FORMAT_VERSION_KEY, 1)
+    return facts
 
 
 def load_sampler(path: str | Path, sha256: str | None = None, kind: str | None = None) -> Sampler:
     return sampler_from_blob(read_generator_file(path, sha256), kind)
+
+
+def conditions_on_target(sampler: Sampler) -> bool:
+    """Whether the sampler's generator takes the target's label as an input (so `sample_with_label` sets it)."""
+    from dpsynth.models.generators.dpcgan.sampler import DPCGANSampler
+    from dpsynth.models.generators.gswgan.sampler import GSWGANSampler
+
+    if isinstance(sampler, GSWGANSampler):
+        return sampler.net.condition is not None
+    return isinstance(sampler, DPCGANSampler)
+
+
+def sample_with_label(sampler: Sampler, n_rows: int, seed: int, label: int) -> np.ndarray:
+    """n encoded rows whose target is its level `label` (0: the first level, 1: the second), from a
+    generator that conditions on the target: the label is set in its input instead of drawn from the
+    public prior, everything else drawn from the seed as `sample` draws it. The rows are the generator's
+    own (no calibration to measured marginals: that would move the target again)."""
+    from dpsynth.models.generators.dpcgan.sampler import DPCGANSampler, sample_encoded
+    from dpsynth.models.generators.gswgan.sampler import BATCH, GSWGANSampler
+
+    if label not in (0, 1):
+        raise ValueError(f"the target's label is 0 or 1, not {label!r}")
+    if isinstance(sampler, DPCGANSampler):
+        return sample_encoded(sampler.net, n_rows, seed, label=label)
+    if not isinstance(sampler, GSWGANSampler) or sampler.net.condition is None:
+        raise ValueError("this generator does not condition on the target: draw by rejection instead")
+    net = sampler.net
+    rng = torch.Generator().manual_seed(int(seed))
+    parts = []
+    with torch.no_grad():
+        for start in range(0, n_rows, BATCH):
+            latent = net.latent(min(BATCH, n_rows - start), rng)
+            latent[:, net.z_dim] = 2.0 * label - 1.0  # the label's place in the latent (networks.draw_latent)
+            parts.append(net(latent).numpy())
+    return np.concatenate(parts) if parts else np.zeros((0, sampler.width), dtype=np.float32)

@@ -1,0 +1,236 @@
+"""The Python API (docs/api.md): `import dpsynth` stays light, a drafted schema takes no bound or level
+from the rows, `load` samples a generator file as the pyfunc model does (seeded, fresh, conditioned; the
+format version checked, in a fresh process too), and the documented example runs end to end: fit on a
+DataFrame, release, load from the bundle and the registry, sample with and without a seed and under a
+condition. The two releases run a Prefect flow (`flow`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import dpsynth
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.gswgan.generator_files import GeneratorSpec
+from dpsynth.models.generators.samplers import (
+    FORMAT_VERSION_KEY,
+    GENERATOR_FORMAT_VERSION,
+    load_sampler,
+    sample_rows,
+)
+from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
+
+
+def write_generator(folder: Path, schema, *, conditional: bool, format_version: int | None = 1) -> Path:
+    """A tiny untrained GS-WGAN generator file as a release writes it, with the schema beside it."""
+    encoder = TableEncoder(schema)
+    condition = (encoder.target_index, 0.5) if conditional else None
+    spec = GeneratorSpec(4, (8,), encoder.width, "tanh", tuple((b.start, b.stop) for b in encoder.blocks), condition)
+    torch.manual_seed(0)
+    blob = {"spec": spec.to_dict(), "state_dict": spec.build().state_dict(), "generator_type": "gswgan"}
+    blob.update({"iteration": 20, "epsilon": 3.0, "delta": 1e-5})
+    if format_version is not None:
+        blob[FORMAT_VERSION_KEY] = format_version
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(blob, folder / "generator.pt")
+    (folder / "schema.yaml").write_text(CARDIO_SCHEMA.read_text())
+    return folder / "generator.pt"
+
+
+def test_import_dpsynth_loads_no_torch_prefect_or_mlflow():
+    code = (
+        "import sys, dpsynth; heavy = [m for m in ('torch', 'prefect', 'mlflow') if m in sys.modules]; "
+        "assert not heavy, heavy; assert {'Schema', 'release', 'Release', 'load', 'Sampler'} <= set(dir(dpsynth))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_drafted_schema_has_types_and_placeholders_never_values(demo_frame, tmp_path):
+    draft = dpsynth.Schema.draft(demo_frame, name="cardio", id_column="id")
+    kinds = {name: entry["type"] for name, entry in draft.to_dict()["columns"].items()}
+    assert kinds["age"] == kinds["ap_hi"] == "continuous"
+    assert kinds["cardio"] == kinds["gender"] == "binary"
+    assert kinds["cholesterol"] == "categorical"
+    assert draft.target is None and "target" in draft.placeholders()
+    with pytest.raises(ConfigError, match="(?i)fill each from public knowledge"):
+        draft.validated()
+    # Nothing of the rows is in it: no column's extremes or levels.
+    text = draft.yaml_text()
+    for column in ("age", "ap_hi", "height"):
+        for value in (demo_frame[column].min(), demo_frame[column].max()):
+            assert not re.search(rf"(?<![\d.]){re.escape(str(value))}(?![\d.])", text), (column, value)
+    # Saved for editing, read back with its placeholders, refused by a release before any work.
+    saved = dpsynth.Schema.from_yaml(draft.to_yaml(tmp_path / "draft.yaml"))
+    assert saved.placeholders() == draft.placeholders()
+    with pytest.raises(ConfigError, match="placeholders"):
+        dpsynth.release(demo_frame, saved, profile="smoke", publish=False)
+    assert not (tmp_path / "dpsynth-home" / "runs").exists()
+    # Filled from the published schema (public knowledge here), it is the same schema.
+    public = dpsynth.Schema.from_yaml(CARDIO_SCHEMA).to_dict()
+    filled = draft.with_target(public["target"])
+    for name, entry in public["columns"].items():
+        filled = filled.fill(
+            name, bounds=entry.get("bounds"), levels=entry.get("levels"), decimals=entry.get("decimals")
+        )
+
+    def essentials(schema):
+        return schema.target, schema.id_column, [(c.name, c.kind, c.bounds, c.levels) for c in schema.columns]
+
+    assert essentials(filled.validated()) == essentials(dpsynth.Schema.from_yaml(CARDIO_SCHEMA).validated())
+    with pytest.raises(ConfigError, match="must be a binary column"):
+        dpsynth.Schema.draft(demo_frame, target="age")
+
+
+def test_load_samples_as_the_pyfunc_model_fresh_without_a_seed(tmp_path, cardio_schema):
+    generator_file = write_generator(tmp_path / "bundle", cardio_schema, conditional=False)
+    sampler = dpsynth.load(tmp_path / "bundle")
+    assert sampler.format_version == GENERATOR_FORMAT_VERSION and sampler.epsilon == 3.0
+    seeded = sampler.sample(200, seed=5)
+    expected = sample_rows(load_sampler(generator_file), TableEncoder(cardio_schema), 200, 5)
+    pd.testing.assert_frame_equal(seeded, expected)
+    pd.testing.assert_frame_equal(dpsynth.load(generator_file).sample(200, seed=5), expected)
+    assert list(seeded.columns) == cardio_schema.column_names
+    assert not sampler.sample(200).equals(sampler.sample(200))  # fresh randomness each call
+    # Not a conditional generator: the target's condition is drawn by rejection, still exact.
+    assert set(sampler.sample(300, seed=1, conditions={"cardio": 1})["cardio"]) == {1}
+    with pytest.raises(ConfigError, match="not a level"):
+        sampler.sample(10, conditions={"cardio": 7})
+    with pytest.raises(ConfigError, match="too rare"):
+        sampler.sample(10, seed=0, conditions={"ap_hi": (123.25, 123.25)})
+
+
+def test_conditional_generator_sets_the_label_and_other_columns_go_by_rejection(tmp_path, cardio_schema):
+    write_generator(tmp_path / "bundle", cardio_schema, conditional=True)
+    sampler = dpsynth.load(tmp_path / "bundle")
+    both = sampler.sample(2000, seed=3)
+    assert set(both["cardio"]) == {0, 1}
+    sick = sampler.sample(500, seed=3, conditions={"cardio": 1})
+    assert len(sick) == 500 and set(sick["cardio"]) == {1}
+    pd.testing.assert_frame_equal(sick, sampler.sample(500, seed=3, conditions={"cardio": 1}))
+    assert set(sampler.sample(500, seed=3, conditions={"cardio": 0})["cardio"]) == {0}
+    old = sampler.sample(300, seed=4, conditions={"cardio": 1, "age": (15000, 20000), "gluc": 1})
+    assert len(old) == 300 and set(old["cardio"]) == {1} and set(old["gluc"]) == {1}
+    assert old["age"].between(15000, 20000).all()
+
+
+def test_format_version_newer_refused_older_loads_as_version_one(tmp_path, cardio_schema):
+    write_generator(tmp_path / "old", cardio_schema, conditional=False, format_version=None)
+    assert dpsynth.load(tmp_path / "old").format_version == 1
+    write_generator(tmp_path / "new", cardio_schema, conditional=False, format_version=GENERATOR_FORMAT_VERSION + 1)
+    with pytest.raises(ConfigError, match="upgrade dpsynth"):
+        dpsynth.load(tmp_path / "new")
+
+
+@pytest.mark.slow
+def test_generator_file_loads_in_a_fresh_process_without_its_run_folder(tmp_path, cardio_schema):
+    generator_file = write_generator(tmp_path / "copy", cardio_schema, conditional=True)
+    code = "import sys, dpsynth; print(dpsynth.load(sys.argv[1]).sample(20, seed=9).to_json())"
+    out = subprocess.run([sys.executable, "-c", code, str(generator_file)], check=True, capture_output=True, text=True)
+    fresh = pd.read_json(__import__("io").StringIO(out.stdout.strip().splitlines()[-1]))
+    here = dpsynth.load(generator_file).sample(20, seed=9)
+    np.testing.assert_allclose(fresh.to_numpy(dtype=float), here.to_numpy(dtype=float))
+
+
+def test_pyfunc_seed_is_optional_and_a_given_seed_keeps_its_rows(tmp_path, cardio_schema):
+    import mlflow.pyfunc
+
+    from dpsynth.models.pyfunc import GENERATOR_ARTIFACT, SCHEMA_ARTIFACT, SyntheticTableModel, model_signature
+
+    generator_file = write_generator(tmp_path / "bundle", cardio_schema, conditional=False)
+    expected = sample_rows(load_sampler(generator_file), TableEncoder(cardio_schema), 5, 0)
+    mlflow.pyfunc.save_model(
+        path=str(tmp_path / "model"),
+        python_model=SyntheticTableModel(),
+        artifacts={GENERATOR_ARTIFACT: str(generator_file), SCHEMA_ARTIFACT: str(tmp_path / "bundle" / "schema.yaml")},
+        signature=model_signature(expected),
+    )
+    model = mlflow.pyfunc.load_model(str(tmp_path / "model"))
+    pd.testing.assert_frame_equal(model.predict(pd.DataFrame({"n_rows": [5], "seed": [0]})), expected)
+    unseeded = model.predict(pd.DataFrame({"n_rows": [5]}))
+    assert len(unseeded) == 5 and not unseeded.equals(model.predict(pd.DataFrame({"n_rows": [5]})))
+
+
+def test_a_publishing_release_refuses_a_given_secret_before_any_work(demo_csv, smoke_release, test_secret):
+    with pytest.raises(ConfigError, match="never takes a given privacy secret"):
+        dpsynth.release(demo_csv, CARDIO_SCHEMA, profile=smoke_release, secret=test_secret)
+    assert not (Path(demo_csv).parent / "dpsynth-home" / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def prefect_backend():
+    """A temporary Prefect API for this module's releases (tests/flows/conftest.py starts one for its own)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def _documented_example() -> str:
+    text = (ROOT / "docs" / "api.md").read_text()
+    return re.search(r"## Example\n.*?```python\n(.*?)```", text, re.S).group(1)
+
+
+@pytest.mark.flow
+def test_documented_example_runs_release_load_sample(prefect_backend, isolated_workdir, tmp_path):
+    example = _documented_example()
+    profile = publishing_smoke(tmp_path / "publishing")
+    for old, new in (
+        ('"configs/cardio.yaml"', repr(str(CARDIO_SCHEMA))),
+        ('profile="eps1", home="~/.dpsynth"', f"profile={profile!r}, home={str(isolated_workdir)!r}"),
+    ):
+        assert old in example, f"docs/api.md's example no longer says {old}"
+        example = example.replace(old, new)
+    scope: dict = {}
+    exec(compile(example, "docs/api.md", "exec"), scope)  # noqa: S102 - the documented example itself
+    rel, sampler = scope["rel"], scope["sampler"]
+    assert rel.published and rel.bundle.is_dir() and rel.model_uri.startswith("models:/")
+    record = json.loads((rel.bundle / "release.json").read_text())
+    assert rel.epsilon == record["epsilon"] and rel.delta == record["delta"]
+    assert record["epsilon_covers"] in rel.statement
+    assert rel.quality.internal and 0.0 <= rel.quality.auc <= 1.0
+    # The DataFrame went into the home's internal store, owner-only, and the release is in the ledger.
+    inputs = list((isolated_workdir / "inputs").glob("*.csv"))
+    assert len(inputs) == 1 and inputs[0].stat().st_mode & 0o077 == 0
+    from dpsynth.tasks.ledger import entries
+
+    assert [e.release_id for e in entries("cardio")] == [rel.release_id]
+    # Seeded rows repeat and are the bundle's own (sampled with the profile's seed 0); unseeded ones do not.
+    pd.testing.assert_frame_equal(scope["fixed"], sampler.sample(1000, seed=7))
+    assert not scope["fresh"].equals(sampler.sample(1000))
+    bundle_rows = pd.read_parquet(rel.bundle / "synthetic.parquet")
+    pd.testing.assert_frame_equal(sampler.sample(len(bundle_rows), seed=0), bundle_rows, check_dtype=False)
+    # The smoke file carries measured marginals: the condition goes by rejection from calibrated rows.
+    assert len(scope["sick"]) == 500 and set(scope["sick"]["cardio"]) == {1}
+    # The registered model: the same rows as the bundle's generator, and as its pyfunc predict.
+    registered = dpsynth.load(rel.model_uri)
+    pd.testing.assert_frame_equal(registered.sample(300, seed=7), sampler.sample(300, seed=7))
+    from dpsynth.tasks.registry import load_released_model
+
+    predicted = load_released_model(rel.model_uri).predict(pd.DataFrame({"n_rows": [300], "seed": [7]}))
+    pd.testing.assert_frame_equal(predicted, sampler.sample(300, seed=7), check_dtype=False)
+    assert registered.format_version == GENERATOR_FORMAT_VERSION
+    assert torch.load(rel.bundle / "generator.pt", weights_only=True)[FORMAT_VERSION_KEY] == GENERATOR_FORMAT_VERSION
+
+
+@pytest.mark.flow
+def test_trial_from_python_spends_nothing_and_takes_the_test_secret(prefect_backend, demo_frame, test_secret):
+    from dpsynth.models.privacy.secret import load as load_secret
+    from dpsynth.tasks.ledger import entries
+
+    with pytest.warns(UserWarning, match="trial on a real table"):
+        rel = dpsynth.release(demo_frame, dpsynth.Schema.from_yaml(CARDIO_SCHEMA), profile="smoke", secret=test_secret)
+    assert not rel.published and rel.bundle is None and rel.model_uri is None
+    assert rel.epsilon > 0 and "Epsilon does NOT cover" in rel.statement
+    assert load_secret(rel.run_dir) == test_secret
+    assert entries("cardio") == []
+    with pytest.raises(ConfigError, match="was a trial"):
+        rel.sampler()
