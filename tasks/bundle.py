@@ -2,13 +2,25 @@
 
 A bundle holds only what the DP guarantee covers or what is public:
 
-    synthetic.parquet, synthetic.csv   rows sampled from the released generator
+    synthetic.csv, synthetic.parquet   rows sampled from the released generator (the CSV separated by
+                                       ',' unless the schema's `release_separator` says otherwise)
     generator.pt                       the released generator (spec and weights; no critic, no optimiser)
     schema.yaml                        the public schema the generator decodes through (when given)
     release.json                       the epsilon ledger: the whole release's epsilon and its parts,
                                        training epsilon per checkpoint, the chosen checkpoint, delta,
-                                       accountant and its parameters, what epsilon covers and not
+                                       accountant and its parameters, what epsilon covers and not, how
+                                       the target column was set (`target_labels`), the CSV's separator
     RELEASE_NOTES.md                   the release notes (DP-only content)
+    DATA_DICTIONARY.md                 each column's label, type, unit, bounds or levels with their
+                                       meanings, the target's paragraph, the missing-value policy
+    datapackage.json                   the same for programs: a Frictionless Data Package
+    SUMMARY.html                       a one-page picture of the synthetic rows (marginals, correlations)
+    SHA256SUMS                         the SHA-256 of every other file (`sha256sum -c SHA256SUMS`)
+
+The dictionary, datapackage.json and SUMMARY.html need the schema (`schema` or `schema_path`); they
+are rendered from it, the synthetic frame and the `PublicRelease` only (tasks/data_dictionary.py,
+tasks/public_summary.py). SHA256SUMS is written last, and again whenever release.json changes
+(`record_model_uri`); `verify_checksums` checks it.
 
 Never a real row, a real-data statistic (AUC, validation counts, imputation details), a critic or a
 discriminator loss: everything `release.json` holds comes from the release's `PublicRelease`, which is
@@ -18,6 +30,7 @@ lets tests and stewards check every table in a bundle against the real rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -26,6 +39,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.tasks.data_dictionary import TARGET_RECORD_KEY, target_statement, write_data_dictionary, write_data_package
 from dpsynth.tasks.private_files import SHARED_FILE_MODE, make_shareable
 from dpsynth.tasks.public_release import PublicRelease
 from dpsynth.tasks.stage import write_json
@@ -37,6 +52,10 @@ GENERATOR = "generator.pt"
 SCHEMA = "schema.yaml"
 RELEASE_JSON = "release.json"
 RELEASE_NOTES = "RELEASE_NOTES.md"
+DATA_DICTIONARY = "DATA_DICTIONARY.md"
+DATAPACKAGE = "datapackage.json"
+SUMMARY = "SUMMARY.html"
+CHECKSUMS = "SHA256SUMS"
 TABLE_SUFFIXES = PARQUET_SUFFIXES + (".csv", ".tsv", ".txt")
 _CSV_SEPARATORS = (",", ";", "\t", "|")
 
@@ -85,6 +104,8 @@ def release_json(release: PublicRelease) -> dict:
         **release.statement.as_dict(),
         "checkpoints": checkpoints,
         "synthetic_rows": release.rows,
+        # The target's share among the rows when the generator sets it by design (null: generated).
+        TARGET_RECORD_KEY: target_statement(release),
         "model_uri": None,
     }
 
@@ -103,19 +124,26 @@ def write_bundle(
     generator_file: Path,
     release_notes_path: Path,
     schema_path: Path | None = None,
-    separator: str = ",",
+    separator: str | None = None,
+    schema: DatasetSchema | None = None,
 ) -> dict[str, Path]:
     """Write the bundle of `release` into `bundle_dir` (replacing an earlier bundle there) and return its
     paths: `synthetic_frame` (the release's rows), the released generator file, its notes (rendered from
-    the same record: `dpsynth.tasks.report.write_public_release_notes`) and release.json.
+    the same record: `dpsynth.tasks.report.write_public_release_notes`), release.json and, with a schema,
+    the data dictionary, datapackage.json and SUMMARY.html; SHA256SUMS last.
 
     The bundle is assembled in a sibling temporary folder and renamed into place, so a reader never
-    sees half a bundle. `separator` is the CSV's (pass the schema's to match the input's format).
+    sees half a bundle. `schema` is the public schema (read from `schema_path` when not given).
+    `separator` is the CSV's: by default the schema's `release_separator` (',' unless it sets one).
     """
     bundle_dir = Path(bundle_dir)
     if len(synthetic_frame) != release.rows:
         raise ValueError(f"the release publishes {release.rows} synthetic rows, not {len(synthetic_frame)}.")
     generator_file, release_notes_path = Path(generator_file), Path(release_notes_path)
+    if schema is None and schema_path is not None:
+        schema = DatasetSchema.from_yaml(schema_path)
+    if separator is None:
+        separator = schema.release_separator if schema is not None else ","
     if bundle_dir.exists() and any(bundle_dir.iterdir()) and not (bundle_dir / RELEASE_JSON).exists():
         raise FileExistsError(f"{str(bundle_dir)!r} exists and is not a release bundle; not replacing it.")
     staging = bundle_dir.with_name(bundle_dir.name + ".partial")
@@ -132,6 +160,26 @@ def write_bundle(
     shutil.copyfile(release_notes_path, staging / RELEASE_NOTES)
     files = {"synthetic.csv": {"separator": separator}}
     write_json({**release_json(release), "files": files}, staging / RELEASE_JSON)
+    if schema is not None:
+        # Imported here: matplotlib loads only when a bundle is written.
+        from dpsynth.tasks.public_summary import write_public_summary
+
+        write_data_dictionary(
+            staging / DATA_DICTIONARY, schema, release, synthetic_frame, separator=separator, csv_name=SYNTHETIC_CSV
+        )
+        write_data_package(
+            staging / DATAPACKAGE,
+            schema,
+            release,
+            synthetic_frame,
+            separator=separator,
+            csv_name=SYNTHETIC_CSV,
+            parquet_name=SYNTHETIC_PARQUET,
+        )
+        write_public_summary(staging / SUMMARY, synthetic_frame, schema, release)
+        names += [DATA_DICTIONARY, DATAPACKAGE, SUMMARY]
+    write_checksums(staging)  # last: it covers every other file
+    names.append(CHECKSUMS)
     make_shareable(staging)  # the one folder meant to be shared (its run folder stays owner-only)
     if bundle_dir.exists():
         old = bundle_dir.with_name(bundle_dir.name + ".old")
@@ -149,6 +197,10 @@ def write_bundle(
         RELEASE_JSON: "release_json",
         RELEASE_NOTES: "release_notes",
         SCHEMA: "schema",
+        DATA_DICTIONARY: "data_dictionary",
+        DATAPACKAGE: "datapackage",
+        SUMMARY: "summary",
+        CHECKSUMS: "checksums",
     }
     out = {keys[name]: bundle_dir / name for name in names}
     out["bundle"] = bundle_dir
@@ -156,11 +208,64 @@ def write_bundle(
 
 
 def record_model_uri(bundle_dir: Path, model_uri: str) -> Path:
-    """Add the registered model's URI to a written bundle's release.json, keeping it shareable."""
+    """Add the registered model's URI to a written bundle's release.json and its new digest to
+    SHA256SUMS, keeping both shareable."""
     path = Path(bundle_dir) / RELEASE_JSON
     write_json({**json.loads(path.read_text()), "model_uri": model_uri}, path)
     os.chmod(path, SHARED_FILE_MODE)
+    sums = write_checksums(Path(bundle_dir))
+    os.chmod(sums, SHARED_FILE_MODE)
     return path
+
+
+# ------------------------------------------------------------------------------------ checksums
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _bundle_files(bundle_dir: Path) -> list[str]:
+    """Every file of the bundle but SHA256SUMS, as sorted POSIX paths relative to the bundle."""
+    return sorted(
+        p.relative_to(bundle_dir).as_posix() for p in bundle_dir.rglob("*") if p.is_file() and p.name != CHECKSUMS
+    )
+
+
+def write_checksums(bundle_dir: Path) -> Path:
+    """SHA256SUMS over every other file of the bundle, in `sha256sum`'s format ("<hex>  <name>"), so
+    that `sha256sum -c SHA256SUMS` in the bundle checks it. Written atomically."""
+    bundle_dir = Path(bundle_dir)
+    lines = [f"{_sha256(bundle_dir / name)}  {name}\n" for name in _bundle_files(bundle_dir)]
+    path = bundle_dir / CHECKSUMS
+    tmp = path.with_name(CHECKSUMS + ".tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def verify_checksums(bundle_dir: Path) -> list[str]:
+    """The bundle's files that SHA256SUMS does not vouch for: a digest that differs, a listed file that
+    is missing, a file the list does not name (or every file, without a SHA256SUMS). Empty: intact."""
+    bundle_dir = Path(bundle_dir)
+    path = bundle_dir / CHECKSUMS
+    if not path.is_file():
+        return [CHECKSUMS, *_bundle_files(bundle_dir)]
+    listed = {}
+    for line in path.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name.removeprefix("*")] = digest
+    problems = [
+        name
+        for name, digest in listed.items()
+        if not (bundle_dir / name).is_file() or _sha256(bundle_dir / name) != digest
+    ]
+    problems += [name for name in _bundle_files(bundle_dir) if name not in listed]
+    return sorted(problems)
 
 
 # ------------------------------------------------------------------------------------ real-row check

@@ -7,6 +7,11 @@ key typed, unknown keys refused (a typo such as `seperator:` is an error, not a 
 rules between keys checked (a continuous column has bounds, a binary one two levels, the target is a
 declared binary column), and every problem reported as one `ConfigError` paragraph with the key's
 path (models/config_validation.py).
+
+A column may also be documented (`label`, `description`, `unit`, and for a binary or categorical column
+`meanings`: what each declared level stands for); these keys change no computation and render the
+release bundle's data dictionary (tasks/data_dictionary.py). `release_separator` is the separator of
+the bundle's CSV (',' by default), apart from `separator`, the input table's.
 """
 
 from __future__ import annotations
@@ -46,6 +51,18 @@ class Column:
     decimals: int = 0  # continuous: digits kept when decoding
     unit: str = ""
     point_masses: tuple[float, ...] = ()  # continuous: public values that carry mass of their own (e.g. 0)
+    label: str = ""  # a human name ("Age"); documentation only, like description and meanings
+    description: str = ""
+    meanings: tuple[tuple[object, str], ...] = ()  # binary/categorical: (level, what the code means), in level order
+
+    @property
+    def title(self) -> str:
+        """The column's human name: its label, else its name."""
+        return self.label or self.name
+
+    def meaning(self, level: object) -> str:
+        """What `level` stands for ("" when the schema does not say)."""
+        return next((text for code, text in self.meanings if code == level), "")
 
     @property
     def is_continuous(self) -> bool:
@@ -69,9 +86,10 @@ class DatasetSchema:
     version: int
     target: str
     columns: tuple[Column, ...]
-    separator: str = ","
+    separator: str = ","  # the input table's CSV separator
     id_column: str | None = None
     description: str = ""
+    release_separator: str = ","  # the separator of the bundle's synthetic.csv (tasks/bundle.py)
     source_hash: str = field(default="", compare=False)
 
     @property
@@ -125,6 +143,9 @@ class DatasetSchema:
                 decimals=c.decimals or 0,
                 unit=c.unit,
                 point_masses=tuple(c.point_masses or ()),
+                label=c.label or "",
+                description=c.description or "",
+                meanings=_meanings_in_level_order(c),
             )
             for name, c in spec.columns.items()
         )
@@ -136,7 +157,13 @@ class DatasetSchema:
             separator=spec.separator,
             id_column=spec.id_column,
             description=spec.description,
+            release_separator=spec.release_separator,
         )
+
+
+def _meanings_in_level_order(spec: ColumnSpec) -> tuple[tuple[object, str], ...]:
+    meanings = spec.meanings or {}
+    return tuple((level, str(meanings[level])) for level in spec.levels or () if level in meanings)
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -197,6 +224,28 @@ def _separator(value: str) -> str:
     return value
 
 
+def _text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be non-empty text")
+    return value.strip()
+
+
+def _meaning(value: object) -> str:
+    # A bare YAML no/yes reads as false/true: say so rather than print "Input should be a valid string".
+    if isinstance(value, bool):
+        raise ValueError(
+            f"got {str(value).lower()}: YAML reads unquoted yes/no/true/false/on/off as true or false; "
+            "quote the meaning to keep it as text"
+        )
+    if not isinstance(value, str):
+        raise ValueError(f"a meaning is text (got {_kind(value)})")  # noqa: TRY004 (pydantic wants ValueError)
+    return _text(value)
+
+
+Text = Annotated[StrictStr, AfterValidator(_text)]
+Meaning = Annotated[object, PlainValidator(_meaning)]
+
+
 class ColumnSpec(BaseModel):
     model_config = STRICT
     type: Kind  # declared first: the checks below read it
@@ -207,6 +256,11 @@ class ColumnSpec(BaseModel):
     # Public values of a continuous column that many rows hold exactly (a money column's 0): fidelity
     # scores and measured marginals give each its own cell, beside the bins of the bounds.
     point_masses: tuple[Annotated[float, Strict()], ...] | None = None
+    # Documentation only (the data dictionary of a release bundle, tasks/data_dictionary.py): a human
+    # name, a sentence, and for a binary or categorical column what each code means ({1: women}).
+    label: Text | None = None
+    description: Text | None = None
+    meanings: dict[Level, Meaning] | None = None
 
     @field_validator("bounds")
     @classmethod
@@ -272,6 +326,29 @@ class ColumnSpec(BaseModel):
             )
         return masses
 
+    @field_validator("meanings")
+    @classmethod
+    def _meanings_of_declared_levels(
+        cls, meanings: dict[object, str] | None, info: ValidationInfo
+    ) -> dict[object, str] | None:
+        if meanings is None:
+            return meanings
+        kind, levels = info.data.get("type"), info.data.get("levels")
+        if kind == "continuous":
+            raise ValueError("only binary and categorical columns take meanings (a continuous column has a 'unit')")
+        if levels is None:  # the levels' own error is reported
+            return meanings
+        undeclared = [code for code in meanings if code not in levels]
+        if undeclared:
+            text_levels = isinstance(levels[0], str)
+            hint = (
+                "; a number and its quoted text are different levels"
+                if any(isinstance(code, str) != text_levels for code in undeclared)
+                else ""
+            )
+            raise ValueError(f"a meaning for an undeclared level: {undeclared} (the levels are {list(levels)}){hint}")
+        return meanings
+
 
 class SchemaSpec(BaseModel):
     model_config = STRICT
@@ -279,6 +356,8 @@ class SchemaSpec(BaseModel):
     version: Annotated[int, Strict(), Field(ge=1, le=MAX_INT)] = 1
     description: StrictStr = ""
     separator: Annotated[StrictStr, AfterValidator(_separator)] = ","
+    # The separator of the release bundle's synthetic.csv; ',' unless a schema asks for another.
+    release_separator: Annotated[StrictStr, AfterValidator(_separator)] = ","
     columns: Annotated[dict[ColumnName, ColumnSpec], Field(min_length=1)]  # before target and id_column
     target: ColumnName
     id_column: ColumnName | None = None

@@ -199,7 +199,8 @@ _HAND_WRITTEN = {
     "bounds-nan": CARDIO_SCHEMA.read_text().replace("bounds: [10585, 23741]", "bounds: [10585, .nan]"),
     "bounds-huge": CARDIO_SCHEMA.read_text().replace("bounds: [10585, 23741]", "bounds: [10585, 1.0e+400]"),
     "boolean-levels": CARDIO_SCHEMA.read_text().replace(
-        "  smoke:\n    type: binary\n    levels: [0, 1]", "  smoke:\n    type: binary\n    levels: [no, yes]"
+        '    type: binary\n    levels: [0, 1]\n    meanings: {0: "no", 1: "yes"}\n  alco:',
+        "    type: binary\n    levels: [no, yes]\n  alco:",
     ),
 }
 BAD_SCHEMAS = [(case, _HAND_WRITTEN.get(case, text), fragment) for case, text, fragment in BAD_SCHEMAS]

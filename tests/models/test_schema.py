@@ -45,6 +45,24 @@ def _write(tmp_path, raw):
         (lambda r: r["columns"]["smoke"].update(levels=[0, 1, 2]), "exactly two"),
         (lambda r: r["columns"]["age"].update(type="numeric"), "not one of"),
         (lambda r: r.update(target="age"), "must be a binary column"),
+        (lambda r: r.update(release_separator="::"), "release_separator: must be one character"),
+        # Documentation keys: every message names the key's path.
+        (
+            lambda r: r["columns"]["gender"].update(meanings={1: "women", 3: "men"}),
+            r"columns\.gender\.meanings: a meaning for an undeclared level: \[3\]",
+        ),
+        (
+            lambda r: r["columns"]["gender"].update(meanings={"1": "women"}),
+            "a number and its quoted text are different levels",
+        ),
+        (
+            lambda r: r["columns"]["age"].update(meanings={1: "x"}),
+            r"columns\.age\.meanings: only binary and categorical",
+        ),
+        (lambda r: r["columns"]["smoke"].update(meanings={0: False}), r"columns\.smoke\.meanings.*quote the meaning"),
+        (lambda r: r["columns"]["smoke"].update(meanings={0: ""}), "must be non-empty text"),
+        (lambda r: r["columns"]["age"].update(label=" "), r"columns\.age\.label: must be non-empty text"),
+        (lambda r: r["columns"]["age"].update(labels="Age"), r"columns\.age\.labels: unknown key"),
     ],
 )
 def test_malformed_schema_is_a_config_error(tmp_path, mutate, message):
@@ -52,6 +70,36 @@ def test_malformed_schema_is_a_config_error(tmp_path, mutate, message):
     mutate(raw)
     with pytest.raises(ConfigError, match=message):
         DatasetSchema.from_yaml(_write(tmp_path, raw))
+
+
+def test_cardio_columns_say_what_their_codes_mean(cardio_schema):
+    gender, age, cardio = cardio_schema.column("gender"), cardio_schema.column("age"), cardio_schema.column("cardio")
+    assert gender.meanings == ((1, "women"), (2, "men")) and gender.meaning(2) == "men" and gender.title == "Gender"
+    assert cardio_schema.column("cholesterol").meaning(3) == "well above normal" and cardio.meaning(0) == "no"
+    assert age.unit == "days" and age.label == "Age" and age.meanings == () and age.meaning(1) == ""
+    # The input is read with semicolons; the bundle's CSV keeps the default comma.
+    assert cardio_schema.separator == ";" and cardio_schema.release_separator == ","
+
+
+def test_documentation_keys_are_optional_and_meanings_may_be_partial(tmp_path):
+    raw = {
+        "name": "toy",
+        "target": "y",
+        "columns": {
+            "colour": {"type": "categorical", "levels": ["r", "g", "b"], "meanings": {"b": "blue", "r": "red"}},
+            "y": {"type": "binary", "levels": [0, 1]},
+        },
+    }
+    schema = DatasetSchema.from_yaml(_write(tmp_path, raw))
+    colour = schema.column("colour")
+    assert colour.meanings == (("r", "red"), ("b", "blue")) and colour.meaning("g") == ""  # in level order
+    assert schema.column("y").title == "y" and schema.column("y").meanings == ()
+
+
+def test_every_shipped_schema_loads():
+    for path in sorted(CARDIO_SCHEMA.parent.glob("*.yaml")):
+        schema = DatasetSchema.from_yaml(path)
+        assert all(column.label for column in schema.columns), path.name
 
 
 def test_another_table_is_just_another_yaml(tmp_path):

@@ -1,4 +1,5 @@
-"""The release bundle: its files, its epsilon ledger, and the check that no real row is in it."""
+"""The release bundle: its files, its epsilon ledger, and the check that no real row is in it (its
+dictionary, datapackage.json, summary page and checksums: tests/tasks/test_bundle_files.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def release(tmp_path, cardio_schema):
     return {"generator": gen_file, "synthetic": synthetic, "notes": notes, "record": record}
 
 
-def write(tmp_path, release, cardio_schema, name="bundle"):
+def write(tmp_path, release, cardio_schema, name="bundle", **options):
     return write_bundle(
         tmp_path / name,
         release["record"],
@@ -34,7 +35,7 @@ def write(tmp_path, release, cardio_schema, name="bundle"):
         generator_file=release["generator"],
         release_notes_path=release["notes"],
         schema_path=CARDIO_SCHEMA,
-        separator=cardio_schema.separator,
+        **options,
     )
 
 
@@ -42,7 +43,11 @@ def test_bundle_holds_table_generator_ledger_and_notes(tmp_path, release, cardio
     paths = write(tmp_path, release, cardio_schema)
     bundle = paths["bundle"]
     assert sorted(p.name for p in bundle.iterdir()) == [
+        "DATA_DICTIONARY.md",
         "RELEASE_NOTES.md",
+        "SHA256SUMS",
+        "SUMMARY.html",
+        "datapackage.json",
         "generator.pt",
         "release.json",
         "schema.yaml",
@@ -50,10 +55,16 @@ def test_bundle_holds_table_generator_ledger_and_notes(tmp_path, release, cardio
         "synthetic.parquet",
     ]
     pd.testing.assert_frame_equal(pd.read_parquet(paths["parquet"]), release["synthetic"])
-    assert len(pd.read_csv(paths["csv"], sep=cardio_schema.separator)) == 500
+    # Commas, although the schema reads its input with semicolons (its release_separator is the default).
+    pd.testing.assert_frame_equal(pd.read_csv(paths["csv"], sep=","), release["synthetic"])
     assert paths["generator"].read_bytes() == release["generator"].read_bytes()
     blob_keys = set(load_generator_file(paths["generator"])[1])
-    assert blob_keys == {"spec", "iteration", "epsilon", "delta"}  # no critic, no optimiser state
+    # No critic, no optimiser state (a file may also record its format: models/generators/samplers.py).
+    assert (
+        {"spec", "iteration", "epsilon", "delta"}
+        <= blob_keys
+        <= {"spec", "iteration", "epsilon", "delta", "format_version"}
+    )
 
     ledger = json.loads(paths["release_json"].read_text())
     # The release costs training to the LAST checkpoint (40) with the choice, not the chosen one's 3.5.
@@ -68,7 +79,7 @@ def test_bundle_holds_table_generator_ledger_and_notes(tmp_path, release, cardio
     assert all(set(c) == {"iteration", "epsilon"} for c in ledger["checkpoints"])
     record = release["record"]
     assert ledger["delta"] == 1e-5 and ledger["accountant"]["parameters"]["K"] == record.parameters["K"] == 1000
-    assert ledger["synthetic_rows"] == 500 and ledger["files"] == {"synthetic.csv": {"separator": ";"}}
+    assert ledger["synthetic_rows"] == 500 and ledger["files"] == {"synthetic.csv": {"separator": ","}}
     assert ledger["epsilon_covers"] == record.statement.covers
     assert ledger["epsilon_does_not_cover"] == list(record.statement.does_not_cover)
     assert paths["release_notes"].read_text().startswith("# Release notes")
@@ -81,14 +92,16 @@ def test_real_row_checker_catches_an_inserted_real_row(tmp_path, release, cardio
     paths = write(tmp_path, release, cardio_schema)
     real = demo_frame[cardio_schema.column_names]
     leaked = pd.concat([release["synthetic"], real.iloc[[123]]], ignore_index=True)
-    leaked.to_csv(paths["csv"], sep=cardio_schema.separator, index=False)
+    leaked.to_csv(paths["csv"], sep=",", index=False)  # the bundle's CSV separator
     assert bundle_contains_no_real_rows(paths["bundle"], real) == [paths["csv"]]
 
-    # In any table file, at any depth, in either format.
+    # In any table file, at any depth, in either format, with any usual separator.
     (paths["bundle"] / "extra").mkdir()
     real.sample(3, random_state=0).to_parquet(paths["bundle"] / "extra" / "rows.parquet", index=False)
+    real.sample(3, random_state=1).to_csv(paths["bundle"] / "extra" / "rows.csv", sep=";", index=False)
     found = bundle_contains_no_real_rows(paths["bundle"], real)
-    assert sorted(found) == sorted([paths["csv"], paths["bundle"] / "extra" / "rows.parquet"])
+    expected = [paths["csv"], paths["bundle"] / "extra" / "rows.parquet", paths["bundle"] / "extra" / "rows.csv"]
+    assert sorted(found) == sorted(expected)
 
 
 def test_rows_are_compared_whole(demo_frame, cardio_schema):
