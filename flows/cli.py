@@ -256,6 +256,9 @@ def preflight(args, kind: str):
     """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly."""
     from dpsynth.tasks.context import finished_summary, load_context, open_run
     from dpsynth.tasks.decision import planned_cost
+    from dpsynth.tasks.progress import status
+
+    status("reading the profile")
     from dpsynth.tasks.table_io import read_table
     from dpsynth.tasks.validate import check_table
 
@@ -278,6 +281,7 @@ def preflight(args, kind: str):
     settings = [prof.release_target()] if kind == "release" else prof.settings
     for setting in settings:  # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
+    status("checking the table")
     check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
     if kind == "release" and not prof.trial:  # a trial enters nothing in the ledger: nothing to check
         from dpsynth.tasks.decision import planned_release_cost
@@ -291,6 +295,7 @@ def preflight(args, kind: str):
             check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
     from dpsynth.tasks.tracking import check_store
 
+    status("opening the MLflow store")
     check_store()
     # Every check passed: the run folder (its record and its secret) exists from here on.
     open_run(ctx)
@@ -303,6 +308,9 @@ def cmd_release(args) -> None:
 
     if ctx.profile.trial and finished_summary(ctx) is None and not is_demo_table(ctx.data_path, ctx.data_hash):
         print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
+    from dpsynth.tasks.progress import close_display, status
+
+    status("starting Prefect")
     from dpsynth.flows.release import release
 
     summary = release(
@@ -314,6 +322,7 @@ def cmd_release(args) -> None:
         publish=not args.no_publish,
         allow_same_input=args.allow_same_input,
     )
+    close_display()  # the result goes to standard output, after the display
     if summary.get("reused"):
         from dpsynth.tasks.progress import note
 
@@ -371,7 +380,10 @@ def cmd_experiment(args) -> None:
         summary = plan(ctx.profile)
         print(f"experiment {ctx.run_id}: {summary['selection_runs']} selection runs planned")
     else:
+        from dpsynth.tasks.progress import close_display, status
+
         ctx = preflight(args, "experiment")
+        status("starting Prefect")
         summary = experiment_for_profile(
             config=str(args.config),
             data=str(args.data),
@@ -379,6 +391,7 @@ def cmd_experiment(args) -> None:
             out=str(ctx.run_dir),
             generator=args.generator,
         )
+        close_display()
         print(
             f"experiment {summary['experiment_id']}: {summary['selection_runs']} selection runs, "
             f"report in {summary['run_dir']}"

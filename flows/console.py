@@ -1,5 +1,6 @@
-"""What a flow command shows on standard error: our progress display and our error messages, not the
-libraries' chatter, unless `--verbose`.
+"""What a flow command shows on standard error: our progress display (tasks/progress.py, opened here for
+the whole command, from before the libraries load) and our error messages, not the libraries' chatter,
+unless `--verbose`.
 
 Left to themselves, a release's libraries write to the console: Prefect logs every task run
 ("Finished in state Completed()"), its temporary server's address and a hint about running a server,
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dpsynth.tasks.environment import environment
-from dpsynth.tasks.progress import MODE_ENV
+from dpsynth.tasks.progress import MODE_ENV, open_display, status
 
 # Prefect's console handler (its logging.yml `handlers.console`), overridable from the environment.
 PREFECT_CONSOLE_LEVEL_ENV = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
@@ -36,7 +37,9 @@ def flow_console(json_output: bool, verbose: bool) -> Iterator[None]:
     carries errors only), one plain line per update under --verbose (in-place rewriting would fight
     the libraries' log lines), and third-party output off unless --verbose."""
     mode = "off" if json_output else ("lines" if verbose else None)
-    with environment({MODE_ENV: mode}):
+    with environment({MODE_ENV: mode}), open_display():
+        # Prefect and MLflow take seconds to import (quiet_console imports Prefect): say so from the start.
+        status("loading Prefect and MLflow")
         if verbose:
             yield
         else:

@@ -229,6 +229,14 @@ def experiment_grid(
         if "comparison" in report.outputs:  # settings on more than one generator (profile `compare`)
             summary["comparison"] = read_json(report["comparison"])
         write_json(summary, ctx.run_dir / "summary.json")
+        tracking.set_tags(
+            run_id,
+            {
+                tracking.RUN_NOTE_TAG: f"**Experiment** `{ctx.run_id}` of table `{ctx.schema.name}`, profile "
+                f"`{prof.name}`: {len(prof.settings)} settings, {len(results)} selection runs; nothing published.\n\n"
+                f"- internal report: `{report['report']}`"
+            },
+        )
         remember(ctx, summary=summary)
         log.info("experiment %s: %d selection runs", ctx.run_id, len(results))
         close_run(ctx, "completed")

@@ -124,6 +124,9 @@ def publish_report(
     report = stages.write_report(
         run_dir, schema_path, schema, paths, chains, results_path, chosen, profile, title, release, public_release
     )
+    from dpsynth.tasks.progress import status
+
+    status("logging the report")
     tracking.log_artifact(run_id, report["report"], "report")
     for key, path in report.outputs.items():
         if key.startswith("notes_"):

@@ -26,6 +26,7 @@ from dpsynth.flows.pipeline import log_training, prepare, publish_report, settin
 from dpsynth.models.checkpoint_files import load_verified
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.errors import ReleaseNotApprovedError
+from dpsynth.models.generators.samplers import FORMAT_VERSION_KEY, GENERATOR_FORMAT_VERSION
 from dpsynth.models.privacy.release_choice import ReleaseDecision
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.tasks import ledger as ledger_mod
@@ -50,6 +51,7 @@ from dpsynth.tasks.ledger import (
     require_lifetime_budget,
 )
 from dpsynth.tasks.marginals import released_parameters
+from dpsynth.tasks.progress import stage, status
 from dpsynth.tasks.public_release import PublicRelease, build_public_release
 from dpsynth.tasks.registry import release_description, release_registered, release_tags
 from dpsynth.tasks.split import SplitMissesTargetLevel
@@ -92,6 +94,7 @@ def release(
         log.warning("%s", REAL_TABLE_TRIAL)
     open_run(ctx)
     entered = False
+    status("opening the MLflow run")
     run_id = tracking.start_run(
         f"{ctx.schema.name}-release",
         ctx.run_id,
@@ -186,6 +189,19 @@ def release(
                 "release.epsilon_choice": decision.epsilon_choice,
             },
         )
+        # Known from here: the epsilon this run spends, in its name and description (rounded; exact in metrics).
+        record = public_record(ctx, prof, setting, chain, ledger, decision)
+        tracking.describe_run(
+            run_id,
+            tracking.release_run_name(record, trial),
+            tracking.release_run_description(
+                record,
+                trial,
+                "approved by the DP approval test"
+                if decision.approved
+                else "refused by the DP approval test: nothing published",
+            ),
+        )
         if not decision.approved:
             outcome = (
                 "this trial published nothing and entered nothing in the privacy ledger; a release with "
@@ -205,9 +221,8 @@ def release(
         results_path = ctx.run_dir / "results.parquet"
         pd.concat([results, pd.read_parquet(real["results"])], ignore_index=True).to_parquet(results_path, index=False)
         chosen_map = {setting.name: {"iteration": decision.iteration, "epsilon": decision.epsilon, "test_auc": auc}}
-        # Everything the release publishes about itself, built and guarded once: the notes, the bundle and
-        # the registry render it (a trial renders its notes only).
-        record = public_record(ctx, prof, setting, chain, ledger, decision)
+        # `record`: everything the release publishes about itself, built and guarded once: the notes, the
+        # bundle and the registry render it (a trial renders its notes only).
         report = publish_report(
             run_id,
             ctx.run_dir,
@@ -249,7 +264,22 @@ def release(
             **published,
             "mlflow_run_id": run_id,
         }
+        status("logging the results")
         tracking.log_metrics(run_id, {"release.auc": auc, "real.auc": real_auc})
+        tracking.describe_run(
+            run_id,
+            tracking.release_run_name(record, trial),
+            tracking.release_run_description(
+                record,
+                trial,
+                "a trial: nothing published (no registration, bundle or ledger entry)"
+                if trial
+                else f"published as `{published['model_uri']}` (alias champion); the run's logged model "
+                "`released-generator` is the same generator",
+                bundle_dir=None if trial else str(published["bundle_dir"]),
+                report=str(report["report"]),
+            ),
+        )
         if not trial:
             ledger_mod.mark_published(ctx.run_id, f"{ctx.model_name}/{published['model_version']}")
         summary = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in summary.items()}
@@ -289,6 +319,8 @@ def released_generator_file(ctx: RunContext, chain: dict, ledger: list[dict], de
     blob = {k: v for k, v in blob.items() if k not in ("epsilon", "adjacency")}
     blob.update(
         {
+            # Readers refuse a format newer than they know (models/generators/samplers.py).
+            FORMAT_VERSION_KEY: GENERATOR_FORMAT_VERSION,
             "generator_type": chain["generator"],
             "iteration": decision.iteration,
             "epsilon": decision.epsilon,
@@ -336,7 +368,8 @@ def publish_release(
     generator_file = released_generator_file(ctx, chain, ledger, decision)
     # A public number of rows, sampled afresh: the checkpoint's own sample has as many rows as the training
     # split, a count epsilon does not cover.
-    synthetic = sample_generator_file(generator_file, ctx.schema, record.rows, seed=ctx.profile.seed)
+    with stage("sample the release rows"):
+        synthetic = sample_generator_file(generator_file, ctx.schema, record.rows, seed=ctx.profile.seed)
     bundle = stages.write_release_bundle(
         ctx.run_dir / "bundle",
         record,
@@ -344,7 +377,6 @@ def publish_release(
         generator_file=generator_file,
         release_notes_path=report[f"notes_{record.setting}"],
         schema_path=ctx.schema_path,
-        separator=ctx.schema.separator,
     )
     bundle_dir = Path(bundle["bundle"])
     # Registered last: a failure before this point leaves the champion alias where it was.
@@ -359,5 +391,6 @@ def publish_release(
         description=release_description(record),
     )
     record_model_uri(bundle_dir, registered["model_uri"])
+    status("logging the bundle")
     tracking.log_artifact(run_id, bundle_dir, "bundle")
     return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"], "model_version": registered["version"]}

@@ -22,6 +22,25 @@ from dpsynth.tasks import (
     validate,
 )
 from dpsynth.tasks.private_files import owner_only
+from dpsynth.tasks.progress import stage
+
+# Each stage's line on the progress display (the command's process only: worker processes show none).
+STAGE_LABELS = {
+    "validate": "validate",
+    "split": "split",
+    "preprocess": "preprocess",
+    "measure-marginals": "marginals",
+    "attach-marginals": "marginals (attach)",
+    "prepare-training": "prepare",
+    "train-generator": "train",
+    "sample-checkpoints": "sample",
+    "select-models": "select",
+    "select-models-real": "select (real baseline)",
+    "select-model": "select",
+    "report": "report",
+    "register-model": "registration",
+    "write-bundle": "bundle",
+}
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -34,7 +53,8 @@ def _task(fn: Callable[P, R], name: str) -> Task[P, R]:
     def owner_only_stage(*args: P.args, **kwargs: P.kwargs) -> R:
         # A task may run in a worker process (process pool, Dask) that never passed through the CLI.
         owner_only()
-        return fn(*args, **kwargs)
+        with stage(STAGE_LABELS[name]):
+            return fn(*args, **kwargs)
 
     return task(name=name, cache_policy=NO_CACHE, persist_result=False, log_prints=True)(owner_only_stage)
 

@@ -20,6 +20,11 @@ epsilon that is not a number is always refused.
 
 Registration is idempotent on the tag `release_id`: a second call with the same release id reuses the
 version registered first (nothing new is logged) and points `champion` at it again.
+
+The internal run that published the release shows the same model as its own logged model
+(`log_run_model`): a second copy in the internal store, linked to the run (its source run and model
+output), so MLflow's run page lists it. The registered version points at the registry's copy, never at
+that one: the link goes from the internal run to the published version only.
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ import mlflow.pyfunc
 import pandas as pd
 import torch
 import yaml
+from mlflow.entities import LoggedModel, LoggedModelStatus
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
-from mlflow.models import Model, infer_signature
+from mlflow.models import Model
 from mlflow.pyfunc import PyFuncModel
 from mlflow.tracking import MlflowClient
 
@@ -56,16 +62,19 @@ from dpsynth.models.pyfunc import (
     SCHEMA_ARTIFACT,
     SyntheticTableModel,
     load_generator_file,
+    model_signature,
     sample_table,
 )
 from dpsynth.tasks.home import home
-from dpsynth.tasks.private_files import restrict_tree
+from dpsynth.tasks.private_files import restrict, restrict_tree
 from dpsynth.tasks.public_release import PublicRelease, code_version
 from dpsynth.tasks.table_io import PARQUET_SUFFIXES, write_table
-from dpsynth.tasks.tracking import local_artifacts, local_store_lock, tracking_uri
+from dpsynth.tasks.tracking import local_artifacts, local_store_lock, rounded_epsilon, tracking_uri
 
 CHAMPION = "champion"
 MODEL_ARTIFACT = "synthetic-table-model"
+RUN_MODEL = "released-generator"  # the internal run's logged model
+MODEL_TYPE = "dpsynth-generator"
 REGISTRY_VARIABLE = "DPSYNTH_REGISTRY_URI"
 # The registry store's one experiment: MLflow files logged models under an experiment; no run goes there.
 PUBLISHED_EXPERIMENT = "dpsynth-published-generators"
@@ -113,7 +122,7 @@ def release_description(release: PublicRelease) -> str:
     """The registered version's description: what was released, at what epsilon, and the statement."""
     return (
         f"{release.release_id}: {release.generator_name}, setting {release.setting}, iteration "
-        f"{release.iteration} of {release.trained_iterations}, epsilon {release.epsilon:.4g} at delta "
+        f"{release.iteration} of {release.trained_iterations}, epsilon {rounded_epsilon(release.epsilon)} at delta "
         f"{release.delta:g} for the whole release.\n\n{release.statement.markdown()}"
     )
 
@@ -240,41 +249,20 @@ def _scrub_artifact_uris(model_dir: Path) -> None:
     mlmodel.write_text(yaml.safe_dump(spec, default_flow_style=False, sort_keys=False))
 
 
-def log_release_model(
-    client: MlflowClient, experiment_id: str, generator_file: Path, schema_path: Path, metadata: dict | None = None
-) -> str:
-    """Log the pyfunc model (generator + schema + `dpsynth.models` code, nothing else) as a logged model in the
-    registry store, with no source run, and return its `models:/<model id>` URI.
-
-    Saved locally and uploaded by hand rather than through `Model.log(run_id=...)`, which would link the
-    internal run, copy its metrics at step 0 (real-data AUCs) onto the published model and keep the
-    artifacts' internal paths in its MLmodel file.
-    """
-    from mlflow.entities import LoggedModelStatus
-
+def _save_model(model_dir: Path, generator_file: Path, schema_path: Path, model: Model) -> None:
+    """Write the pyfunc model (generator + schema + `dpsynth.models` code, nothing else) to `model_dir`,
+    without caches or the artifacts' source paths, owner-only. `model`: its MLmodel's identity."""
     gen, _ = load_generator_file(generator_file)
     encoder = TableEncoder(DatasetSchema.from_yaml(schema_path))
     example = pd.DataFrame({"n_rows": [5], "seed": [0]})
-    logged = client.create_logged_model(
-        experiment_id=experiment_id, name=MODEL_ARTIFACT, model_type="dpsynth-generator"
-    )
     with tempfile.TemporaryDirectory(prefix="dpsynth-model-") as tmp, warnings.catch_warnings():
         # MLflow's hints about type hints and integer columns do not apply: the input is (n_rows, seed).
         warnings.simplefilter("ignore", UserWarning)
-        signature = infer_signature(example, sample_table(gen, encoder, 5, 0))
-        staged = Path(tmp) / "inputs"
-        staged.mkdir()
-        code = _staged_code(staged)
-        model_dir = Path(tmp) / "model"
+        signature = model_signature(sample_table(gen, encoder, 5, 0))
+        code = _staged_code(Path(tmp))
         mlflow.pyfunc.save_model(
             path=str(model_dir),
-            # artifact_path is a name here: MLflow would write the store's internal location.
-            mlflow_model=Model(
-                artifact_path=MODEL_ARTIFACT,
-                model_uuid=logged.model_id,
-                model_id=logged.model_id,
-                metadata=metadata or {},
-            ),
+            mlflow_model=model,
             python_model=SyntheticTableModel(),
             artifacts={GENERATOR_ARTIFACT: str(generator_file), SCHEMA_ARTIFACT: str(schema_path)},
             code_paths=[str(code)],
@@ -282,12 +270,72 @@ def log_release_model(
             input_example=example,
             pip_requirements=_pip_requirements(),
         )
-        for pycache in model_dir.rglob("__pycache__"):
-            shutil.rmtree(pycache, ignore_errors=True)
-        _scrub_artifact_uris(model_dir)
-        restrict_tree(model_dir)  # copied into a local store with these modes
+    for pycache in model_dir.rglob("__pycache__"):
+        shutil.rmtree(pycache, ignore_errors=True)
+    _scrub_artifact_uris(model_dir)
+    restrict_tree(model_dir)  # copied into a local store with these modes
+
+
+def log_release_model(
+    client: MlflowClient, experiment_id: str, generator_file: Path, schema_path: Path, metadata: dict | None = None
+) -> str:
+    """Log the pyfunc model as a logged model in the registry store, with no source run, and return its
+    `models:/<model id>` URI.
+
+    Saved locally and uploaded by hand rather than through `Model.log(run_id=...)`, which would link the
+    internal run, copy its metrics at step 0 (real-data AUCs) onto the published model and keep the
+    artifacts' internal paths in its MLmodel file.
+    """
+    logged = client.create_logged_model(experiment_id=experiment_id, name=MODEL_ARTIFACT, model_type=MODEL_TYPE)
+    with tempfile.TemporaryDirectory(prefix="dpsynth-model-") as tmp:
+        model_dir = Path(tmp) / "model"
+        # artifact_path is a name here: MLflow would write the store's internal location.
+        identity = Model(
+            artifact_path=MODEL_ARTIFACT, model_uuid=logged.model_id, model_id=logged.model_id, metadata=metadata or {}
+        )
+        _save_model(model_dir, generator_file, schema_path, identity)
         client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    return f"models:/{logged.model_id}"
+
+
+def run_model(run_id: str) -> LoggedModel | None:
+    """The internal run's logged model of the released generator, if it was logged."""
+    client = MlflowClient(tracking_uri=tracking_uri())
+    experiment_id = client.get_run(run_id).info.experiment_id
+    found = client.search_logged_models(
+        experiment_ids=[experiment_id], filter_string=f"source_run_id = '{run_id}' AND name = '{RUN_MODEL}'"
+    )
+    ready = [m for m in found if m.status == LoggedModelStatus.READY]
+    return ready[0] if ready else None
+
+
+def log_run_model(run_id: str, generator_file: Path, schema_path: Path, *, step: int, tags: dict[str, str]) -> str:
+    """The released generator as the internal run's logged model (source run and model output `run_id`,
+    at step `step`: the released iteration), so MLflow's run page shows it; returns its `models:/<id>`
+    URI. Idempotent: a run that has one keeps it (a resumed release logs nothing twice)."""
+    from mlflow.entities import LoggedModelOutput
+
+    existing = run_model(run_id)
+    if existing is not None:
+        return f"models:/{existing.model_id}"
+    client = MlflowClient(tracking_uri=tracking_uri())
+    experiment_id = client.get_run(run_id).info.experiment_id
+    logged = client.create_logged_model(
+        experiment_id=experiment_id, name=RUN_MODEL, source_run_id=run_id, model_type=MODEL_TYPE, tags=tags
+    )
+    with tempfile.TemporaryDirectory(prefix="dpsynth-model-") as tmp:
+        model_dir = Path(tmp) / "model"
+        identity = Model(artifact_path=RUN_MODEL, model_uuid=logged.model_id, model_id=logged.model_id, run_id=run_id)
+        _save_model(model_dir, generator_file, schema_path, identity)
+        client.log_model_artifacts(logged.model_id, str(model_dir))
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=step)])
+    location = client.get_logged_model(logged.model_id).artifact_location
+    if location.startswith("file://"):  # the store made the model's folders with the process's umask
+        folder = Path(location.removeprefix("file://")).parent
+        restrict_tree(folder)
+        restrict(folder.parent)
     return f"models:/{logged.model_id}"
 
 
@@ -365,9 +413,21 @@ def register_release(
                     "with mlflow.pyfunc.load_model(...).predict(pd.DataFrame({'n_rows': [N], 'seed': [S]})).",
                 )
         client.set_registered_model_alias(model_name, CHAMPION, version.version)
-    # The internal run may name the published version (the link goes one way only).
+    # The internal run may name the published version (the link goes one way only), and shows the
+    # released generator as its logged model.
     MlflowClient(tracking_uri=tracking_uri()).set_tag(
         run_id, "dpsynth.model_version", f"{model_name}/{version.version}"
+    )
+    log_run_model(
+        run_id,
+        generator_file,
+        schema_path,
+        step=int(recorded.get("iteration") or 0),
+        tags={
+            "dpsynth.model_version": f"{model_name}/{version.version}",
+            "release_id": release_id,
+            "epsilon": _epsilon_text(epsilon),
+        },
     )
     return {
         "model_uri": f"models:/{model_name}/{version.version}",

@@ -3,6 +3,11 @@
 Tracking defaults to `sqlite:///<home>/mlflow.db` (tasks/home.py) with artifacts beside it in
 `mlartifacts/`; `MLFLOW_TRACKING_URI` overrides it (a store that is not a local file then needs an
 explicit home). Published model versions live in a registry store of their own (tasks/registry.py).
+
+What MLflow's UI shows: our experiments are tagged as classic ML ones (`mlflow.experimentKind`), each
+release run carries a Markdown description (`mlflow.note.content`, `describe_run`) and a name with its
+epsilon to 2 decimals (tags and metrics keep the exact figure), and a published release's run has the
+released generator as its logged model (tasks/registry.py `log_run_model`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from dpsynth.tasks.home import home, require_explicit_home_for
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dpsynth.tasks.public_release import PublicRelease
+
 DEFAULT_ARTIFACTS = "mlartifacts"
+# The experiment type MLflow 3's UI reads from an experiment's tags: a classic ML experiment (training
+# runs, logged models), not a GenAI one (traces, evaluation runs).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+CLASSIC_ML = "custom_model_development"
+RUN_NOTE_TAG = "mlflow.note.content"  # the run page's description (Markdown)
 
 
 def tracking_uri() -> str:
@@ -115,9 +127,11 @@ def use_experiment(name: str) -> str:
     # Under the lock: two releases starting at once must not both create the experiment.
     with local_store_lock():
         existing = client.get_experiment_by_name(name)
-        if existing is not None:
-            return existing.experiment_id
-        return client.create_experiment(name, artifact_location=location)
+        if existing is None:
+            return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: CLASSIC_ML})
+        if EXPERIMENT_KIND_TAG not in existing.tags:  # made by an older dpsynth
+            client.set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, CLASSIC_ML)
+        return existing.experiment_id
 
 
 def flat_params(prefix: str, obj: object) -> dict[str, str]:
@@ -194,6 +208,47 @@ def log_artifact(run_id: str, path: Path, artifact_path: str | None = None) -> N
     uri = client.get_run(run_id).info.artifact_uri
     if uri.startswith("file://"):
         restrict_tree(Path(uri.removeprefix("file://")))
+
+
+def describe_run(run_id: str, name: str, description: str) -> None:
+    """The run's name and its description (Markdown), as MLflow's run page shows them."""
+    client = _client()
+    client.update_run(run_id, name=name)
+    client.set_tag(run_id, RUN_NOTE_TAG, description)
+
+
+def rounded_epsilon(epsilon: float) -> str:
+    """Epsilon as names and descriptions show it: 2 decimals ("inf" for a non-private generator)."""
+    return "inf" if math.isinf(epsilon) else f"{epsilon:.2f}"
+
+
+def release_run_name(record: PublicRelease, trial: bool) -> str:
+    """A release run's name: its id, generator, setting and epsilon (2 decimals)."""
+    kind = "trial" if trial else "release"
+    return f"{record.release_id} {record.generator} {record.setting} epsilon {rounded_epsilon(record.epsilon)} ({kind})"
+
+
+def release_run_description(
+    record: PublicRelease, trial: bool, outcome: str, bundle_dir: str | None = None, report: str | None = None
+) -> str:
+    """A release run's description (Markdown): what was released, at what epsilon, and where it went.
+    `outcome`: one line on what became of it (published, refused, a trial)."""
+    lines = [
+        f"**{'Trial of a release' if trial else 'Release'}** `{record.release_id}` of table `{record.dataset}` "
+        f"(schema version {record.schema_version}): {record.generator_name}, setting `{record.setting}`, "
+        f"profile `{record.profile}`.",
+        "",
+        f"- epsilon **{rounded_epsilon(record.epsilon)}** at delta {record.delta:g} for the whole release "
+        f"(training {rounded_epsilon(record.epsilon_training)}, choice of the checkpoint "
+        f"{rounded_epsilon(record.epsilon_choice)}); the exact figures are the metrics `release.epsilon*`",
+        f"- released checkpoint: iteration {record.iteration} of {record.trained_iterations}",
+        f"- {outcome}",
+    ]
+    if bundle_dir:
+        lines.append(f"- bundle: `{bundle_dir}`")
+    if report:
+        lines.append(f"- internal report: `{report}`")
+    return "\n".join(lines)
 
 
 def set_tags(run_id: str, tags: dict[str, str]) -> None:

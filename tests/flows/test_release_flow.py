@@ -67,6 +67,9 @@ def _generator_weights(bundle) -> dict:
     return torch.load(bundle / "generator.pt", weights_only=True)["state_dict"]
 
 
+INLINE_IMAGE = re.compile(r"data:image/[\w+]+;base64,[A-Za-z0-9+/=]+")
+
+
 def _published_texts(client, model_name: str, version: str, bundle, download_to) -> dict[str, str]:
     """Everything a release publishes, as text: the bundle's files (the generator file as its non-weight
     fields), the registered version's tags and description, the registered model's, the logged model's
@@ -77,7 +80,9 @@ def _published_texts(client, model_name: str, version: str, bundle, download_to)
             blob = torch.load(path, weights_only=True)
             texts[f"bundle/{path.name}"] = repr({k: v for k, v in blob.items() if k != "state_dict"})
         else:
-            texts[f"bundle/{path.name}"] = path.read_text(errors="ignore")
+            # Inlined images are drawn from the synthetic frame alone (tests/tasks/test_bundle_files.py
+            # checks it); their base64 text could hold a row count's digits by chance.
+            texts[f"bundle/{path.name}"] = INLINE_IMAGE.sub("data:image", path.read_text(errors="ignore"))
     mv = client.get_model_version(model_name, version)
     registered = client.get_registered_model(model_name)
     texts["version"] = json.dumps({"tags": mv.tags, "description": mv.description, "source": mv.source})
@@ -185,6 +190,22 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     run = client.get_run(summary["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["dpsynth.data_sha256"]
     assert "profile.gan.batch_size" in run.data.params
+    # As MLflow's UI shows it: a classic ML experiment, a name and a description with the epsilon to 2
+    # decimals (the metric keeps it exact), the released generator as the run's logged model.
+    assert client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert run.info.run_name == f"{summary['release_id']} gswgan k10 epsilon {summary['epsilon']:.2f} (release)"
+    description = run.data.tags["mlflow.note.content"]
+    assert (
+        f"epsilon **{summary['epsilon']:.2f}** at delta 1e-05" in description
+        and repr(summary["epsilon"]) not in description
+    )
+    assert summary["bundle_dir"] in description and summary["model_uri"] in description
+    assert run.data.metrics["release.epsilon"] == summary["epsilon"]
+    (logged,) = client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'"
+    )
+    assert logged.name == "released-generator" and logged.tags["dpsynth.model_version"] == "cardio-gswgan/1"
+    assert [o.model_id for o in run.outputs.model_outputs] == [logged.model_id]
     champion = registry.get_model_version_by_alias("cardio-gswgan", "champion")
     # The registry is a store apart: no link to the internal run, no run of its own; the internal store
     # registers nothing.

@@ -1,5 +1,5 @@
-"""The progress display: its line (percentage, rate, time left), its throttling on an injected clock,
-in-place rewriting on a terminal only, and silence when switched off."""
+"""The progress display: its plain line (percentage, rate, time left) and throttling on an injected clock,
+the rich display on a terminal (statuses, stages, bars), plain lines elsewhere, silence when switched off."""
 
 import io
 
@@ -76,20 +76,44 @@ def test_a_resumed_stage_measures_its_rate_from_where_it_resumed():
     assert shown(out)[-1] == "training k10: 75% (30/40 iterations), 1.0 iterations/s, 0:10 left, epsilon 41.459"
 
 
-def test_rewritten_in_place_on_a_terminal_and_ended_by_an_interruption():
-    clock, term = Clock(), Terminal()
-    with (
-        pytest.raises(KeyboardInterrupt),
-        Progress("sampling k10", 3, "checkpoint", clock=clock, stream=term, seconds=0, mode="") as progress,
-    ):
-        progress.update(0)
-        clock.now += 1
-        progress.update(1)
-        raise KeyboardInterrupt
-    assert term.getvalue() == (
-        "\rsampling k10: 0% (0/3 checkpoints)\x1b[K"
-        "\rsampling k10: 33% (1/3 checkpoints), 1.0 checkpoints/s, 0:02 left\x1b[K\n"
-    )
+def test_a_terminal_display_draws_every_stage_and_bar_with_rich_and_ends_cleanly():
+    from dpsynth.tasks.progress import TerminalDisplay, close_display, open_display, stage, status
+
+    term = Terminal()
+    with open_display(mode="", stream=term) as display:
+        assert isinstance(display, TerminalDisplay)
+        status("starting Prefect")
+        with stage("train"), Progress("training k10", 3, "iteration") as progress:
+            progress.update(1, "epsilon 1.000")
+            progress.update(3, "epsilon 9.990")
+        with pytest.raises(KeyboardInterrupt), stage("select"):
+            raise KeyboardInterrupt
+        close_display()
+        status("after the end")  # nothing: the display is closed
+    drawn = term.getvalue()
+    # The final frame: a line per status and stage, the stage's line taken over by its bar.
+    for shown in ("starting Prefect", "training k10", "3/3 iterations", "epsilon 9.990", "select", "stopped"):
+        assert shown in drawn, shown
+    assert "after the end" not in drawn
+    assert drawn.endswith("\x1b[?25h") or "\x1b[?25h" in drawn  # the cursor is given back
+
+
+def test_plain_lines_elsewhere_and_nothing_without_a_display(capsys):
+    from dpsynth.tasks.progress import LinesDisplay, open_display, stage, status
+
+    clock, out = Clock(), io.StringIO()
+    with stage("validate"):  # no display open: nothing
+        status("starting Prefect")
+    assert capsys.readouterr().err == ""
+    with open_display(mode="", stream=out) as display:
+        assert isinstance(display, LinesDisplay)
+        display.clock = clock
+        status("starting Prefect")
+        clock.now += 12
+        with stage("validate"):
+            clock.now += 3
+    # Start-up statuses are for a terminal: a log gets the stages.
+    assert shown(out) == ["validate...", "validate: done in 0:03"]
 
 
 @pytest.mark.parametrize("mode, expected", [("lines", 2), ("off", 0)])
@@ -110,5 +134,8 @@ def test_mode_and_interval_come_from_the_environment(monkeypatch):
     assert out.getvalue() == ""
     monkeypatch.setenv("DPSYNTH_PROGRESS", "lines")
     monkeypatch.setenv("DPSYNTH_PROGRESS_SECONDS", "3")
-    progress = Progress("pretraining k10", 2, stream=Terminal())
-    assert not progress.in_place and progress.seconds == 3.0
+    from dpsynth.tasks.progress import LinesDisplay, open_display
+
+    with open_display(stream=Terminal()) as display:  # plain lines even on a terminal
+        assert isinstance(display, LinesDisplay)
+    assert Progress("pretraining k10", 2, stream=Terminal()).seconds == 3.0

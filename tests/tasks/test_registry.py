@@ -134,6 +134,17 @@ def test_register_sets_champion_tags_and_samples_valid_rows(release_run, cardio_
     assert registry.search_runs([e.experiment_id for e in registry.search_experiments()]) == []
     assert MlflowClient().search_registered_models() == []
     assert MlflowClient().get_run(release_run).data.tags["dpsynth.model_version"] == f"{MODEL}/1"
+    # The internal run shows the released generator as its logged model (source run and model output),
+    # which loads from the internal store; the registry's copy above stays unlinked.
+    from dpsynth.tasks.registry import RUN_MODEL, run_model
+
+    logged = run_model(release_run)
+    assert logged is not None and logged.name == RUN_MODEL and logged.source_run_id == release_run
+    assert logged.tags["dpsynth.model_version"] == f"{MODEL}/1" and logged.model_id != mv.model_id
+    outputs = MlflowClient().get_run(release_run).outputs.model_outputs
+    assert [(o.model_id, o.step) for o in outputs] == [(logged.model_id, 20)]
+    internal = mlflow.pyfunc.load_model(f"models:/{logged.model_id}")
+    assert len(internal.predict(pd.DataFrame({"n_rows": [5], "seed": [0]}))) == 5
 
     # Only the generator, the schema and the code travel with the model: no critic, no data.
     with registry_as_default():
