@@ -209,29 +209,42 @@ def estimate(
     model = estimation.MirrorDescent().estimate(domain, measurements, known_total=float(total), iters=iterations)
     tree, _ = junction_tree.make_junction_tree(domain, [tuple(c) for c in model.cliques])
     position_of_name = {name: j for j, name in enumerate(names)}
-    cliques: list[tuple[int, ...]] = []
-    tables: list[np.ndarray] = []
-    parents: list[int] = []
-    for node, parent in _parents_first(tree):
-        table = np.asarray(model.project(tuple(node)).datavector(flatten=False), dtype=np.float64)
-        table = np.clip(table, 0.0, None)
-        cliques.append(tuple(position_of_name[name] for name in node))
-        tables.append(table / table.sum())
-        parents.append(-1 if parent is None else cliques.index(tuple(position_of_name[name] for name in parent)))
+    cliques, tables, parents = released_cliques(
+        tree,
+        lambda node: tuple(position_of_name[name] for name in node),
+        lambda node: np.asarray(model.project(tuple(node)).datavector(flatten=False), dtype=np.float64),
+    )
     loss = float(from_linear_measurements(measurements, domain)(model.marginals))
     return cliques, tables, parents, loss
 
 
-def _parents_first(tree: Any) -> list[tuple[tuple[str, ...], tuple[str, ...] | None]]:
+def released_cliques(
+    tree: Any, positions: Callable[[Any], tuple[int, ...]], table_of: Callable[[Any], np.ndarray]
+) -> tuple[list[tuple[int, ...]], list[np.ndarray], list[int]]:
+    """A junction tree (a networkx graph) as `MSTModel` holds it: each clique's column `positions`, its
+    table (`table_of`, clipped at 0 and normalised) and the index of its parent (-1 for a root), every
+    clique after its parent (`_parents_first`). AIM releases its model through this too."""
+    cliques: list[tuple[int, ...]] = []
+    tables: list[np.ndarray] = []
+    parents: list[int] = []
+    for node, parent in _parents_first(tree):
+        table = np.clip(table_of(node), 0.0, None)
+        cliques.append(positions(node))
+        tables.append(table / table.sum())
+        parents.append(-1 if parent is None else cliques.index(positions(parent)))
+    return cliques, tables, parents
+
+
+def _parents_first(tree: Any) -> list[tuple[Any, Any | None]]:
     """(clique, its parent or None) of a junction tree (a networkx graph), breadth first from each
     component's smallest clique, neighbours in sorted order: the same order in every process."""
-    order: list[tuple[tuple[str, ...], tuple[str, ...] | None]] = []
+    order: list[tuple[Any, Any | None]] = []
     seen: set = set()
     for root in sorted(tree.nodes):
         if root in seen:
             continue
         seen.add(root)
-        queue: list[tuple[tuple[str, ...], tuple[str, ...] | None]] = [(root, None)]
+        queue: list[tuple[Any, Any | None]] = [(root, None)]
         while queue:
             node, parent = queue.pop(0)
             order.append((node, parent))

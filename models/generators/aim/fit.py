@@ -1,0 +1,84 @@
+"""Fitting AIM on a decoded table: every value coded into its column's public cells
+(dpsynth.models.data.binning), the cells that can hold no value dropped from the domain (public: a fact
+of the bounds and the decimal grid), AIM's rounds (models/generators/aim/mechanism.py), and the final
+estimate's junction tree released as MST's model (models/generators/mst/model.py), normalised."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dpsynth.models.data.binning import cell_codes, writable_cells
+from dpsynth.models.data.schema import Column
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.aim import mechanism
+from dpsynth.models.generators.aim.privacy import AIMBudget
+from dpsynth.models.generators.mst.fit import released_cliques
+from dpsynth.models.generators.mst.model import MSTModel
+
+
+@dataclass(frozen=True)
+class Fitted:
+    model: MSTModel
+    info: dict  # DP outputs and public facts: the rounds, the budget, the rho ledger
+    loss: float  # the estimator's final loss on the noisy measurements (internal)
+    seconds: dict
+
+
+def writable_map(col: Column, bins: int) -> np.ndarray:
+    """Cell -> code in AIM's domain: the writable cells in order, -1 for a cell no value can take."""
+    writable = writable_cells(col, bins)
+    mapping = np.full(len(writable), -1, dtype=np.int64)
+    mapping[writable] = np.arange(int(writable.sum()))
+    return mapping
+
+
+def fit(
+    table: pd.DataFrame,
+    columns: Sequence[Column],
+    target: str,
+    rho: float,
+    noise: mechanism.Noise,
+    *,
+    bins: int,
+    rounds: int | None,
+    max_model_mb: float,
+    round_iterations: int,
+    iterations: int,
+    workload: str,
+) -> Fitted:
+    """AIM at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed)."""
+    started = time.perf_counter()
+    columns = tuple(columns)
+    if len(table) < 1:
+        raise ConfigError("AIM needs at least one training row")
+    budget = AIMBudget(float(rho), len(columns), rounds if rounds is not None else 16 * len(columns))
+    maps = [writable_map(col, bins) for col in columns]
+    codes = []
+    for col, mapping in zip(columns, maps, strict=True):
+        cells = cell_codes(col, table[col.name].to_numpy(), bins)
+        if (cells < 0).any() or (mapping[cells] < 0).any():
+            raise ConfigError(f"AIM reads complete rows: column {col.name!r} holds missing or undeclared values")
+        codes.append(mapping[cells])
+    sizes = [int((m >= 0).sum()) for m in maps]
+    names = [c.name for c in columns]
+    work = mechanism.workload(len(columns), names.index(target), workload)
+    result = mechanism.run(codes, sizes, budget, work, noise, max_model_mb, round_iterations, iterations)
+    tree = result.tree
+    cliques, tables, parents = released_cliques(
+        tree.graph(), lambda node: tuple(node), lambda node: tree.tables[tree.cliques.index(node)]
+    )
+    info = {
+        "budget": budget.to_dict(),
+        "rho_spent": result.ledger.spent,
+        "workload_cliques": len(work),
+        "rounds": [r | {"clique": [names[j] for j in r["clique"]]} for r in result.rounds],
+        "model_cliques": [[names[j] for j in c] for c in cliques],
+    }
+    model = MSTModel(columns, bins, maps, cliques, tables, parents)
+    seconds = result.seconds | {"total": time.perf_counter() - started}
+    return Fitted(model, info, result.loss, seconds)

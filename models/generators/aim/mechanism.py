@@ -1,0 +1,164 @@
+"""AIM's rounds (McKenna, Mullins, Sheldon and Miklau 2022, Algorithm 2) on a table already coded into
+cells; models/generators/aim/privacy.py says what each step costs.
+
+1. Candidates: the workload's cliques and every subset of them (the downward closure), each weighted by
+   how many workload columns it covers: weight(c) = sum over workload cliques w of |c & w|.
+2. Every column's 1-way marginal, Gaussian at the starting std; a first estimate.
+3. Rounds: the candidates whose junction tree would stay within the size cap (which grows with the share
+   of rho spent; a clique inside the model's is always allowed) are scored by weight x (L1 distance
+   between their real counts and the model's - sqrt(2 / pi) std x cells: the error the measurement's own
+   noise would leave), one is chosen by the exponential mechanism, measured by the Gaussian mechanism,
+   and the model re-estimated from its predecessor. When the re-estimate moved the chosen marginal by
+   less than its noise's expected L1 size, the std halves and the selection's epsilon doubles.
+4. When less than two rounds' rho is left, the last round takes exactly what is left; then the final
+   estimate with the full iterations.
+
+The measurements draw from one noise stream and the selections from another (`noise(purpose)`: the
+run's `PrivacySecret.numpy`). Everything the rounds decide besides the real counts in the scores and
+the measurements (the cap, the candidates, the model's marginals, annealing) reads noisy outputs and
+public facts only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsynth.models.generators.aim.estimation import Estimator, JunctionTree, Measurement
+from dpsynth.models.generators.aim.inference import Clique, TreeMarginals
+from dpsynth.models.generators.aim.privacy import AIMBudget, RhoLedger, last_round, round_rho, score_sensitivity
+from dpsynth.models.generators.mst.privacy import exponential_mechanism, gaussian_counts
+
+MEASUREMENT_NOISE, SELECTION_NOISE = "aim-measurement", "aim-selection"
+# The expected L1 norm of a Gaussian's draw per cell, in stds: E|N(0, s^2)| = sqrt(2 / pi) s.
+EXPECTED_ABS = math.sqrt(2.0 / math.pi)
+
+Noise = Callable[[str], np.random.Generator]
+
+
+def workload(columns: int, target: int, choice: str) -> list[Clique]:
+    """Every pair of columns, and with "pairs-and-target-triples" every triple that holds `target`."""
+    pairs: list[Clique] = list(itertools.combinations(range(columns), 2))
+    if choice == "pairs":
+        return pairs
+    if choice != "pairs-and-target-triples":
+        raise ValueError(f"unknown AIM workload {choice!r}")
+    others = [j for j in range(columns) if j != target]
+    return pairs + [tuple(sorted((a, b, target))) for a, b in itertools.combinations(others, 2)]
+
+
+def candidate_weights(cliques: Sequence[Clique]) -> dict[Clique, float]:
+    """The downward closure of `cliques` (every non-empty subset), each weighted by the workload columns it
+    covers (the paper's `compile_workload`)."""
+    closure = {sub for c in cliques for r in range(1, len(c) + 1) for sub in itertools.combinations(c, r)}
+    return {c: float(sum(len(set(c) & set(w)) for w in cliques)) for c in sorted(closure, key=lambda c: (len(c), c))}
+
+
+def counts(codes: Sequence[np.ndarray], sizes: Sequence[int], clique: Clique) -> np.ndarray:
+    """The real counts over `clique`'s cells, flat and row-major."""
+    shape = tuple(sizes[j] for j in clique)
+    flat = np.ravel_multi_index(tuple(codes[j] for j in clique), shape)
+    return np.bincount(flat, minlength=int(np.prod(shape))).astype(np.float64)
+
+
+def scores(
+    candidates: dict[Clique, float], answers: dict[Clique, np.ndarray], model: TreeMarginals, std: float
+) -> np.ndarray:
+    """Each candidate's score: weight x (L1 error of the model's marginal - sqrt(2 / pi) std x cells)."""
+    return np.array(
+        [
+            weight
+            * (float(np.abs(answers[c] - model.marginal(c).ravel()).sum()) - EXPECTED_ABS * std * answers[c].size)
+            for c, weight in candidates.items()
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class AIMRun:
+    tree: JunctionTree  # the final estimate's junction tree and clique counts
+    ledger: RhoLedger  # every mechanism run, with its rho
+    rounds: list[dict]  # per round: the clique chosen, its std and epsilon, whether it annealed
+    loss: float  # the final estimate's loss on the noisy measurements (internal)
+    seconds: dict
+
+
+def run(
+    codes: Sequence[np.ndarray],
+    sizes: Sequence[int],
+    budget: AIMBudget,
+    work: Sequence[Clique],
+    noise: Noise,
+    max_model_mb: float,
+    round_iterations: int,
+    iterations: int,
+) -> AIMRun:
+    """AIM at `budget` on columns coded `codes` (each a cell code in [0, size) per row)."""
+    started = time.perf_counter()
+    total = len(codes[0])
+    candidates = candidate_weights(work)
+    answers = {c: counts(codes, sizes, c) for c in candidates}
+    ledger = RhoLedger(budget.rho)
+    measurement_rng, selection_rng = noise(MEASUREMENT_NOISE), noise(SELECTION_NOISE)
+    estimator = Estimator(sizes, total)
+    std, epsilon = budget.initial_std, budget.initial_epsilon
+
+    measurements: list[Measurement] = []
+    for j in range(len(sizes)):
+        measurements.append(Measurement((j,), gaussian_counts(answers[(j,)], std, measurement_rng), std))
+        ledger.measure((j,), std)
+    model = estimator.round_fit(measurements, round_iterations).marginals()
+
+    history: list[dict] = []
+    spent_selecting = spent_estimating = 0.0
+    last = False
+    while not last:
+        if ledger.remaining < 2.0 * round_rho(std, epsilon):
+            std, epsilon = last_round(ledger.remaining)
+            last = True
+        round_started = time.perf_counter()
+        cap = max_model_mb * (ledger.spent + round_rho(std, epsilon)) / budget.rho
+        allowed = within_cap(candidates, [m.clique for m in measurements], cap, estimator.model_megabytes)
+        sensitivity = score_sensitivity(allowed.values())
+        scored = scores(allowed, answers, model, std)
+        chosen = list(allowed)[exponential_mechanism(scored, epsilon, selection_rng, sensitivity)]
+        ledger.select(chosen, epsilon, sensitivity)
+        before = model.marginal(chosen).ravel()
+        measurements.append(Measurement(chosen, gaussian_counts(answers[chosen], std, measurement_rng), std))
+        ledger.measure(chosen, std)
+        selected = time.perf_counter()
+        model = estimator.round_fit(measurements, round_iterations).marginals()
+        moved = float(np.abs(model.marginal(chosen).ravel() - before).sum())
+        annealed = moved <= EXPECTED_ABS * std * answers[chosen].size
+        history.append({"clique": list(chosen), "std": std, "epsilon": epsilon, "annealed": annealed})
+        spent_selecting += selected - round_started
+        spent_estimating += time.perf_counter() - selected
+        if annealed:
+            std, epsilon = std / 2.0, epsilon * 2.0
+    rounds_done = time.perf_counter()
+    tree = estimator.final_fit(measurements, iterations)
+    seconds = {
+        "rounds": rounds_done - started,
+        "selections": spent_selecting,
+        "round_estimates": spent_estimating,
+        "final_estimate": time.perf_counter() - rounds_done,
+    }
+    return AIMRun(tree, ledger, history, estimator.loss, seconds)
+
+
+def within_cap(
+    candidates: dict[Clique, float],
+    model_cliques: Sequence[Clique],
+    cap_mb: float,
+    megabytes: Callable[[Sequence[Clique]], float],
+) -> dict[Clique, float]:
+    """The candidates a round may choose: those inside a clique the model has (free), and those whose
+    junction tree with the model's cliques stays within `cap_mb` (the paper's `filter_candidates`)."""
+    present = sorted(set(model_cliques))
+    free = {sub for c in present for r in range(1, len(c) + 1) for sub in itertools.combinations(c, r)}
+    return {c: w for c, w in candidates.items() if c in free or megabytes([*present, c]) <= cap_mb}

@@ -1,0 +1,142 @@
+"""How AIM spends its zCDP budget under REPLACE-ONE adjacency, round by round.
+
+With rho the whole budget, d columns and T rounds (`rounds`, the paper's 16 d by default):
+
+* every column's 1-way marginal first, by the Gaussian mechanism at std s: a replaced row moves a count
+  vector by L2 sqrt(2) (MST's `L2_SENSITIVITY`), so each costs 1 / s^2 (MST's `gaussian_rho`);
+* then rounds, each an exponential-mechanism selection at epsilon e (e-bounded-range: e^2 / 8, as MST's
+  tree selection) and a Gaussian measurement of the chosen marginal at std s. The first rounds run at
+  s = sqrt(2) / sqrt(2 x 0.9 rho / T) and e = sqrt(8 x 0.1 rho / T): T rounds would spend 0.9 rho on
+  measurements and 0.1 rho on selections;
+* annealing (the mechanism's choice, from noisy outputs only) halves s and doubles e;
+* when what is left is less than two rounds at the current scales, the last round takes exactly what is
+  left: 0.9 of it for its measurement and 0.1 for its selection (`last_round`).
+
+A selection's score is weight x (L1 error of the model's marginal - sqrt(2 / pi) s x cells): the real
+counts enter through the L1 distance only, which a replaced row moves by at most 2, so the score's
+sensitivity is 2 x its weight, and the mechanism is calibrated to 2 x the largest weight among the
+round's candidates (`score_sensitivity`; the paper's add/remove-one analysis has 1 x the weight).
+
+Every scale is a function of rho, T and earlier noisy outputs, so the mechanisms compose adaptively:
+their rhos add up to rho (`RhoLedger`), whose RDP at order a is a x rho.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dpsynth.models.errors import BudgetExceededError, ConfigError
+from dpsynth.models.generators.mst.privacy import L2_SENSITIVITY, gaussian_rho, gaussian_std
+
+# Of each round's rho, the share of the selection (the exponential mechanism); the rest measures.
+SELECTION_SHARE = 0.1
+# Of the score's weight: how far a replaced row moves the L1 distance between two count vectors.
+L1_SENSITIVITY = 2.0
+# Relative slack of the rho ledger's sum (floating-point rounding of the last round's share).
+RHO_TOLERANCE = 1e-9
+
+__all__ = [
+    "L1_SENSITIVITY",
+    "L2_SENSITIVITY",
+    "SELECTION_SHARE",
+    "AIMBudget",
+    "RhoLedger",
+    "last_round",
+    "round_rho",
+    "score_sensitivity",
+    "selection_rho",
+]
+
+
+def selection_rho(epsilon: float) -> float:
+    """zCDP of one exponential-mechanism selection at `epsilon` (bounded range): epsilon^2 / 8."""
+    return epsilon**2 / 8.0
+
+
+def round_rho(std: float, epsilon: float) -> float:
+    """zCDP of one round: a selection at `epsilon` and a Gaussian measurement at `std`."""
+    return selection_rho(epsilon) + gaussian_rho(std)
+
+
+def last_round(remaining: float) -> tuple[float, float]:
+    """(measurement std, selection epsilon) of a round that spends exactly `remaining`."""
+    std = gaussian_std((1.0 - SELECTION_SHARE) * remaining)
+    return std, math.sqrt(8.0 * SELECTION_SHARE * remaining)
+
+
+def score_sensitivity(weights: Iterable[float]) -> float:
+    """Replace-one sensitivity of the round's scores: 2 x the largest weight among its candidates."""
+    return L1_SENSITIVITY * max(abs(float(w)) for w in weights)
+
+
+@dataclass(frozen=True)
+class AIMBudget:
+    """AIM's starting scales for `rho` (zCDP, replace-one) on `columns` columns split into `rounds`."""
+
+    rho: float
+    columns: int
+    rounds: int
+
+    def __post_init__(self) -> None:
+        if not self.rho > 0 or not math.isfinite(self.rho):
+            raise ConfigError(f"AIM's rho must be a finite number > 0, got {self.rho!r}")
+        if self.columns < 2:
+            raise ConfigError(f"AIM measures marginals of column sets: it needs two columns, got {self.columns}")
+        # The 1-way marginals and two rounds must fit: d x 0.9 rho / T + 2 rho / T <= rho.
+        if self.rounds < (1.0 - SELECTION_SHARE) * self.columns + 2.0:
+            raise ConfigError(
+                f"aim.rounds {self.rounds} is too few for {self.columns} columns: the 1-way marginals and two "
+                f"rounds would spend more than rho (at least {math.ceil(0.9 * self.columns + 2)} rounds)."
+            )
+
+    @property
+    def initial_std(self) -> float:
+        """Noise std of the 1-way marginals and of the first rounds' measurements."""
+        return gaussian_std((1.0 - SELECTION_SHARE) * self.rho / self.rounds)
+
+    @property
+    def initial_epsilon(self) -> float:
+        """Epsilon of the first rounds' selections."""
+        return math.sqrt(8.0 * SELECTION_SHARE * self.rho / self.rounds)
+
+    def to_dict(self) -> dict:
+        return {
+            "rho": self.rho,
+            "columns": self.columns,
+            "rounds": self.rounds,
+            "initial_std": self.initial_std,
+            "initial_epsilon": self.initial_epsilon,
+        }
+
+
+@dataclass
+class RhoLedger:
+    """Every mechanism AIM ran, in order, with its zCDP: ("measure", clique, std, rho) or ("select",
+    clique chosen, epsilon, rho). It refuses a spend past `rho`."""
+
+    rho: float
+    entries: list[dict] = field(default_factory=list)
+
+    @property
+    def spent(self) -> float:
+        return math.fsum(e["rho"] for e in self.entries)
+
+    @property
+    def remaining(self) -> float:
+        return self.rho - self.spent
+
+    def measure(self, clique: tuple[int, ...], std: float) -> None:
+        self._add({"kind": "measure", "clique": list(clique), "std": std, "rho": gaussian_rho(std)})
+
+    def select(self, clique: tuple[int, ...], epsilon: float, sensitivity: float) -> None:
+        entry = {"kind": "select", "clique": list(clique), "epsilon": epsilon, "sensitivity": sensitivity}
+        self._add(entry | {"rho": selection_rho(epsilon)})
+
+    def _add(self, entry: dict) -> None:
+        if self.spent + entry["rho"] > self.rho * (1.0 + RHO_TOLERANCE):
+            raise BudgetExceededError(
+                f"AIM would spend rho {self.spent + entry['rho']:.6g}, past its budget {self.rho:.6g}"
+            )
+        self.entries.append(entry)
