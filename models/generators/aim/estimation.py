@@ -18,6 +18,7 @@ import numpy as np
 from dpsynth.models.generators.aim import descent
 from dpsynth.models.generators.aim.descent import Measurement
 from dpsynth.models.generators.aim.inference import Clique, TreeMarginals
+from dpsynth.models.generators.mst.jax_runtime import load_jax
 
 __all__ = ["Estimator", "JunctionTree", "Measurement"]
 
@@ -48,10 +49,7 @@ class Estimator:
     """Estimates over columns of `sizes` cells and `total` rows, each from the last one's potentials."""
 
     def __init__(self, sizes: Sequence[int], total: float):
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
-        jax.config.update("jax_enable_compilation_cache", False)
+        load_jax()
         from mbi import Domain
 
         self.sizes = tuple(int(s) for s in sizes)

@@ -15,8 +15,8 @@ costs), then private-pgm's (`mbi`) estimate of a graphical model from the noisy 
    (models/generators/mst/model.py), normalised.
 
 The noise of each phase comes from its own stream (`noise(purpose)`: the run's `PrivacySecret.numpy`).
-jax and `mbi` are imported inside `estimate` only, with jax set to 64-bit floats (for the whole process:
-nothing else in dpsynth uses jax) and its compilation cache off (`mbi` compiles many small programs).
+jax and `mbi` are imported inside `estimate` only, through `jax_runtime.load_jax` (64-bit floats, no
+compilation cache, absl's log handler kept off any redirected stderr).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import pandas as pd
 from dpsynth.models.data.binning import cell_codes, cell_count, writable_cells
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.mst.jax_runtime import load_jax
 from dpsynth.models.generators.mst.model import MSTModel
 from dpsynth.models.generators.mst.privacy import MSTBudget, gaussian_counts, select_tree
 
@@ -191,10 +192,7 @@ def estimate(
 ) -> tuple[list[tuple[int, ...]], list[np.ndarray], list[int], float]:
     """`mbi`'s mirror descent on the noisy measurements: the junction tree's cliques (each after its
     parent), their normalised tables, their parents, and the final loss."""
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_enable_compilation_cache", False)
+    load_jax()
     from mbi import DatavectorQuery, Domain, LinearMeasurement, WeightedQuery, estimation, junction_tree
     from mbi.marginal_loss import from_linear_measurements
 

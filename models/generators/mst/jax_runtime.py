@@ -1,0 +1,34 @@
+"""jax and `mbi` set up once for the generators that fit with private-pgm (MST, AIM).
+
+jax runs with 64-bit floats (for the whole process: nothing else in dpsynth uses jax) and its compilation
+cache off (`mbi` compiles many small programs). `mbi` imports absl, whose log handler keeps the
+`sys.stderr` of the moment of import; a later `logging.config.dictConfig` (Prefect's and MLflow's logging
+set-up) closes every handler, and absl's then closes its stream unless it is the process's own stderr. A
+stderr redirected at that moment (the command line's quiet console, a test's captured output) would be
+closed under its owner, so the handler is pointed at the process's own stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+
+def load_jax() -> ModuleType:
+    """jax, configured, with `mbi` imported and absl's handler on the process's stderr."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_compilation_cache", False)
+    import mbi  # noqa: F401  (imports absl)
+
+    _absl_on_process_stderr()
+    return jax
+
+
+def _absl_on_process_stderr() -> None:
+    try:
+        from absl import logging as absl_logging
+    except ImportError:  # a later mbi without absl
+        return
+    absl_logging.get_absl_handler().python_handler.setStream(sys.__stderr__)
