@@ -1,0 +1,163 @@
+"""RDP-CGAN behind the generator interface (networks and trainer: models/generators/rdpcgan/trainer.py).
+
+Phase 1 trains a convolutional autoencoder with DP-SGD, phase 2 a convolutional WGAN whose critic is
+DP-SGD and reads the decoder's output; both phases' RDP add order by order (the paper's Proposition 1)
+in one curve, with the measured marginals' where the profile measures them, converted once. A
+checkpoint's "iteration" is the trainer's step: an autoencoder update in phase 1, a generator step (with
+its critic updates) in phase 2. Only checkpoints from the end of phase 1 on are offered for selection.
+Every epsilon is replace-one, from Opacus's add/remove-one analysis by group privacy (as DP-CGAN's and
+DP-auto-GAN's); the add/remove-one curve is not a replace-one curve, so there is no `training_curve` for
+the lifetime ledger to compose: it adds the published epsilon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.generators.base import (
+    DPSGD_ADJACENCY,
+    DPSGD_CONVERSION,
+    NO_DONORS,
+    FitResult,
+    GeneratorType,
+    PrivacyFacts,
+    Progress,
+    Schedule,
+    TrainingJob,
+    TrainingPlan,
+    require_private,
+)
+from dpsynth.models.privacy.dpsgd_accountant import Phase
+
+# What a reader calls each public parameter (the release notes' labels).
+LABELS = {
+    "q1": "autoencoder sampling rate q1",
+    "sigma1": "autoencoder noise multiplier sigma1",
+    "C1": "autoencoder clipping norm C1",
+    "autoencoder_steps": "autoencoder steps",
+    "q2": "critic sampling rate q2",
+    "sigma2": "critic noise multiplier sigma2",
+    "C2": "critic clipping norm C2",
+    "updates_per_generator_step": "critic updates per generator step",
+}
+
+
+def phases_at(profile: Profile, step: int) -> list[Phase]:
+    """The private updates of both phases after `step` steps, as the trainer's accountant counts them."""
+    c = profile.rdpcgan
+    phases = [Phase(c.autoencoder_rate, c.autoencoder_noise, min(step, c.autoencoder_steps))]
+    if step > c.autoencoder_steps:
+        phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
+    return phases
+
+
+def replace_one_epsilon_at(profile: Profile, step: int) -> float:
+    """The replace-one epsilon after `step` steps: both phases' add/remove-one RDP and the measured
+    marginals' added order by order, converted once, then group privacy of two."""
+    from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
+    from dpsynth.models.privacy.dpsgd_accountant import replace_one_epsilon
+
+    return replace_one_epsilon(
+        phases_at(profile, step), profile.privacy.delta, extra_rho=marginals_rho(profile, ADD_REMOVE_ONE)
+    )
+
+
+def checkpoint_steps(profile: Profile) -> list[int]:
+    """Steps the trainer checkpoints at that selection sees: 0, the end of phase 1, every checkpoint after."""
+    c = profile.rdpcgan
+    total = c.autoencoder_steps + c.generator_steps
+    later = [s for s in range(c.autoencoder_steps + 1, total + 1) if s % c.checkpoint_every == 0 or s == total]
+    return [0, c.autoencoder_steps] + later
+
+
+class RDPCGAN(GeneratorType):
+    name = "rdpcgan"
+    label = "RDP-CGAN"
+
+    def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
+        require_private(self, setting)
+
+    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
+        steps = checkpoint_steps(profile)
+        return Schedule(
+            tuple(steps),
+            tuple(replace_one_epsilon_at(profile, s) for s in steps),
+            profile.rdpcgan.autoencoder_steps + 1,
+            "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps",
+        )
+
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
+        from dpsynth.models.generators.rdpcgan.trainer import RDPCGANTrainer
+
+        trainer = RDPCGANTrainer(
+            torch.from_numpy(job.data),
+            TableEncoder(job.schema).head_groups(),
+            job.profile.rdpcgan,
+            job.profile.seed,
+            job.secret,
+            job.directory / "checkpoints",
+            delta=job.profile.privacy.delta,
+        )
+
+        def checkpoint(step: int, _: float) -> None:
+            if progress is not None:
+                progress(step, f"epsilon {replace_one_epsilon_at(job.profile, step):.3f}")
+
+        result = trainer.run(progress=checkpoint, last_step=plan.last)
+        shown = set(plan.iterations)
+        ledger = [
+            {
+                "iteration": e["step"],
+                "epsilon": replace_one_epsilon_at(job.profile, e["step"]),
+                "epsilon_add_remove": e["epsilon"],
+                "generator": e["release"],
+                "sha256": e["sha256"],
+                "phase": e["phase"],
+            }
+            for e in result.checkpoints
+            if e["step"] in shown
+        ]
+        return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
+
+    def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
+        c = profile.rdpcgan
+        return PrivacyFacts(
+            generator=self.label,
+            mechanism=(
+                "Poisson-subsampled Gaussian (DP-SGD) in two phases: the convolutional autoencoder (encoder "
+                "and decoder clipped together), then the convolutional WGAN critic reading rows and decoded "
+                "fakes (each real row's pair gradient clipped)"
+            ),
+            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
+            "order (RDP composition), one composition per private update",
+            conversion=DPSGD_CONVERSION,
+            sampling=(
+                f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
+                f"and a critic batch with probability q2 = {c.critic_rate:g}, independently"
+            ),
+            adjacency=DPSGD_ADJACENCY,
+            sanitised=(
+                "each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
+                "to the sum; the released decoder and generator read the data only through them; the "
+                "Poisson batches and the noise come from a secret drawn for the run"
+            ),
+            imputation=NO_DONORS,
+            parameters={
+                "q1": c.autoencoder_rate,
+                "sigma1": c.autoencoder_noise,
+                "C1": c.autoencoder_clip,
+                "autoencoder_steps": c.autoencoder_steps,
+                "q2": c.critic_rate,
+                "sigma2": c.critic_noise,
+                "C2": c.critic_clip,
+                "updates_per_generator_step": c.critic_steps,
+            },
+            labels=LABELS,
+        )
+
+    def checkpoint_interval(self, profile: Profile) -> int:
+        return int(profile.rdpcgan.checkpoint_every)
