@@ -1,0 +1,227 @@
+"""DP-Fed-CTGAN's pieces without the federation's processes (tests/flows/test_dpfedctgan_release.py and
+the conformance test run those): the accountant at the thesis' Cardio configuration, parallel composition
+over sites, the site split rules, the noisy counts, and one exact sanitised discriminator update."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from opacus.accountants import RDPAccountant
+
+from dpsynth.models.config import load_profile
+from dpsynth.models.data.demo import make_demo_table
+from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators import get
+from dpsynth.models.generators.dpfedctgan.adapter import planned_epsilon
+from dpsynth.models.generators.dpfedctgan.conditions import (
+    ConditionLayout,
+    counts_sensitivity,
+    exact_counts,
+    noisy_counts,
+    shares_from_counts,
+)
+from dpsynth.models.generators.dpfedctgan.config import DPFedCTGANConfig
+from dpsynth.models.generators.dpfedctgan.federation.launcher import site_secret
+from dpsynth.models.generators.dpfedctgan.local_training import RoundStreams, SiteTrainer
+from dpsynth.models.generators.dpfedctgan.networks import FedGeneratorSpec
+from dpsynth.models.generators.dpfedctgan.privacy import counts_rho, release_epsilon, site_epsilon
+from dpsynth.models.generators.dpfedctgan.sites import site_count, split_rows
+from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon, replace_one_epsilon
+from dpsynth.models.privacy.secret import PrivacySecret
+from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
+
+SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
+
+
+@pytest.fixture(scope="module")
+def encoded(cardio_schema) -> np.ndarray:
+    return TableEncoder(cardio_schema).encode(make_demo_table(cardio_schema, 900, seed=3)).astype(np.float32)
+
+
+def test_a_sites_accountant_at_the_thesis_cardio_configuration_is_opacus():
+    # The thesis' Cardio row: sigma 2, delta 1e-5, epsilon 3, three sites of 56,000 / 3 training rows;
+    # CTGAN's batch of 500 rows gives each site's rate q = 500 / 18,667.
+    q, sigma, delta = 500 / 18_667, 2.0, 1e-5
+    steps = 3 * 37 * 20  # three local epochs of 37 batches, 20 rounds
+    opacus = RDPAccountant()
+    opacus.history = [(sigma, q, steps)]
+    ours = epsilon(Phase(q, sigma, steps), delta, "opacus")
+    # Our order grid extends Opacus's (every order is a valid bound): never above, and close.
+    assert ours <= opacus.get_epsilon(delta) + 1e-9 and ours == pytest.approx(opacus.get_epsilon(delta), rel=0.02)
+    # The release pays the replace-one figure: group privacy over a removal and an addition, with the counts.
+    config = DPFedCTGANConfig(sample_rate=q, noise_multiplier=sigma, local_steps=3 * 37, rounds=20, checkpoint_every=5)
+    assert site_epsilon([Phase(q, sigma, steps)], counts_rho(config), delta) == replace_one_epsilon(
+        Phase(q, sigma, steps), delta, extra_rho=1 / (2 * config.counts_noise**2)
+    )
+    assert site_epsilon([Phase(q, sigma, steps)], 0.0, delta) > 2 * epsilon(Phase(q, sigma, steps), delta)
+
+
+def test_the_release_pays_the_worst_sites_epsilon_not_their_sum():
+    delta, rho = 1e-5, 0.005
+    sites = [([Phase(0.01, 2.0, 100)], rho), ([Phase(0.02, 2.0, 100)], rho), ([Phase(0.01, 2.0, 50)], 0.02)]
+    each = [site_epsilon(phases, r, delta) for phases, r in sites]
+    assert release_epsilon(sites, delta) == max(each) == each[2]
+    assert release_epsilon(sites, delta) < sum(each)
+
+
+def test_the_plan_is_the_accountants_figure_at_every_round(cardio_schema):
+    profile = load_profile("smoke", CARDIO_SCHEMA).with_generator("dpfedctgan")
+    c = profile.dpfedctgan
+    plan = get("dpfedctgan").plan(profile, profile.release_target())
+    assert plan.iterations[-1] == c.rounds and plan.iterations[1] == c.checkpoint_every
+    from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
+
+    extra = counts_rho(c) + marginals_rho(profile, ADD_REMOVE_ONE)
+    for rounds, eps in zip(plan.iterations, plan.epsilons, strict=True):
+        assert eps == replace_one_epsilon(
+            Phase(c.sample_rate, c.noise_multiplier, rounds * c.local_steps), profile.privacy.delta, extra_rho=extra
+        )
+        assert planned_epsilon(profile, rounds) == eps
+
+
+def test_an_iid_split_is_a_disjoint_cover_fixed_by_the_secret(cardio_schema, encoded):
+    config = DPFedCTGANConfig(sites={"iid": 4})
+    sites = split_rows(encoded, cardio_schema, config, SECRET)
+    assert len(sites) == 4 and sorted(np.concatenate(sites).tolist()) == list(range(len(encoded)))
+    again = split_rows(encoded, cardio_schema, config, SECRET)
+    other = split_rows(encoded, cardio_schema, config, PrivacySecret.from_hex("a1" * 32))
+    assert all(np.array_equal(a, b) for a, b in zip(sites, again, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(sites, other, strict=True))
+    # By position only: another table of the same size splits the same way.
+    shuffled = encoded[::-1].copy()
+    assert all(
+        np.array_equal(a, b) for a, b in zip(sites, split_rows(shuffled, cardio_schema, config, SECRET), strict=True)
+    )
+
+
+def test_splits_by_column_follow_the_rows_values(cardio_schema, encoded):
+    encoder = TableEncoder(cardio_schema)
+    target = cardio_schema.target
+    by_label = split_rows(encoded, cardio_schema, DPFedCTGANConfig(sites={"by_column": target}), SECRET)
+    assert len(by_label) == 2
+    assert (encoded[by_label[0], encoder.target_index] < 0).all() and (
+        encoded[by_label[1], encoder.target_index] > 0
+    ).all()
+    continuous = cardio_schema.continuous[0].name
+    bins = split_rows(
+        encoded, cardio_schema, DPFedCTGANConfig(sites={"by_column": continuous}, by_column_bins=4), SECRET
+    )
+    column = encoded[:, encoder.block(continuous).start]
+    assert len(bins) == 4 and all(
+        column[b].max() <= column[c].min() for b, c in zip(bins, bins[1:], strict=False) if len(b) and len(c)
+    )
+    categorical = next(c for c in cardio_schema.columns if c.kind == "categorical")
+    assert site_count(DPFedCTGANConfig(sites={"column": categorical.name}), cardio_schema) == len(categorical.levels)
+    with pytest.raises(ConfigError, match="site column"):
+        site_count(DPFedCTGANConfig(sites={"column": continuous}), cardio_schema)
+    with pytest.raises(ConfigError, match="exactly one"):
+        DPFedCTGANConfig(sites={"iid": 3, "column": target})
+
+
+def test_a_sites_noisy_counts_are_its_counts_plus_one_gaussian_draw_per_entry(cardio_schema, encoded):
+    layout = ConditionLayout.from_groups(TableEncoder(cardio_schema).head_groups())
+    rows = torch.from_numpy(encoded[:300])
+    exact = exact_counts(rows, layout)
+    assert exact[0] == 300 and len(exact) == 1 + layout.width
+    for offset, count in zip(layout.offsets, layout.levels, strict=True):
+        assert exact[1 + offset : 1 + offset + count].sum() == 300
+    std = 3.0 * counts_sensitivity(layout)
+    sent = noisy_counts(rows, layout, 3.0, np.random.default_rng(5))
+    np.testing.assert_allclose(sent - exact, np.random.default_rng(5).normal(0.0, std, size=exact.shape))
+    shares = shares_from_counts(sent, layout)
+    for offset, count in zip(layout.offsets, layout.levels, strict=True):
+        assert float(shares[offset : offset + count].sum()) == pytest.approx(1.0) and (shares >= 0).all()
+    # Different sites' secrets give different noise.
+    assert site_secret(SECRET, 0) != site_secret(SECRET, 1)
+
+
+def test_one_discriminator_update_is_exactly_the_sanitised_mean(cardio_schema, encoded):
+    config = DPFedCTGANConfig(
+        sample_rate=0.05, noise_multiplier=1.5, clip=0.7, z_dim=8, generator_hidden=(16,), discriminator_hidden=(16,)
+    )
+    groups = tuple(TableEncoder(cardio_schema).head_groups())
+    spec = FedGeneratorSpec(8, (16,), encoded.shape[1], groups)
+    layout = spec.layout
+    shares = torch.full((layout.width,), 0.5)
+    trainer = SiteTrainer(
+        torch.from_numpy(encoded[:400]), spec, config, seed=1, site=0, secret=SECRET, shares=shares, noisy_size=410.0
+    )
+    before = {k: v.detach().clone() for k, v in trainer.discriminator.named_parameters()}
+    sgd = torch.optim.SGD(trainer.discriminator.parameters(), lr=1.0)
+    rows, parts = trainer.discriminator_step(sgd, RoundStreams.for_round(SECRET, 1, 0, 7))
+    # The same draws again, computed by hand: each real row's gradient clipped to C, the noise, the fake sum.
+    streams = RoundStreams.for_round(SECRET, 1, 0, 7)
+    index = (torch.rand(400, generator=streams.sampling) < 0.05).nonzero().squeeze(1)
+    assert rows == index.numel()
+    real = trainer.rows[index]
+    real_cond = layout.real_conditions(real, streams.public)
+    disc = spec.build_discriminator((16,))
+    disc.load_state_dict(before)
+    expected_batch = 0.05 * 410.0
+    real_sum = {k: torch.zeros_like(v) for k, v in before.items()}
+    for row, cond in zip(real, real_cond, strict=True):
+        disc.zero_grad()
+        torch.nn.functional.binary_cross_entropy_with_logits(
+            disc(row[None], cond[None]).squeeze(0), torch.tensor(1.0)
+        ).backward()
+        grads = {k: p.grad.clone() for k, p in disc.named_parameters()}
+        norm = math.sqrt(sum(float((g**2).sum()) for g in grads.values()))
+        for k in real_sum:
+            real_sum[k] += grads[k] * min(1.0, 0.7 / (norm + 1e-6))
+    noise = {k: torch.randn(v.shape, generator=streams.noise) * (1.5 * 0.7) for k, v in real_sum.items()}
+    for k, p in trainer.discriminator.named_parameters():
+        torch.testing.assert_close(parts.real_sum[k], real_sum[k], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(parts.noise[k], noise[k])
+        applied = (real_sum[k] + noise[k] + parts.fake_sum[k]) / expected_batch
+        torch.testing.assert_close(before[k] - p.detach(), applied, rtol=1e-4, atol=1e-6)
+    assert trainer.updates == 1
+
+
+def test_the_section_rejects_a_remote_federation_without_a_fixed_port():
+    with pytest.raises(ConfigError, match="server_port"):
+        DPFedCTGANConfig(local_clients=False)
+    assert DPFedCTGANConfig(local_clients=False, server_port=9092, server_host="0.0.0.0").server_port == 9092
+    assert dataclasses.is_dataclass(RoundStreams)
+
+
+def test_the_server_averages_by_noisy_size_in_site_order_and_refuses_a_miscounted_round(tmp_path, cardio_schema):
+    # The server's strategy, without processes: Flower's reply objects, in the order they arrived.
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+
+    from dpsynth.models.generators.dpfedctgan.federation.job import FederationJob, to_arrays
+    from dpsynth.models.generators.dpfedctgan.federation.server import FederatedState, FederationError, make_strategy
+
+    config = DPFedCTGANConfig(
+        rounds=2, checkpoint_every=1, local_steps=3, z_dim=4, generator_hidden=(8,), discriminator_hidden=(8,)
+    )
+    groups = tuple(TableEncoder(cardio_schema).head_groups())
+    spec = FedGeneratorSpec(4, (8,), groups[-1][1], groups)
+    state = FederatedState(FederationJob(config, spec, 0, 2, 2, str(tmp_path)))
+    strategy = make_strategy(state)
+
+    def reply(site: int, arrays: list[np.ndarray], **metrics) -> tuple[None, FitRes]:
+        return None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1, {"site": site, **metrics})
+
+    width = 1 + spec.layout.width
+    initial = to_arrays(state.generator, state.discriminator)
+    strategy.aggregate_fit(
+        1,
+        [reply(1, initial, counts=json.dumps([300.0] * width)), reply(0, initial, counts=json.dumps([100.0] * width))],
+        [],
+    )
+    assert state.noisy_sizes == [100.0, 300.0] and state.round == 0
+    ones, fives = [np.ones_like(a) for a in initial], [np.full_like(a, 5.0) for a in initial]
+    strategy.aggregate_fit(2, [reply(1, fives, steps=3), reply(0, ones, steps=3)], [])
+    # Site 0 holds a quarter of the noisy rows: 0.25 * 1 + 0.75 * 5, whichever reply came first.
+    assert all(np.allclose(a, 4.0) for a in to_arrays(state.generator, state.discriminator))
+    assert state.round == 1 and [a.steps for a in state.accountants] == [3, 3]
+    # A site that reports other than local_steps fails the round before anything is accounted or averaged.
+    with pytest.raises(FederationError, match="site 1 took 2 updates, not 3"):
+        strategy.aggregate_fit(3, [reply(0, ones, steps=3), reply(1, fives, steps=2)], [])
+    assert state.round == 1 and [a.steps for a in state.accountants] == [3, 3]
