@@ -179,6 +179,11 @@ def _documented_example() -> str:
     return re.search(r"## Example\n.*?```python\n(.*?)```", text, re.S).group(1)
 
 
+def test_readme_shows_the_example_this_module_runs():
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"## From Python\n\n```python\n(.*?)```", readme, re.S).group(1) == _documented_example()
+
+
 @pytest.mark.flow
 def test_documented_example_runs_release_load_sample(prefect_backend, isolated_workdir, tmp_path):
     example = _documented_example()
