@@ -89,7 +89,7 @@ def test_release_measures_composes_and_calibrates(
     assert counted["marginals_noise_multiplier"] == measured.plan.noise_multipliers[0]
 
     # The bundle's rows: each column's shares are the measured ones (up to rounding to 2,000 rows).
-    bundle_rows = pd.read_csv(out / "bundle" / "synthetic.csv", sep=cardio_schema.separator)
+    bundle_rows = pd.read_csv(out / "bundle" / "synthetic.csv", sep=cardio_schema.release_separator)
     assert len(bundle_rows) == profile.release_rows
     for column in cardio_schema.column_names:
         gap = 0.5 * np.abs(_shares(bundle_rows, cardio_schema, column, measured.bins) - measured.one_way(column)).sum()
