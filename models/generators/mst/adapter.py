@@ -1,21 +1,10 @@
-"""MST behind the generator interface: checkpoint 0 is a model that read no row (each column uniform over
-its writable cells), checkpoint 1 the fitted one (models/generators/mst/fit.py).
-
-Its cost is zCDP: rho (`mst.rho`, or the largest that fits the setting's budget) under replace-one
-adjacency, whose RDP at order a is a x rho; the measured marginals' rho is added to it before the one
-conversion (models/marginals/measure.py `epsilon_of_rho`, classic), so every epsilon this generator
-plans, records or publishes is the replace-one epsilon of rho + the marginals' rho (of the marginals'
-alone at checkpoint 0)."""
+"""MST behind the generator interface (the plan, checkpoints and curve it shares with AIM:
+models/generators/mst/zcdp_adapter.py): its fit (models/generators/mst/fit.py) and what it publishes."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-import torch
-
-from dpsynth.models.checkpoint_files import save_verified
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
@@ -23,23 +12,18 @@ from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.base import (
     ADJACENCY,
     NO_DONORS,
-    FitResult,
-    GeneratorType,
     PrivacyFacts,
-    Progress,
-    Schedule,
     SummaryEntry,
     TrainingJob,
-    TrainingPlan,
     require_private,
 )
+from dpsynth.models.generators.mst import zcdp_adapter
 from dpsynth.models.generators.mst.config import MSTConfig
-from dpsynth.models.generators.mst.model import FORMAT, MSTModel
-from dpsynth.models.generators.mst.privacy import L2_SENSITIVITY, SCORE_SENSITIVITY, epsilon_of, rho_for_epsilon
-from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
+from dpsynth.models.generators.mst.model import MSTModel
+from dpsynth.models.generators.mst.privacy import L2_SENSITIVITY, SCORE_SENSITIVITY
+from dpsynth.models.generators.mst.zcdp_adapter import ZCDPModelGenerator, generator_file
 
-if TYPE_CHECKING:
-    from dpsynth.models.privacy.lifetime import TrainingCurve
+__all__ = ["LABELS", "MST", "generator_file", "training_rho"]
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
@@ -55,27 +39,11 @@ LABELS = {
 
 
 def training_rho(profile: Profile, setting: Setting) -> float:
-    """MST's rho for `setting`: `mst.rho`, or, when null, the largest whose epsilon with the measured
-    marginals' rho added fits the setting's budget (training's budget: the DP choice reads disjoint rows)."""
-    config: MSTConfig = profile.mst
-    if config.rho is not None:
-        return config.rho
-    budget = profile.budget_for(setting)
-    if budget is None:
-        raise ConfigError(
-            f"Setting {setting.name!r}: mst.rho is null, which takes the largest rho that fits the setting's "
-            "budget, and the setting has no budget: set mst.rho or an epsilon budget."
-        )
-    return rho_for_epsilon(budget, profile.privacy.delta, marginals_rho(profile, REPLACE_ONE))
+    """MST's rho for `setting`: `mst.rho`, or the largest that fits the setting's budget."""
+    return zcdp_adapter.training_rho(profile, setting, "mst")
 
 
-def checkpoint_rho(profile: Profile, setting: Setting, iteration: int) -> float:
-    """The zCDP spent on the training rows at a checkpoint: the measured marginals', and MST's from 1 on."""
-    measured = marginals_rho(profile, REPLACE_ONE)
-    return measured + training_rho(profile, setting) if iteration >= 1 else measured
-
-
-class MST(GeneratorType):
+class MST(ZCDPModelGenerator):
     name = "mst"
     label = "MST"
     # Null rho follows each setting's budget: a summary of several settings leaves these out.
@@ -87,58 +55,18 @@ class MST(GeneratorType):
         if schema is not None and len(schema.columns) < 2:
             raise ConfigError(f"MST builds a tree of column pairs: schema {schema.name!r} has one column.")
 
-    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
-        delta = profile.privacy.delta
-        return Schedule(
-            (0, 1),
-            tuple(epsilon_of(checkpoint_rho(profile, setting, t), delta) for t in (0, 1)),
-            1,
-            "lower mst.rho (null: the largest that fits the budget)",
-        )
-
-    def checkpoint_interval(self, profile: Profile) -> int:
-        return 1
-
-    def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int) -> TrainingCurve:
-        """Order x (MST's rho + the measured marginals'), replace-one. A TrainingCurve is GS-WGAN's inputs plus
-        an added replace-one zCDP line (its `marginals_rho`): MST's curve is that line alone, with no
-        critic query composed (iterations 0)."""
-        from dpsynth.models.privacy.lifetime import TrainingCurve
-
-        rho = checkpoint_rho(profile, setting, int(trained_iterations))
-        return TrainingCurve(1, 0, 1, 1.0, "per_row", marginals_rho=rho)
-
-    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
-        """Checkpoint 0, then (when planned) the fit on the training rows, decoded to the schema. A fit is
-        redone whole when training is resumed: the same secret draws the same noise."""
+    def fit_model(
+        self, job: TrainingJob, rho: float
+    ) -> tuple[MSTModel, dict[str, Any], dict[str, float], dict[str, float]]:
         from dpsynth.models.generators.mst.fit import fit as fit_mst
 
-        started = time.perf_counter()
         config: MSTConfig = job.profile.mst
-        columns = tuple(job.schema.columns)
-        directory = job.directory / "checkpoints"
-        directory.mkdir(parents=True, exist_ok=True)
-        ledger, info, internal = [], {}, {}
-        for iteration, epsilon in zip(plan.iterations, plan.epsilons, strict=True):
-            if iteration == 0:
-                model = MSTModel.uniform(columns, config.bins)
-            else:
-                rho = training_rho(job.profile, job.setting)
-                table = TableEncoder(job.schema).decode(job.data)
-                fitted = fit_mst(
-                    table, columns, rho, job.secret.numpy, config.bins, config.iterations, config.noise_penalty
-                )
-                model = fitted.model
-                info = {"mst": fitted.info, "mst_seconds": fitted.seconds}
-                internal = {"mst_estimator_final_loss": fitted.loss}
-            path = directory / f"mst_{iteration:06d}.pt"
-            digest = save_verified(
-                generator_file(model, job.schema, iteration, epsilon, job.profile.privacy.delta), path
-            )
-            ledger.append({"iteration": iteration, "epsilon": epsilon, "generator": path.name, "sha256": digest})
-            if progress is not None:
-                progress(iteration, f"epsilon {epsilon:.3f}")
-        return FitResult(ledger, time.perf_counter() - started, info=info, internal_metrics=internal)
+        table = TableEncoder(job.schema).decode(job.data)
+        fitted = fit_mst(
+            table, tuple(job.schema.columns), rho, job.secret.numpy, config.bins, config.iterations,
+            config.noise_penalty,
+        )  # fmt: skip
+        return fitted.model, fitted.info, fitted.seconds, {"mst_estimator_final_loss": fitted.loss}
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         config: MSTConfig = profile.mst
@@ -186,17 +114,3 @@ class MST(GeneratorType):
                 "estimator iterations (mirror descent, post-processing)", profile.mst.iterations
             )
         }
-
-
-def generator_file(model: MSTModel, schema: DatasetSchema, iteration: int, epsilon: float, delta: float) -> dict:
-    """A checkpoint's contents: the model's tables as tensors (torch.load's weights-only reader takes
-    them), its layout, the schema's identity (for the encoder) and the checkpoint's public facts."""
-    arrays, meta = model.to_arrays()
-    return {
-        "format": FORMAT,
-        "schema": {"name": schema.name, "version": schema.version, "target": schema.target},
-        "model": {"meta": meta, "arrays": {name: torch.from_numpy(values) for name, values in arrays.items()}},
-        "iteration": iteration,
-        "epsilon": epsilon,
-        "delta": delta,
-    }

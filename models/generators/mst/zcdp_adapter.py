@@ -1,0 +1,127 @@
+"""What MST and AIM share behind the generator interface: a zCDP budget rho and one released graphical
+model (models/generators/mst/model.py, sampled by MST's sampler).
+
+Checkpoint 0 is a model that read no row (each column uniform over its writable cells), checkpoint 1 the
+fitted one. The cost is rho (`<section>.rho`, or the largest that fits the setting's budget) under
+replace-one adjacency, whose RDP at order a is a x rho; the measured marginals' rho is added to it before
+the one conversion (models/generators/mst/privacy.py `epsilon_of`, classic), so every epsilon such a
+generator plans, records or publishes is the replace-one epsilon of rho + the marginals' rho (of the
+marginals' alone at checkpoint 0). A subclass says how it fits (`fit_model`) and what it publishes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from dpsynth.models.checkpoint_files import save_verified
+from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.generators.base import FitResult, GeneratorType, Progress, Schedule, TrainingJob, TrainingPlan
+from dpsynth.models.generators.mst.model import FORMAT, MSTModel
+from dpsynth.models.generators.mst.privacy import epsilon_of, rho_for_epsilon
+from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
+
+if TYPE_CHECKING:
+    from dpsynth.models.privacy.lifetime import TrainingCurve
+
+
+def training_rho(profile: Profile, setting: Setting, generator: str) -> float:
+    """The generator's rho for `setting`: its section's `rho`, or, when null, the largest whose epsilon with
+    the measured marginals' rho added fits the setting's budget (training's budget: the DP choice reads
+    disjoint rows)."""
+    config = profile.section(generator)
+    if config.rho is not None:
+        return float(config.rho)
+    budget = profile.budget_for(setting)
+    if budget is None:
+        raise ConfigError(
+            f"Setting {setting.name!r}: {generator}.rho is null, which takes the largest rho that fits the "
+            f"setting's budget, and the setting has no budget: set {generator}.rho or an epsilon budget."
+        )
+    return rho_for_epsilon(budget, profile.privacy.delta, marginals_rho(profile, REPLACE_ONE))
+
+
+def checkpoint_rho(profile: Profile, setting: Setting, iteration: int, generator: str) -> float:
+    """The zCDP spent on the training rows at a checkpoint: the measured marginals', and the generator's
+    from 1 on."""
+    measured = marginals_rho(profile, REPLACE_ONE)
+    return measured + training_rho(profile, setting, generator) if iteration >= 1 else measured
+
+
+class ZCDPModelGenerator(GeneratorType):
+    """A generator that spends one zCDP rho and releases one graphical model (MST, AIM)."""
+
+    def training_rho(self, profile: Profile, setting: Setting) -> float:
+        return training_rho(profile, setting, self.name)
+
+    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
+        delta = profile.privacy.delta
+        return Schedule(
+            (0, 1),
+            tuple(epsilon_of(checkpoint_rho(profile, setting, t, self.name), delta) for t in (0, 1)),
+            1,
+            f"lower {self.name}.rho (null: the largest that fits the budget)",
+        )
+
+    def checkpoint_interval(self, profile: Profile) -> int:
+        return 1
+
+    def training_curve(self, profile: Profile, setting: Setting, trained_iterations: int) -> TrainingCurve:
+        """Order x (the generator's rho + the measured marginals'), replace-one. A TrainingCurve is GS-WGAN's
+        inputs plus an added replace-one zCDP line (its `marginals_rho`): this curve is that line alone,
+        with no critic query composed (iterations 0)."""
+        from dpsynth.models.privacy.lifetime import TrainingCurve
+
+        rho = checkpoint_rho(profile, setting, int(trained_iterations), self.name)
+        return TrainingCurve(1, 0, 1, 1.0, "per_row", marginals_rho=rho)
+
+    def fit_model(
+        self, job: TrainingJob, rho: float
+    ) -> tuple[MSTModel, dict[str, Any], dict[str, float], dict[str, float]]:
+        """The fitted model at zCDP `rho` on the job's training rows, its public info, the fit's seconds and
+        internal metrics (e.g. the estimator's final loss)."""
+        raise NotImplementedError
+
+    def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
+        """Checkpoint 0, then (when planned) the fit on the training rows. A fit is redone whole when
+        training is resumed: the same secret draws the same noise."""
+        started = time.perf_counter()
+        bins = job.profile.section(self.name).bins
+        directory = job.directory / "checkpoints"
+        directory.mkdir(parents=True, exist_ok=True)
+        ledger: list[dict] = []
+        info: dict[str, Any] = {}
+        internal: dict[str, Any] = {}
+        for iteration, epsilon in zip(plan.iterations, plan.epsilons, strict=True):
+            if iteration == 0:
+                model = MSTModel.uniform(tuple(job.schema.columns), bins)
+            else:
+                model, fit_info, seconds, internal = self.fit_model(job, self.training_rho(job.profile, job.setting))
+                info = {self.name: fit_info, f"{self.name}_seconds": seconds}
+            path = directory / f"{self.name}_{iteration:06d}.pt"
+            digest = save_verified(
+                generator_file(model, job.schema, iteration, epsilon, job.profile.privacy.delta), path
+            )
+            ledger.append({"iteration": iteration, "epsilon": epsilon, "generator": path.name, "sha256": digest})
+            if progress is not None:
+                progress(iteration, f"epsilon {epsilon:.3f}")
+        return FitResult(ledger, time.perf_counter() - started, info=info, internal_metrics=internal)
+
+
+def generator_file(model: MSTModel, schema: DatasetSchema, iteration: int, epsilon: float, delta: float) -> dict:
+    """A checkpoint's contents: the model's tables as tensors (torch.load's weights-only reader takes
+    them), its layout, the schema's identity (for the encoder) and the checkpoint's public facts."""
+    arrays, meta = model.to_arrays()
+    return {
+        "format": FORMAT,
+        "schema": {"name": schema.name, "version": schema.version, "target": schema.target},
+        "model": {"meta": meta, "arrays": {name: torch.from_numpy(values) for name, values in arrays.items()}},
+        "iteration": iteration,
+        "epsilon": epsilon,
+        "delta": delta,
+    }
