@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -111,6 +111,41 @@ class FitResult:
     # Derived from real rows (a critic's estimates, losses): internal files only, never published.
     internal_metrics: dict = field(default_factory=dict)
     resume_notes: list[str] = field(default_factory=list)
+
+
+class PhasedTrainer(Protocol):
+    """A resumable DP-SGD trainer whose checkpoints name their phase (DP-auto-GAN's, RDP-CGAN's)."""
+
+    resume_notes: list[str]
+
+    def run(self, *, progress: Callable[[int, float], None] | None = ..., last_step: int | None = ...) -> Any: ...
+
+
+def run_phased_trainer(
+    trainer: PhasedTrainer, plan: TrainingPlan, epsilon_at: Callable[[int], float], progress: Progress | None
+) -> FitResult:
+    """Train to the plan's last step; the ledger keeps the plan's checkpoints, each with its replace-one
+    epsilon (`epsilon_at(step)`) and the trainer's own add/remove-one figure beside it."""
+
+    def checkpoint(step: int, _: float) -> None:
+        if progress is not None:
+            progress(step, f"epsilon {epsilon_at(step):.3f}")
+
+    result = trainer.run(progress=checkpoint, last_step=plan.last)
+    shown = set(plan.iterations)
+    ledger = [
+        {
+            "iteration": e["step"],
+            "epsilon": epsilon_at(e["step"]),
+            "epsilon_add_remove": e["epsilon"],
+            "generator": e["release"],
+            "sha256": e["sha256"],
+            "phase": e["phase"],
+        }
+        for e in result.checkpoints
+        if e["step"] in shown
+    ]
+    return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
 
 
 class GeneratorType(ABC):

@@ -26,6 +26,7 @@ from dpsynth.models.generators.base import (
     TrainingJob,
     TrainingPlan,
     require_private,
+    run_phased_trainer,
 )
 
 # What a reader calls each public parameter (the release notes' labels).
@@ -149,26 +150,7 @@ class DPAutoGAN(GeneratorType):
             reconstruction_weights=reconstruction_weights(job.profile, job.schema),
             moment_columns=moment_columns(job.profile, job.schema),
         )
-
-        def checkpoint(step: int, _: float) -> None:
-            if progress is not None:
-                progress(step, f"epsilon {replace_one_epsilon_at(job.profile, step):.3f}")
-
-        result = trainer.run(progress=checkpoint, last_step=plan.last)
-        shown = set(plan.iterations)
-        ledger = [
-            {
-                "iteration": e["step"],
-                "epsilon": replace_one_epsilon_at(job.profile, e["step"]),
-                "epsilon_add_remove": e["epsilon"],
-                "generator": e["release"],
-                "sha256": e["sha256"],
-                "phase": e["phase"],
-            }
-            for e in result.checkpoints
-            if e["step"] in shown
-        ]
-        return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
+        return run_phased_trainer(trainer, plan, lambda step: replace_one_epsilon_at(job.profile, step), progress)
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.dpautogan

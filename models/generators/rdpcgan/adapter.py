@@ -30,6 +30,7 @@ from dpsynth.models.generators.base import (
     TrainingJob,
     TrainingPlan,
     require_private,
+    run_phased_trainer,
 )
 from dpsynth.models.privacy.dpsgd_accountant import Phase
 
@@ -102,26 +103,7 @@ class RDPCGAN(GeneratorType):
             job.directory / "checkpoints",
             delta=job.profile.privacy.delta,
         )
-
-        def checkpoint(step: int, _: float) -> None:
-            if progress is not None:
-                progress(step, f"epsilon {replace_one_epsilon_at(job.profile, step):.3f}")
-
-        result = trainer.run(progress=checkpoint, last_step=plan.last)
-        shown = set(plan.iterations)
-        ledger = [
-            {
-                "iteration": e["step"],
-                "epsilon": replace_one_epsilon_at(job.profile, e["step"]),
-                "epsilon_add_remove": e["epsilon"],
-                "generator": e["release"],
-                "sha256": e["sha256"],
-                "phase": e["phase"],
-            }
-            for e in result.checkpoints
-            if e["step"] in shown
-        ]
-        return FitResult(ledger, result.seconds, resume_notes=trainer.resume_notes)
+        return run_phased_trainer(trainer, plan, lambda step: replace_one_epsilon_at(job.profile, step), progress)
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.rdpcgan
