@@ -1,15 +1,17 @@
-"""`dpsynth release --generator dpfedctgan` end to end: the federation's server and three site clients run
-as processes on loopback inside the train stage.
+"""`dpsynth release --generator dpfedctgan` end to end on Flower's deployment engine: a SuperLink (which
+runs the ServerApp) and three SuperNodes (which run the ClientApp), real processes on loopback inside the
+train stage.
 
-* A publishing release whose site 1 client is killed (SIGKILL) in the middle of a round fails with exit
-  status 8 and a readable error, publishes nothing and leaves no process behind; its rerun resumes after
-  the last completed round (the server runs only the round left, the earlier checkpoints stay as they
-  were) and publishes the worst site's epsilon.
+* A publishing release whose site 1 SuperNode is killed (SIGKILL) in the middle of a round fails with exit
+  status 8 and a readable error, publishes nothing and leaves no process behind (not even the killed
+  SuperNode's ClientApp); its rerun resumes after the last completed round (the ServerApp runs only the
+  round left, the earlier checkpoints stay as they were) and publishes the worst site's epsilon.
 * A trial (`--no-publish`) runs every stage and publishes nothing.
 
 Sized for speed: tiny networks, two rounds of a few updates, timeouts that fail within a minute. What
-costs is the processes' start (torch and Flower: seconds each), once per federation: one federation for
-the trial, two (the killed one and its rerun) for the publishing release.
+costs is the processes' start (torch and Flower: seconds each): the SuperLink and SuperNodes once per
+federation, a ClientApp process per request; one federation for the trial, two (the killed one and its
+rerun) for the publishing release.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ SMALL = {
 }
 # Round 2 of the killed release long enough (tens of updates) for the kill to land inside it.
 KILLED = {**SMALL, "local_steps": 30}
-RECEIVED = "Received: train message"  # Flower's client log: one per request (the counts, then each round)
-SENT = "Sent reply"
+# Flower's SuperNode log: one of each per training round (the counts come as a `query` message).
+RECEIVED = "Receiving: train message"
+SENT = "Sending: train message"
 
 
 def _argv(demo_csv: Path, profile: str, *more: str) -> list[str]:
@@ -70,14 +73,25 @@ def _versions() -> list:
 
 
 def _assert_processes_ended(federation: Path) -> None:
-    for pid in json.loads((federation / "processes.json").read_text()).values():
+    """No process is left in a group the launcher started (the SuperLink's and SuperNodes', with the
+    SuperExecs and app processes they started), nor anywhere with the federation folder as its directory
+    (every process the launcher starts, and theirs, begins there)."""
+    for pgid in json.loads((federation / "processes.json").read_text()).values():
         with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+            os.killpg(pgid, 0)
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == federation.resolve():
+                left.append(proc.name)
+        except OSError:
+            continue
+    assert left == []
 
 
 class MidRoundKiller(threading.Thread):
-    """SIGKILLs site `site`'s client once it has received training round `round_index` and before it
-    replies (its log has one request per round after the counts' one), and records whether it did."""
+    """SIGKILLs site `site`'s SuperNode once it has received training round `round_index` and before it
+    replies (its log has one training request per round), and records whether it did."""
 
     def __init__(self, workdir: Path, site: int, round_index: int, timeout_s: float = 120.0):
         super().__init__(daemon=True)
@@ -90,11 +104,11 @@ class MidRoundKiller(threading.Thread):
         while not self.stop.is_set() and time.monotonic() < deadline:
             logs = list(self.workdir.glob(f"runs/release/*/train-k10/federation/logs/site-{self.site}.log"))
             text = logs[0].read_text(errors="replace") if logs else ""
-            if text.count(RECEIVED) >= 1 + self.round_index:
+            if text.count(RECEIVED) >= self.round_index:
                 federation = logs[0].parent.parent
                 pid = json.loads((federation / "processes.json").read_text())[f"site-{self.site}"]
                 os.kill(pid, signal.SIGKILL)
-                self.killed_mid_round = text.count(SENT) == self.round_index
+                self.killed_mid_round = text.count(SENT) == self.round_index - 1
                 return
             time.sleep(0.01)
 
@@ -125,11 +139,9 @@ def test_a_client_killed_mid_round_fails_the_release_and_the_rerun_resumes_and_p
     assert main(_argv(demo_csv, profile_arg)) == 0
     summary = _last_json(capfd)
     assert summary["run_dir"].endswith(run_dir.name)
-    # Resumed: the server ran the counts and the one round left; rounds 0 and 1 are the killed run's.
-    starts = re.findall(
-        r"Starting Flower server, config: num_rounds=(\d+)", (federation / "logs" / "server.log").read_text()
-    )
-    assert starts == ["3", "2"]
+    # Resumed: the ServerApp ran the counts and the one round left; rounds 0 and 1 are the killed run's.
+    starts = re.findall(r"serverapp: counts, then rounds (\d+) to 2", (federation / "logs" / "server.log").read_text())
+    assert starts == ["1", "2"]
     resumed = json.loads((checkpoints / "federation.json").read_text())
     assert resumed["round"] == 2 and resumed["checkpoints"][:2] == state["checkpoints"]
     _assert_processes_ended(federation)

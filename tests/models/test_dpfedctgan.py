@@ -5,7 +5,6 @@ over sites, the site split rules, the noisy counts, and one exact sanitised disc
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 
 import numpy as np
@@ -191,11 +190,16 @@ def test_the_section_rejects_a_remote_federation_without_a_fixed_port():
 
 
 def test_the_server_averages_by_noisy_size_in_site_order_and_refuses_a_miscounted_round(tmp_path, cardio_schema):
-    # The server's strategy, without processes: Flower's reply objects, in the order they arrived.
-    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
-
+    # The server's arithmetic, without Flower's transport: the sites' replies in the order they arrived.
     from dpsynth.models.generators.dpfedctgan.federation.job import FederationJob, to_arrays
-    from dpsynth.models.generators.dpfedctgan.federation.server import FederatedState, FederationError, make_strategy
+    from dpsynth.models.generators.dpfedctgan.federation.server import (
+        FederatedState,
+        FederationError,
+        SiteReply,
+        take_counts,
+        take_round,
+        train_config,
+    )
 
     config = DPFedCTGANConfig(
         rounds=2, checkpoint_every=1, local_steps=3, z_dim=4, generator_hidden=(8,), discriminator_hidden=(8,)
@@ -203,25 +207,21 @@ def test_the_server_averages_by_noisy_size_in_site_order_and_refuses_a_miscounte
     groups = tuple(TableEncoder(cardio_schema).head_groups())
     spec = FedGeneratorSpec(4, (8,), groups[-1][1], groups)
     state = FederatedState(FederationJob(config, spec, 0, 2, 2, str(tmp_path)))
-    strategy = make_strategy(state)
-
-    def reply(site: int, arrays: list[np.ndarray], **metrics) -> tuple[None, FitRes]:
-        return None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1, {"site": site, **metrics})
 
     width = 1 + spec.layout.width
     initial = to_arrays(state.generator, state.discriminator)
-    strategy.aggregate_fit(
-        1,
-        [reply(1, initial, counts=json.dumps([300.0] * width)), reply(0, initial, counts=json.dumps([100.0] * width))],
-        [],
-    )
+    take_counts(state, [SiteReply(1, [], {"counts": [300.0] * width}), SiteReply(0, [], {"counts": [100.0] * width})])
     assert state.noisy_sizes == [100.0, 300.0] and state.round == 0
+    assert train_config(state)["round"] == 1 and len(train_config(state)["shares"]) == len(state.shares)
     ones, fives = [np.ones_like(a) for a in initial], [np.full_like(a, 5.0) for a in initial]
-    strategy.aggregate_fit(2, [reply(1, fives, steps=3), reply(0, ones, steps=3)], [])
+    take_round(state, [SiteReply(1, fives, {"steps": 3}), SiteReply(0, ones, {"steps": 3})])
     # Site 0 holds a quarter of the noisy rows: 0.25 * 1 + 0.75 * 5, whichever reply came first.
     assert all(np.allclose(a, 4.0) for a in to_arrays(state.generator, state.discriminator))
     assert state.round == 1 and [a.steps for a in state.accountants] == [3, 3]
     # A site that reports other than local_steps fails the round before anything is accounted or averaged.
     with pytest.raises(FederationError, match="site 1 took 2 updates, not 3"):
-        strategy.aggregate_fit(3, [reply(0, ones, steps=3), reply(1, fives, steps=2)], [])
+        take_round(state, [SiteReply(0, ones, {"steps": 3}), SiteReply(1, fives, {"steps": 2})])
+    # So does a site that replies twice (another for a missing one).
+    with pytest.raises(FederationError, match=r"one reply from each of sites 0..1, got \[1, 1\]"):
+        take_round(state, [SiteReply(1, ones, {"steps": 3}), SiteReply(1, fives, {"steps": 3})])
     assert state.round == 1 and [a.steps for a in state.accountants] == [3, 3]

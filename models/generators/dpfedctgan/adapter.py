@@ -1,6 +1,6 @@
 """DP-Fed-CTGAN behind the generator interface. `fit` splits the training rows among the sites
-(sites.py), starts the federation (federation/launcher.py: a Flower server and one client process per
-site on this machine) and reads back the server's checkpoints; every epsilon is the worst site's
+(sites.py), starts the federation (federation/launcher.py: a Flower SuperLink and one SuperNode process
+per site on this machine) and reads back the server's checkpoints; every epsilon is the worst site's
 replace-one epsilon (privacy.py), at the profile's delta, with the measured marginals' where measured."""
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class DPFedCTGAN(GeneratorType):
         return {
             "federation": SummaryEntry(
                 "federation",
-                "Flower (gRPC): one server, one client per site; each site's rows never leave it; what a "
-                "site sends: its noisy counts once, its model weights after each round",
+                "Flower's deployment engine: one SuperLink (the server), one SuperNode per site; each site's rows "
+                "never leave it; what a site sends: its noisy counts once, its model weights after each round",
             )
         }

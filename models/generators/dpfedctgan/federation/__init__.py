@@ -1,4 +1,6 @@
-"""DP-Fed-CTGAN's federation on Flower (its gRPC server and clients, each a process of its own):
-`server.py` (the server app: FedAvg weighted by the sites' noisy row counts, a checkpoint per round),
-`client.py` (the client app: one site's rows, DP-SGD), `launcher.py` (starts them on one machine, or the
-server alone for clients on other machines), `job.py` (the files they share, Flower's import and the processes' end)."""
+"""DP-Fed-CTGAN's federation on Flower's deployment engine (a SuperLink, one SuperNode per site, each a
+process of its own): `server_app.py` (the ServerApp: the counts, then the rounds), `server.py` (its state
+and arithmetic: FedAvg weighted by the sites' noisy row counts, a checkpoint per round), `client.py` (the
+ClientApp: one site's rows, DP-SGD), `flower_app/` (the app `flwr run` submits), `launcher.py` and
+`processes.py` (start them on one machine, or the SuperLink alone for SuperNodes on other machines, and
+stop every process), `job.py` (the files and the wire format they share)."""

@@ -4,16 +4,16 @@
 count, the rounds to reach); `<folder>/site-<k>/` holds one site's rows (`rows.npy`) and its secret
 (`privacy_secret`, owner-only), written by the release for clients on this machine, or by each site on
 its own machine. The server writes `<checkpoints>/federation_state.pt` after every completed round.
-Both apps also share how they import Flower (telemetry off) and how their processes end.
+Both apps (server_app.py, client_app.py) also share the weights' form on the wire (one ArrayRecord) and the
+environment Flower runs in (telemetry off).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +29,10 @@ from dpsynth.models.generators.dpfedctgan.networks import (
 JOB_FILE = "job.json"
 STATE_FILE = "federation_state.pt"
 ROWS_FILE = "rows.npy"
+# What the ServerApp leaves in the job folder for the launcher: its pid when it starts, then one of the two.
+PID_FILE = "server_app.pid"
+DONE_FILE = "server_done.txt"
+ERROR_FILE = "server_error.txt"
 
 
 @dataclass(frozen=True)
@@ -105,21 +109,24 @@ def load_arrays(generator: torch.nn.Module, discriminator: torch.nn.Module, arra
     discriminator.load_state_dict(d_state)
 
 
-# ------------------------------------------------------------------------------ the processes
+# ------------------------------------------------------------------------------ Flower's side
 
 
-def import_flower() -> None:
-    """Import Flower with its usage telemetry off: by default every Flower server and client posts events
-    (with the machine's platform) to Flower's servers; a process that holds a site's rows sends nothing
-    but what the federation needs. Flower reads the switch once, when it is first imported."""
-    os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
-    import flwr  # noqa: F401 - imported here first, after the switch
+def telemetry_off(env: dict[str, str]) -> dict[str, str]:
+    """`env` with Flower's usage telemetry off: by default every Flower process posts events (with the
+    machine's platform) to Flower's servers; a process that holds a site's rows sends nothing but what the
+    federation needs. Flower reads the switch when it is first imported, so it goes in the environment of
+    every process the launcher starts (and, through it, of the apps those processes start)."""
+    return {**env, "FLWR_TELEMETRY_ENABLED": "0"}
 
 
-def end_process(code: int) -> None:
-    """End a server or client process at once with `code`. Its files are written (atomically) and its
-    logs flushed by then; the interpreter's teardown of torch and gRPC would hold the federation's end,
-    and with it the release, for seconds."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+def weights_record(generator: torch.nn.Module, discriminator: torch.nn.Module) -> Any:
+    """The networks' weights as one Flower ArrayRecord, in `to_arrays` order."""
+    from flwr.app import ArrayRecord
+
+    return ArrayRecord(to_arrays(generator, discriminator))
+
+
+def record_arrays(record: Any) -> list[np.ndarray]:
+    """An ArrayRecord's arrays back in `to_arrays` order (the record keeps its insertion order)."""
+    return list(record.to_numpy_ndarrays())

@@ -1,12 +1,17 @@
-"""Starts a federation on this machine and stops it: the server and one client per site, each its own
-process (Flower's gRPC transport on loopback, a free port unless the profile fixes one).
+"""Starts a federation on Flower's deployment engine on this machine and stops it: a SuperLink and one
+SuperNode per site, each its own process group (processes.py), on loopback; free ports unless the profile
+fixes them.
 
-The launcher writes the public job and each site's rows and derived secret (`job.py`), starts the
-processes together (each client waits for the server's port itself: their seconds of imports overlap),
-and waits: it ends when the server has completed the last round, and fails (stopping every
-process it started) when the server fails a round, when a client dies before the server is done, or at
-the timeout. The server checkpoints every completed round, so a rerun resumes after the last one. With
-`local_clients: false` it starts the server only: each site runs the client app on its own machine
+The launcher writes the public job and each site's rows and derived secret (`job.py`), gives Flower a home
+of its own in the run's folder (`flwr-home/`: its config, the installed app; nothing under ~/.flwr), starts
+the SuperLink (`--isolation subprocess`: it starts the ServerApp's process itself) and the SuperNodes
+(each with `--node-config 'site=K folder="FOLDER"'`: the ClientApp it runs reads that site's files only),
+then submits the app (`flower_app/`, the job folder as run config) with `flwr run` on the SuperLink's
+loopback Control API. No process installs anything at run time. It waits: it ends when the ServerApp
+has completed the last round, and fails (stopping every process group it started) when the ServerApp
+fails a round, when a SuperNode or the SuperLink dies before the ServerApp is done, or at the timeout.
+The ServerApp checkpoints every completed round, so a rerun resumes after the last one. With
+`local_clients: false` it starts the SuperLink only: each site runs a SuperNode on its own machine
 against `server_host:server_port` (docs/generators.md).
 """
 
@@ -14,26 +19,35 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from dpsynth.models.errors import DpsynthError
-from dpsynth.models.generators.dpfedctgan.federation.job import FederationJob, site_folder, write_site_rows
-from dpsynth.models.generators.dpfedctgan.federation.server import ERROR_FILE
+from dpsynth.models.generators.dpfedctgan.config import DPFedCTGANConfig
+from dpsynth.models.generators.dpfedctgan.federation.job import (
+    DONE_FILE,
+    ERROR_FILE,
+    PID_FILE,
+    FederationJob,
+    site_folder,
+    telemetry_off,
+    write_site_rows,
+)
+from dpsynth.models.generators.dpfedctgan.federation.processes import Processes
 from dpsynth.models.privacy.secret import SECRET_FILE, PrivacySecret
 
-PIDS_FILE = "processes.json"
 POLL_SECONDS = 0.05
-STOP_GRACE_SECONDS = 2.0  # a process that ignores SIGTERM that long is killed
-SERVER_MODULE = "dpsynth.models.generators.dpfedctgan.federation.server"
-CLIENT_MODULE = "dpsynth.models.generators.dpfedctgan.federation.client"
+LOOPBACK = "127.0.0.1"
+SUBMIT_TIMEOUT_S = 120.0
+APP_DIR = Path(__file__).parent / "flower_app"  # the Flower app `flwr run` submits (package data)
 
 
 class FederationFailed(DpsynthError):
@@ -61,44 +75,105 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass
-class Processes:
-    """The processes this launcher started, and their logs."""
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
-    folder: Path
-    server: subprocess.Popen | None = None
-    clients: dict[int, subprocess.Popen] = field(default_factory=dict)
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        logs = self.folder / "logs"
-        logs.mkdir(exist_ok=True)
-        with open(logs / f"{name}.log", "ab") as log:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-            return subprocess.Popen([sys.executable, "-m", *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
+def toml_string(value: str) -> str:
+    """`value` as a TOML string inside Flower's `key="value"` lists (which end a value at its quote)."""
+    if any(ch in value for ch in "\"'\\\n"):
+        raise FederationFailed(
+            f"The federation's folder {value!r} holds a quote or a backslash: Flower's configs cannot carry it."
+        )
+    return f'"{value}"'
 
-    def record(self) -> None:
-        pids = {
-            "server": self.server.pid if self.server else None,
-            **{f"site-{k}": p.pid for k, p in self.clients.items()},
-        }
-        (self.folder / PIDS_FILE).write_text(json.dumps(pids))
 
-    def stop(self) -> None:
-        """Terminate every process still running (then kill it), only ours, by its own handle."""
-        running = [p for p in [self.server, *self.clients.values()] if p is not None and p.poll() is None]
-        for p in running:
-            p.terminate()
-        for p in running:
-            try:
-                p.wait(timeout=STOP_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+@dataclass(frozen=True)
+class Ports:
+    fleet: int  # on server_host: where the SuperNodes connect
+    control: int  # loopback: where `flwr run` submits the app
+    serverappio: int  # loopback: where the ServerApp's process talks to the SuperLink
 
-    def log_tail(self, name: str, lines: int = 5) -> str:
-        path = self.folder / "logs" / f"{name}.log"
-        text = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
-        return "\n".join(text[-lines:])
+    @classmethod
+    def choose(cls, c: DPFedCTGANConfig) -> Ports:
+        return cls(
+            c.server_port or free_port(c.server_host),
+            c.control_port or free_port(LOOPBACK),
+            c.serverappio_port or free_port(LOOPBACK),
+        )
+
+
+def flower_env(home: Path) -> dict[str, str]:
+    """The environment of every Flower process: telemetry off, Flower's home in the run's folder, and this
+    interpreter's scripts first on PATH (the SuperLink and SuperNodes start `flower-superexec`,
+    `flwr-serverapp` and `flwr-clientapp` by name)."""
+    scripts = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    return telemetry_off(env)
+
+
+def write_flower_home(folder: Path, ports: Ports) -> Path:
+    """`flwr-home/` (owner-only): `flwr run`'s connection to this run's SuperLink, named `local`."""
+    home = folder / "flwr-home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    connection = f'[superlink.local]\naddress = "{LOOPBACK}:{ports.control}"\ninsecure = true\n'
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n{connection}')
+    return home
+
+
+def superlink_argv(host: str, ports: Ports) -> list[str]:
+    return [
+        "flower-superlink",
+        "--insecure",
+        "--isolation", "subprocess",
+        "--disable-runtime-dependency-installation",
+        "--fleet-api-address", f"{host}:{ports.fleet}",
+        "--control-api-address", f"{LOOPBACK}:{ports.control}",
+        "--serverappio-api-address", f"{LOOPBACK}:{ports.serverappio}",
+    ]  # fmt: skip
+
+
+def supernode_argv(superlink: str, folder: Path, site: int) -> list[str]:
+    return [
+        "flower-supernode",
+        "--insecure",
+        "--superlink", superlink,
+        "--clientappio-api-address", f"{LOOPBACK}:{free_port(LOOPBACK)}",
+        "--node-config", f"site={site} folder={toml_string(str(folder))}",
+    ]  # fmt: skip
+
+
+def submit_run(procs: Processes, folder: Path, ports: Ports, deadline: float) -> None:
+    """Copy the app into the run's folder and submit it with `flwr run` once the Control API listens."""
+    superlink = procs.started["superlink"]
+    while not port_open(LOOPBACK, ports.control):
+        if superlink.poll() is not None or time.monotonic() > deadline:
+            raise FederationFailed(
+                f"The federation's SuperLink did not start (exit status {superlink.poll()}); its log ends: "
+                f"{procs.log_tail('superlink')}"
+            )
+        time.sleep(POLL_SECONDS)
+    app = folder / "flower-app"
+    shutil.rmtree(app, ignore_errors=True)
+    shutil.copytree(APP_DIR, app)
+    argv = ["flwr", "run", str(app), "local", "--run-config", f"folder={toml_string(str(folder))}"]
+    done = subprocess.run(
+        argv, env=procs.env, cwd=folder, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S, check=False
+    )
+    (folder / "logs" / "flwr-run.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).strip()
+        raise FederationFailed(f"`flwr run` could not submit the federation's app: {output}")
 
 
 def run_federation(
@@ -111,22 +186,24 @@ def run_federation(
 ) -> None:
     """Run the federation to `job.last_round`; FederationFailed (every process stopped) otherwise."""
     c = job.config
+    folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     job.write(folder)
-    (folder / ERROR_FILE).unlink(missing_ok=True)
+    for name in (ERROR_FILE, DONE_FILE, PID_FILE):
+        (folder / name).unlink(missing_ok=True)
     if c.local_clients:
         for site, rows in enumerate(site_rows):
             write_site_secret(write_site_rows(folder, site, rows), site_secret(secret, site))
-    port = c.server_port or free_port(c.server_host)
-    address = f"{c.server_host}:{port}"
-    procs = Processes(folder)
+    ports = Ports.choose(c)
+    procs = Processes(folder, flower_env(write_flower_home(folder, ports)))
+    deadline = time.monotonic() + timeout_s
     try:
-        procs.server = procs.start("server", [SERVER_MODULE, str(folder), address])
+        procs.start("superlink", superlink_argv(c.server_host, ports))
         if c.local_clients:
             for site in range(job.sites):
-                procs.clients[site] = procs.start(f"site-{site}", [CLIENT_MODULE, str(folder), str(site), address])
-        procs.record()
-        _wait(procs, job, folder, time.monotonic() + timeout_s, on_round)
+                procs.start(f"site-{site}", supernode_argv(f"{c.server_host}:{ports.fleet}", folder, site))
+        submit_run(procs, folder, ports, deadline)
+        _wait(procs, job, folder, deadline, on_round)
     finally:
         procs.stop()
 
@@ -136,33 +213,50 @@ def _completed(job: FederationJob) -> int:
     return int(json.loads(path.read_text())["round"]) if path.exists() else 0
 
 
+def _server_app_gone(folder: Path) -> bool:
+    """Whether the ServerApp's process started and has ended (without its done or error file)."""
+    path = folder / PID_FILE
+    if not path.exists():
+        return False
+    try:
+        os.kill(int(path.read_text()), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False
+
+
 def _wait(
     procs: Processes, job: FederationJob, folder: Path, deadline: float, on_round: Callable[[int], None] | None
 ) -> None:
-    assert procs.server is not None
     reported = _completed(job)
     while True:
         if on_round is not None and _completed(job) > reported:
             reported = _completed(job)
             on_round(reported)
-        # A dead client first: the server then fails its round too, and the client is the cause.
-        for site, client in procs.clients.items():
-            code = client.poll()
-            if code not in (None, 0):
+        if (folder / DONE_FILE).exists():
+            return
+        # A dead SuperNode first: the ServerApp then fails its round too, and the site is the cause.
+        for name, proc in procs.started.items():
+            code = proc.poll()
+            if name.startswith("site-") and code is not None:
+                site = name.removeprefix("site-")
                 raise FederationFailed(
                     f"Site {site}'s client stopped with exit status {code} during round {_completed(job) + 1} of "
-                    f"{job.last_round}; the round is not averaged without it. Rounds up to {_completed(job)} are "
-                    f"checkpointed: rerun the release to resume. Its log ends: {procs.log_tail(f'site-{site}', 3)}"
+                    f"{job.last_round}: its SuperNode ended, and the round is not averaged without it. Rounds up to "
+                    f"{_completed(job)} are checkpointed: rerun the release to resume. Its log ends: "
+                    f"{procs.log_tail(name, 3)}"
                 )
-        code = procs.server.poll()
-        if code == 0:
-            return
-        if code is not None:
+        if (folder / ERROR_FILE).exists() or _server_app_gone(folder) or procs.started["superlink"].poll() is not None:
+            time.sleep(POLL_SECONDS)  # the error file is written before the process ends
             reason = (folder / ERROR_FILE).read_text().strip() if (folder / ERROR_FILE).exists() else ""
+            if not reason and (folder / DONE_FILE).exists():
+                return
             raise FederationFailed(
-                f"The federation's server stopped with exit status {code} after round {_completed(job)} of "
-                f"{job.last_round}: {reason or procs.log_tail('server')}. The completed rounds are checkpointed: "
-                "rerun the release to resume."
+                f"The federation's server stopped after round {_completed(job)} of {job.last_round}: "
+                f"{reason or procs.log_tail('superlink')}. The completed rounds are checkpointed: rerun the "
+                "release to resume."
             )
         if time.monotonic() > deadline:
             raise FederationFailed(

@@ -1,21 +1,21 @@
-"""The Flower server app: `python -m dpsynth.models.generators.dpfedctgan.federation.server FOLDER ADDRESS`.
+"""The server's state and arithmetic, apart from Flower's transport (server_app.py drives them).
 
-It holds the global generator and discriminator and never a row. Flower's round 1 asks every site for
-its noisy counts (conditions.py), which give the conditional vector's level shares and the averaging
-weights; every later Flower round is one training round: each site trains from the global weights
-(local_training.py) and the server averages the sites' weights by their noisy row counts (FedAvg), in
-site order and in float64, so the average does not depend on which reply arrived first.
+It holds the global generator and discriminator and never a row. The sites' noisy counts
+(conditions.py) give the conditional vector's level shares and the averaging weights; each training
+round's replies are averaged by the sites' noisy row counts (FedAvg), in site order and in float64, so
+the average does not depend on which reply arrived first.
 
 After every completed round it writes its state (`federation_state.pt`: weights, shares, each site's
 accountant), and at every `checkpoint_every` rounds (and the last) a generator file: a rerun resumes
-after the last completed round. A round with a failed or missing site fails the run (exit status 3,
-the reason in `server_error.txt`): a round is never averaged over fewer sites than the split made.
+after the last completed round. A round with a failed, missing or repeated site, or a site that took
+other than `local_steps` updates, raises FederationError: a round is never averaged over fewer sites than
+the split made, and nothing of it is accounted.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +28,11 @@ from dpsynth.models.generators.dpfedctgan.federation.job import (
     STATE_FILE,
     FederationJob,
     build_networks,
-    end_process,
-    import_flower,
     load_arrays,
-    to_arrays,
 )
 from dpsynth.models.generators.dpfedctgan.privacy import counts_rho
 from dpsynth.models.generators.networks import init_generator_
 from dpsynth.models.privacy.dpsgd_accountant import DPSGDAccountant
-
-ERROR_FILE = "server_error.txt"
-EXIT_ROUND_FAILED = 3
 
 
 class FederationError(RuntimeError):
@@ -125,127 +119,59 @@ class FederatedState:
         )
 
 
-def _by_site(results: list[tuple[Any, Any]], sites: int) -> list[Any]:
-    """The fit results in site order; FederationError unless every site answered exactly once."""
-    by_site: dict[int, Any] = {}
-    for _, res in results:
-        by_site[int(res.metrics["site"])] = res
-    if sorted(by_site) != list(range(sites)):
-        raise FederationError(f"the round expected replies from sites 0..{sites - 1}, got {sorted(by_site)}")
-    return [by_site[k] for k in range(sites)]
+@dataclass(frozen=True)
+class SiteReply:
+    """One site's reply to a request: the site id it reports, its weights (training rounds) and metrics."""
+
+    site: int
+    arrays: list[np.ndarray]
+    metrics: dict[str, Any]
 
 
-def make_strategy(state: FederatedState) -> Any:
-    from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
-    from flwr.server.strategy import Strategy
+def _by_site(replies: list[SiteReply], sites: int) -> list[SiteReply]:
+    """The replies in site order; FederationError unless every site answered exactly once."""
+    got = sorted(r.site for r in replies)
+    if got != list(range(sites)):
+        raise FederationError(f"the round expected one reply from each of sites 0..{sites - 1}, got {got}")
+    return sorted(replies, key=lambda r: r.site)
 
+
+def train_config(state: FederatedState) -> dict[str, Any]:
+    """What every site gets with the global weights for the next round: its index and the level shares."""
+    assert state.shares is not None
+    return {"round": state.round + 1, "shares": [float(x) for x in state.shares]}
+
+
+def take_counts(state: FederatedState, replies: list[SiteReply]) -> None:
+    """The sites' noisy counts: the averaging weights and the conditional vector's level shares."""
     job = state.job
-    first_round = state.round
-
-    class FedAvgBySiteSize(Strategy):
-        """Round 1: the sites' noisy counts; then FedAvg by noisy row counts, a checkpoint per round."""
-
-        def initialize_parameters(self, client_manager: Any) -> Any:
-            return ndarrays_to_parameters(to_arrays(state.generator, state.discriminator))
-
-        def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> Any:
-            if not client_manager.wait_for(job.sites, timeout=int(job.config.connect_timeout_s)):
-                raise FederationError(
-                    f"only {client_manager.num_available()} of {job.sites} sites connected within "
-                    f"{job.config.connect_timeout_s:g} s"
-                )
-            if server_round == 1:
-                config: dict[str, Any] = {"phase": "counts"}
-            else:
-                assert state.shares is not None
-                config = {
-                    "phase": "train",
-                    "round": first_round + server_round - 1,
-                    "shares": json.dumps([float(x) for x in state.shares]),
-                }
-            clients = client_manager.sample(num_clients=job.sites, min_num_clients=job.sites)
-            return [(client, FitIns(parameters, config)) for client in clients]
-
-        def aggregate_fit(self, server_round: int, results: list, failures: list) -> Any:
-            if failures:
-                reasons = "; ".join(
-                    str(f if isinstance(f, BaseException) else getattr(f, "status", f)) for f in failures
-                )
-                raise FederationError(
-                    f"round {first_round + server_round - 1}: {len(failures)} of {job.sites} sites failed "
-                    f"({reasons or 'a client disconnected'})"
-                )
-            replies = _by_site(results, job.sites)
-            if server_round == 1:
-                counts = [np.asarray(json.loads(r.metrics["counts"]), dtype=np.float64) for r in replies]
-                state.noisy_sizes = [max(1.0, float(c[0])) for c in counts]
-                state.shares = shares_from_counts(np.sum(counts, axis=0), job.spec.layout)
-                if state.round == 0 and not state.resumed:
-                    state.save()  # round 0: the untrained generator with the shares
-            else:
-                for site, reply in enumerate(replies):  # the plan's count: the ledger never understates it
-                    if int(reply.metrics["steps"]) != job.config.local_steps:
-                        raise FederationError(
-                            f"site {site} took {reply.metrics['steps']} updates, not {job.config.local_steps}"
-                        )
-                weights = np.asarray(state.noisy_sizes, dtype=np.float64)
-                weights = weights / weights.sum()
-                arrays = [parameters_to_ndarrays(r.parameters) for r in replies]
-                averaged = [
-                    sum(w * a[i].astype(np.float64) for w, a in zip(weights, arrays, strict=True)).astype(
-                        arrays[0][i].dtype
-                    )
-                    for i in range(len(arrays[0]))
-                ]
-                load_arrays(state.generator, state.discriminator, averaged)
-                for accountant in state.accountants:
-                    accountant.step(job.config.local_steps)
-                state.round += 1
-                state.save()
-            return ndarrays_to_parameters(to_arrays(state.generator, state.discriminator)), {}
-
-        def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list:
-            return []
-
-        def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> Any:
-            return None, {}
-
-        def evaluate(self, server_round: int, parameters: Any) -> Any:
-            return None
-
-    return FedAvgBySiteSize()
+    counts = [np.asarray(r.metrics["counts"], dtype=np.float64) for r in _by_site(replies, job.sites)]
+    state.noisy_sizes = [max(1.0, float(c[0])) for c in counts]
+    state.shares = shares_from_counts(np.sum(counts, axis=0), job.spec.layout)
+    if state.round == 0 and not state.resumed:
+        state.save()  # round 0: the untrained generator with the shares
 
 
-def serve(folder: Path, address: str) -> None:
-    """Run the remaining rounds to the job's last round (nothing when it is reached already)."""
-    import_flower()
-    from flwr.server import ServerConfig, start_server
-
-    job = FederationJob.read(folder)
-    state = FederatedState(job)
-    remaining = job.last_round - state.round
-    if remaining <= 0 and state.resumed:
-        return
-    start_server(
-        server_address=address,
-        config=ServerConfig(num_rounds=1 + max(remaining, 0), round_timeout=job.config.round_timeout_s),
-        strategy=make_strategy(state),
-    )
-    if state.round < job.last_round or not state.ledger:
-        raise FederationError(f"the server stopped after round {state.round} of {job.last_round}")
-
-
-def main(argv: list[str]) -> int:
-    folder, address = Path(argv[0]), argv[1]
-    torch.set_num_threads(1)
-    try:
-        serve(folder, address)
-    except Exception as exc:  # noqa: BLE001 - every failure ends the run with its reason for the launcher
-        write_text_atomic(f"{type(exc).__name__}: {exc}\n", folder / ERROR_FILE)
-        print(f"federation server failed: {exc}", file=sys.stderr)
-        return EXIT_ROUND_FAILED
-    return 0
-
-
-if __name__ == "__main__":
-    end_process(main(sys.argv[1:]))
+def take_round(state: FederatedState, replies: list[SiteReply]) -> None:
+    """One training round's replies: FedAvg by noisy sizes, in site order and in float64, then every
+    site's accountant steps and the state is saved. Refused (nothing averaged or accounted) unless every
+    site replied once and took exactly local_steps updates."""
+    job = state.job
+    ordered = _by_site(replies, job.sites)
+    for reply in ordered:  # the plan's count: the ledger never understates it
+        if int(reply.metrics["steps"]) != job.config.local_steps:
+            raise FederationError(
+                f"site {reply.site} took {reply.metrics['steps']} updates, not {job.config.local_steps}"
+            )
+    weights = np.asarray(state.noisy_sizes, dtype=np.float64)
+    weights = weights / weights.sum()
+    arrays = [r.arrays for r in ordered]
+    averaged = [
+        sum(w * a[i].astype(np.float64) for w, a in zip(weights, arrays, strict=True)).astype(arrays[0][i].dtype)
+        for i in range(len(arrays[0]))
+    ]
+    load_arrays(state.generator, state.discriminator, averaged)
+    for accountant in state.accountants:
+        accountant.step(job.config.local_steps)
+    state.round += 1
+    state.save()
