@@ -15,10 +15,11 @@ the server turns them into the conditional vector's level shares and the averagi
 
 The federation runs on Flower's deployment engine: a SuperLink (the server side) and one SuperNode per
 site. `server_host`/`server_port`: where the SuperLink's Fleet API listens for the SuperNodes (loopback
-and a free port by default). `control_port` (where the run is submitted) and `serverappio_port` (where
-the SuperLink's ServerApp process talks to it) listen on loopback only; 0 picks free ports. With
-`local_clients: false` the release starts the SuperLink only, and each site runs its SuperNode on its
-own machine (docs/generators.md).
+and a free port by default): the one address the sites need. Its two other APIs (Control, where the
+launcher submits the run, and ServerAppIo, where the ServerApp's process talks to it) listen on loopback
+only, on free ports (no profile key: nothing outside the machine reaches them, and the profile's hash,
+which names the run's folder, stays as it was). With `local_clients: false` the release starts the
+SuperLink only, and each site runs its SuperNode on its own machine (docs/generators.md).
 """
 
 from __future__ import annotations
@@ -85,8 +86,6 @@ class DPFedCTGANConfig(SectionConfig):
     betas: tuple[Beta, Beta] = (0.5, 0.9)
     server_host: StrictStr = "127.0.0.1"
     server_port: Port = 0  # the SuperLink's Fleet API; 0: a free port of the machine
-    control_port: Port = 0  # the SuperLink's Control API, on loopback; 0: a free port
-    serverappio_port: Port = 0  # the SuperLink's ServerAppIo API, on loopback; 0: a free port
     local_clients: bool = True
     # Seconds the server waits for every client to connect, and for a round's replies.
     connect_timeout_s: Positive = 120.0
@@ -104,10 +103,4 @@ class DPFedCTGANConfig(SectionConfig):
     def _remote_needs_a_port(self) -> DPFedCTGANConfig:
         if not self.local_clients and self.server_port == 0:
             raise ValueError("clients on other machines need a fixed server_port (got 0: a free port)")
-        fixed = [p for p in (self.server_port, self.control_port, self.serverappio_port) if p]
-        if len(set(fixed)) != len(fixed):
-            raise ValueError(
-                f"server_port, control_port and serverappio_port must differ where fixed (got {self.server_port}, "
-                f"{self.control_port}, {self.serverappio_port})"
-            )
         return self

@@ -100,11 +100,14 @@ class Ports:
 
     @classmethod
     def choose(cls, c: DPFedCTGANConfig) -> Ports:
-        return cls(
-            c.server_port or free_port(c.server_host),
-            c.control_port or free_port(LOOPBACK),
-            c.serverappio_port or free_port(LOOPBACK),
-        )
+        """The profile's Fleet port (or a free one), and two free loopback ports that differ from it."""
+        fleet = c.server_port or free_port(c.server_host)
+        control = serverappio = fleet
+        while control == fleet:
+            control = free_port(LOOPBACK)
+        while serverappio in (fleet, control):
+            serverappio = free_port(LOOPBACK)
+        return cls(fleet, control, serverappio)
 
 
 def flower_env(home: Path) -> dict[str, str]:
