@@ -5,9 +5,10 @@ fixes them.
 The launcher writes the public job and each site's rows and derived secret (`job.py`), gives Flower a home
 of its own in the run's folder (`flwr-home/`: its config, the installed app; nothing under ~/.flwr), starts
 the SuperLink (`--isolation subprocess`: it starts the ServerApp's process itself) and the SuperNodes
-(each with `--node-config 'site=K folder="FOLDER"'`: the ClientApp it runs reads that site's files only),
-then submits the app (`flower_app/`, the job folder as run config) with `flwr run` on the SuperLink's
-loopback Control API. No process installs anything at run time. It waits: it ends when the ServerApp
+(each with `--node-config 'site=K folder="FOLDER"'`: the ClientApp it runs reads that site's files only;
+each authenticated by a key pair drawn for the run, trust.py), then submits the app (`flower_app/`,
+the job folder as run config) with `flwr run` on the SuperLink's loopback Control API. No process
+installs anything at run time. It waits: it ends when the ServerApp
 has completed the last round, and fails (stopping every process group it started) when the ServerApp
 fails a round, when a SuperNode or the SuperLink dies before the ServerApp is done, or at the timeout.
 The ServerApp checkpoints every completed round, so a rerun resumes after the last one. With
@@ -42,6 +43,12 @@ from dpsynth.models.generators.dpfedctgan.federation.job import (
     write_site_rows,
 )
 from dpsynth.models.generators.dpfedctgan.federation.processes import Processes
+from dpsynth.models.generators.dpfedctgan.federation.trust import (
+    LoopbackTLS,
+    register_keys,
+    write_loopback_tls,
+    write_site_keys,
+)
 from dpsynth.models.privacy.secret import SECRET_FILE, PrivacySecret
 
 POLL_SECONDS = 0.05
@@ -125,19 +132,23 @@ def flower_env(home: Path) -> dict[str, str]:
     return telemetry_off(env)
 
 
-def write_flower_home(folder: Path, ports: Ports) -> Path:
-    """`flwr-home/` (owner-only): `flwr run`'s connection to this run's SuperLink, named `local`."""
+def write_flower_home(folder: Path, ports: Ports, tls: LoopbackTLS | None) -> Path:
+    """`flwr-home/` (owner-only): `flwr`'s connection to this run's SuperLink, named `local` (over TLS,
+    trusting the run's CA only, when the launcher drew one)."""
     home = folder / "flwr-home"
     home.mkdir(mode=0o700, exist_ok=True)
-    connection = f'[superlink.local]\naddress = "{LOOPBACK}:{ports.control}"\ninsecure = true\n'
+    trust = f"root-certificates = {toml_string(str(tls.ca))}" if tls else "insecure = true"
+    connection = f'[superlink.local]\naddress = "{LOOPBACK}:{ports.control}"\n{trust}\n'
     (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n{connection}')
     return home
 
 
-def superlink_argv(host: str, ports: Ports) -> list[str]:
+def superlink_argv(host: str, ports: Ports, tls: LoopbackTLS | None) -> list[str]:
+    """With `tls`: TLS on the Fleet and Control APIs and SuperNode authentication; without: neither."""
+    secure = ["--ssl-certfile", str(tls.cert), "--ssl-keyfile", str(tls.key), "--ssl-ca-certfile", str(tls.ca)]
     return [
         "flower-superlink",
-        "--insecure",
+        *([*secure, "--enable-supernode-auth"] if tls else ["--insecure"]),
         "--isolation", "subprocess",
         "--disable-runtime-dependency-installation",
         "--fleet-api-address", f"{host}:{ports.fleet}",
@@ -146,18 +157,19 @@ def superlink_argv(host: str, ports: Ports) -> list[str]:
     ]  # fmt: skip
 
 
-def supernode_argv(superlink: str, folder: Path, site: int) -> list[str]:
+def supernode_argv(superlink: str, folder: Path, site: int, key: Path, tls: LoopbackTLS) -> list[str]:
     return [
         "flower-supernode",
-        "--insecure",
+        "--root-certificates", str(tls.ca),
+        "--auth-supernode-private-key", str(key),
         "--superlink", superlink,
         "--clientappio-api-address", f"{LOOPBACK}:{free_port(LOOPBACK)}",
         "--node-config", f"site={site} folder={toml_string(str(folder))}",
     ]  # fmt: skip
 
 
-def submit_run(procs: Processes, folder: Path, ports: Ports, deadline: float) -> None:
-    """Copy the app into the run's folder and submit it with `flwr run` once the Control API listens."""
+def wait_for_control(procs: Processes, ports: Ports, deadline: float) -> None:
+    """Wait until the SuperLink's Control API listens; FederationFailed if the SuperLink ends first."""
     superlink = procs.started["superlink"]
     while not port_open(LOOPBACK, ports.control):
         if superlink.poll() is not None or time.monotonic() > deadline:
@@ -166,6 +178,21 @@ def submit_run(procs: Processes, folder: Path, ports: Ports, deadline: float) ->
                 f"{procs.log_tail('superlink')}"
             )
         time.sleep(POLL_SECONDS)
+
+
+def start_sites(procs: Processes, folder: Path, superlink: str, sites: int, tls: LoopbackTLS) -> None:
+    """A key pair per site, registered with the SuperLink (trust.py), then each site's SuperNode."""
+    site_dirs = [site_folder(folder, site) for site in range(sites)]
+    keys = [write_site_keys(d) for d in site_dirs]
+    failed = register_keys(site_dirs, procs.env, folder)
+    if failed:
+        raise FederationFailed(f"The sites' keys could not be registered with the SuperLink: {failed}")
+    for site, key in enumerate(keys):
+        procs.start(f"site-{site}", supernode_argv(superlink, folder, site, key, tls))
+
+
+def submit_run(procs: Processes, folder: Path) -> None:
+    """Copy the app into the run's folder and submit it with `flwr run` to the SuperLink named `local`."""
     app = folder / "flower-app"
     shutil.rmtree(app, ignore_errors=True)
     shutil.copytree(APP_DIR, app)
@@ -198,14 +225,15 @@ def run_federation(
         for site, rows in enumerate(site_rows):
             write_site_secret(write_site_rows(folder, site, rows), site_secret(secret, site))
     ports = Ports.choose(c)
-    procs = Processes(folder, flower_env(write_flower_home(folder, ports)))
+    tls = write_loopback_tls(folder / "tls", c.server_host) if c.local_clients else None
+    procs = Processes(folder, flower_env(write_flower_home(folder, ports, tls)))
     deadline = time.monotonic() + timeout_s
     try:
-        procs.start("superlink", superlink_argv(c.server_host, ports))
-        if c.local_clients:
-            for site in range(job.sites):
-                procs.start(f"site-{site}", supernode_argv(f"{c.server_host}:{ports.fleet}", folder, site))
-        submit_run(procs, folder, ports, deadline)
+        procs.start("superlink", superlink_argv(c.server_host, ports, tls))
+        wait_for_control(procs, ports, deadline)
+        if tls is not None:
+            start_sites(procs, folder, f"{c.server_host}:{ports.fleet}", job.sites, tls)
+        submit_run(procs, folder)
         _wait(procs, job, folder, deadline, on_round)
     finally:
         procs.stop()
