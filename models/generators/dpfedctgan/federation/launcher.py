@@ -145,10 +145,13 @@ def write_flower_home(folder: Path, ports: Ports, tls: LoopbackTLS | None) -> Pa
 
 def superlink_argv(host: str, ports: Ports, tls: LoopbackTLS | None) -> list[str]:
     """With `tls`: TLS on the Fleet and Control APIs and SuperNode authentication; without: neither."""
-    secure = ["--ssl-certfile", str(tls.cert), "--ssl-keyfile", str(tls.key), "--ssl-ca-certfile", str(tls.ca)]
+    secure = ["--insecure"]
+    if tls is not None:
+        secure = ["--ssl-certfile", str(tls.cert), "--ssl-keyfile", str(tls.key), "--ssl-ca-certfile", str(tls.ca)]
+        secure.append("--enable-supernode-auth")
     return [
         "flower-superlink",
-        *([*secure, "--enable-supernode-auth"] if tls else ["--insecure"]),
+        *secure,
         "--isolation", "subprocess",
         "--disable-runtime-dependency-installation",
         "--fleet-api-address", f"{host}:{ports.fleet}",
