@@ -1,41 +1,174 @@
 """DP-Fed-CTGAN's federation processes, without a release: on this machine the SuperLink admits only the
-SuperNodes whose keys the launcher registered (federation/trust.py), and the launcher's stop leaves no
-process of the groups it started. Real Flower processes (a SuperLink, a SuperNode): seconds each."""
+SuperNodes whose keys the launcher registered (federation/trust.py), only the launcher's app runs in the
+app processes the SuperLink and the SuperNodes start, and only in the launcher's run (federation/guard.py:
+the Control API has no client authentication, so anyone who reaches it can submit a run); the launcher's
+stop leaves no process of the groups it started. Real Flower processes (a SuperLink, a SuperNode, `flwr`):
+seconds each."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import textwrap
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+from flwr.app import Context, Message, RecordDict
 
 from dpsynth.models.generators.dpfedctgan.config import DPFedCTGANConfig
+from dpsynth.models.generators.dpfedctgan.federation import client
+from dpsynth.models.generators.dpfedctgan.federation.guard import (
+    FOLDER_ENV,
+    GUARD_DIR,
+    RunRefused,
+    app_commands,
+    write_guards,
+    write_run_id,
+)
 from dpsynth.models.generators.dpfedctgan.federation.launcher import (
     Ports,
+    copy_app,
     flower_env,
+    start_sites,
     superlink_argv,
     supernode_argv,
+    toml_string,
     wait_for_control,
     write_flower_home,
 )
 from dpsynth.models.generators.dpfedctgan.federation.processes import Processes
-from dpsynth.models.generators.dpfedctgan.federation.trust import write_loopback_tls, write_site_keys
+from dpsynth.models.generators.dpfedctgan.federation.trust import LoopbackTLS, write_loopback_tls, write_site_keys
 
 pytestmark = pytest.mark.slow
 
+RUN_WAIT_S = 60.0
+
+
+@dataclass
+class Federation:
+    procs: Processes
+    ports: Ports
+    tls: LoopbackTLS
+    c: DPFedCTGANConfig = field(default_factory=DPFedCTGANConfig)
+
+    @classmethod
+    def prepare(cls, folder: Path) -> Federation:
+        """What the launcher sets up before its first process: ports, TLS, Flower's home, the app copied
+        and its wrappers (the app's FAB hash), and the environment they make."""
+        c = DPFedCTGANConfig()
+        ports = Ports.choose(c)
+        tls = write_loopback_tls(folder / "tls", c.server_host)
+        _, fab_hash = copy_app(folder)
+        env = flower_env(write_flower_home(folder, ports, tls), write_guards(folder, fab_hash), folder)
+        return cls(Processes(folder, env), ports, tls, c)
+
+    def start_superlink(self) -> None:
+        self.procs.start("superlink", superlink_argv(self.c.server_host, self.ports, self.tls))
+        wait_for_control(self.procs, self.ports, time.monotonic() + 60)
+
+    @property
+    def fleet(self) -> str:
+        return f"{self.c.server_host}:{self.ports.fleet}"
+
+
+def flwr(procs: Processes, *args: str) -> dict:
+    done = subprocess.run(
+        ["flwr", *args, "--format", "json"], env=procs.env, cwd=procs.folder, capture_output=True, text=True
+    )
+    return json.loads(done.stdout)
+
+
+def submit(procs: Processes, app: Path, *config: str) -> int:
+    answer = flwr(procs, "run", str(app), "local", *[arg for pair in config for arg in ("--run-config", pair)])
+    assert answer["success"], answer
+    return int(answer["run-id"])
+
+
+def finished(procs: Processes, run_id: int) -> dict:
+    """The run's entry in `flwr ls` once it has finished."""
+    deadline = time.monotonic() + RUN_WAIT_S
+    while time.monotonic() < deadline:
+        (run,) = flwr(procs, "ls", "local", "--run-id", str(run_id))["runs"]
+        if run["status"].startswith("finished"):
+            return run
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} did not finish within {RUN_WAIT_S:g} s: {run}")
+
+
+def write_foreign_app(root: Path, markers: Path) -> Path:
+    """Someone else's Flower app: its ServerApp and ClientApp each leave a marker file when they run, and
+    the ServerApp asks every SuperNode once, recording the replies."""
+    app = root / "foreign-app"
+    (app / "foreignapp").mkdir(parents=True)
+    (app / "pyproject.toml").write_text(
+        textwrap.dedent("""
+            [build-system]
+            requires = ["setuptools"]
+            build-backend = "setuptools.build_meta"
+
+            [project]
+            name = "foreignapp"
+            version = "1.0.0"
+            dependencies = []
+
+            [tool.flwr.app]
+            publisher = "someone-else"
+
+            [tool.flwr.app.components]
+            serverapp = "foreignapp.apps:server"
+            clientapp = "foreignapp.apps:client"
+        """)
+    )
+    (app / "foreignapp" / "__init__.py").write_text("")
+    (app / "foreignapp" / "apps.py").write_text(
+        textwrap.dedent(f"""
+            import time
+            from pathlib import Path
+
+            from flwr.app import Context, Message, MetricRecord, RecordDict
+            from flwr.clientapp import ClientApp
+            from flwr.serverapp import Grid, ServerApp
+
+            MARKERS = Path({str(markers)!r})
+            server = ServerApp()
+            client = ClientApp()
+
+            @server.main()
+            def main(grid: Grid, context: Context) -> None:
+                (MARKERS / "serverapp").write_text("ran")
+                deadline = time.monotonic() + 30
+                while not list(grid.get_node_ids()) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                asks = [Message(RecordDict(), dst_node_id=n, message_type="query") for n in grid.get_node_ids()]
+                replies = list(grid.send_and_receive(asks, timeout=30))
+                errors = [r.error.reason for r in replies if r.has_error()]
+                (MARKERS / "replies").write_text(f"{{len(replies)}} replies; errors: {{errors}}")
+
+            @client.query()
+            def query(message: Message, context: Context) -> Message:
+                (MARKERS / "clientapp").write_text("ran")
+                return Message(RecordDict({{"m": MetricRecord({{"x": 1}})}}), reply_to=message)
+        """)
+    )
+    return app
+
+
+def installed(procs: Processes) -> list[str]:
+    return [p.name for p in (procs.folder / "flwr-home").rglob("*")]
+
 
 def test_a_supernode_with_an_unregistered_key_cannot_join_and_stop_leaves_no_process(tmp_path):
-    c = DPFedCTGANConfig()
-    ports = Ports.choose(c)
-    tls = write_loopback_tls(tmp_path / "tls", c.server_host)
-    procs = Processes(tmp_path, flower_env(write_flower_home(tmp_path, ports, tls)))
+    fed = Federation.prepare(tmp_path)
+    procs = fed.procs
     try:
-        procs.start("superlink", superlink_argv(c.server_host, ports, tls))
-        wait_for_control(procs, ports, time.monotonic() + 60)
+        fed.start_superlink()
         (tmp_path / "site-0").mkdir(mode=0o700)
         key = write_site_keys(tmp_path / "site-0")  # a key pair the SuperLink was never told of
         assert oct((key.stat().st_mode) & 0o777) == "0o600"
-        argv = supernode_argv(f"{c.server_host}:{ports.fleet}", tmp_path, 0, key, tls)
+        argv = supernode_argv(fed.fleet, tmp_path, 0, key, fed.tls)
         stranger = procs.start("stranger", [*argv, "--max-retries", "1"])
         deadline = time.monotonic() + 60
         while stranger.poll() is None and time.monotonic() < deadline:
@@ -48,3 +181,79 @@ def test_a_supernode_with_an_unregistered_key_cannot_join_and_stop_leaves_no_pro
     for proc in procs.started.values():
         with pytest.raises(ProcessLookupError):
             os.killpg(proc.pid, 0)
+
+
+def test_the_superlink_runs_neither_a_foreign_app_nor_our_app_in_a_foreign_run(tmp_path):
+    """Another local user reaches the Control API: their own app's ServerApp is refused before any of its
+    files is installed, and our app submitted with their run config is refused by our ServerApp before it
+    reads the job or writes a file; every other app command refuses outright."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    foreign = write_foreign_app(tmp_path, markers)
+    fed = Federation.prepare(tmp_path)
+    procs = fed.procs
+    guards = tmp_path / GUARD_DIR
+    assert oct(guards.stat().st_mode & 0o777) == "0o700"
+    assert sorted(p.name for p in guards.iterdir()) == app_commands()
+    assert all(p.stat().st_mode & 0o777 == 0o700 for p in guards.iterdir())
+    refused = subprocess.run([guards / "flwr-simulation", "--insecure"], env=procs.env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "refused" in refused.stderr
+    write_run_id(tmp_path, 1)  # the launcher's run (no run of a SuperLink has id 1 in practice)
+    ours = tmp_path / "flower-app"
+    elsewhere = tmp_path / "elsewhere"  # a run config naming a folder of the foreign user's
+    try:
+        fed.start_superlink()
+        runs = [
+            submit(procs, foreign),
+            submit(procs, ours, f"folder={toml_string(str(tmp_path))}"),
+            submit(procs, ours, f"folder={toml_string(str(elsewhere))}"),
+        ]
+        theirs, ours_here, ours_elsewhere = (finished(procs, run_id) for run_id in runs)
+        assert all(run["status"] == "finished:failed" for run in (theirs, ours_here, ours_elsewhere))
+        assert "refused a Flower app bundle that is not this federation's" in theirs["status-details"], theirs
+        assert not any("foreignapp" in name for name in installed(procs))
+        assert f"refused run {runs[1]}: this federation's run is 1" in ours_here["status-details"], ours_here
+        assert "is not this federation's" in ours_elsewhere["status-details"], ours_elsewhere
+    finally:
+        procs.stop()
+    assert list(markers.iterdir()) == []
+    assert not (tmp_path / "server_app.pid").exists() and not (tmp_path / "logs" / "server.log").exists()
+
+
+def test_a_supernode_runs_no_foreign_clientapp(tmp_path):
+    """Were a foreign ServerApp to run (here: a SuperLink started without the wrappers), the launcher's
+    SuperNode still refuses its ClientApp before any of it is installed: the ServerApp's request fails."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    foreign = write_foreign_app(tmp_path, markers)
+    fed = Federation.prepare(tmp_path)
+    procs = fed.procs
+    guarded = procs.env
+    procs.env = {**guarded, "PATH": guarded["PATH"].split(os.pathsep, 1)[1]}  # the SuperLink unguarded
+    try:
+        fed.start_superlink()
+        procs.env = guarded
+        (tmp_path / "site-0").mkdir(mode=0o700)
+        start_sites(procs, tmp_path, fed.fleet, 1, fed.tls)
+        run = finished(procs, submit(procs, foreign))
+        assert (markers / "serverapp").exists(), run  # the unguarded SuperLink did run it
+        replies = (markers / "replies").read_text()
+        assert replies.startswith("1 replies") and "refused a Flower app bundle" in replies, replies
+    finally:
+        procs.stop()
+    assert not (markers / "clientapp").exists()
+
+
+def test_our_clientapp_refuses_another_run_before_reading_the_rows(tmp_path, monkeypatch):
+    """The ClientApp under the launcher checks the run first: another run's request fails with the
+    refusal, not with the missing rows it would otherwise have tried to read."""
+    monkeypatch.setenv(FOLDER_ENV, str(tmp_path))
+    write_run_id(tmp_path, 7)
+    context = Context(
+        run_id=8, node_id=1, node_config={"site": 0, "folder": str(tmp_path)}, state=RecordDict(), run_config={}
+    )
+    message = Message(RecordDict(), dst_node_id=1, message_type="query")
+    with pytest.raises(RunRefused, match="refused run 8: this federation's run is 7"):
+        client.counts(message, context)
+    with pytest.raises(RunRefused, match="is not this federation's"):
+        client.counts(message, Context(8, 1, {"site": 0, "folder": str(tmp_path / "x")}, RecordDict(), {}))

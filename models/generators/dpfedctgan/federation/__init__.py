@@ -3,4 +3,5 @@ process of its own): `server_app.py` (the ServerApp: the counts, then the rounds
 and arithmetic: FedAvg weighted by the sites' noisy row counts, a checkpoint per round), `client.py` (the
 ClientApp: one site's rows, DP-SGD), `flower_app/` (the app `flwr run` submits), `launcher.py` and
 `processes.py` (start them on one machine, or the SuperLink alone for SuperNodes on other machines, and
-stop every process), `job.py` (the files and the wire format they share)."""
+stop every process), `trust.py` (TLS and SuperNode keys per run), `guard.py` (only the launcher's app,
+in the launcher's run, runs in the app processes), `job.py` (the files and the wire format they share)."""

@@ -7,6 +7,9 @@ and sends the server exactly: for the `query` request, its noisy counts (conditi
 request, its new weights after DP-SGD (local_training.py) and the number of sanitised updates it took
 (public: the section's local_steps). Its row count leaves it only inside the noisy counts, which come from
 the site's own stream: every request (and a restarted site) sends the same.
+
+Under the launcher on this machine it serves the launcher's run only (guard.py): a request of any other
+run fails before the ClientApp reads the job or the site's rows.
 """
 
 from __future__ import annotations
@@ -65,8 +68,12 @@ class SiteClient:
 
 
 def this_site(context: Context) -> SiteClient:
-    """The SuperNode's own site: its index and job folder from the node config, nothing else."""
-    return SiteClient(Path(str(context.node_config["folder"])), int(context.node_config["site"]))
+    """The SuperNode's own site: its index and job folder from the node config, nothing else; first,
+    when the launcher started the SuperNode, the run must be the launcher's (guard.py)."""
+    from dpsynth.models.generators.dpfedctgan.federation.guard import our_run
+
+    folder = our_run(context.run_id, context.node_config["folder"], required=False)
+    return SiteClient(folder, int(context.node_config["site"]))
 
 
 @app.query()

@@ -7,8 +7,10 @@ of its own in the run's folder (`flwr-home/`: its config, the installed app; not
 the SuperLink (`--isolation subprocess`: it starts the ServerApp's process itself) and the SuperNodes
 (each with `--node-config 'site=K folder="FOLDER"'`: the ClientApp it runs reads that site's files only;
 each authenticated by a key pair drawn for the run, trust.py), then submits the app (`flower_app/`,
-the job folder as run config) with `flwr run` on the SuperLink's loopback Control API. No process
-installs anything at run time. It waits: it ends when the ServerApp
+the job folder as run config) with `flwr run` on the SuperLink's loopback Control API and records the
+run's id (`run_id`). Every Flower process it starts finds, first on its PATH, wrappers that run only
+that app's FAB, and the apps serve that run only (guard.py: the Control API has no client
+authentication). No process installs anything at run time. It waits: it ends when the ServerApp
 has completed the last round, and fails (stopping every process group it started) when the ServerApp
 fails a round, when a SuperNode or the SuperLink dies before the ServerApp is done, or at the timeout.
 The ServerApp checkpoints every completed round, so a rerun resumes after the last one. With
@@ -33,6 +35,13 @@ import numpy as np
 
 from dpsynth.models.errors import DpsynthError
 from dpsynth.models.generators.dpfedctgan.config import DPFedCTGANConfig
+from dpsynth.models.generators.dpfedctgan.federation.guard import (
+    FOLDER_ENV,
+    RUN_ID_FILE,
+    fab_sha256,
+    write_guards,
+    write_run_id,
+)
 from dpsynth.models.generators.dpfedctgan.federation.job import (
     DONE_FILE,
     ERROR_FILE,
@@ -117,15 +126,17 @@ class Ports:
         return cls(fleet, control, serverappio)
 
 
-def flower_env(home: Path) -> dict[str, str]:
-    """The environment of every Flower process: telemetry off, Flower's home in the run's folder, and this
-    interpreter's scripts first on PATH (the SuperLink and SuperNodes start `flower-superexec`,
-    `flwr-serverapp` and `flwr-clientapp` by name)."""
+def flower_env(home: Path, guards: Path, folder: Path) -> dict[str, str]:
+    """The environment of every Flower process: telemetry off, Flower's home in the run's folder, the job
+    folder the apps trust (`FOLDER_ENV`), and on PATH first the app wrappers (`guards`, guard.py), then
+    this interpreter's scripts (the SuperLink and SuperNodes start `flower-superexec`, `flwr-serverapp`
+    and `flwr-clientapp` by name)."""
     scripts = str(Path(sys.executable).parent)
     env = {
         **os.environ,
         "FLWR_HOME": str(home),
-        "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
+        FOLDER_ENV: str(folder),
+        "PATH": os.pathsep.join([str(guards), scripts, os.environ.get("PATH", "")]),
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
     }
@@ -194,19 +205,34 @@ def start_sites(procs: Processes, folder: Path, superlink: str, sites: int, tls:
         procs.start(f"site-{site}", supernode_argv(superlink, folder, site, key, tls))
 
 
-def submit_run(procs: Processes, folder: Path) -> None:
-    """Copy the app into the run's folder and submit it with `flwr run` to the SuperLink named `local`."""
+def copy_app(folder: Path) -> tuple[Path, str]:
+    """The app copied into the run's folder (`flower-app/`), and the SHA-256 of the FAB `flwr run` builds
+    from it: the only FAB the app wrappers let run (guard.py)."""
     app = folder / "flower-app"
     shutil.rmtree(app, ignore_errors=True)
     shutil.copytree(APP_DIR, app)
-    argv = ["flwr", "run", str(app), "local", "--run-config", f"folder={toml_string(str(folder))}"]
+    return app, fab_sha256(app)
+
+
+def submit_run(procs: Processes, folder: Path, app: Path) -> int:
+    """Submit `app` with `flwr run` to the SuperLink named `local`, the job folder as run config; the
+    run's id, recorded at once in `folder/run_id` (the one run the apps serve, guard.py)."""
+    argv = ["flwr", "run", str(app), "local", "--format", "json", "--run-config", f"folder={toml_string(str(folder))}"]
     done = subprocess.run(
         argv, env=procs.env, cwd=folder, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S, check=False
     )
+    (folder / "logs").mkdir(exist_ok=True)
     (folder / "logs" / "flwr-run.log").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
+    try:
+        answer = json.loads(done.stdout)
+        run_id = int(answer["run-id"]) if done.returncode == 0 and answer.get("success") else None
+    except (ValueError, TypeError, KeyError):
+        run_id = None
+    if run_id is None:
         output = (done.stdout + done.stderr).strip()
         raise FederationFailed(f"`flwr run` could not submit the federation's app: {output}")
+    write_run_id(folder, run_id)
+    return run_id
 
 
 def run_federation(
@@ -222,21 +248,23 @@ def run_federation(
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     job.write(folder)
-    for name in (ERROR_FILE, DONE_FILE, PID_FILE):
+    for name in (ERROR_FILE, DONE_FILE, PID_FILE, RUN_ID_FILE):
         (folder / name).unlink(missing_ok=True)
     if c.local_clients:
         for site, rows in enumerate(site_rows):
             write_site_secret(write_site_rows(folder, site, rows), site_secret(secret, site))
     ports = Ports.choose(c)
     tls = write_loopback_tls(folder / "tls", c.server_host) if c.local_clients else None
-    procs = Processes(folder, flower_env(write_flower_home(folder, ports, tls)))
+    app, fab_hash = copy_app(folder)
+    guards = write_guards(folder, fab_hash)
+    procs = Processes(folder, flower_env(write_flower_home(folder, ports, tls), guards, folder))
     deadline = time.monotonic() + timeout_s
     try:
         procs.start("superlink", superlink_argv(c.server_host, ports, tls))
         wait_for_control(procs, ports, deadline)
         if tls is not None:
             start_sites(procs, folder, f"{c.server_host}:{ports.fleet}", job.sites, tls)
-        submit_run(procs, folder)
+        submit_run(procs, folder, app)
         _wait(procs, job, folder, deadline, on_round)
     finally:
         procs.stop()

@@ -7,10 +7,13 @@ the replies to server.py's arithmetic (FedAvg by noisy sizes, accountants, a che
 waits `connect_timeout_s` for exactly as many SuperNodes as sites, and a round's replies
 `round_timeout_s`: a site that fails, does not reply, or replies twice fails the round.
 
-The launcher watches it through files in the job folder, not Flower's run status: `server_app.pid` when
-it starts, then `server_done.txt` or `server_error.txt` (the reason) when it ends; `logs/server.log`
-says what it did. Imports of torch and Flower wait for `main`: `flwr run` loads this module to check the
-app before it submits the run.
+It serves the launcher's run only (guard.py): a run whose id is not the one the launcher recorded in
+the job folder, or whose config names another folder than the launcher's, fails before the ServerApp
+reads the job or writes anything (a run submitted by someone else to the SuperLink's Control API, which
+has no client authentication). The launcher watches it through files in the job folder, not Flower's run
+status: `server_app.pid` when it starts, then `server_done.txt` or `server_error.txt` (the reason) when it
+ends; `logs/server.log` says what it did. Imports of torch and Flower wait for `main`: `flwr run` loads
+this module to check the app before it submits the run.
 """
 
 from __future__ import annotations
@@ -110,9 +113,11 @@ def run_rounds(grid: Grid, folder: Path) -> None:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     from dpsynth.models.checkpoint_files import write_text_atomic
+    from dpsynth.models.generators.dpfedctgan.federation.guard import our_run
     from dpsynth.models.generators.dpfedctgan.federation.job import DONE_FILE, ERROR_FILE, PID_FILE
 
-    folder = Path(str(context.run_config["folder"]))
+    # Before anything else: another run fails here, leaving no file in the job folder.
+    folder = our_run(context.run_id, context.run_config.get("folder", ""), required=True)
     write_text_atomic(str(os.getpid()), folder / PID_FILE)
     try:
         run_rounds(grid, folder)

@@ -10,8 +10,9 @@ also draws a certificate authority per run (`write_loopback_tls`): it signs the 
 and is the only root the SuperNodes and `flwr` trust; its key is never written.
 
 What this leaves open: the Control API (where keys are registered and runs submitted) has TLS but no
-client authentication, so a local user who reaches it could still register a key, or submit a run;
-the ServerApp fails a run that sees more SuperNodes than sites rather than train with a stranger.
+client authentication, so a local user who reaches it could still register a key (the ServerApp fails
+a run that sees more SuperNodes than sites rather than train with a stranger) or submit a run (which
+fails: only the launcher's app runs, in the launcher's run only, guard.py).
 """
 
 from __future__ import annotations
