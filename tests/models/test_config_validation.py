@@ -27,18 +27,19 @@ from tests.conftest import CARDIO_SCHEMA
 # `level_decoding`, the reconstruction weights and the latent model; and when it gained the moment fit;
 # and when profiles gained `trial` and the GS-WGAN section `critic_refresh`; and when the MST generator
 # registered its section `mst`, which every profile holds with its defaults; and when AIM, RDP-CGAN and
-# DP-Fed-CTGAN registered theirs).
+# DP-Fed-CTGAN registered theirs; and when RDP-CGAN's section gained the gradient penalty, the averaged
+# generator and the critic's own channels, with new defaults).
 SHIPPED_HASHES = {
-    "default": "8dfb2ed174f022316f1dac39e50d75625d5ed44a0cd245906cd984e7150064af",
-    "smoke": "3b2dd3dcf84a78c219f63f73ff223fef10af68cd1f6083c2b48d324e6a954ed4",
-    "thesis-k1500": "6ca797fbcee4b3273cf7f7f7d8243ee6cae3832f81709c7c2cbec7cbb3fc084c",
-    "thesis": "2941622104704cf461ed0cc7dabdd79263320bd0579910cfccd5691609e5ca06",
-    "compare": "ee641da37ac5fbfef6f500d4679c68b0ea1012eb2c2ddc19c26181a618277d02",
-    "eps1": "9c0dacd04fcfbb59585bf79d8e576616c05402e0f5e740f6fc4c623d8b52d7d5",
-    "eps3": "a741e4c9d741bb694e0762ceae2ec9f0dceaee4f3ca501b3a73b25b0d6b6f04f",
-    "census-eps3": "c37fcd7052e29429a6d669034609786b81650d849d7422ec716899098d0cb379",
-    "mst-eps1": "1561960149bf7652fda72cddf8edca91df82cb210fe94ad69df845354c415600",
-    "aim-eps1": "18f33af8a1f994632fb8f3a5ecb88fd903bb658f7290cde3c39f531b02826b34",
+    "default": "4e1f7e57d971978fe02fd03c6fe923b1c14ac6e9d2d834ab2160f9351515e865",
+    "smoke": "3d94be25d7f6ce00409ea094afe855475e8d23024f9398257c263d519d0154c7",
+    "thesis-k1500": "83b9cb323e73baeecaaf094af14d263e879d26dd1e4925c0d49181c896db721b",
+    "thesis": "80fa6c323dc1503e82028230447813089c89d3018834160f7252ab8e8d0fea71",
+    "compare": "f479f2507804945f81ec161e25acd9f18d5a06d496facac6cf3ac7a71c442574",
+    "eps1": "998bec274496fbd4f59457c98846bf10474d419c25f4f8a170965bc567c91060",
+    "eps3": "0444fcf7eb7025253e8494f8216b30f6ab27e311a7c3847cd5a9495645f6ac8a",
+    "census-eps3": "c765d55530c1e3f2855cc99edfa572327d27956f6c8c645cd16316e8fba02d20",
+    "mst-eps1": "f9c4ad38a47b8d2961c3926d0a16e2be19b7e7ba321af6c039234cbd3498d4fe",
+    "aim-eps1": "b269b66021af24ec564bc8a5aa110911d0c93267cdbfbcb5c998ef8af2d51c90",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

@@ -128,6 +128,29 @@ def test_per_example_gradients_match_one_row_at_a_time(loss):
         critic_per_pair(critic, rows, fakes[:3])
 
 
+def test_the_gradient_penalty_is_each_pairs_own_and_matches_autograd_one_pair_at_a_time():
+    """WGAN-GP per pair: the pair's loss D(f) - D(r) + lambda (||grad D(m r + (1 - m) f)|| - 1)^2 reads only
+    its own two rows and its own mix, so a pair's gradient (what is clipped to C) is that of its loss alone."""
+    critic = Critic(WIDTH, CHANNELS, 3)
+    rows, fakes = toy_table(4), toy_table(4, seed=9) * 0.5
+    mix = torch.tensor([0.1, 0.5, 0.9, 0.3])
+    batched = critic_per_pair(critic, rows, fakes, mix, penalty=10.0)
+    plain = critic_per_pair(critic, rows, fakes)
+    for i in range(rows.shape[0]):
+        critic.zero_grad()
+        between = (mix[i] * rows[i : i + 1] + (1 - mix[i]) * fakes[i : i + 1]).requires_grad_(True)
+        (slope,) = torch.autograd.grad(critic(between).sum(), between, create_graph=True)
+        loss = critic(fakes[i : i + 1]) - critic(rows[i : i + 1]) + 10.0 * (slope.norm() - 1.0) ** 2
+        loss.sum().backward()
+        for name, p in critic.named_parameters():
+            torch.testing.assert_close(batched[name][i], p.grad, rtol=1e-4, atol=1e-5)
+    assert any(not torch.allclose(batched[k], plain[k]) for k in plain)  # the penalty moves the gradient
+    with pytest.raises(ValueError, match="mixing weight"):
+        critic_per_pair(critic, rows, fakes, None, penalty=10.0)
+    with pytest.raises(ConfigError, match="bound on its slope"):
+        small_config(critic_penalty=0.0, critic_weight_clip=None)
+
+
 # ------------------------------------------------------------- the exact one-step loss of what runs
 
 
@@ -139,9 +162,10 @@ def _one_update(trainer: RDPCGANTrainer, phase: str, rows: torch.Tensor):
     if phase == "autoencoder":
         per_example = autoencoder_per_example(trainer.autoencoder, rows, cfg.reconstruction)
         return per_example, cfg.autoencoder_clip, cfg.autoencoder_noise
+    z, uniforms, mix = trainer.critic_fake_inputs(0, torch.arange(rows.shape[0]))
     with torch.no_grad():
-        fakes = trainer.decoded_fakes(*trainer.critic_fake_inputs(0, torch.arange(rows.shape[0])))
-    return critic_per_pair(trainer.critic, rows, fakes), cfg.critic_clip, cfg.critic_noise
+        fakes = trainer.decoded_fakes(z, uniforms)
+    return trainer.critic_pair_gradients(rows, fakes, mix), cfg.critic_clip, cfg.critic_noise
 
 
 @pytest.mark.parametrize("phase", ["autoencoder", "critic"])
@@ -357,11 +381,12 @@ def test_a_fixed_secret_and_seed_give_the_same_release_and_another_secret_anothe
 
 def test_the_critic_reads_relaxed_draws_of_the_decoders_output_of_the_generators_rows(tmp_path, test_secret):
     trainer = make_trainer(toy_table(60), small_config(), 5, test_secret, tmp_path)
-    z, uniforms = trainer.critic_fake_inputs(3, torch.tensor([0, 7, 59]))
-    # A fixed function of (update, position): the same position gives the same z and uniforms.
-    again_z, again_u = trainer.critic_fake_inputs(3, torch.tensor([7]))
-    assert torch.equal(again_z[0], z[1]) and torch.equal(again_u[0], uniforms[1])
+    z, uniforms, mix = trainer.critic_fake_inputs(3, torch.tensor([0, 7, 59]))
+    # A fixed function of (update, position): the same position gives the same z, uniforms and mix.
+    again_z, again_u, again_m = trainer.critic_fake_inputs(3, torch.tensor([7]))
+    assert torch.equal(again_z[0], z[1]) and torch.equal(again_u[0], uniforms[1]) and torch.equal(again_m[0], mix[1])
     assert uniforms.shape == (3, WIDTH) and bool(((uniforms > 0) & (uniforms < 1)).all())
+    assert mix.shape == (3,) and bool(((mix > 0) & (mix < 1)).all())
     with torch.no_grad():
         fakes = trainer.decoded_fakes(z, uniforms)
         decoded = trainer.autoencoder.decoder(trainer.generator(z))
@@ -396,12 +421,28 @@ def test_relaxed_draws_take_each_level_as_often_as_the_released_sampling_does():
 
 
 def test_the_critics_weights_are_clipped_after_each_update(tmp_path, test_secret):
-    trainer = make_trainer(toy_table(60), small_config(critic_weight_clip=0.05), 5, test_secret, tmp_path)
+    clipped = small_config(critic_weight_clip=0.05, critic_penalty=0.0)
+    trainer = make_trainer(toy_table(60), clipped, 5, test_secret, tmp_path)
     trainer.run()
     assert max(float(p.abs().max()) for p in trainer.critic.parameters()) <= float(torch.tensor(0.05))  # float32
     unclipped = make_trainer(toy_table(60), small_config(critic_weight_clip=None), 5, test_secret, tmp_path / "u")
     unclipped.run()
     assert max(float(p.abs().max()) for p in unclipped.critic.parameters()) > 0.05
+
+
+def test_the_released_generator_is_the_running_average_of_the_trained_ones_weights(tmp_path, test_secret):
+    cfg = small_config(autoencoder_steps=1, generator_steps=1, checkpoint_every=1, generator_average=0.75)
+    trainer = make_trainer(toy_table(60), cfg, 5, test_secret, tmp_path)
+    trainer.step()  # the autoencoder's update
+    before = {k: v.clone() for k, v in trainer.generator.state_dict().items()}
+    assert all(torch.equal(v, before[k]) for k, v in trainer.released_generator.state_dict().items())
+    trainer.step()  # critic updates, then one generator update
+    after = trainer.generator.state_dict()
+    for k, v in trainer.released_generator.state_dict().items():
+        assert not torch.equal(after[k], before[k])
+        torch.testing.assert_close(v, 0.75 * before[k] + 0.25 * after[k])
+    plain = make_trainer(toy_table(60), small_config(generator_average=None), 5, test_secret, tmp_path / "plain")
+    assert plain.released_generator is plain.generator
 
 
 def test_sampled_rows_are_valid_and_the_light_sampler_gives_the_trainers_sampling(tmp_path, test_secret):
@@ -410,7 +451,7 @@ def test_sampled_rows_are_valid_and_the_light_sampler_gives_the_trainers_samplin
     decoder, generator, blob = load_release(tmp_path / last["release"], last["sha256"])
     assert blob["step"] == 7 and blob["spec"]["level_decoding"] == "sample"
     for k, v in generator.state_dict().items():
-        assert torch.equal(v, trainer.generator.state_dict()[k])
+        assert torch.equal(v, trainer.released_generator.state_dict()[k])
     rows = sample_encoded(decoder, generator, 300, 1, "sample")
     assert rows.shape == (300, WIDTH) and rows.dtype == np.float32 and np.all(np.abs(rows) <= 1)
     assert set(np.unique(rows[:, 1:])) <= {-1.0, 1.0} and np.all((rows[:, 2:5] > 0).sum(1) == 1)

@@ -45,10 +45,15 @@ sampler.py samples), and where it differs.
   counter stream as the fake's z (the normal CDF of the entries after z), the generator step's from
   the seed: neither reads data, and each pair still moves the clipped sum by at most C2.
 * No BatchNorm (the paper's generator and critic use it): per-example clipping needs a row's gradient not
-  to depend on the other rows. `critic_weight_clip` (default 0.1) clips the critic's weights after each
-  update (WGAN's Lipschitz device, post-processing of the private weights; the paper names none): without
-  it the critic's scores grow unboundedly and the generator's discrete columns swing between saturated
-  levels even with relaxed fakes; 0.01 (WGAN's usual value) freezes a five-layer critic.
+  to depend on the other rows. The critic's slope is bounded by WGAN-GP's gradient penalty, computed per
+  pair at a mix of the pair's own two rows (`critic_penalty`, default 10; gan.py): without a bound the
+  critic's scores grow unboundedly and the generator's discrete columns swing between saturated levels.
+  The mixing weight comes from the same per-(update, position) stream as the fake's z, so each pair
+  still moves the clipped sum by at most C2. `critic_weight_clip` (WGAN's weight clipping,
+  post-processing of the private weights) is the older device, off by default: it learnt less.
+* The released generator is the running average of the trained one's weights (`generator_average`,
+  decay 0.99 per generator step; post-processing): private GAN training swings from step to step, and
+  the average smooths what each checkpoint releases.
 * Both phases run in one trainer with one `DPSGDAccountant` (models/privacy/dpsgd_accountant.py): phase 1 at
   (q1, sigma1), `begin_phase(q2, sigma2)` before the first critic update, one `step()` per private
   update. A step is one autoencoder update in phase 1, one generator step (with its `critic_steps`
@@ -58,8 +63,8 @@ sampler.py samples), and where it differs.
   resumes from its newest intact state and ends bit for bit where an uninterrupted run would.
 
 Randomness. Poisson batches ("rdpcgan-sampling"), noise ("rdpcgan-noise") and the critic's fakes'
-latents and relaxation uniforms ("rdpcgan-fakes") come from the run's `PrivacySecret`; initialisation and
-the generator step's z and uniforms from the profile seed.
+latents, relaxation uniforms and penalty mixes ("rdpcgan-fakes") come from the run's `PrivacySecret`;
+initialisation and the generator step's z and uniforms from the profile seed.
 
 Adjacency. The epsilons recorded here are Opacus's add/remove-one ones ("adjacency": "add/remove-one");
 the adapter converts them to replace-one by group privacy (`replace_one_epsilon`), as for DP-auto-GAN.
@@ -67,6 +72,7 @@ the adapter converts them to replace-one by group privacy (`replace_one_epsilon`
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -147,9 +153,12 @@ class RDPCGANTrainer:
         self.rng = torch.Generator().manual_seed(int(seed))
         self.autoencoder = Autoencoder(width, cfg.latent_dim, channels, cfg.kernel_size, cfg.head, groups)
         self.generator = Generator(cfg.z_dim, channels, cfg.latent_dim)
-        self.critic = Critic(width, channels, cfg.kernel_size)
+        self.critic = Critic(width, tuple(cfg.critic_channels or channels), cfg.kernel_size)
         for net in (self.autoencoder, self.generator, self.critic):
             init_from_(net, self.rng)
+        # The released generator: the running average of the trained one's weights (`generator_average`),
+        # or the trained one itself. Averaging reads only the generator: post-processing.
+        self.released_generator = copy.deepcopy(self.generator) if cfg.generator_average else self.generator
         self.sampling_rng = secret.torch("rdpcgan-sampling")
         self.noise_rng = secret.torch("rdpcgan-noise")
         self.fake_key = secret.seed("rdpcgan-fakes")
@@ -188,25 +197,33 @@ class RDPCGANTrainer:
             raise ValueError("critic_fakes: relaxed needs one uniform per encoded column and fake")
         return self.autoencoder.decoder.relaxed(latents, uniforms)
 
-    def critic_fake_inputs(self, update: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The z and the relaxation's uniforms of each sampled row's fake in critic update `update`: a fixed
-        function of (secret key, update, row position), so whether one row is sampled moves no other
-        pair. The uniforms are the normal CDF of the position's entries after its z."""
+    def critic_fake_inputs(self, update: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The z, the relaxation's uniforms and the gradient penalty's mixing weight of each sampled row's
+        fake in critic update `update`: a fixed function of (secret key, update, row position), so
+        whether one row is sampled moves no other pair. The uniforms and the weight are the normal CDF of
+        the position's entries after its z."""
         width = int(self.data.shape[1])
-        drawn = position_latents(self.fake_key, update, index, self.config.z_dim + width)
+        drawn = position_latents(self.fake_key, update, index, self.config.z_dim + width + 1)
         z, normals = drawn[:, : self.config.z_dim], drawn[:, self.config.z_dim :].double()
         uniforms = (0.5 * (1.0 + torch.erf(normals / math.sqrt(2.0)))).float()
-        return z, uniforms
+        return z, uniforms[:, :width], uniforms[:, width]
+
+    def critic_pair_gradients(
+        self, real: torch.Tensor, fake: torch.Tensor, mix: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Each (real, fake) pair's gradient of its critic loss: what one private update clips and sums."""
+        return critic_per_pair(self.critic, real, fake, mix, self.config.critic_penalty)
 
     def critic_update(self, update: int) -> tuple[int, SanitizedGradient]:
         """Private critic update number `update`: each real row of a Poisson batch paired with the decoded
         fake of its own row position's z, each pair's gradient clipped as one vector, one noise draw."""
         cfg = self.config
         index = poisson_batch(self.data.shape[0], self.critic_rate, self.sampling_rng)
+        z, uniforms, mix = self.critic_fake_inputs(update, index)
         with torch.no_grad():
-            fake = self.decoded_fakes(*self.critic_fake_inputs(update, index))
+            fake = self.decoded_fakes(z, uniforms)
         parts = sanitize(
-            critic_per_pair(self.critic, self.data[index], fake),
+            self.critic_pair_gradients(self.data[index], fake, mix),
             cfg.critic_clip,
             cfg.critic_noise,
             self.critic_divisor,
@@ -228,6 +245,11 @@ class RDPCGANTrainer:
         for p, g in zip(self.generator.parameters(), grads, strict=True):
             p.grad = g
         self.opt_g.step()
+        if self.released_generator is not self.generator:
+            decay = float(self.config.generator_average or 0.0)
+            with torch.no_grad():
+                for avg, p in zip(self.released_generator.parameters(), self.generator.parameters(), strict=True):
+                    avg.mul_(decay).add_(p, alpha=1.0 - decay)
         return float(loss.detach())
 
     def step(self) -> list[UpdateInfo]:
@@ -264,7 +286,7 @@ class RDPCGANTrainer:
             {
                 "spec": self.spec.to_dict(),
                 "decoder": self.autoencoder.decoder.state_dict(),
-                "generator": self.generator.state_dict(),
+                "generator": self.released_generator.state_dict(),
                 "step": step,
                 "epsilon": eps,
                 "delta": self.delta,
@@ -278,6 +300,7 @@ class RDPCGANTrainer:
         ]
         state: dict[str, Any] = {"step": step, **self._written_for(), "ledger": self.ledger}
         state.update({name: getattr(self, name).state_dict() for name in NETWORKS})
+        state["released_generator"] = self.released_generator.state_dict()
         state.update({name: getattr(self, name).get_state() for name in STREAMS})
         state["accountant"] = self.accountant.state_dict()
         save_training_state(state, self.dir / STATE_FILE)
@@ -300,6 +323,8 @@ class RDPCGANTrainer:
         self.step_index = state["step"]
         for name in NETWORKS:
             getattr(self, name).load_state_dict(state[name])
+        if self.released_generator is not self.generator:
+            self.released_generator.load_state_dict(state["released_generator"])
         for name in STREAMS:
             getattr(self, name).set_state(state[name])
         # The saved history may already be in phase 2: rebuild rather than load into a phase-1 accountant.
