@@ -1,6 +1,7 @@
 """Utility of finished releases at their published epsilon (docs/utility-study.md).
 
-For each release run folder given (`<home>/runs/release/<id>`, published), reads its summary (whole-release
+For each release run folder given (`<home>/runs/release/<id>`, published, or a finished trial: then the
+rows its sample stage drew from the DP-chosen checkpoint), reads its summary (whole-release
 epsilon, the AUC of the Algorithm 3 protocol on real test rows, the real-data AUC) and compares the
 published synthetic table (the bundle's) with the release's real test rows, which never reached
 preprocessing, the generator or the choice:
@@ -62,13 +63,24 @@ def continuous_spearman_mad(schema: DatasetSchema, real: pd.DataFrame, synthetic
     return spearman_mad(real_rho.loc[names, names], synth_rho.loc[names, names])
 
 
+def released_rows(run: Path, record: dict) -> pd.DataFrame:
+    """A published release's bundle rows; for a finished trial (`--no-publish`), the rows its sample stage
+    drew from the checkpoint the DP choice took: what a release of that run would have published."""
+    summary = record.get("summary") or {}
+    if record.get("status") == "published" and summary:
+        return pd.read_parquet(run / "bundle" / "synthetic.parquet")
+    if record.get("status") == "trial" and summary:
+        return pd.read_parquet(
+            run / f"sample-{summary['setting']}" / f"synthetic_{int(summary['iteration']):06d}.parquet"
+        )
+    raise SystemExit(f"{run}: not a finished release or trial (status {record.get('status')!r})")
+
+
 def measure(schema: DatasetSchema, run: Path) -> dict:
     record = json.loads((run / "run.json").read_text())
     summary = record.get("summary") or {}
-    if record.get("status") != "published" or not summary:
-        raise SystemExit(f"{run}: not a published release (status {record.get('status')!r})")
+    synthetic = released_rows(run, record)
     real = real_test_rows(schema, run)
-    synthetic = pd.read_parquet(run / "bundle" / "synthetic.parquet")
     real_rho, _ = spearman_matrix(schema, real, max_rows=None)
     synth_rho, _ = spearman_matrix(schema, synthetic, max_rows=20000)
     # A run id is <dataset>-<profile>-<random hex>.
