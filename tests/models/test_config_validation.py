@@ -30,16 +30,16 @@ from tests.conftest import CARDIO_SCHEMA
 # DP-Fed-CTGAN registered theirs; and when RDP-CGAN's section gained the gradient penalty, the averaged
 # generator and the critic's own channels, with new defaults).
 SHIPPED_HASHES = {
-    "default": "4e1f7e57d971978fe02fd03c6fe923b1c14ac6e9d2d834ab2160f9351515e865",
-    "smoke": "3d94be25d7f6ce00409ea094afe855475e8d23024f9398257c263d519d0154c7",
-    "thesis-k1500": "83b9cb323e73baeecaaf094af14d263e879d26dd1e4925c0d49181c896db721b",
-    "thesis": "80fa6c323dc1503e82028230447813089c89d3018834160f7252ab8e8d0fea71",
-    "compare": "f479f2507804945f81ec161e25acd9f18d5a06d496facac6cf3ac7a71c442574",
-    "eps1": "998bec274496fbd4f59457c98846bf10474d419c25f4f8a170965bc567c91060",
-    "eps3": "0444fcf7eb7025253e8494f8216b30f6ab27e311a7c3847cd5a9495645f6ac8a",
-    "census-eps3": "c765d55530c1e3f2855cc99edfa572327d27956f6c8c645cd16316e8fba02d20",
-    "mst-eps1": "f9c4ad38a47b8d2961c3926d0a16e2be19b7e7ba321af6c039234cbd3498d4fe",
-    "aim-eps1": "b269b66021af24ec564bc8a5aa110911d0c93267cdbfbcb5c998ef8af2d51c90",
+    "default": "56001f22f9e04c061888aae179b27e0ff19a4c3bbdd88ef035ac3278cc50747f",
+    "smoke": "00834e734a7ccb7e5c77bacbd9d35d22bb1f0072860c92ae8ea44039e0e9dae1",
+    "thesis-k1500": "6af6967ac7db05a645e6c23478daf5a9452c1c6fb20a78f05dfb87e69c4add70",
+    "thesis": "abd49d2caeedcaf8d02cc255c4ec06783fd5aee82c4d5e452e95fe57843fbf7d",
+    "compare": "a989d632cb130f3f221f1cb78f54940b814cec663d5a8594a96e29cbf7020289",
+    "eps1": "01fe920edb968e034a96d2752dbc57c0ae5e90a4f030a6fbc1875e4d915e5b16",
+    "eps3": "90248aa0d162f64655c7ae37ca0d1b6bda8f14c5cff65096cc91db1fdca7207e",
+    "census-eps3": "a21a689cb569cb03c318051c764cb0967b6db78efcd8b6fba523b51b4fcdf07c",
+    "mst-eps1": "bdeac7c1168e61a213e9d0711ea35ec466f1fd9d6e8b25e948cfacb164cd330b",
+    "aim-eps1": "af32838e448239a576454faf40f84bc59917245cb56c0902cd86ff907f1cf535",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

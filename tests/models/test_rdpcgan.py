@@ -431,7 +431,7 @@ def test_the_critics_weights_are_clipped_after_each_update(tmp_path, test_secret
 
 
 def test_the_released_generator_is_the_running_average_of_the_trained_ones_weights(tmp_path, test_secret):
-    cfg = small_config(autoencoder_steps=1, generator_steps=1, checkpoint_every=1, generator_average=0.75)
+    cfg = small_config(autoencoder_steps=1, generator_steps=1, checkpoint_every=1, generator_ema=0.75)
     trainer = make_trainer(toy_table(60), cfg, 5, test_secret, tmp_path)
     trainer.step()  # the autoencoder's update
     before = {k: v.clone() for k, v in trainer.generator.state_dict().items()}
@@ -441,7 +441,7 @@ def test_the_released_generator_is_the_running_average_of_the_trained_ones_weigh
     for k, v in trainer.released_generator.state_dict().items():
         assert not torch.equal(after[k], before[k])
         torch.testing.assert_close(v, 0.75 * before[k] + 0.25 * after[k])
-    plain = make_trainer(toy_table(60), small_config(generator_average=None), 5, test_secret, tmp_path / "plain")
+    plain = make_trainer(toy_table(60), small_config(generator_ema=None), 5, test_secret, tmp_path / "plain")
     assert plain.released_generator is plain.generator
 
 

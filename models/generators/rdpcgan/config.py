@@ -15,7 +15,7 @@ without privacy, then with it; docs/generators.md gives the figures):
 * the GAN phase: the critic reads relaxed draws of the fakes' levels (`critic_fakes`), keeps its slope
   bounded by WGAN-GP's per-pair gradient penalty (`critic_penalty`) rather than weight clipping, the
   critic learns at 0.0005 and the generator at 0.0001 (the paper's 0.005 is unstable for a WGAN), and
-  the released generator is the running average of its weights (`generator_average`)."""
+  the released generator is the running average of its weights (`generator_ema`)."""
 
 from __future__ import annotations
 
@@ -81,9 +81,10 @@ class RDPCGANConfig(SectionConfig):
     # generated tables, 0.01 froze a five-layer critic.
     critic_weight_clip: Positive | None = None
     # The released generator is the exponential moving average of the trained one's weights with this
-    # decay per generator step (null: the trained weights as they are). Private GAN training swings from
-    # step to step; the average is post-processing of the generator, which reads no row.
-    generator_average: OpenUnit | None = 0.99
+    # decay per generator step (null: the trained weights as they are), as GS-WGAN's `gan.generator_ema`.
+    # Private GAN training swings from step to step; the average is post-processing of the generator,
+    # which reads no row.
+    generator_ema: OpenUnit | None = 0.99
     lr_autoencoder: Rate = 0.005
     lr_critic: Rate = 0.0005
     # The generator learns slower than the critic: at 0.0005 under privacy it swung between rows whose

@@ -51,7 +51,7 @@ sampler.py samples), and where it differs.
   The mixing weight comes from the same per-(update, position) stream as the fake's z, so each pair
   still moves the clipped sum by at most C2. `critic_weight_clip` (WGAN's weight clipping,
   post-processing of the private weights) is the older device, off by default: it learnt less.
-* The released generator is the running average of the trained one's weights (`generator_average`,
+* The released generator is the running average of the trained one's weights (`generator_ema`,
   decay 0.99 per generator step; post-processing): private GAN training swings from step to step, and
   the average smooths what each checkpoint releases.
 * Both phases run in one trainer with one `DPSGDAccountant` (models/privacy/dpsgd_accountant.py): phase 1 at
@@ -156,9 +156,9 @@ class RDPCGANTrainer:
         self.critic = Critic(width, tuple(cfg.critic_channels or channels), cfg.kernel_size)
         for net in (self.autoencoder, self.generator, self.critic):
             init_from_(net, self.rng)
-        # The released generator: the running average of the trained one's weights (`generator_average`),
+        # The released generator: the running average of the trained one's weights (`generator_ema`),
         # or the trained one itself. Averaging reads only the generator: post-processing.
-        self.released_generator = copy.deepcopy(self.generator) if cfg.generator_average else self.generator
+        self.released_generator = copy.deepcopy(self.generator) if cfg.generator_ema else self.generator
         self.sampling_rng = secret.torch("rdpcgan-sampling")
         self.noise_rng = secret.torch("rdpcgan-noise")
         self.fake_key = secret.seed("rdpcgan-fakes")
@@ -246,10 +246,10 @@ class RDPCGANTrainer:
             p.grad = g
         self.opt_g.step()
         if self.released_generator is not self.generator:
-            decay = float(self.config.generator_average or 0.0)
+            decay = float(self.config.generator_ema or 0.0)
             with torch.no_grad():
                 for avg, p in zip(self.released_generator.parameters(), self.generator.parameters(), strict=True):
-                    avg.mul_(decay).add_(p, alpha=1.0 - decay)
+                    avg.lerp_(p, 1.0 - decay)
         return float(loss.detach())
 
     def step(self) -> list[UpdateInfo]:
