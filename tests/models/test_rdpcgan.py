@@ -68,17 +68,20 @@ def small_config(**overrides) -> RDPCGANConfig:
     return RDPCGANConfig(**{**base, **overrides})
 
 
+TARGET = (1, 2)  # the binary column, which drives the others
+
+
 def make_trainer(data, config: RDPCGANConfig, seed: int, secret, directory) -> RDPCGANTrainer:
-    return RDPCGANTrainer(data, GROUPS, config, seed, secret, directory, delta=DELTA)
+    return RDPCGANTrainer(data, GROUPS, config, seed, secret, directory, delta=DELTA, target=TARGET)
 
 
 def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads.values()])
 
 
-def autoencoder(seed: int = 0) -> Autoencoder:
+def autoencoder(seed: int = 0, predicted: tuple[int, ...] = ()) -> Autoencoder:
     torch.manual_seed(seed)
-    return Autoencoder(WIDTH, 8, CHANNELS, 3, "typed", tuple(GROUPS))
+    return Autoencoder(WIDTH, 8, CHANNELS, 3, "typed", tuple(GROUPS), predicted)
 
 
 # ------------------------------------------------------------------------------------------- networks
@@ -108,9 +111,9 @@ def test_convolutional_networks_have_the_papers_shapes_and_pass_opacus_validator
         small_config(reconstruction="l1")
 
 
-@pytest.mark.parametrize("loss", ["mse", "bce"])
-def test_per_example_gradients_match_one_row_at_a_time(loss):
-    ae, critic = autoencoder(), Critic(WIDTH, CHANNELS, 3)
+@pytest.mark.parametrize("loss,predicted", [("mse", ()), ("bce", ()), ("mse", (1,))])
+def test_per_example_gradients_match_one_row_at_a_time(loss, predicted):
+    ae, critic = autoencoder(predicted=predicted), Critic(WIDTH, CHANNELS, 3)
     rows, fakes = toy_table(4), toy_table(4, seed=9) * 0.5
     batched_ae = autoencoder_per_example(ae, rows, loss)
     batched_d = critic_per_pair(critic, rows, fakes)
@@ -126,6 +129,27 @@ def test_per_example_gradients_match_one_row_at_a_time(loss):
             torch.testing.assert_close(batched_d[name][i], p.grad, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="one fake per real"):
         critic_per_pair(critic, rows, fakes[:3])
+
+
+def test_under_predict_the_encoder_never_reads_the_target_and_the_decoder_reconstructs_it(tmp_path, test_secret):
+    """`autoencoder_target: predict`: a row's encoding is the same whatever its target, so the decoder's
+    target is a function of the other columns; the reconstruction loss still scores the target."""
+    rows = toy_table(8)
+    flipped = rows.clone()
+    flipped[:, 1] = -flipped[:, 1]
+    predicting = make_trainer(rows, small_config(), 0, test_secret, tmp_path / "predict").autoencoder
+    reading = make_trainer(rows, small_config(autoencoder_target="read"), 0, test_secret, tmp_path / "read").autoencoder
+    torch.testing.assert_close(predicting(rows), predicting(flipped))
+    assert not torch.allclose(reading(rows), reading(flipped))
+    assert not torch.allclose(
+        reconstruction_loss(predicting(rows), rows, "mse"), reconstruction_loss(predicting(flipped), flipped, "mse")
+    )
+    # The decoder learns the target: its gradient changes with the target while the encoder reads the same.
+    as_is, other = (autoencoder_per_example(predicting, r, "mse")["decoder.body.dense.0.weight"] for r in (rows, flipped))
+    assert not torch.allclose(as_is, other)
+    assert "visible" not in predicting.state_dict()  # rebuilt from the trainer's arguments, never saved
+    with pytest.raises(ValueError, match="needs the target's encoded columns"):
+        RDPCGANTrainer(rows, GROUPS, small_config(), 0, test_secret, tmp_path / "none", delta=DELTA)
 
 
 def test_the_gradient_penalty_is_each_pairs_own_and_matches_autograd_one_pair_at_a_time():

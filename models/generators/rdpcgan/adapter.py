@@ -94,14 +94,17 @@ class RDPCGAN(GeneratorType):
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
         from dpsynth.models.generators.rdpcgan.trainer import RDPCGANTrainer
 
+        encoder = TableEncoder(job.schema)
+        target = encoder.block(job.schema.target)
         trainer = RDPCGANTrainer(
             torch.from_numpy(job.data),
-            TableEncoder(job.schema).head_groups(),
+            encoder.head_groups(),
             job.profile.rdpcgan,
             job.profile.seed,
             job.secret,
             job.directory / "checkpoints",
             delta=job.profile.privacy.delta,
+            target=(target.start, target.stop),
         )
         return run_phased_trainer(trainer, plan, lambda step: replace_one_epsilon_at(job.profile, step), progress)
 

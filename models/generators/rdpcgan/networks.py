@@ -135,15 +135,31 @@ class Decoder(nn.Module):
 
 
 class Autoencoder(nn.Module):
+    """Rows -> reconstructed rows. The encoder never reads the `predicted` encoded columns (they reach it
+    as zeros, the same for every row): the decoder reconstructs them from the other columns alone."""
+
     def __init__(
-        self, width: int, latent_dim: int, channels: tuple[int, ...], kernel: int, head: str, groups: tuple[Group, ...]
+        self,
+        width: int,
+        latent_dim: int,
+        channels: tuple[int, ...],
+        kernel: int,
+        head: str,
+        groups: tuple[Group, ...],
+        predicted: Sequence[int] = (),
     ):
         super().__init__()
         self.encoder = Encoder(width, latent_dim, channels, kernel)
         self.decoder = Decoder(latent_dim, channels, width, head, groups)
+        if any(not 0 <= c < width for c in predicted):
+            raise ConfigError(f"the predicted columns must lie within the encoded width {width}, got {list(predicted)}")
+        visible = torch.ones(width)
+        visible[list(predicted)] = 0.0
+        # Not a weight and not saved: rebuilt from the trainer's arguments.
+        self.register_buffer("visible", visible, persistent=False)
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.decoder(self.encoder(rows))
+        out: torch.Tensor = self.decoder(self.encoder(rows * self.visible))
         return out
 
 

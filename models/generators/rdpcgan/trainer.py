@@ -31,6 +31,13 @@ sampler.py samples), and where it differs.
   -D(fake). (Algorithm 2's critic loss D(x) - D(Dec(G(z))) with the generator loss -D(Dec(G(z))) pushes
   the fakes away from the real rows.) Each real row's fake is made from its own row position's z
   (dpautogan's `position_latents`: whether one row is sampled moves no other pair and advances no stream).
+* The encoder does not read the target column (`rdpcgan.autoencoder_target: predict`, the default; it
+  gets zeros there): the decoder reconstructs the target from the other columns, so a decoded row's
+  target follows its features, and the release draws it from the decoder's probabilities. The paper's
+  encoder reads every column ("read"): its decoder then carries the target as a coordinate of its own
+  and phase 2 must learn the target's dependence on the features through the noisy critic alone, which
+  it did not at epsilon 1 on generated tables (docs/generators.md). Each row's gradient still reads only
+  that row.
 * The decoder ends in GS-WGAN's output head on dpsynth's [-1, 1] encoding (Tanh per column, a softmax per
   one-hot group) instead of a Sigmoid on [0, 1] data; the reconstruction loss is the paper's MSE (its
   supervised experiments) or BCE (its binary-data experiments), `rdpcgan.reconstruction`.
@@ -122,9 +129,20 @@ class TrainingResult:
     updates: list[UpdateInfo] = field(default_factory=list)
 
 
+def predicted_columns(config: RDPCGANConfig, target: tuple[int, int] | None) -> tuple[int, ...]:
+    """The encoded columns the encoder does not read: the target's block (`target`: start, stop) under
+    `autoencoder_target: predict`, none under "read"."""
+    if config.autoencoder_target == "read":
+        return ()
+    if target is None:
+        raise ValueError("rdpcgan.autoencoder_target: predict needs the target's encoded columns")
+    return tuple(range(int(target[0]), int(target[1])))
+
+
 class RDPCGANTrainer:
     """RDP-CGAN on encoded rows (values in [-1, 1]; `groups` are the encoder's (start, stop, kind) blocks).
-    `run()` trains both phases, resuming from `checkpoint_dir` when a training state is there, and
+    `target` is the target column's encoded block (start, stop), which the encoder does not read under
+    `autoencoder_target: predict`. `run()` trains both phases, resuming from `checkpoint_dir` when a training state is there, and
     returns the ledger of released (decoder, generator) checkpoints with their add/remove-one epsilons."""
 
     def __init__(
@@ -137,6 +155,7 @@ class RDPCGANTrainer:
         checkpoint_dir: str | Path,
         *,
         delta: float,
+        target: tuple[int, int] | None = None,
     ):
         self.config = cfg = config
         self.delta = float(delta)
@@ -151,7 +170,9 @@ class RDPCGANTrainer:
         self.dir = Path(checkpoint_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rng = torch.Generator().manual_seed(int(seed))
-        self.autoencoder = Autoencoder(width, cfg.latent_dim, channels, cfg.kernel_size, cfg.head, groups)
+        self.autoencoder = Autoencoder(
+            width, cfg.latent_dim, channels, cfg.kernel_size, cfg.head, groups, predicted_columns(cfg, target)
+        )
         self.generator = Generator(cfg.z_dim, channels, cfg.latent_dim)
         self.critic = Critic(width, tuple(cfg.critic_channels or channels), cfg.kernel_size)
         for net in (self.autoencoder, self.generator, self.critic):
