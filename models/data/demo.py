@@ -43,7 +43,30 @@ class DemoShape:
     target_share: float = 0.25
 
 
-SHAPES = {"plain": None, "hard": DemoShape()}
+@dataclass(frozen=True)
+class MeasuredShape:
+    """A table shaped like a clinical register, for studies on a harder dependence. Rules read the schema
+    only (it needs two continuous columns besides the target and a categorical one):
+
+    * the last two continuous columns are paired measurements (correlation `pairing`), narrow (a spread
+      of `spread` of their bounds' width) and recorded on a grid of 1/`grid` of that width in
+      `on_grid` of the rows (values cluster at round numbers);
+    * the target is balanced and rests mainly on the first measurement, less on the first continuous
+      column, the third, and the first categorical column's level (most rows at its first level);
+    * every other column is the plain demo's.
+    """
+
+    pairing: float = 0.7
+    spread: float = 0.09
+    grid: int = 18
+    on_grid: float = 0.7
+
+
+SHAPES: dict[str, DemoShape | MeasuredShape | None] = {
+    "plain": None,
+    "hard": DemoShape(),
+    "measured": MeasuredShape(),
+}
 
 
 def level_probabilities(column: Column) -> np.ndarray:
@@ -52,12 +75,16 @@ def level_probabilities(column: Column) -> np.ndarray:
     return weights / weights.sum()
 
 
-def make_demo_table(schema: DatasetSchema, n_rows: int, seed: int = 0, shape: DemoShape | None = None) -> pd.DataFrame:
+def make_demo_table(
+    schema: DatasetSchema, n_rows: int, seed: int = 0, shape: DemoShape | MeasuredShape | None = None
+) -> pd.DataFrame:
     """A schema-conformant synthetic table of `n_rows` rows, the same for the same `seed`.
 
     Columns come in schema order, preceded by the id column (0..n_rows-1) when the schema declares one.
-    `shape` makes a harder table (`DemoShape`); None keeps the plain demo, unchanged.
+    `shape` makes a harder table (`DemoShape`, `MeasuredShape`); None keeps the plain demo, unchanged.
     """
+    if isinstance(shape, MeasuredShape):
+        return _measured_table(schema, n_rows, seed, shape)
     if shape is not None:
         return _shaped_table(schema, n_rows, seed, shape)
     if n_rows < 1:
@@ -177,3 +204,38 @@ def _on_grid(column: Column, values: np.ndarray) -> np.ndarray:
     low, high = column.continuous_bounds
     values = np.clip(np.round(values, column.decimals), low, high)
     return values.astype(np.int64) if column.decimals <= 0 else values
+
+
+def _measured_table(schema: DatasetSchema, n_rows: int, seed: int, shape: MeasuredShape) -> pd.DataFrame:
+    features = [c for c in schema.columns if c.name != schema.target]
+    continuous = [c for c in features if c.is_continuous]
+    categorical = next((c for c in features if not c.is_continuous and len(c.levels) > 2), None)
+    if len(continuous) < 3 or categorical is None:
+        raise ValueError(
+            "the measured shape needs three continuous columns besides the target and a categorical one"
+        )
+    frame = make_demo_table(schema, n_rows, seed)
+    rng = np.random.default_rng(seed + 1000)
+    z = {c.name: rng.standard_normal(n_rows) for c in continuous}
+    first, second = continuous[-2], continuous[-1]
+    z[second.name] = shape.pairing * z[first.name] + np.sqrt(1 - shape.pairing**2) * z[second.name]
+    for column in continuous:
+        low, high = column.continuous_bounds
+        width = high - low
+        measured = column in (first, second)
+        centre, spread = (0.37, shape.spread) if measured else (0.45, 0.15)
+        values = low + width * (centre + spread * z[column.name])
+        if measured:
+            step = width / shape.grid
+            rounded = rng.random(n_rows) < shape.on_grid
+            values = np.where(rounded, low + np.round((values - low) / step) * step, values)
+        frame[column.name] = _on_grid(column, values)
+    rest = 1.0 / np.sqrt(np.arange(1, len(categorical.levels)))
+    shares = np.concatenate([[0.75], 0.25 * rest / rest.sum()])
+    codes = rng.choice(len(categorical.levels), size=n_rows, p=shares)
+    frame[categorical.name] = _level_values(categorical, codes)
+    logit = 1.1 * z[first.name] + 0.45 * z[continuous[0].name] + 0.2 * z[continuous[2].name] + 0.5 * codes
+    logit -= np.median(logit)
+    positive = rng.random(n_rows) < 1.0 / (1.0 + np.exp(-logit))
+    frame[schema.target] = _level_values(schema.column(schema.target), positive.astype(int))
+    return frame

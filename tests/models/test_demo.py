@@ -113,3 +113,54 @@ def test_hard_shape_makes_the_harder_table_of_the_utility_study():
     assert roc_auc_score(y[15000:], model.predict_proba(x[15000:])[:, 1]) > 0.75
     # The plain demo is unchanged by the option.
     pd.testing.assert_frame_equal(make_demo_table(census, 50, seed=1), make_demo_table(census, 50, seed=1, shape=None))
+
+
+def test_measured_shape_rests_a_balanced_target_on_one_narrow_measurement_at_round_numbers(schema):
+    """--shape measured: the last two continuous columns are paired, narrow and mostly on a grid of 1/18 of
+    their bounds; the target is balanced and a classifier learns it mostly from the first of them."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    from dpsynth.models.data.demo import SHAPES
+    from dpsynth.models.data.encoding import TableEncoder
+    from dpsynth.tasks.validate import check_table
+
+    table = make_demo_table(schema, 20000, seed=5, shape=SHAPES["measured"])
+    assert check_table(schema, table).passed
+    pd.testing.assert_frame_equal(table, make_demo_table(schema, 20000, seed=5, shape=SHAPES["measured"]))
+    continuous = [c for c in schema.columns if c.is_continuous and c.name != schema.target]
+    first, second = continuous[-2], continuous[-1]
+    for column in (first, second):
+        low, high = column.continuous_bounds
+        step = (high - low) / 18
+        offset = (table[column.name] - low) % step
+        on_grid = np.minimum(offset, step - offset) <= 0.5 * 10.0**-column.decimals + 1e-9  # up to rounding
+        assert 0.7 < on_grid.mean() < 0.85  # 70% rounded to the grid, some of the rest on it by chance
+        assert table[column.name].std() < 0.12 * (high - low)
+    assert table[first.name].corr(table[second.name]) > 0.5
+    positive = (table[schema.target] == schema.column(schema.target).levels[1]).mean()
+    assert abs(positive - 0.5) < 0.02
+    encoder = TableEncoder(schema)
+    encoded = encoder.encode(table)
+    y = encoded[:, encoder.target_index] > 0
+    every = np.delete(encoded, encoder.target_index, axis=1)
+    alone = encoded[:, [encoder.block(first.name).start]]
+    scores = [
+        roc_auc_score(y[15000:], LogisticRegression(max_iter=2000).fit(x[:15000], y[:15000]).predict_proba(x[15000:])[:, 1])
+        for x in (every, alone)
+    ]
+    assert 0.74 < scores[0] < 0.82 and scores[1] > 0.68  # the one measurement carries most of it
+    two_measurements = DatasetSchema.from_dict(
+        {
+            "name": "toy",
+            "target": "label",
+            "columns": {
+                "a": {"type": "continuous", "bounds": [0, 10], "decimals": 0},
+                "b": {"type": "continuous", "bounds": [0, 10], "decimals": 0},
+                "kind": {"type": "categorical", "levels": ["x", "y", "z"]},
+                "label": {"type": "binary", "levels": ["neg", "pos"]},
+            },
+        }
+    )
+    with pytest.raises(ValueError, match="measured shape needs three continuous columns"):
+        make_demo_table(two_measurements, 10, shape=SHAPES["measured"])
