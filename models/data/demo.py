@@ -211,9 +211,7 @@ def _measured_table(schema: DatasetSchema, n_rows: int, seed: int, shape: Measur
     continuous = [c for c in features if c.is_continuous]
     categorical = next((c for c in features if not c.is_continuous and len(c.levels) > 2), None)
     if len(continuous) < 3 or categorical is None:
-        raise ValueError(
-            "the measured shape needs three continuous columns besides the target and a categorical one"
-        )
+        raise ValueError("the measured shape needs three continuous columns besides the target and a categorical one")
     frame = make_demo_table(schema, n_rows, seed)
     rng = np.random.default_rng(seed + 1000)
     z = {c.name: rng.standard_normal(n_rows) for c in continuous}

@@ -145,7 +145,8 @@ def test_under_predict_the_encoder_never_reads_the_target_and_the_decoder_recons
         reconstruction_loss(predicting(rows), rows, "mse"), reconstruction_loss(predicting(flipped), flipped, "mse")
     )
     # The decoder learns the target: its gradient changes with the target while the encoder reads the same.
-    as_is, other = (autoencoder_per_example(predicting, r, "mse")["decoder.body.dense.0.weight"] for r in (rows, flipped))
+    weight = "decoder.body.dense.0.weight"
+    as_is, other = (autoencoder_per_example(predicting, r, "mse")[weight] for r in (rows, flipped))
     assert not torch.allclose(as_is, other)
     assert "visible" not in predicting.state_dict()  # rebuilt from the trainer's arguments, never saved
     with pytest.raises(ValueError, match="needs the target's encoded columns"):

@@ -156,6 +156,7 @@ class Autoencoder(nn.Module):
         visible = torch.ones(width)
         visible[list(predicted)] = 0.0
         # Not a weight and not saved: rebuilt from the trainer's arguments.
+        self.visible: torch.Tensor
         self.register_buffer("visible", visible, persistent=False)
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:

@@ -142,8 +142,9 @@ def predicted_columns(config: RDPCGANConfig, target: tuple[int, int] | None) -> 
 class RDPCGANTrainer:
     """RDP-CGAN on encoded rows (values in [-1, 1]; `groups` are the encoder's (start, stop, kind) blocks).
     `target` is the target column's encoded block (start, stop), which the encoder does not read under
-    `autoencoder_target: predict`. `run()` trains both phases, resuming from `checkpoint_dir` when a training state is there, and
-    returns the ledger of released (decoder, generator) checkpoints with their add/remove-one epsilons."""
+    `autoencoder_target: predict`. `run()` trains both phases, resuming from `checkpoint_dir` when a
+    training state is there, and returns the ledger of released (decoder, generator) checkpoints with
+    their add/remove-one epsilons."""
 
     def __init__(
         self,
