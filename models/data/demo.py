@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dpsynth.models.data.schema import Column, DatasetSchema
+from dpsynth.models.errors import ConfigError
 
 # Continuous values: centre and spread as fractions of the bounds' width; the shared-factor loading.
 _CENTRE = 0.45
@@ -211,7 +212,11 @@ def _measured_table(schema: DatasetSchema, n_rows: int, seed: int, shape: Measur
     continuous = [c for c in features if c.is_continuous]
     categorical = next((c for c in features if not c.is_continuous and len(c.levels) > 2), None)
     if len(continuous) < 3 or categorical is None:
-        raise ValueError("the measured shape needs three continuous columns besides the target and a categorical one")
+        raise ConfigError(
+            f"--shape measured needs three continuous columns besides the target and a categorical one; "
+            f"schema {schema.name!r} has {len(continuous)} continuous and "
+            f"{'a' if categorical is not None else 'no'} categorical column. Use --shape plain or hard."
+        )
     frame = make_demo_table(schema, n_rows, seed)
     rng = np.random.default_rng(seed + 1000)
     z = {c.name: rng.standard_normal(n_rows) for c in continuous}

@@ -50,6 +50,23 @@ def test_demo_data_then_validate(tmp_path, capsys):
     assert last_json(capsys)["passed"] is True
 
 
+def test_demo_data_shape_the_schema_cannot_take_is_a_readable_error(tmp_path, capsys):
+    schema = tmp_path / "two.yaml"
+    schema.write_text(
+        "name: two\ntarget: label\ncolumns:\n"
+        "  a: {type: continuous, bounds: [0, 10], decimals: 0}\n"
+        "  b: {type: continuous, bounds: [0, 10], decimals: 0}\n"
+        "  kind: {type: categorical, levels: [x, y, z]}\n"
+        "  label: {type: binary, levels: [neg, pos]}\n"
+    )
+    out = tmp_path / "demo.csv"
+    args = ["demo-data", "--rows", "50", "--out", str(out), "--config", str(schema), "--shape", "measured"]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--shape measured needs three continuous columns" in err
+    assert not out.exists()
+
+
 def test_validate_bad_table_is_readable_in_a_real_process(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("age;gender\n1;2\n")

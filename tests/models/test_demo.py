@@ -10,6 +10,7 @@ import pytest
 
 from dpsynth.models.data.demo import make_demo_table
 from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.errors import ConfigError
 
 CARDIO_YAML = Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml"
 
@@ -162,5 +163,5 @@ def test_measured_shape_rests_a_balanced_target_on_one_narrow_measurement_at_rou
             },
         }
     )
-    with pytest.raises(ValueError, match="measured shape needs three continuous columns"):
+    with pytest.raises(ConfigError, match="measured needs three continuous columns"):
         make_demo_table(two_measurements, 10, shape=SHAPES["measured"])
