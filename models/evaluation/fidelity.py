@@ -14,8 +14,8 @@ Kolmogorov-Smirnov distance. These cells are cut where the real rows lie (never 
 score); the public-bin figures stay beside them, under their earlier names, for comparison with earlier
 figures.
 
-`fidelity_summary` gathers the figures in one JSON-ready dictionary (the one source of the internal
-report's and `Release.fidelity`'s figures); `fidelity_verdicts` holds them against
+`fidelity_summary` gathers the figures in one JSON-ready dictionary (the one source of the fidelity
+figures: the internal report and bench/utility_study.py show what it returns); `fidelity_verdicts` holds them against
 `FIDELITY_TARGETS` (met or missed, and a traffic light: green met, amber within twice the target, red
 worse); `sdmetrics_quality` scores the same tables with SDMetrics' QualityReport, so that the figures
 compare with what users of other synthetic-data tools quote.
