@@ -11,11 +11,14 @@ preprocessing, the generator or the choice:
 * mean total-variation distance over the discrete columns;
 * mean Wasserstein distance over the continuous columns, values scaled to [0, 1] by the public bounds;
 * the fidelity figures that carry targets (models/evaluation/fidelity.py: 1-way and 2-way total-variation distances
-  on public cells, lost levels, point-mass gaps, Spearman gap between continuous columns), each judged
+  on public cells, lost levels, point-mass gaps, Spearman gap between continuous columns, and the numeric
+  shapes: 1-way and 2-way TVD with numeric columns on 20 cells at the real table's quantiles, a heap a cell
+  of its own, and the Kolmogorov-Smirnov distance), each judged
   "met" or "missed" against `FIDELITY_TARGETS` with its traffic light (green met, amber within twice the
   target, red worse), the worst pair's 2-way TVD, and SDMetrics' QualityReport scores (Column Shapes,
   Column Pair Trends, overall; on at most `SDMETRICS_MAX_ROWS` rows of each table) so that the figures
-  compare with other tools; --json adds each run's whole fidelity summary.
+  compare with other tools; --json adds each run's whole fidelity summary;
+* per numeric column, the public-bin TVD beside the real-quantile-cell TVD and the KS distance.
 
 Then mean and standard deviation per profile. Internal figures: every number depends on real rows.
 
@@ -104,9 +107,11 @@ def measure(schema: DatasetSchema, run: Path) -> dict:
 # Columns of `fidelity_figures` beside the run's other figures: one per target (lost levels by their number),
 # the worst pair's 2-way TVD, and SDMetrics' three scores (NaN when sdmetrics is not installed).
 SDMETRICS_SCORES = ("column_shapes", "column_pair_trends", "overall")
+SHAPE_MEANS = ("continuous_quantile_tvd_mean", "continuous_ks_mean")
 FIDELITY_COLUMNS = [
     *(f"fidelity_{figure}" for figure in FIDELITY_TARGETS),
     "fidelity_pairwise_tvd_worst",
+    *(f"fidelity_{figure}" for figure in SHAPE_MEANS),
     *(f"sdmetrics_{score}" for score in SDMETRICS_SCORES),
 ]
 
@@ -120,6 +125,7 @@ def fidelity_figures(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.Da
     sdmetrics = sdmetrics_quality(schema, real, synthetic)
     figures = {f"fidelity_{figure}": np.nan if v["value"] is None else v["value"] for figure, v in verdicts.items()}
     figures["fidelity_pairwise_tvd_worst"] = _or_nan(summary["pairwise_tvd_worst"])
+    figures |= {f"fidelity_{figure}": _or_nan(summary[figure]) for figure in SHAPE_MEANS}
     figures |= {f"sdmetrics_{score}": _or_nan((sdmetrics or {}).get(score)) for score in SDMETRICS_SCORES}
     missed = [figure for figure, v in verdicts.items() if v["verdict"] == MISSED]
     lights = ", ".join(f"{figure}={v['light']}" for figure, v in verdicts.items())
@@ -129,6 +135,31 @@ def fidelity_figures(schema: DatasetSchema, real: pd.DataFrame, synthetic: pd.Da
         "fidelity_lights": lights,
         "fidelity": {**summary, "verdicts": verdicts, "sdmetrics": sdmetrics},
     }
+
+
+# Per numeric column: the public-bin TVD (as earlier figures were measured) beside the shape figures.
+SHAPE_COLUMNS = ("public_bin_tvd", "quantile_tvd", "ks")
+
+
+def numeric_shapes(measured: list[dict]) -> pd.DataFrame:
+    """One row per run and numeric column: public-bin TVD, TVD on cells at the real quantiles, KS
+    distance, and the values that got a cell of their own (heaps, declared point masses)."""
+    rows = []
+    for m in measured:
+        fidelity = m["fidelity"]
+        for column, quantile_tvd in fidelity["continuous_quantile_tvd"].items():
+            rows.append(
+                {
+                    "run": m["run"],
+                    "profile": m["profile"],
+                    "column": column,
+                    "public_bin_tvd": _or_nan(fidelity["column_tvd"][column]),
+                    "quantile_tvd": _or_nan(quantile_tvd),
+                    "ks": _or_nan(fidelity["continuous_ks"][column]),
+                    "own_cells": ", ".join(f"{v:g}" for v in fidelity["quantile_heaps"][column]) or "none",
+                }
+            )
+    return pd.DataFrame(rows, columns=["run", "profile", "column", *SHAPE_COLUMNS, "own_cells"])
 
 
 def _or_nan(value: float | None) -> float:
@@ -190,6 +221,16 @@ def main(argv: list[str] | None = None) -> int:
             .rename(columns=lambda c: c.removeprefix("fidelity_"))
             .to_string()
         )
+        shapes = numeric_shapes(measured)
+        if not shapes.empty:
+            print()
+            print(
+                "Numeric columns: TVD on public bins, TVD on 20 cells at the real quantiles (own_cells: values "
+                "with a cell of their own), KS distance"
+            )
+            print(shapes.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+            print()
+            print(shapes.groupby(["profile", "column"])[list(SHAPE_COLUMNS)].agg(["mean", "std"]).round(4).to_string())
     if args.json:
         runs = [
             {**record, "fidelity": m["fidelity"]}

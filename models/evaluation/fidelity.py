@@ -7,7 +7,15 @@ through `dpsynth.models.data.binning`, so the cells are public (declared levels;
 per point mass) and never depend on either table's rows; missing or undeclared values share one extra cell.
 Internal figures: every number here depends on the real rows.
 
-`fidelity_summary` gathers the figures in one JSON-ready dictionary; `fidelity_verdicts` holds them against
+Numeric columns are scored a second way, on cells that see their shape (`dpsynth.models.evaluation.shapes`):
+20 cells at the real table's quantiles, a heap (a value holding many rows) or declared point mass a cell of
+its own, for the 1-way TVD and for every pair's 2-way TVD (discrete columns on their levels), and the
+Kolmogorov-Smirnov distance. These cells are cut where the real rows lie (never used for anything but a
+score); the public-bin figures stay beside them, under their earlier names, for comparison with earlier
+figures.
+
+`fidelity_summary` gathers the figures in one JSON-ready dictionary (the one source of the fidelity
+figures: the internal report and bench/utility_study.py show what it returns); `fidelity_verdicts` holds them against
 `FIDELITY_TARGETS` (met or missed, and a traffic light: green met, amber within twice the target, red
 worse); `sdmetrics_quality` scores the same tables with SDMetrics' QualityReport, so that the figures
 compare with what users of other synthetic-data tools quote.
@@ -24,9 +32,10 @@ from typing import SupportsFloat
 import numpy as np
 import pandas as pd
 
-from dpsynth.models.data.binning import DEFAULT_BINS, cell_count, cell_labels, frame_cells
+from dpsynth.models.data.binning import DEFAULT_BINS, cell_codes, cell_count, cell_labels, frame_cells
 from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.evaluation.quality import spearman_mad, spearman_matrix, subsample, total_variation
+from dpsynth.models.evaluation.shapes import QUANTILE_CELLS, QuantileCells, ks_distance, quantile_cells
 
 # Share of the real rows from which a level (or continuous cell) the synthetic table lacks counts as lost.
 LOST_LEVEL_FLOOR = 0.01
@@ -41,6 +50,11 @@ FIDELITY_TARGETS = {
     "lost_levels": 0,
     "pairwise_tvd_mean": 0.05,
     "spearman_mad_continuous": 0.05,
+    # Numeric shapes (issue 41): every numeric column within these on cells at the real quantiles, pairs too.
+    "continuous_quantile_tvd_worst": 0.03,
+    "continuous_ks_worst": 0.05,
+    "pairwise_quantile_tvd_mean": 0.04,
+    "pairwise_quantile_tvd_worst": 0.15,
 }
 
 MET, MISSED, NOT_APPLICABLE = "met", "missed", "n/a"
@@ -76,17 +90,63 @@ class _Cells:
         return np.bincount(joint, minlength=self.sizes[first] * self.sizes[second]) / self.rows
 
 
-def _cells(schema: DatasetSchema, frame: pd.DataFrame, role: str, bins: int) -> _Cells:
+def _check_frame(schema: DatasetSchema, frame: pd.DataFrame, role: str) -> None:
     missing = [name for name in schema.column_names if name not in frame.columns]
     if missing:
         raise ValueError(f"the {role} table lacks schema columns {missing}")
     if len(frame) == 0:
         raise ValueError(f"the {role} table has no rows: shares of its cells are undefined")
+
+
+def _with_missing_cell(columns: tuple[Column, ...], codes: list[np.ndarray], sizes: list[int], rows: int) -> _Cells:
+    """Cells from codes (-1: missing) and cell counts: missing values move to an extra last cell."""
+    return _Cells(
+        columns,
+        tuple(np.where(c < 0, size, c) for c, size in zip(codes, sizes, strict=True)),
+        tuple(size + 1 for size in sizes),
+        rows,
+    )
+
+
+def _cells(schema: DatasetSchema, frame: pd.DataFrame, role: str, bins: int) -> _Cells:
+    _check_frame(schema, frame, role)
     columns = tuple(schema.columns)
     matrix = frame_cells(list(columns), frame, bins)
-    sizes = tuple(cell_count(col, bins) + 1 for col in columns)
-    codes = tuple(np.where(matrix[:, j] < 0, sizes[j] - 1, matrix[:, j]) for j in range(len(columns)))
-    return _Cells(columns, codes, sizes, len(frame))
+    sizes = [cell_count(col, bins) for col in columns]
+    return _with_missing_cell(columns, [matrix[:, j] for j in range(len(columns))], sizes, len(frame))
+
+
+@dataclass(frozen=True)
+class _QuantileScoring:
+    """Both tables on the shape cells: discrete columns on their levels, numeric ones on cells at the real
+    table's quantiles (`shapes`, by column name)."""
+
+    real: _Cells
+    synth: _Cells
+    shapes: dict[str, QuantileCells]
+
+
+def _quantile_scoring(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, cells: int) -> _QuantileScoring:
+    _check_frame(schema, real, "real")
+    _check_frame(schema, synth, "synthetic")
+    columns = tuple(schema.columns)
+    shapes = {col.name: quantile_cells(col, real[col.name].to_numpy(), cells) for col in schema.continuous}
+    real_codes, synth_codes, sizes = [], [], []
+    for col in columns:
+        if col.is_continuous:
+            shape = shapes[col.name]
+            real_codes.append(shape.codes(real[col.name].to_numpy()))
+            synth_codes.append(shape.codes(synth[col.name].to_numpy()))
+            sizes.append(shape.size)
+        else:
+            real_codes.append(cell_codes(col, real[col.name].to_numpy()))
+            synth_codes.append(cell_codes(col, synth[col.name].to_numpy()))
+            sizes.append(cell_count(col))
+    return _QuantileScoring(
+        _with_missing_cell(columns, real_codes, sizes, len(real)),
+        _with_missing_cell(columns, synth_codes, sizes, len(synth)),
+        shapes,
+    )
 
 
 # ------------------------------------------------------------------------------ figures on cells
@@ -205,6 +265,38 @@ def point_mass_gaps(
     return _point_mass_gaps(_cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins), bins)
 
 
+def quantile_column_tvd(
+    schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, cells: int = QUANTILE_CELLS
+) -> pd.Series:
+    """1-way TVD of every numeric column (index: name) on `cells` cells at the real table's quantiles, a
+    heap or declared point mass a cell of its own (`dpsynth.models.evaluation.shapes`): the shape that
+    bins of the public bounds cannot see (a spike at 40 spread over the bin that holds it)."""
+    scoring = _quantile_scoring(schema, real, synth, cells)
+    return _column_tvd(scoring.real, scoring.synth)[[col.name for col in schema.continuous]]
+
+
+def quantile_pairwise_tvd(
+    schema: DatasetSchema,
+    real: pd.DataFrame,
+    synth: pd.DataFrame,
+    max_pairs: int | None = None,
+    cells: int = QUANTILE_CELLS,
+) -> PairwiseTVD:
+    """2-way TVD of every pair of schema columns (numeric x numeric included), numeric columns on the cells
+    of `quantile_column_tvd`, discrete ones on their levels: a dependence within one public bin counts."""
+    scoring = _quantile_scoring(schema, real, synth, cells)
+    return _pairwise_tvd(scoring.real, scoring.synth, max_pairs)
+
+
+def ks_distances(schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame) -> pd.Series:
+    """Kolmogorov-Smirnov distance of every numeric column (index: name; NaN where a table has no number
+    in it), missing values ignored: SDMetrics' KSComplement is 1 minus it."""
+    _check_frame(schema, real, "real")
+    _check_frame(schema, synth, "synthetic")
+    values = {col.name: ks_distance(real[col.name].to_numpy(), synth[col.name].to_numpy()) for col in schema.continuous}
+    return pd.Series(values, name="ks", dtype=np.float64)
+
+
 def continuous_spearman_mad(
     schema: DatasetSchema, real: pd.DataFrame, synth: pd.DataFrame, max_rows: int | None = None
 ) -> float | None:
@@ -242,9 +334,16 @@ def fidelity_summary(
     bins: int = DEFAULT_BINS,
     floor: float = LOST_LEVEL_FLOOR,
     spearman_rows: int | None = None,
+    shape_cells: int = QUANTILE_CELLS,
 ) -> dict:
     """Every fidelity figure in one JSON-ready dictionary (floats, ints, text, lists; None where a figure
-    does not apply, e.g. no point mass declared). The keys of `FIDELITY_TARGETS` are among its keys."""
+    does not apply, e.g. no point mass declared). The keys of `FIDELITY_TARGETS` are among its keys.
+
+    Public-bin figures (as earlier figures were measured): column_tvd, continuous_tvd_*, pairwise_tvd_*.
+    Shape figures: continuous_quantile_tvd (per numeric column) and its mean and worst, on `shape_cells`
+    cells at the real quantiles (`quantile_heaps`: the values given a cell of their own); continuous_ks (per
+    numeric column) and its mean and worst; pairwise_quantile_tvd_* over the same pairs, numeric columns on
+    those cells."""
     real_cells, synth_cells = _cells(schema, real, "real", bins), _cells(schema, synth, "synthetic", bins)
     tvd = _column_tvd(real_cells, synth_cells)
     discrete = tvd[[col.name for col in schema.discrete]]
@@ -254,6 +353,13 @@ def fidelity_summary(
     pairs = _pairwise_tvd(real_cells, synth_cells, max_pairs)
     gaps = _point_mass_gaps(real_cells, synth_cells, bins)
     lost = _lost_levels(real_cells, synth_cells, floor, bins)
+    numeric = [col.name for col in schema.continuous]
+    shape = _quantile_scoring(schema, real, synth, shape_cells)
+    quantile_tvd = _column_tvd(shape.real, shape.synth)[numeric]
+    q_mean, q_worst, q_worst_column = _mean_and_worst(quantile_tvd)
+    ks = ks_distances(schema, real, synth)
+    ks_mean, ks_worst, ks_worst_column = _mean_and_worst(ks.dropna())
+    quantile_pairs = _pairwise_tvd(shape.real, shape.synth, max_pairs)
     return {
         "real_rows": int(real_cells.rows),
         "synthetic_rows": int(synth_cells.rows),
@@ -276,6 +382,19 @@ def fidelity_summary(
         "point_mass_gaps": {label: _number(gap) for label, gap in gaps.items()},
         "spearman_mad_continuous": _number(continuous_spearman_mad(schema, real, synth, spearman_rows)),
         "bins": int(bins),
+        "continuous_quantile_tvd": {name: _number(value) for name, value in quantile_tvd.items()},
+        "continuous_quantile_tvd_mean": q_mean,
+        "continuous_quantile_tvd_worst": q_worst,
+        "continuous_quantile_tvd_worst_column": q_worst_column,
+        "continuous_ks": {name: _number(value) for name, value in ks.items()},
+        "continuous_ks_mean": ks_mean,
+        "continuous_ks_worst": ks_worst,
+        "continuous_ks_worst_column": ks_worst_column,
+        "pairwise_quantile_tvd_mean": _number(quantile_pairs.mean),
+        "pairwise_quantile_tvd_worst": _number(quantile_pairs.worst),
+        "pairwise_quantile_tvd_worst_pair": list(quantile_pairs.worst_pair) if quantile_pairs.worst_pair else None,
+        "quantile_cells": int(shape_cells),
+        "quantile_heaps": {name: [float(v) for v in cells.heaps] for name, cells in shape.shapes.items()},
     }
 
 
@@ -374,15 +493,19 @@ __all__ = [
     "GREEN",
     "LOST_LEVEL_FLOOR",
     "PairwiseTVD",
+    "QUANTILE_CELLS",
     "RED",
     "SDMETRICS_MAX_ROWS",
     "column_tvd",
     "continuous_spearman_mad",
     "fidelity_summary",
     "fidelity_verdicts",
+    "ks_distances",
     "lost_levels",
     "pairwise_tvd",
     "point_mass_gaps",
+    "quantile_column_tvd",
+    "quantile_pairwise_tvd",
     "scored_pairs",
     "sdmetrics_metadata",
     "sdmetrics_quality",

@@ -130,8 +130,29 @@ def fidelity_details(doc: Document, fidelity: dict[str, dict], sdmetrics: dict[s
         f"row. Spearman MAD: mean absolute gap of the rank correlations between continuous columns. SDMetrics: "
         f"its single-table QualityReport (Column Shapes, Column Pair Trends, overall: their mean; 1 is best)."
     )
+    doc.paragraph(
+        f"Numeric shapes, which bins of the public bounds cannot see (a spike spread over the bin that holds it): "
+        f"TVD on {first['quantile_cells']} cells cut at the real table's quantiles, a value that holds at least "
+        f"one such cell's share of the real rows (a heap) or a declared point mass a cell of its own; 2-way TVD "
+        f"over the same pairs with numeric columns on those cells; the Kolmogorov-Smirnov distance (the largest "
+        f"gap between the two cumulative shares; SDMetrics' KSComplement is 1 minus it)."
+    )
     per_column = pd.DataFrame({name: pd.Series(f["column_tvd"], dtype=np.float64) for name, f in fidelity.items()})
     doc.table(frame_table(per_column, 4, index_name="column", caption="TVD per column (1-way)"))
+    shapes = {
+        f"{name}: {figure}": pd.Series(f[key], dtype=np.float64)
+        for name, f in fidelity.items()
+        for figure, key in (("quantile-cell TVD", "continuous_quantile_tvd"), ("KS", "continuous_ks"))
+    }
+    if any(len(series) for series in shapes.values()):
+        doc.table(
+            frame_table(
+                pd.DataFrame(shapes),
+                4,
+                index_name="numeric column",
+                caption="Per numeric column: TVD on cells at the real quantiles, and KS distance",
+            )
+        )
     gaps = pd.DataFrame({name: pd.Series(f["point_mass_gaps"], dtype=np.float64) for name, f in fidelity.items()})
     if not gaps.empty:
         doc.table(
@@ -140,7 +161,16 @@ def fidelity_details(doc: Document, fidelity: dict[str, dict], sdmetrics: dict[s
     for name, f in fidelity.items():
         lost = ", ".join(f"{column}={level}" for column, level in f["lost_levels"]) or "none"
         pair = " and ".join(f["pairwise_tvd_worst_pair"] or []) or "none"
-        doc.paragraph(f"Setting {name}: levels lost: {lost}. Worst pair (2-way TVD): {pair}.")
+        quantile_pair = " and ".join(f["pairwise_quantile_tvd_worst_pair"] or []) or "none"
+        own = "; ".join(
+            f"{column} {', '.join(f'{v:g}' for v in values)}"
+            for column, values in f["quantile_heaps"].items()
+            if values
+        )
+        doc.paragraph(
+            f"Setting {name}: levels lost: {lost}. Worst pair (2-way TVD): {pair}; on real-quantile cells: "
+            f"{quantile_pair}. Values with a cell of their own: {own or 'none'}."
+        )
     rows = {
         name: {
             "Column Shapes": s["column_shapes"],

@@ -330,10 +330,19 @@ def test_utility_study_reports_fidelity_beside_its_figures(tmp_path, capsys):
     assert row["fidelity"]["real_rows"] == 300 and row["fidelity"]["synthetic_rows"] == 400
     assert set(row["fidelity"]["verdicts"]) == set(FIDELITY_TARGETS)
     assert np.isnan(row["fidelity_point_mass_gap_max"])  # cardio declares no point mass
+    # The numeric shapes beside the public-bin figures: per column, and their targets among the verdicts.
+    numeric = [col.name for col in schema.continuous]
+    for figure in ("continuous_quantile_tvd_worst", "continuous_ks_worst", "pairwise_quantile_tvd_mean"):
+        assert 0 < row[f"fidelity_{figure}"] <= 1 and figure in row["fidelity"]["verdicts"]
+    shapes = utility_study.numeric_shapes([row])
+    assert list(shapes["column"]) == numeric
+    assert list(shapes["ks"]) == [row["fidelity"]["continuous_ks"][name] for name in numeric]
+    assert list(shapes["public_bin_tvd"]) == [row["fidelity"]["column_tvd"][name] for name in numeric]
 
     assert utility_study.main(["--config", str(config), str(run), "--json"]) == 0
     printed = capsys.readouterr().out
     assert "Fidelity (targets:" in printed
+    assert "Numeric columns: TVD on public bins, TVD on 20 cells at the real quantiles" in printed
     runs = json.loads(printed.strip().splitlines()[-1])["runs"]
     assert runs[0]["fidelity"]["pairs_total"] == 12 * 11 // 2
     assert "fidelity_missed" not in runs[0] and runs[0]["mean_tvd"] >= 0

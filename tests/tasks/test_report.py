@@ -502,6 +502,30 @@ def test_summary_fidelity_cells_carry_the_targets_light(internal, schema, real, 
     assert "<td>n/a</td>" in summary  # cardio declares no point mass
 
 
+def test_internal_report_shows_the_numeric_shapes_beside_the_public_bins(internal, schema, real, synth):
+    """The shape figures (cells at the real quantiles, KS, 2-way with numeric pairs on those cells) carry
+    their lights on the first screen and their per-column values in the fidelity section, all from
+    `fidelity_summary`."""
+    text = html.unescape(internal[1])
+    summary = _summary_html(internal[1])
+    figures = fidelity_summary(schema, real, synth, spearman_rows=20000)
+    verdicts = fidelity_verdicts(figures)
+    for figure, where in (
+        ("continuous_quantile_tvd_worst", figures["continuous_quantile_tvd_worst_column"]),
+        ("continuous_ks_worst", figures["continuous_ks_worst_column"]),
+        ("pairwise_quantile_tvd_mean", None),
+        ("pairwise_quantile_tvd_worst", ", ".join(figures["pairwise_quantile_tvd_worst_pair"])),
+    ):
+        v = verdicts[figure]
+        shown = f"{v['value']:.4f}" + (f" ({where})" if where else "")
+        assert f'<td class="light-{v["light"]}">{shown} - {LIGHT_WORDS[v["light"]]}</td>' in summary, figure
+    assert "cut at the real table's quantiles" in text
+    assert "Per numeric column: TVD on cells at the real quantiles, and KS distance" in text
+    for col in schema.continuous:
+        assert f"<td>{figures['continuous_quantile_tvd'][col.name]:.4f}</td>" in text, col.name
+        assert f"<td>{figures['continuous_ks'][col.name]:.4f}</td>" in text, col.name
+
+
 def test_thesis_figures_sit_in_a_section_of_their_own(internal):
     text = internal[1]
     headings = re.findall(r"<h([23])>(.*?)</h\1>", text)
