@@ -27,7 +27,7 @@ from dpsynth.tasks.decision import statement_for
 # Key names that would carry real-data facts or internal model parts into what is published.
 FORBIDDEN_KEY = re.compile(
     r"auc|accuracy|real|critic|discriminator_loss|wasserstein|loss|imputation|"
-    r"validation|data_sha|n_train|train_rows",
+    r"validation|data_sha|n_train|train_rows|fidelity|tvd|quantile|kolmogorov|spearman",
     re.IGNORECASE,
 )
 

@@ -121,7 +121,13 @@ def test_a_non_private_release_publishes_null_epsilon_and_no_noise(cardio_schema
 
 
 def test_the_guard_refuses_real_data_keys_and_an_untrained_checkpoint(record, cardio_schema):
-    for field, key in (("parameters", "real_auc"), ("measured", "critic_loss"), ("privacy", "validation_rows")):
+    scores_against_real_rows = (("measured", "continuous_quantile_tvd"), ("parameters", "fidelity_spearman"))
+    for field, key in (
+        ("parameters", "real_auc"),
+        ("measured", "critic_loss"),
+        ("privacy", "validation_rows"),
+        *scores_against_real_rows,
+    ):
         with pytest.raises(ValueError, match=key):
             dataclasses.replace(record, **{field: {**getattr(record, field), key: 1}})
     with pytest.raises(ValueError, match="settings.k10.imputation"):
