@@ -143,3 +143,27 @@ def test_forecast_composes_more_releases_as_the_ledger_would_and_says_where_it_s
     assert ledger.forecast("cardio", COST, 3, budget=None)["after"] == pytest.approx(composed[:3])
     assert ledger.forecast("cardio", COST, 2, budget=None)["stops_at"] is None
     assert ledger.forecast("cardio", COST, first_over - 1, budget=10.0)["stops_at"] is None
+
+
+def test_the_same_input_refusal_reads_the_rows_so_the_privacy_statement_names_it(ledger_file):
+    import hashlib
+
+    from dpsynth.models.config import load_profile
+    from dpsynth.tasks.decision import statement_for
+
+    extract = b"id;cardio\n1;0\n2;1\n"
+    one_row_replaced = b"id;cardio\n1;0\n2;0\n"
+    ledger.enter("cardio", "r1", COST, budget=None, input_sha256=hashlib.sha256(extract).hexdigest())
+    with pytest.raises(BudgetExceededError, match="byte for byte"):
+        ledger.check_new_input("cardio", hashlib.sha256(extract).hexdigest())
+    ledger.check_new_input("cardio", hashlib.sha256(one_row_replaced).hexdigest())  # one row apart: it runs
+    # So epsilon does not cover it, and a publishing release's statement says so, with what it reveals.
+    default = load_profile("default")
+    named = [
+        i for i in statement_for(default, default.release_target(), release=True).does_not_cover if "same-input" in i
+    ]
+    assert len(named) == 1 and "not one row changed" in named[0] and "--allow-same-input" in named[0]
+    trial = load_profile("smoke")  # a trial never checks its input against the ledger
+    assert not [
+        i for i in statement_for(trial, trial.release_target(), release=True).does_not_cover if "same-input" in i
+    ]
