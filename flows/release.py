@@ -54,7 +54,6 @@ from dpsynth.tasks.marginals import released_parameters
 from dpsynth.tasks.progress import stage, status
 from dpsynth.tasks.public_release import PublicRelease, build_public_release
 from dpsynth.tasks.registry import release_description, release_registered, release_tags
-from dpsynth.tasks.split import SplitMissesTargetLevel
 from dpsynth.tasks.stage import StageResult, read_json, write_json
 from dpsynth.tasks.training import sample_generator_file
 
@@ -112,27 +111,7 @@ def release(
         tracking.log_params(run_id, {"profile": prof.to_dict(), "schema_version": ctx.schema.version})
         tracking.log_artifact(run_id, ctx.schema_path, "config")
 
-        try:
-            paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
-        except SplitMissesTargetLevel as stopped:
-            if trial:
-                raise
-            # Whether the split stops depends on the rows and the secret: counted as the release would be.
-            planned = planned_release_cost(prof, setting)
-            ledger_mod.enter(
-                ctx.schema.name,
-                ctx.run_id,
-                planned,
-                None,
-                status="aborted",
-                input_sha256=ctx.data_hash,
-                profile=prof.name,
-            )
-            raise SplitMissesTargetLevel(
-                f"{stopped} This stop depends on which rows the run's secret drew, so it is counted in the "
-                f"table's privacy ledger at the release's planned cost (epsilon {planned.epsilon:.2f}), as a "
-                "refused release is; nothing was published."
-            ) from None
+        paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
         tracking.log_artifact(run_id, paths["validation_summary"], "validation")
         tracking.log_artifact(run_id, paths["imputation"], "internal")
         log.info("validation: %s", paths["validation_info"])
@@ -289,11 +268,6 @@ def release(
         return summary
     except ReleaseNotApprovedError:
         # The DP decision's answer is final for this run (rerunning it would draw no new noise).
-        close_run(ctx, "trial-refused" if trial else "refused")
-        tracking.end_run(run_id, "FAILED")
-        raise
-    except SplitMissesTargetLevel:
-        # Final too: the same secret draws the same split again.
         close_run(ctx, "trial-refused" if trial else "refused")
         tracking.end_run(run_id, "FAILED")
         raise

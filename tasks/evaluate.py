@@ -112,7 +112,13 @@ def real_splits(
     if index == 0:
         return {"train": split["train"], "val": split["val"], "test": split["test"]}
     pool = np.concatenate([split["train"], split["val"]])
-    train, val = train_test_split(pool, test_size=len(split["val"]), random_state=seed + 7919 * index, stratify=y[pool])
+    # Stratified where it can be; otherwise not (a level with one row in the pool): a fact of the rows,
+    # which changes only the internal baseline's and AUCs' rows, never the split sizes or the DP choice's
+    # validation rows (the secret's `split["val"]`).
+    stratify = y[pool] if np.bincount(y[pool], minlength=2).min() >= 2 else None
+    train, val = train_test_split(
+        pool, test_size=len(split["val"]), random_state=seed + 7919 * index, stratify=stratify
+    )
     return {"train": np.sort(train), "val": np.sort(val), "test": split["test"]}
 
 
@@ -134,7 +140,8 @@ def selection_run(
     started = time.perf_counter()
     result = select_model(X_train, y_train, X_val, y_val, X_test, y_test, candidates, method="fast", n_jobs=1)
     real_val_auc = float("nan")
-    if not result.degenerate:
+    # NaN too when the real validation rows hold a single class (internal: the run goes on).
+    if not result.degenerate and np.unique(y_real_val).size == 2:
         real_val_auc = float(roc_auc_score(y_real_val, result.decision_scores(X_real_val)))
     record = {
         "penalty": result.penalty,

@@ -12,9 +12,11 @@ are both counted and the second is refused if both would not fit. What counts:
   have published, and counting it is the safe side);
 * "published": registered and bundled;
 * "refused": the DP approval refused it; its decision was drawn on the checkpoints and the validation
-  rows, so it costs what a published release would;
-* "aborted": it stopped on a fact of the rows that its secret drew (a split without a row of a target
-  level): whether it stops depends on the rows, so it counts at the release's planned cost.
+  rows, so it costs what a published release would.
+
+No release stops on a fact of its rows (docs/privacy.md, section 12): a ledger written by an earlier
+version may hold "aborted" entries (a split without a row of a target level stopped those); they were
+spent and still count, but nothing enters that status any more.
 
 A release that fails or is killed before it is entered (any stage up to the DP decision) adds nothing;
 one that fails while publishing and registered nothing is taken out again. Retiring a version from the
@@ -46,7 +48,8 @@ if TYPE_CHECKING:
     from dpsynth.models.config import Profile
 
 LEDGER_FILE = "privacy-ledger.sqlite"
-COUNTED = ("publishing", "published", "refused", "aborted")
+ENTERED = ("publishing", "published", "refused")
+COUNTED = (*ENTERED, "aborted")  # "aborted": earlier versions' entries only (see the module notes)
 # Columns later versions added, with their types: a ledger from before gains them on first use.
 _ADDED_COLUMNS = {"input_sha256": "TEXT", "profile": "TEXT"}
 _SCHEMA = """CREATE TABLE IF NOT EXISTS releases (
@@ -217,7 +220,7 @@ def enter(
     checking the budget against every other release, in one exclusive transaction. `input_sha256` (the
     input file's hash) stays in the ledger, which is internal: `check_new_input` reads it; `profile`
     (its name) lets `releases_of_profile` count a schedule's releases."""
-    if status not in COUNTED:
+    if status not in ENTERED:
         raise ValueError(f"unknown ledger status {status!r}")
     now = datetime.now(UTC).isoformat()
     with _writing() as db:

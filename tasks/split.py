@@ -4,10 +4,13 @@ Each row's split (and, for small profiles, whether it is kept at all) depends on
 run's privacy secret only (models/data/preprocessing.py `row_local_split`): changing one row moves no other
 row, which the privacy argument needs, and nobody who knows the profile can tell which rows trained the
 generator. The secret is read from the run folder, never passed through Prefect.
+
+A part that draws no row of a target level is recorded, not refused (`missing_target_levels`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,45 +20,61 @@ from dpsynth.models.config import Profile
 from dpsynth.models.data.encoding import level_codes
 from dpsynth.models.data.preprocessing import row_local_split, row_local_subsample
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.errors import InvalidTableError
+from dpsynth.models.privacy.secret import PrivacySecret
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.tasks.stage import StageResult, run_stage
 
 
-class SplitMissesTargetLevel(InvalidTableError):
-    """A split drew no row of a target level. Whether that happens depends on the rows and on the secret's
-    split, so a release that stops here is counted in the table's ledger (flows/release.py): otherwise
-    retrying with new secrets would probe the rows for free."""
+@dataclass(frozen=True)
+class SecretSplit:
+    """The rows a run works on, their train/validation/test parts, and the target levels each part
+    happens to lack (internal: a fact of the rows)."""
+
+    rows: np.ndarray
+    parts: dict[str, np.ndarray]
+    missing_levels: dict[str, list[str]]
 
 
-def check_split(schema: DatasetSchema, target: np.ndarray, parts: dict[str, np.ndarray]) -> None:
-    """Every split needs every target level: a table too small for that cannot be trained and evaluated."""
+def missing_target_levels(
+    schema: DatasetSchema, target: np.ndarray, parts: dict[str, np.ndarray]
+) -> dict[str, list[str]]:
+    """The target levels with no row in each part (only the parts that lack one).
+
+    Recorded in the run folder, never a reason to stop or to take another path: whether a part lacks a
+    level depends on the rows and on the split the secret drew, which epsilon does not cover (with 2
+    rows of the rarer level a release would never proceed, with 3 it would 5% of the time: one row apart,
+    a delta of 0.05). Every later stage copes with a part without a level: the DP choice and approval
+    count no concordant pair (P = 0) at unchanged sensitivities, and the internal AUCs are NaN."""
     column = schema.column(schema.target)
     codes = level_codes(column, target)
-    for name, rows in parts.items():
-        missing = [str(level) for i, level in enumerate(column.levels) if not (codes[rows] == i).any()]
-        if missing:
-            raise SplitMissesTargetLevel(
-                f"The table is too small: its {name} split ({len(rows)} rows) holds no row with target "
-                f"{schema.target!r} = {', '.join(missing)}. Use a larger table (a few hundred rows at least)."
-            )
+    missing = {
+        name: [str(level) for i, level in enumerate(column.levels) if not (codes[rows] == i).any()]
+        for name, rows in parts.items()
+    }
+    return {name: levels for name, levels in missing.items() if levels}
+
+
+def secret_split(schema: DatasetSchema, target: np.ndarray, profile: Profile, secret: PrivacySecret) -> SecretSplit:
+    """The split of a table whose target column is `target`, drawn from `secret` (see the module notes)."""
+    n_rows = len(target)
+    rows = np.arange(n_rows)
+    if profile.max_rows is not None and profile.max_rows < n_rows:
+        # Small profiles work on a subsample, drawn row-locally from the secret too.
+        rows = row_local_subsample(n_rows, profile.max_rows, secret)
+    parts = row_local_split(n_rows, profile.split, secret, rows)
+    return SecretSplit(rows, parts, missing_target_levels(schema, target, parts))
 
 
 def split_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, profile: Profile) -> StageResult:
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
-        secret = load_secret(run_dir)
         target = pd.read_parquet(table_path, columns=[schema.target])[schema.target].to_numpy()
-        n_rows = len(target)
-        rows = np.arange(n_rows)
-        if profile.max_rows is not None and profile.max_rows < n_rows:
-            # Small profiles work on a subsample, drawn row-locally from the secret too.
-            rows = row_local_subsample(n_rows, profile.max_rows, secret)
-        parts = row_local_split(n_rows, profile.split, secret, rows)
-        check_split(schema, target, parts)
+        drawn = secret_split(schema, target, profile, load_secret(run_dir))
         out = directory / "split.npz"
-        np.savez(out, rows=rows, train=parts["train"], val=parts["val"], test=parts["test"])
-        # Split sizes depend on the secret only; still internal (they are not needed outside the run).
-        info = {k: len(v) for k, v in parts.items()}
+        parts = drawn.parts
+        np.savez(out, rows=drawn.rows, train=parts["train"], val=parts["val"], test=parts["test"])
+        # Split sizes depend on the secret only; the missing levels on the rows: both internal (the
+        # stage's manifest in the run folder), and nothing downstream reads the missing levels.
+        info = {**{k: len(v) for k, v in parts.items()}, "missing_target_levels": drawn.missing_levels}
         return {"split": out}, info
 
     config = {"split": profile.split, "max_rows": profile.max_rows, "method": "row-local, secret"}

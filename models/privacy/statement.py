@@ -98,6 +98,15 @@ def privacy_statement(profile: Profile, setting: Setting, facts: PrivacyFacts, *
             "the table's privacy ledger composes them (dpsynth ledger)"
         )
     missing.append("whether the input table passed validation: a table that fails it is not released at all")
+    if release and not profile.trial:
+        # The check compares the input's hash (Python API: of the frame as written), a fact of the rows; kept
+        # because a schedule whose extract nobody replaced is the common mistake it catches.
+        missing.append(
+            "the same-input refusal: a release whose input is byte for byte the one the table's last counted "
+            "release read is refused before any work unless --allow-same-input (allow_same_input in the "
+            "Python API) is given, so a refusal, or a scheduled release that did not happen, reveals that "
+            "not one row changed since that release"
+        )
     missing.append(
         "configuration chosen by people after seeing results on the same table, if any (dpsynth's shipped "
         "profiles were tuned on runs of the Cardio table)"

@@ -20,6 +20,7 @@ from dpsynth.models.generators import get
 from dpsynth.models.generators.dpfedctgan.adapter import planned_epsilon
 from dpsynth.models.generators.dpfedctgan.conditions import (
     ConditionLayout,
+    condition_key,
     counts_sensitivity,
     exact_counts,
     noisy_counts,
@@ -27,10 +28,16 @@ from dpsynth.models.generators.dpfedctgan.conditions import (
 )
 from dpsynth.models.generators.dpfedctgan.config import DPFedCTGANConfig
 from dpsynth.models.generators.dpfedctgan.federation.launcher import site_secret
-from dpsynth.models.generators.dpfedctgan.local_training import RoundStreams, SiteTrainer
+from dpsynth.models.generators.dpfedctgan.local_training import (
+    RoundStreams,
+    SiteTrainer,
+    per_sample_gradients,
+    public_seed,
+)
 from dpsynth.models.generators.dpfedctgan.networks import FedGeneratorSpec
 from dpsynth.models.generators.dpfedctgan.privacy import counts_rho, release_epsilon, site_epsilon
 from dpsynth.models.generators.dpfedctgan.sites import site_count, split_rows
+from dpsynth.models.generators.dpsgd import clipped_sum
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon, replace_one_epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
@@ -153,13 +160,13 @@ def test_one_discriminator_update_is_exactly_the_sanitised_mean(cardio_schema, e
     )
     before = {k: v.detach().clone() for k, v in trainer.discriminator.named_parameters()}
     sgd = torch.optim.SGD(trainer.discriminator.parameters(), lr=1.0)
-    rows, parts = trainer.discriminator_step(sgd, RoundStreams.for_round(SECRET, 1, 0, 7))
+    rows, parts = trainer.discriminator_step(sgd, RoundStreams.for_round(SECRET, 1, 0, 7), 0)
     # The same draws again, computed by hand: each real row's gradient clipped to C, the noise, the fake sum.
     streams = RoundStreams.for_round(SECRET, 1, 0, 7)
     index = (torch.rand(400, generator=streams.sampling) < 0.05).nonzero().squeeze(1)
     assert rows == index.numel()
     real = trainer.rows[index]
-    real_cond = layout.real_conditions(real, streams.public)
+    real_cond = layout.real_conditions(real, index, condition_key(public_seed(1, 0, 7), 0))
     disc = spec.build_discriminator((16,))
     disc.load_state_dict(before)
     expected_batch = 0.05 * 410.0
@@ -180,6 +187,63 @@ def test_one_discriminator_update_is_exactly_the_sanitised_mean(cardio_schema, e
         applied = (real_sum[k] + noise[k] + parts.fake_sum[k]) / expected_batch
         torch.testing.assert_close(before[k] - p.detach(), applied, rtol=1e-4, atol=1e-6)
     assert trainer.updates == 1
+
+
+def test_a_neighbouring_batch_changes_nothing_public_only_the_rows_own_gradient(cardio_schema, encoded):
+    """Removing one sampled row (the table's last, so every other row's Poisson draw stays as it was; same
+    secret, same seed) leaves the public stream, the fakes and the fake sum bit-identical, and the
+    generator step too once the two discriminators agree (they differ by that row's gradient only)."""
+    config = DPFedCTGANConfig(
+        sample_rate=0.05, noise_multiplier=1.5, clip=0.7, z_dim=8, generator_hidden=(16,), discriminator_hidden=(16,)
+    )
+    groups = tuple(TableEncoder(cardio_schema).head_groups())
+    spec = FedGeneratorSpec(8, (16,), encoded.shape[1], groups)
+    shares = torch.full((spec.layout.width,), 0.5)
+    n = 400
+    round_index = next(
+        r for r in range(200) if torch.rand(n, generator=RoundStreams.for_round(SECRET, 1, 0, r).sampling)[-1] < 0.05
+    )
+    full, neighbour = (
+        SiteTrainer(
+            torch.from_numpy(rows), spec, config, seed=1, site=0, secret=SECRET, shares=shares, noisy_size=410.0
+        )
+        for rows in (encoded[:n], encoded[: n - 1])
+    )
+    neighbour.load(full.generator.state_dict(), full.discriminator.state_dict())
+    before = {k: v.detach().clone() for k, v in full.discriminator.state_dict().items()}
+    seen = []
+    for trainer in (full, neighbour):
+        draw_fake, fakes = trainer.draw_fake, []
+        trainer.draw_fake = lambda rows, rng, draw=draw_fake, kept=fakes: kept.append(draw(rows, rng)) or kept[-1]
+        streams = RoundStreams.for_round(SECRET, 1, 0, round_index)
+        rows, parts = trainer.discriminator_step(
+            torch.optim.SGD(trainer.discriminator.parameters(), lr=1.0), streams, 0
+        )
+        seen.append((rows, parts, streams, fakes))
+    (rows_a, parts_a, streams_a, fakes_a), (rows_b, parts_b, streams_b, fakes_b) = seen
+    assert rows_b == rows_a - 1  # the neighbouring batch: that row only is gone
+    assert torch.equal(streams_a.public.get_state(), streams_b.public.get_state())
+    for (fake_a, cond_a), (fake_b, cond_b) in zip(fakes_a, fakes_b, strict=True):
+        assert torch.equal(fake_a, fake_b) and torch.equal(cond_a, cond_b)
+    for k in parts_a.fake_sum:
+        assert torch.equal(parts_a.fake_sum[k], parts_b.fake_sum[k])
+        assert torch.equal(parts_a.noise[k], parts_b.noise[k])
+    # The removed row's own clipped gradient is the whole difference of the real sums.
+    disc = spec.build_discriminator((16,))
+    disc.load_state_dict(before)
+    last = full.rows[n - 1 :]
+    cond = spec.layout.real_conditions(last, torch.tensor([n - 1]), condition_key(public_seed(1, 0, round_index), 0))
+    own = clipped_sum(per_sample_gradients(disc, last, cond, real=True), 0.7)
+    for k in own:
+        torch.testing.assert_close(parts_a.real_sum[k] - parts_b.real_sum[k], own[k], rtol=1e-4, atol=1e-6)
+    neighbour.discriminator.load_state_dict(full.discriminator.state_dict())
+    for trainer, streams in ((full, streams_a), (neighbour, streams_b)):
+        trainer.generator_step(torch.optim.Adam(trainer.generator.parameters(), lr=1e-3), streams)
+    assert torch.equal(streams_a.public.get_state(), streams_b.public.get_state())
+    for (name, a), b in zip(
+        full.generator.state_dict().items(), neighbour.generator.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
 
 
 def test_the_section_rejects_a_remote_federation_without_a_fixed_port():

@@ -223,12 +223,24 @@ def test_bad_inputs_are_rejected():
         select_model(X, y, Xv, yv, Xt, yt, grid, method="other")
     with pytest.raises(ValueError):
         select_model(X, y + 1, Xv, yv, Xt, yt, grid)
-    with pytest.raises(ValueError):
-        select_model(X, y, Xv, yv, Xt, np.zeros_like(yt), grid)  # real test split with one class
     Xn = X.copy()
     Xn[0, 0] = np.nan
     with pytest.raises(ValueError):
         select_model(Xn, y, Xv, yv, Xt, yt, grid)
+
+
+def test_a_test_split_with_one_class_scores_nan_and_chooses_as_before():
+    """Whether the real test split holds both classes is a fact of the rows: no error, NaN scores, and the
+    same candidate and classifier as with any test split (docs/privacy.md, section 12)."""
+    X, y, Xv, yv, Xt, yt = _splits(11)
+    grid = regularisation_grid(0)
+    usual = select_model(X, y, Xv, yv, Xt, yt, grid)
+    single = select_model(X, y, Xv, yv, Xt, np.zeros_like(yt), grid)
+    assert np.isnan(single.test_auc) and np.isnan(single.test_auprc)
+    assert (single.penalty, single.C, single.val_aucs) == (usual.penalty, usual.C, usual.val_aucs)
+    assert np.array_equal(single.coef, usual.coef)
+    collapsed = select_model(X, np.zeros_like(y), Xv, yv, Xt, np.zeros_like(yt), grid)
+    assert collapsed.degenerate and np.isnan(collapsed.test_auc) and np.isnan(collapsed.test_auprc)
 
 
 # ---- wide tables and the C loops -------------------------------------------------------------------------

@@ -115,7 +115,12 @@ def test_a_ledger_from_before_input_hashes_gains_the_column(ledger_file):
 
 def test_a_schedules_releases_are_counted_by_profile_aborted_ones_too(ledger_file):
     ledger.enter("cardio", "r1", COST, budget=None, profile="default")
-    ledger.enter("cardio", "r2", COST, budget=None, profile="default", status="aborted")
+    # No release stops on its rows any more, so nothing enters "aborted"; an earlier version's entry counts.
+    with pytest.raises(ValueError, match="aborted"):
+        ledger.enter("cardio", "r2", COST, budget=None, profile="default", status="aborted")
+    ledger.enter("cardio", "r2", COST, budget=None, profile="default")
+    with ledger._writing() as db:
+        db.execute("UPDATE releases SET status = 'aborted' WHERE release_id = 'r2'")
     ledger.enter("cardio", "r3", COST, budget=None, profile="eps1")
     ledger.enter("cardio", "r4", COST, budget=None, profile="default")
     ledger.withdraw("r4")
@@ -138,3 +143,27 @@ def test_forecast_composes_more_releases_as_the_ledger_would_and_says_where_it_s
     assert ledger.forecast("cardio", COST, 3, budget=None)["after"] == pytest.approx(composed[:3])
     assert ledger.forecast("cardio", COST, 2, budget=None)["stops_at"] is None
     assert ledger.forecast("cardio", COST, first_over - 1, budget=10.0)["stops_at"] is None
+
+
+def test_the_same_input_refusal_reads_the_rows_so_the_privacy_statement_names_it(ledger_file):
+    import hashlib
+
+    from dpsynth.models.config import load_profile
+    from dpsynth.tasks.decision import statement_for
+
+    extract = b"id;cardio\n1;0\n2;1\n"
+    one_row_replaced = b"id;cardio\n1;0\n2;0\n"
+    ledger.enter("cardio", "r1", COST, budget=None, input_sha256=hashlib.sha256(extract).hexdigest())
+    with pytest.raises(BudgetExceededError, match="byte for byte"):
+        ledger.check_new_input("cardio", hashlib.sha256(extract).hexdigest())
+    ledger.check_new_input("cardio", hashlib.sha256(one_row_replaced).hexdigest())  # one row apart: it runs
+    # So epsilon does not cover it, and a publishing release's statement says so, with what it reveals.
+    default = load_profile("default")
+    named = [
+        i for i in statement_for(default, default.release_target(), release=True).does_not_cover if "same-input" in i
+    ]
+    assert len(named) == 1 and "not one row changed" in named[0] and "--allow-same-input" in named[0]
+    trial = load_profile("smoke")  # a trial never checks its input against the ledger
+    assert not [
+        i for i in statement_for(trial, trial.release_target(), release=True).does_not_cover if "same-input" in i
+    ]

@@ -19,6 +19,7 @@ Two implementations of steps 2-3 are offered by `select_model`:
 Degenerate inputs (a collapsed generator that emits a single class in the training or validation set) do
 not raise: the result has ``degenerate=True``, ``val_auc=nan``, ``test_auc=0.5`` (a constant score) and
 ``test_auprc`` equal to the positive rate of the test set (the average precision of a constant score).
+A test set with a single class does not raise either: its AUC and average precision are NaN.
 
 Modules: grid.py (the candidates), procedure.py (the selection run, both methods), logistic_path.py (the
 fast solver along C), logistic_problem.py (one fit's data and its passes over it), l1_subproblem.py (the

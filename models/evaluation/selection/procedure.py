@@ -120,15 +120,27 @@ def _naive_val_auc(
     return float(roc_auc_score(y_val, model.decision_function(X_val)))
 
 
+def test_scores(y_test: np.ndarray, scores: np.ndarray) -> tuple[float, float]:
+    """(ROC AUC, average precision) of `scores` on the test set; both NaN when it holds a single class.
+
+    NaN, not an error: whether a test split holds both classes depends on the rows (and on the split the
+    run's secret drew), and a run must not stop on that (docs/privacy.md, section 12)."""
+    if np.unique(y_test).size < 2:
+        return float("nan"), float("nan")
+    # roc_auc_score's value, without its checks
+    return float(auc_columns(y_test, scores)[0]), float(average_precision_score(y_test, scores))
+
+
 def _degenerate(
     X_test: np.ndarray, y_test: np.ndarray, candidates: Sequence[Candidate], method: str, t0: float
 ) -> SelectionResult:
+    single = np.unique(y_test).size < 2
     return SelectionResult(
         penalty=None,
         C=None,
         val_auc=float("nan"),
-        test_auc=0.5,
-        test_auprc=float(np.mean(y_test)),
+        test_auc=float("nan") if single else 0.5,
+        test_auprc=float("nan") if single else float(np.mean(y_test)),
         seconds=time.perf_counter() - t0,
         val_aucs=[float("nan")] * len(candidates),
         degenerate=True,
@@ -205,8 +217,6 @@ def select_model(
     X_test, y_test = _as_xy(X_test, y_test, "test")
     if not (X_train.shape[1] == X_val.shape[1] == X_test.shape[1]):
         raise ValueError("train, validation and test sets must have the same number of columns")
-    if np.unique(y_test).size < 2:
-        raise ValueError("the test set holds a single class: its AUC is undefined")
     if np.unique(y_train).size < 2 or np.unique(y_val).size < 2:
         return _degenerate(X_test, y_test, candidates, method, t0)
 
@@ -233,13 +243,13 @@ def select_model(
             )
         chosen = candidates[best]
 
-    test_scores = X_test.astype(np.float64) @ coef + intercept
+    test_auc, test_auprc = test_scores(y_test, X_test.astype(np.float64) @ coef + intercept)
     return SelectionResult(
         penalty=chosen.penalty,
         C=chosen.C,
         val_auc=float(val_aucs[best]),
-        test_auc=float(auc_columns(y_test, test_scores)[0]),  # roc_auc_score's value, without its checks
-        test_auprc=float(average_precision_score(y_test, test_scores)),
+        test_auc=test_auc,
+        test_auprc=test_auprc,
         seconds=time.perf_counter() - t0,
         val_aucs=[float(a) for a in val_aucs],
         degenerate=False,

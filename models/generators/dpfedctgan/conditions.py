@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dpsynth.models.privacy.counter_random import stream_base, uniforms
+
 
 @dataclass(frozen=True)
 class ConditionLayout:
@@ -60,11 +62,14 @@ class ConditionLayout:
             cond[torch.arange(columns.shape[0]), offsets[columns] + levels] = 1.0
         return cond
 
-    def real_conditions(self, rows: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
-        """Each real row's own level in a column drawn uniformly from `rng`."""
+    def real_conditions(self, rows: torch.Tensor, positions: torch.Tensor, key: np.uint64) -> torch.Tensor:
+        """Each real row's own level in a column drawn uniformly from its position (its index among the
+        site's rows) and `key` (the update's, `condition_key`). A counter-based draw, not a stream: a
+        stream would advance by the batch's size and carry it into every public draw after it (the fake
+        rows, the generator step), which must be the same under a neighbouring table."""
         if not self.blocks:
             return torch.zeros(rows.shape[0], 0)
-        columns = torch.randint(len(self.blocks), (rows.shape[0],), generator=rng)
+        columns = condition_columns(positions, key, len(self.blocks))
         levels = self.level_codes(rows).gather(1, columns.unsqueeze(1)).squeeze(1)
         return self.one_hot(columns, levels)
 
@@ -81,6 +86,21 @@ class ConditionLayout:
             picked = torch.searchsorted(cumulative, u.unsqueeze(1)).squeeze(1).clamp(max=count - 1)
             levels = torch.where(columns == j, picked, levels)
         return self.one_hot(columns, levels)
+
+
+def condition_key(public_seed: int, step: int) -> np.uint64:
+    """The counter base of one local update's real-row condition columns: the round's public seed and
+    the update's step within the round (so a rerun of the round draws them again)."""
+    return stream_base(public_seed, step)
+
+
+def condition_columns(positions: torch.Tensor, key: np.uint64, n_columns: int) -> torch.Tensor:
+    """A discrete column, uniform over `n_columns`, for each position: a fixed function of (key, position)."""
+    pos = positions.detach().cpu().numpy().astype(np.uint64)
+    with np.errstate(over="ignore"):
+        u = uniforms(key + pos)
+    picked = np.minimum((u * n_columns).astype(np.int64), n_columns - 1)
+    return torch.from_numpy(picked)
 
 
 def counts_sensitivity(layout: ConditionLayout) -> float:

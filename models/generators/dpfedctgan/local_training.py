@@ -15,6 +15,12 @@ A site keeps nothing between rounds: its Adam states start afresh each round (Fe
 only), and each round's random streams are derived from the round's number (Poisson batches and noise
 from the site's secret, latents and condition columns from the profile seed). A client that restarts, or
 a run that resumes from the last completed round, therefore computes exactly what it would have.
+
+The public stream advances by the same count in every update whatever the Poisson batch drew: the real
+rows' condition columns are counter-based draws keyed by (round, step, row's position), not draws from
+the stream. Were they drawn from it, the fakes and the generator step after them would change with the
+batch's size, so under a neighbouring table the fake half of the gradient would differ too, which the
+accountant's derivation (one row's clipped gradient plus noise) does not allow.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import torch
 from torch.func import functional_call
 from torch.nn import functional as F
 
+from dpsynth.models.generators.dpfedctgan.conditions import condition_key
 from dpsynth.models.generators.dpfedctgan.config import DPFedCTGANConfig
 from dpsynth.models.generators.dpfedctgan.networks import (
     ConditionalDiscriminator,
@@ -124,12 +131,14 @@ class SiteTrainer:
         return self.generator(z, cond, noise), cond
 
     def discriminator_step(
-        self, optimizer: torch.optim.Optimizer, streams: RoundStreams
+        self, optimizer: torch.optim.Optimizer, streams: RoundStreams, step: int
     ) -> tuple[int, SanitizedGradient]:
-        """One private update; returns the drawn batch size (internal only) and the gradient's parts."""
+        """Private update `step` of the round; returns the drawn batch size (internal only) and the
+        gradient's parts. The public stream advances by the fakes' fixed count only: the real rows'
+        conditions are drawn by position (`condition_key`), so the fakes do not depend on the batch."""
         index = poisson_batch(self.rows.shape[0], self.config.sample_rate, streams.sampling)
         real = self.rows[index]
-        real_cond = self.layout.real_conditions(real, streams.public)
+        real_cond = self.layout.real_conditions(real, index, condition_key(streams.condition_seed, step))
         with torch.no_grad():
             fake, fake_cond = self.draw_fake(self.fake_rows, streams.public)
         parts = sanitized_gradient(
@@ -167,8 +176,8 @@ class SiteTrainer:
         opt_d = torch.optim.Adam(self.discriminator.parameters(), lr=c.lr_discriminator, betas=c.betas)
         opt_g = torch.optim.Adam(self.generator.parameters(), lr=c.lr_generator, betas=c.betas)
         before = self.updates
-        for _ in range(c.local_steps):
-            self.discriminator_step(opt_d, streams)
+        for step in range(c.local_steps):
+            self.discriminator_step(opt_d, streams, step)
             self.generator_step(opt_g, streams)
         return self.updates - before
 
@@ -177,14 +186,17 @@ class SiteTrainer:
 class RoundStreams:
     sampling: torch.Generator  # Poisson batches: the site's secret
     noise: torch.Generator  # Gaussian noise: the site's secret
-    public: torch.Generator  # latents, condition columns, generated conditions: the profile seed
+    public: torch.Generator  # latents and generated conditions: the profile seed, a fixed count per update
+    condition_seed: int  # the key of the real rows' condition columns (counter-based, by position)
 
     @classmethod
     def for_round(cls, secret: PrivacySecret, seed: int, site: int, round_index: int) -> RoundStreams:
+        public = public_seed(seed, site, round_index)
         return cls(
             secret.torch(f"dpfedctgan-sampling-round-{round_index}"),
             secret.torch(f"dpfedctgan-noise-round-{round_index}"),
-            torch.Generator().manual_seed(public_seed(seed, site, round_index)),
+            torch.Generator().manual_seed(public),
+            public,
         )
 
 
