@@ -369,11 +369,11 @@ def forecast(dataset: str, planned: ReleaseCost, releases: int, budget: float | 
     after, stops_at, total = [], None, now
     for k in range(1, releases + 1):
         if stops_at is None:
-            with_it = lifetime_cost(counted + [planned] * k).epsilon
-            if budget is not None and with_it > budget:
+            if lifetime_refusal(dataset, counted, planned, budget) is not None:  # the release's own rule
                 stops_at = k
             else:
-                total = with_it
+                counted = counted + [planned]
+                total = lifetime_cost(counted).epsilon
         after.append(finite(total))
     return {
         "dataset": dataset,
