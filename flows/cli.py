@@ -131,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="with --profile: the lifetime spending after each of N more releases of that profile, "
-        "and the first one the lifetime budget would refuse",
+        help="N more releases of --profile (default: the table's last release's profile): for each, 'fits' "
+        "or 'refused: RULE' by the rules release applies, and the lifetime spending after it",
     )
     p.add_argument("--json", action="store_true", help="print the ledger as JSON on the last line")
 
