@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dpsynth.models.defaults import DEFAULT_RELEASE_PROFILE
 from dpsynth.models.errors import DpsynthError, StorageError
 
 DEFAULT_CONFIG = "configs/cardio.yaml"
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the public summary as JSON on the last line")
 
     for name, default_profile, text in (
-        ("release", "default", "train, evaluate and release one setting"),
+        ("release", DEFAULT_RELEASE_PROFILE, "train, evaluate and release one setting"),
         ("experiment", "thesis", "run the thesis grid of settings"),
     ):
         p = sub.add_parser(name, help=text)
@@ -130,27 +131,52 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="with --profile: the lifetime spending after each of N more releases of that profile, "
-        "and the first one the lifetime budget would refuse",
+        help="N more releases of --profile (default: the table's last release's profile): for each, 'fits' "
+        "or 'refused: RULE' by the rules release applies, and the lifetime spending after it",
     )
     p.add_argument("--json", action="store_true", help="print the ledger as JSON on the last line")
 
-    p = sub.add_parser("profiles", help="the profiles beside a schema: generator, budgets, trial or release")
-    p.add_argument("--config", default=DEFAULT_CONFIG, help="the schema the profiles sit beside (profiles/ there)")
+    p = sub.add_parser(
+        "profiles", help="the shipped profiles and a schema's own: what each suits, generator, budgets, trial"
+    )
+    p.add_argument(
+        "--config", default=None, help="also list this schema's own profiles (profiles/ beside it), which come first"
+    )
     p.add_argument("--json", action="store_true", help="print the list as JSON on the last line")
 
     p = sub.add_parser("sample", help="sample rows from a registered generator")
     p.add_argument("--model-uri", required=True, help="e.g. models:/cardio-gswgan@champion")
     p.add_argument("--rows", type=int, required=True, help="how many synthetic rows to write")
     p.add_argument("--out", required=True, help="output .parquet or .csv")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument(
+        "--seed", type=int, default=None, help="sampling seed: the same rows for the same seed (default: fresh rows)"
+    )
+
+    p = sub.add_parser("schema", help="draft a table's schema from its column names and types, or check one")
+    schema_commands = p.add_subparsers(dest="schema_command", required=True)
+    q = schema_commands.add_parser(
+        "draft", help="write a schema from the table's column names and types, every value to fill marked"
+    )
+    q.add_argument("data", help="the table (CSV or Parquet): only its column names and types are read")
+    q.add_argument("--out", required=True, help="the schema YAML to write (an existing file only with --force)")
+    q.add_argument("--name", default=None, help="the table's name (default: the data file's name)")
+    q.add_argument("--target", default=None, help="the binary column to predict (default: a placeholder)")
+    q.add_argument("--id-column", default=None, help="a column that identifies rows: left out of training")
+    q.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    q = schema_commands.add_parser(
+        "check", help="what a schema still lacks (exit 2 while anything is) or which rule it breaks"
+    )
+    q.add_argument("schema", help="the schema YAML (e.g. one `dpsynth schema draft` wrote)")
+    q.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
 
     p = sub.add_parser("demo-data", help="write a schema-conformant table made by code (no real rows)")
     p.add_argument("--rows", type=int, required=True, help="how many rows to generate")
     p.add_argument(
         "--out", required=True, help="output .csv or .parquet; <out>.demo.json beside it marks it as a demo table"
     )
-    p.add_argument("--config", default=DEFAULT_CONFIG, help="dataset schema YAML (default configs/cardio.yaml)")
+    p.add_argument(
+        "--config", default=None, help="dataset schema YAML (default: configs/cardio.yaml in the working folder)"
+    )
     p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     p.add_argument(
         "--shape",
@@ -178,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "profiles": cmd_profiles,
         "sample": cmd_sample,
         "demo-data": cmd_demo_data,
+        "schema": cmd_schema,
     }[args.command]
     try:
         if args.home:
@@ -461,6 +488,8 @@ def cmd_ledger(args) -> None:
     from dpsynth.tasks.ledger import summary
 
     schema = DatasetSchema.from_yaml(args.config)
+    # The forecast's profile is settled before anything is printed: a missing one is an error, not a ledger.
+    forecast_profile = _forecast_profile(schema.name, args) if args.forecast is not None else None
     budget = load_named(args.profile, args.config).privacy.lifetime_budget if args.profile else None
     report = summary(schema.name, budget)
 
@@ -482,81 +511,101 @@ def cmd_ledger(args) -> None:
         print("lifetime budget: none set (privacy.lifetime_budget in the release profile)")
     else:
         print(f"lifetime budget: {report['lifetime_budget']:g}, remaining epsilon {text(report['remaining_epsilon'])}")
-    if args.forecast is not None:
-        report["forecast"] = _print_forecast(schema.name, args)
+    if forecast_profile is not None:
+        report["forecast"] = _print_forecast(schema, forecast_profile, args.forecast)
     if args.json:
         emit_json(report)
 
 
-def _print_forecast(dataset: str, args) -> dict:
-    """`dpsynth ledger --forecast N --profile P`: N more releases of P, each at its planned (largest) cost."""
+def _forecast_profile(dataset: str, args):
+    """The profile `--forecast` forecasts: --profile, else the one the table's last release named."""
     from dpsynth.models.errors import ConfigError
     from dpsynth.models.profiles import load_named
-    from dpsynth.tasks.decision import planned_release_cost
-    from dpsynth.tasks.ledger import forecast
+    from dpsynth.tasks.ledger import last_release_profile
 
-    if args.profile is None or args.forecast < 1:
+    if args.forecast < 1:
+        raise ConfigError(f"dpsynth ledger --forecast N needs N >= 1 (got {args.forecast}).")
+    if args.profile is not None:
+        return load_named(args.profile, args.config)
+    last = last_release_profile(dataset)
+    if last is None:
         raise ConfigError(
-            "dpsynth ledger --forecast N needs N >= 1 and --profile: the releases to forecast are "
-            "that profile's, each at its planned cost."
+            f"dpsynth ledger --forecast N forecasts releases of one profile, and table {dataset!r} has no release "
+            "in the ledger to take it from: pass --profile NAME (the profile the releases will use)."
         )
-    prof = load_named(args.profile, args.config)
-    result = forecast(
-        dataset, planned_release_cost(prof, prof.release_target()), args.forecast, prof.privacy.lifetime_budget
-    )
+    try:
+        return load_named(last, args.config)
+    except ConfigError:
+        raise ConfigError(
+            f"Table {dataset!r}'s last release used profile {last!r}, which is neither beside the schema nor "
+            "shipped with dpsynth: pass --profile NAME or the profile's YAML path."
+        ) from None
+
+
+def _print_forecast(schema, prof, releases: int) -> dict:
+    """`dpsynth ledger --forecast N`: what release would say to each of N more releases of the profile,
+    each at its planned (largest) cost: the release's own rules (tasks/ledger.py `release_refusal`)."""
+    from dpsynth.models.errors import BudgetExceededError, ConfigError
+    from dpsynth.tasks.decision import planned_cost, planned_release_cost
+    from dpsynth.tasks.ledger import forecast_releases, require_lifetime_budget
+
+    if prof.trial:
+        print(f"forecast: profile {prof.name!r} is a trial: it publishes nothing and enters nothing in the ledger")
+        return {"profile": prof.name, "trial": True, "verdicts": []}
+    try:  # the profile's own refusals, the same for every release (exit 2 or 5 at release)
+        setting = prof.release_target()
+        require_lifetime_budget(prof)
+        planned_cost(prof, setting, release=True, schema=schema)
+    except (ConfigError, BudgetExceededError) as exc:
+        print(f"forecast: every release of profile {prof.name!r} would be refused before any work: {exc}")
+        return {"profile": prof.name, "verdicts": [], "stops_at": 1, "stopping_rule": "profile", "reason": str(exc)}
+    result = forecast_releases(schema.name, prof, planned_release_cost(prof, setting), releases)
     per = result["planned_release_epsilon"]
     print(
-        f"forecast: {args.forecast} more release(s) of profile {prof.name!r}, each at most epsilon "
-        f"{'inf' if per is None else f'{per:.2f}'}:"
+        f"forecast: {releases} more release(s) of profile {prof.name!r}, each at most epsilon "
+        f"{'inf' if per is None else f'{per:.2f}'}, as release would judge them today ({result['as_of']}):"
     )
-    for k, total in enumerate(result["after"], start=1):
-        refused = result["stops_at"] is not None and k >= result["stops_at"]
-        print(
-            f"  release {k:>3}: "
-            + (
-                "refused before any work (it would pass the lifetime budget); lifetime epsilon stays "
-                if refused
-                else "lifetime epsilon "
-            )
-            + ("inf" if total is None else f"{total:.2f}")
-        )
+    for verdict in result["verdicts"]:
+        total = "inf" if verdict["lifetime_epsilon"] is None else f"{verdict['lifetime_epsilon']:.2f}"
+        said = "fits" if verdict["fits"] else f"refused: {verdict['rule']}"
+        print(f"  release {verdict['release']:>3}: {said}; lifetime epsilon {total}")
     if result["stops_at"] is None:
-        print(
-            "  every one fits the lifetime budget"
-            if result["lifetime_budget"] is not None
-            else "  (the profile sets no lifetime budget: nothing would stop them)"
-        )
+        print(f"  every one fits ({_forecast_rules(result)})")
     else:
         print(
-            f"  release {result['stops_at']} and every one after it would be refused (lifetime budget "
-            f"{result['lifetime_budget']:g})"
+            f"  release {result['stops_at']} and every one after it would be refused ({result['stopping_rule']}; "
+            f"{_forecast_rules(result)})"
         )
-    ends = [
-        f"{prof.privacy.planned_releases} release(s) in all (privacy.planned_releases)"
-        if prof.privacy.planned_releases is not None
-        else None,
-        f"releases until {prof.privacy.releases_until} (privacy.releases_until)"
-        if prof.privacy.releases_until is not None
-        else None,
-    ]
-    if any(ends):
-        print(f"  the profile plans {' and '.join(e for e in ends if e)}: a release past that is refused too")
+    if prof.privacy.releases_until is not None:
+        print(f"  each only if made by {prof.privacy.releases_until} (privacy.releases_until)")
+    print("  each needs a new input file: the last release's file again is refused (--allow-same-input)")
     return result
 
 
-def cmd_profiles(args) -> None:
-    """Every profile beside the schema: its generator(s), the release's epsilon budget, the table's lifetime
-    budget, whether it is a trial, and what `dpsynth release --profile NAME` does with it."""
-    from dpsynth.models.errors import ConfigError
-    from dpsynth.models.profiles import known_profiles, load_named, profiles_folder
+def _forecast_rules(result: dict) -> str:
+    budget, planned = result["lifetime_budget"], result["planned_releases"]
+    return (
+        f"lifetime budget {'none' if budget is None else f'{budget:g}'}, "
+        f"planned releases {'none' if planned is None else planned}"
+    )
 
-    folder = profiles_folder(args.config)
+
+def cmd_profiles(args) -> None:
+    """Every profile a name can resolve to: the schema's own (beside it, with --config) and the ones shipped
+    with dpsynth; for each its generator(s), the release's epsilon budget, the table's lifetime budget,
+    whether it is a trial, the table it was tuned on (if any), and what `dpsynth release --profile NAME` does."""
+    from dpsynth.models.config import profile_tuned_for, shipped_profiles_folder
+    from dpsynth.models.errors import ConfigError
+    from dpsynth.models.profiles import load_named, profile_files, profiles_folder
+
     rows: list[dict[str, Any]] = []
-    for name in known_profiles(args.config):
+    for found in profile_files(args.config):
+        source = "shipped" if found.shipped else "own"
         try:
-            prof = load_named(name, args.config)
+            prof = load_named(str(found.path), args.config)
+            tuned_for = profile_tuned_for(found.path)
         except ConfigError as exc:
-            rows.append({"name": name, "error": str(exc)})
+            rows.append({"name": found.name, "source": source, "error": str(exc)})
             continue
         try:
             target = prof.release_target()
@@ -572,7 +621,9 @@ def cmd_profiles(args) -> None:
             release = "publishes"
         rows.append(
             {
-                "name": name,
+                "name": found.name,
+                "source": source,
+                "tuned_for": tuned_for,
                 "generator": ", ".join(dict.fromkeys(prof.generator_of(s) for s in prof.settings)),
                 "epsilon_budget": prof.budget_for(target) if target else prof.privacy.epsilon_budget,
                 "lifetime_budget": prof.privacy.lifetime_budget,
@@ -584,10 +635,12 @@ def cmd_profiles(args) -> None:
     def text(value) -> str:
         return "none" if value is None else f"{value:g}"
 
-    header = ("name", "generator", "epsilon budget", "lifetime budget", "trial", "release")
+    header = ("name", "source", "tuned for", "generator", "epsilon budget", "lifetime budget", "trial", "release")
     table = [header] + [
         (
             r["name"],
+            r["source"],
+            r["tuned_for"] or "any schema",
             r["generator"],
             text(r["epsilon_budget"]),
             text(r["lifetime_budget"]),
@@ -598,14 +651,25 @@ def cmd_profiles(args) -> None:
         if "error" not in r
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    print(f"profiles in {folder} ({len(rows)}):")
+    own = f"own in {profiles_folder(args.config)}, " if any(r["source"] == "own" for r in rows) else ""
+    print(f"profiles ({len(rows)}: {own}shipped with dpsynth in {shipped_profiles_folder()}):")
     for row in table:
         print("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())
     for r in rows:
         if "error" in r:
-            print(f"  {r['name']}: invalid: {r['error']}")
+            print(f"  {r['name']} ({r['source']}): invalid: {r['error']}")
+    print(
+        "  A name is looked up beside the schema first, then among the shipped profiles. A profile tuned for "
+        "one table runs on any schema, but its settings were chosen on that table; the others are generic."
+    )
     if args.json:
-        emit_json({"folder": str(folder), "profiles": rows})
+        emit_json(
+            {
+                "folder": str(profiles_folder(args.config)) if args.config else None,
+                "shipped_folder": str(shipped_profiles_folder()),
+                "profiles": rows,
+            }
+        )
 
 
 def cmd_sample(args) -> None:
@@ -613,6 +677,74 @@ def cmd_sample(args) -> None:
 
     path = sample_from_registry(args.model_uri, args.rows, Path(args.out), args.seed)
     print(f"wrote {args.rows} synthetic rows to {path}")
+
+
+def cmd_schema(args) -> None:
+    if args.schema_command == "draft":
+        return schema_draft(args)
+    return schema_check(args)
+
+
+def schema_draft(args) -> None:
+    """`dpsynth schema draft DATA --out FILE`: `dpsynth.Schema.draft` from the shell (names and types only)."""
+    import re
+
+    from dpsynth.api.schema import Schema
+    from dpsynth.models.errors import ConfigError
+    from dpsynth.tasks.table_io import read_for_draft
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise ConfigError(f"{str(out)!r} exists: pass --force to overwrite it, or choose another --out.")
+    frame, separator = read_for_draft(args.data)
+    name = args.name or re.sub(r"[^A-Za-z0-9_.+-]", "_", Path(args.data).stem)[:64] or "table"
+    draft = Schema.draft(frame, name=name, target=args.target, id_column=args.id_column, separator=separator)
+    draft.to_yaml(out)
+    missing = draft.placeholders()
+    print(
+        f"wrote {out}: schema {name!r}, {len(draft.columns)} column(s) from the table's names and types only, "
+        f"{len(missing)} value(s) to fill from public knowledge (marked 'fill from public knowledge'); "
+        f"`dpsynth schema check {out}` lists what is left"
+    )
+
+
+def schema_check(args) -> None:
+    """`dpsynth schema check FILE`: every value still to fill (exit 2 while any is), else the schema's rules."""
+    from dpsynth.api.schema import Schema
+    from dpsynth.models.errors import ConfigError
+
+    schema = Schema.from_yaml(args.schema)  # a schema with nothing left to fill is validated here
+    missing = schema.placeholders()
+    if args.json:
+        emit_json({"schema": str(args.schema), "name": schema.name, "missing": missing, "complete": not missing})
+    if missing:
+        listed = "".join(f"\n  {item}" for item in missing)
+        raise ConfigError(
+            f"{args.schema} still lacks {len(missing)} value(s), each to fill from public knowledge (a code "
+            f"book, the questionnaire, physical limits), never from the rows:{listed}"
+        )
+    print(
+        f"{args.schema}: schema {schema.name!r} is complete ({len(schema.columns)} columns, target "
+        f"{schema.target!r}); `dpsynth validate --config {args.schema} --data TABLE` checks a table against it"
+    )
+
+
+def _demo_schema(config: str | None) -> str:
+    """The schema a demo table follows: --config, else the checkout's Cardio schema when run in a checkout."""
+    from dpsynth.models.errors import ConfigError
+
+    if config is not None:
+        return config
+    if Path(DEFAULT_CONFIG).is_file():
+        return DEFAULT_CONFIG
+    import dpsynth.configs
+
+    cardio = Path(dpsynth.configs.__file__).resolve().parent / "cardio.yaml"
+    raise ConfigError(
+        f"a demo table follows a schema: pass --config SCHEMA.yaml (there is no {DEFAULT_CONFIG} "
+        f"in this folder). The Cardio schema shipped with dpsynth is {str(cardio)!r}; `dpsynth schema draft` "
+        "drafts one for your own table."
+    )
 
 
 def cmd_demo_data(args) -> None:
@@ -623,7 +755,7 @@ def cmd_demo_data(args) -> None:
 
     if args.rows < 1:
         raise ConfigError("--rows must be at least 1.")
-    schema = DatasetSchema.from_yaml(args.config)
+    schema = DatasetSchema.from_yaml(_demo_schema(args.config))
     table = make_demo_table(schema, args.rows, args.seed, SHAPES[args.shape])
     path = write_table(table, args.out, separator=schema.separator)
     from dpsynth.tasks.context import write_demo_sidecar

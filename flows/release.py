@@ -25,6 +25,7 @@ from dpsynth.flows import stages
 from dpsynth.flows.pipeline import log_training, prepare, publish_report, setting_chain
 from dpsynth.models.checkpoint_files import load_verified
 from dpsynth.models.config import Profile, Setting
+from dpsynth.models.defaults import DEFAULT_RELEASE_PROFILE
 from dpsynth.models.errors import ReleaseNotApprovedError
 from dpsynth.models.generators.samplers import FORMAT_VERSION_KEY, GENERATOR_FORMAT_VERSION
 from dpsynth.models.privacy.release_choice import ReleaseDecision
@@ -62,7 +63,7 @@ from dpsynth.tasks.training import sample_generator_file
 def release(
     config: str,
     data: str,
-    profile: str = "default",
+    profile: str = DEFAULT_RELEASE_PROFILE,
     out: str | None = None,
     generator: str | None = None,
     publish: bool = True,

@@ -299,13 +299,42 @@ class Profile(_ProfileKeys):
         return dataclasses.replace(self, settings=tuple(settings))
 
 
+def shipped_profiles_folder() -> Path:
+    """The profiles installed with the package (`dpsynth.configs`' `profiles/`, also under a plain
+    `pip install .`): where a profile name not found beside the schema is looked up."""
+    import dpsynth.configs
+
+    return Path(dpsynth.configs.__file__).resolve().parent / "profiles"
+
+
 def profile_path(profile: str, config_path: str | Path | None = None) -> Path:
-    """A profile is a path to a YAML file or a name under configs/profiles/ beside the schema."""
+    """A profile is a path to a YAML file, or a name: looked up in `profiles/` beside the schema first (a
+    steward's own profiles), then among the shipped ones. An unknown name gives the path beside the schema
+    (which does not exist: the caller's error names it)."""
     candidate = Path(profile)
     if candidate.suffix in (".yaml", ".yml"):
         return candidate
     base = Path(config_path).resolve().parent if config_path else Path("configs")
-    return base / "profiles" / f"{profile}.yaml"
+    beside = base / "profiles" / f"{profile}.yaml"
+    shipped = shipped_profiles_folder() / f"{profile}.yaml"
+    return shipped if not beside.is_file() and shipped.is_file() else beside
+
+
+# A profile file may say which table its values were tuned on (`tuned_for: cardio`). It describes that
+# file only (not inherited through `extends`, not part of the run's configuration or its hash).
+TUNED_FOR = "tuned_for"
+
+
+def profile_tuned_for(path: Path) -> str | None:
+    """The table a profile file says it was tuned on (`tuned_for`), or None for a generic profile."""
+    return _tuned_for(_read_mapping(path), path)
+
+
+def _tuned_for(raw: dict, path: Path) -> str | None:
+    value = raw.get(TUNED_FOR)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"Profile file {str(path)!r}: {TUNED_FOR}: expected a table's name (got {value!r}).")
+    return value
 
 
 def load_profile(profile: str, config_path: str | Path | None = None) -> Profile:
@@ -333,11 +362,9 @@ def _build(spec: BaseModel) -> Profile:
     )
 
 
-def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
+def _read_mapping(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"Profile file {str(path)!r} does not exist.")
-    if path in seen:
-        raise ConfigError(f"Profile {str(path)!r} extends itself.")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -346,6 +373,15 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
         raise ConfigError(f"Profile file {str(path)!r} is not UTF-8 text.") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"Profile file {str(path)!r} must hold a mapping of keys to values, not {_yaml_kind(raw)}.")
+    return raw
+
+
+def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
+    if path in seen:
+        raise ConfigError(f"Profile {str(path)!r} extends itself.")
+    raw = _read_mapping(path)
+    _tuned_for(raw, path)  # checked here too, so a bad value is refused whichever command reads it
+    raw.pop(TUNED_FOR, None)
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
@@ -353,7 +389,11 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
         raise ConfigError(
             f"Profile file {str(path)!r}: extends: expected the name of a profile beside it (got {parent!r})."
         )
-    base = _load_raw(path.parent / f"{parent}.yaml", seen + (path,))
+    # Beside it first, then the shipped one: a steward's own profile may extend a shipped one.
+    base_path = path.parent / f"{parent}.yaml"
+    if not base_path.is_file() and (shipped_profiles_folder() / f"{parent}.yaml").is_file():
+        base_path = shipped_profiles_folder() / f"{parent}.yaml"
+    base = _load_raw(base_path, seen + (path,))
     base.pop("name", None)
     return _merge(base, raw)
 

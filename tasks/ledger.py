@@ -172,14 +172,72 @@ def spent(dataset: str, extra: ReleaseCost | None = None, excluding: str | None 
     return lifetime_cost(costs + ([extra] if extra is not None else []))
 
 
-def _refusal(
-    dataset: str, planned: ReleaseCost, before: LifetimeCost, after: LifetimeCost, budget: float, when: str
-) -> BudgetExceededError:
-    return BudgetExceededError(
+# The rules that refuse a release before any work, by the profile key that sets each; a forecast
+# (`forecast_releases`) applies the same functions, in the same order, as the release's own checks.
+LIFETIME_RULE = "privacy.lifetime_budget"
+WINDOW_END_RULE = "privacy.releases_until"
+PLANNED_RULE = "privacy.planned_releases"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a release would be refused: the profile key whose rule refuses it, and the message a refused
+    release prints (exit 5)."""
+
+    rule: str
+    message: str
+
+    def error(self) -> BudgetExceededError:
+        return BudgetExceededError(self.message)
+
+
+def lifetime_refusal(
+    dataset: str, counted: list[ReleaseCost], planned: ReleaseCost, budget: float | None, when: str = "before any work"
+) -> Refusal | None:
+    """The lifetime budget's verdict on one more release of cost `planned` after the `counted` ones."""
+    if budget is None:
+        return None
+    before, after = lifetime_cost(counted), lifetime_cost(counted + [planned])
+    if after.epsilon <= budget:
+        return None
+    return Refusal(
+        LIFETIME_RULE,
         f"Refusing this release of {dataset!r} {when}: its epsilon {planned.epsilon:.4g} would take the table's "
         f"lifetime spending from {before.epsilon:.4g} ({before.releases} release(s)) to {after.epsilon:.4g}, above "
         f"privacy.lifetime_budget {budget:g}. Nothing was published. Every release of the same rows adds to "
-        "their privacy loss; `dpsynth ledger --config SCHEMA` lists what was spent."
+        "their privacy loss; `dpsynth ledger --config SCHEMA` lists what was spent.",
+    )
+
+
+def window_refusal(dataset: str, profile: Profile, made: int, today: date) -> Refusal | None:
+    """The profile's schedule's verdict on one more release, `made` of its releases being counted already:
+    refused after `privacy.releases_until`, or once `privacy.planned_releases` are made."""
+    privacy = profile.privacy
+    if privacy.releases_until is not None and today > date.fromisoformat(privacy.releases_until):
+        return Refusal(
+            WINDOW_END_RULE,
+            f"Refusing this release of {dataset!r}: profile {profile.name!r} releases until "
+            f"{privacy.releases_until} (privacy.releases_until), and today is {today.isoformat()}. Nothing was "
+            "started. A new schedule is a new decision: set a later date in the profile if it is intended.",
+        )
+    if privacy.planned_releases is not None and made >= privacy.planned_releases:
+        return Refusal(
+            PLANNED_RULE,
+            f"Refusing this release of {dataset!r}: the table's privacy ledger already holds {made} "
+            f"release(s) of profile {profile.name!r}, which plans {privacy.planned_releases} "
+            "(privacy.planned_releases). Nothing was started. `dpsynth ledger --config SCHEMA --profile "
+            f"{profile.name} --forecast N` shows what more releases would spend.",
+        )
+    return None
+
+
+def release_refusal(
+    dataset: str, profile: Profile, planned: ReleaseCost, counted: list[ReleaseCost], made: int, today: date
+) -> Refusal | None:
+    """The first rule that refuses a release before any work, in the order a release checks them
+    (`check_lifetime`, then `check_release_window`); None if it fits."""
+    return lifetime_refusal(dataset, counted, planned, profile.privacy.lifetime_budget) or window_refusal(
+        dataset, profile, made, today
     )
 
 
@@ -199,12 +257,15 @@ def require_lifetime_budget(profile: Profile) -> None:
 
 def check_lifetime(dataset: str, planned: ReleaseCost, budget: float | None, release_id: str | None = None) -> None:
     """Refuse (BudgetExceededError, exit 5) a release whose planned cost would take `dataset` past `budget`."""
-    if budget is None:
-        return
-    before = spent(dataset, excluding=release_id)
-    after = spent(dataset, planned, excluding=release_id)
-    if after.epsilon > budget:
-        raise _refusal(dataset, planned, before, after, budget, "before any work")
+    refusal = lifetime_refusal(dataset, _counted(dataset, excluding=release_id), planned, budget)
+    if refusal is not None:
+        raise refusal.error()
+
+
+def _counted(dataset: str, excluding: str | None = None) -> list[ReleaseCost]:
+    """The costs of the counted releases of `dataset` (all but `excluding`, a release resuming itself)."""
+    with _connect() as db:
+        return [e.cost for e in _entries(db, dataset) if e.status in COUNTED and e.release_id != excluding]
 
 
 def enter(
@@ -225,16 +286,10 @@ def enter(
     now = datetime.now(UTC).isoformat()
     with _writing() as db:
         others = [e.cost for e in _entries(db, dataset) if e.status in COUNTED and e.release_id != release_id]
-        before, after = lifetime_cost(others), lifetime_cost(others + [cost])
-        if budget is not None and after.epsilon > budget:
-            raise _refusal(
-                dataset,
-                cost,
-                before,
-                after,
-                budget,
-                "at publication (another release of the same table was entered since this one started)",
-            )
+        when = "at publication (another release of the same table was entered since this one started)"
+        refusal = lifetime_refusal(dataset, others, cost, budget, when)
+        if refusal is not None:
+            raise refusal.error()
         created = db.execute("SELECT created FROM releases WHERE release_id = ?", (release_id,)).fetchone()
         db.execute(
             "INSERT OR REPLACE INTO releases (release_id, dataset, status, epsilon, delta, cost, "
@@ -275,23 +330,10 @@ def check_release_window(
     """Refuse (exit 5, before any work) a release past where the profile says its schedule ends: after
     `privacy.releases_until`, or once the table's ledger holds `privacy.planned_releases` counted releases
     made with this profile. A schedule that has ended then stops cleanly instead of spending on."""
-    privacy = profile.privacy
-    today = today or datetime.now(UTC).date()
-    if privacy.releases_until is not None and today > date.fromisoformat(privacy.releases_until):
-        raise BudgetExceededError(
-            f"Refusing this release of {dataset!r}: profile {profile.name!r} releases until "
-            f"{privacy.releases_until} (privacy.releases_until), and today is {today.isoformat()}. Nothing was "
-            "started. A new schedule is a new decision: set a later date in the profile if it is intended."
-        )
-    if privacy.planned_releases is not None:
-        made = releases_of_profile(dataset, profile.name, excluding=release_id)
-        if made >= privacy.planned_releases:
-            raise BudgetExceededError(
-                f"Refusing this release of {dataset!r}: the table's privacy ledger already holds {made} "
-                f"release(s) of profile {profile.name!r}, which plans {privacy.planned_releases} "
-                "(privacy.planned_releases). Nothing was started. `dpsynth ledger --config SCHEMA --profile "
-                f"{profile.name} --forecast N` shows what more releases would spend."
-            )
+    made = releases_of_profile(dataset, profile.name, excluding=release_id)
+    refusal = window_refusal(dataset, profile, made, today or datetime.now(UTC).date())
+    if refusal is not None:
+        raise refusal.error()
 
 
 def check_new_input(dataset: str, input_sha256: str, release_id: str | None = None) -> None:
@@ -330,11 +372,11 @@ def forecast(dataset: str, planned: ReleaseCost, releases: int, budget: float | 
     after, stops_at, total = [], None, now
     for k in range(1, releases + 1):
         if stops_at is None:
-            with_it = lifetime_cost(counted + [planned] * k).epsilon
-            if budget is not None and with_it > budget:
+            if lifetime_refusal(dataset, counted, planned, budget) is not None:  # the release's own rule
                 stops_at = k
             else:
-                total = with_it
+                counted = counted + [planned]
+                total = lifetime_cost(counted).epsilon
         after.append(finite(total))
     return {
         "dataset": dataset,
@@ -344,6 +386,66 @@ def forecast(dataset: str, planned: ReleaseCost, releases: int, budget: float | 
         "after": after,
         "stops_at": stops_at,
     }
+
+
+def forecast_releases(
+    dataset: str, profile: Profile, planned: ReleaseCost, releases: int, today: date | None = None
+) -> dict:
+    """What release would say to each of `releases` more releases of `profile` (each at its planned cost),
+    made one after another from today's ledger: `release_refusal`, the release's own rules, applied to
+    the ledger as each earlier one leaves it (a release that fits is counted; a refused one spends
+    nothing). `verdicts[k]` is {"release", "fits", "rule", "reason", "lifetime_epsilon"}; `stops_at` the
+    first refused (None if none)."""
+    today = today or datetime.now(UTC).date()
+    counted = _counted(dataset)
+    made = releases_of_profile(dataset, profile.name)
+
+    def finite(value: float) -> float | None:
+        return None if math.isinf(value) else value
+
+    verdicts, after = [], []
+    for k in range(1, releases + 1):
+        refusal = release_refusal(dataset, profile, planned, counted, made, today)
+        if refusal is None:
+            counted, made = counted + [planned], made + 1
+        total = finite(lifetime_cost(counted).epsilon)
+        after.append(total)
+        verdicts.append(
+            {
+                "release": k,
+                "fits": refusal is None,
+                "rule": None if refusal is None else refusal.rule,
+                "reason": None if refusal is None else refusal.message,
+                "lifetime_epsilon": total,
+            }
+        )
+    refused = [v for v in verdicts if not v["fits"]]
+    return {
+        "dataset": dataset,
+        "profile": profile.name,
+        "spent_epsilon": finite(lifetime_cost(_counted(dataset)).epsilon),
+        "planned_release_epsilon": finite(planned.epsilon),
+        "lifetime_budget": profile.privacy.lifetime_budget,
+        "planned_releases": profile.privacy.planned_releases,
+        "releases_until": profile.privacy.releases_until,
+        "as_of": today.isoformat(),
+        "after": after,
+        "verdicts": verdicts,
+        "stops_at": refused[0]["release"] if refused else None,
+        "stopping_rule": refused[0]["rule"] if refused else None,
+    }
+
+
+def last_release_profile(dataset: str) -> str | None:
+    """The profile name the table's latest release (counted or not) entered in the ledger, if any."""
+    with _connect() as db:
+        if db is None:
+            return None
+        row = db.execute(
+            "SELECT profile FROM releases WHERE dataset = ? AND profile IS NOT NULL ORDER BY created DESC LIMIT 1",
+            (dataset,),
+        ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def mark_published(release_id: str, model_version: str) -> None:

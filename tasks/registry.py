@@ -449,10 +449,12 @@ def _default_store_missing() -> str | None:
     return None if path.exists() else str(path)
 
 
-def sample_from_registry(model_uri: str, n_rows: int, out: Path, seed: int = 0) -> Path:
+def sample_from_registry(model_uri: str, n_rows: int, out: Path, seed: int | None = None) -> Path:
     """Sample `n_rows` synthetic rows from a registered model and write them to `out` (.parquet/.pq or
-    .csv, with the schema's separator). Raises `ConfigError` for another extension or a bad row count
-    and `MissingInputError` when the model, version or alias does not exist."""
+    .csv, with the schema's separator): for a given `seed` the same rows every time; None (the default)
+    draws a fresh seed, so each call gives new rows (as `Sampler.sample` does). Raises `ConfigError` for
+    another extension or a bad row count and `MissingInputError` when the model, version or alias does not
+    exist."""
     out = Path(out)
     if out.suffix.lower() not in SAMPLE_SUFFIXES:
         raise ConfigError(f"Cannot write {str(out)!r}: the output must end in .parquet, .pq or .csv.")
@@ -472,7 +474,9 @@ def sample_from_registry(model_uri: str, n_rows: int, out: Path, seed: int = 0) 
             f"Cannot load the model {model_uri!r} from the registry at {registry_uri()}: {reason}. "
             "Check the model name and the alias or version (e.g. models:/cardio-gswgan@champion)."
         ) from None
-    frame = model.predict(pd.DataFrame({"n_rows": [int(n_rows)], "seed": [int(seed)]}))
+    # Without a seed the model draws a fresh one itself (models/pyfunc.py).
+    request = {"n_rows": [int(n_rows)]} if seed is None else {"n_rows": [int(n_rows)], "seed": [int(seed)]}
+    frame = model.predict(pd.DataFrame(request))
     separator = ","
     try:
         separator = model.unwrap_python_model().schema.separator

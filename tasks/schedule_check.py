@@ -18,6 +18,7 @@ import yaml
 from cronsim import CronSim
 
 from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.defaults import DEFAULT_RELEASE_PROFILE
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.profiles import load_named
 from dpsynth.tasks.decision import planned_release_cost
@@ -99,7 +100,7 @@ def check_deployment_schedule(deployment: str, prefect_file: str = "prefect.yaml
             results.append(
                 check_schedule(
                     parameters.get("config", "configs/cardio.yaml"),
-                    parameters.get("profile", "default"),
+                    parameters.get("profile", DEFAULT_RELEASE_PROFILE),
                     schedule["cron"],
                     schedule.get("timezone") or "UTC",
                 )

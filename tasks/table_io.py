@@ -270,3 +270,30 @@ def normalize_columns(df: pd.DataFrame, schema: DatasetSchema) -> pd.DataFrame:
         if column.name in out.columns:
             out[column.name] = normalize_column(out[column.name], column)
     return out
+
+
+def read_for_draft(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """The table at `path` for `dpsynth schema draft`, and its CSV separator (the one of , ; TAB | that
+    splits the header into most columns; ',' for Parquet). A draft takes only column names and dtypes:
+    Parquet's are read from the file's metadata (no value is read); a CSV's are what pandas parses, so a
+    numeric column holding one text value is drafted as text: the steward reviews every kind."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingInputError(f"The table {str(path)!r} does not exist.")
+    if is_parquet(path):
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_schema(path).empty_table().to_pandas(), ","
+        except Exception as exc:  # pyarrow's many error types: one readable message
+            raise InvalidTableError(f"The table {str(path)!r} cannot be read as Parquet: {_first_line(exc)}") from None
+    counts = {sep: len(_read_header(path, sep)) for sep in _SEPARATORS}
+    separator = max(_SEPARATORS, key=lambda sep: counts[sep])  # ties keep the earlier: ',' first
+    if counts[separator] == 0 or _read_header(path, separator) == [""]:
+        raise InvalidTableError(f"The table {str(path)!r} has an empty first line: expected a header row.")
+    _check_duplicates(_read_header(path, separator), str(path))
+    try:
+        frame = pd.read_csv(path, sep=separator, encoding="utf-8-sig", skipinitialspace=True, engine="c")
+    except (UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
+        raise InvalidTableError(f"The table {str(path)!r} cannot be read as CSV: {_first_line(exc)}") from None
+    return frame, separator

@@ -57,9 +57,10 @@ def test_import_dpsynth_loads_no_torch_prefect_or_mlflow():
 def test_drafted_schema_has_types_and_placeholders_never_values(demo_frame, tmp_path):
     draft = dpsynth.Schema.draft(demo_frame, name="cardio", id_column="id")
     kinds = {name: entry["type"] for name, entry in draft.to_dict()["columns"].items()}
-    assert kinds["age"] == kinds["ap_hi"] == "continuous"
-    assert kinds["cardio"] == kinds["gender"] == "binary"
-    assert kinds["cholesterol"] == "categorical"
+    # Kinds from dtypes alone: every numeric column is continuous, codes too (the steward makes them
+    # categorical), with its bounds and its decimals to fill.
+    assert kinds["age"] == kinds["ap_hi"] == kinds["gender"] == kinds["cholesterol"] == "continuous"
+    assert {"column 'age': bounds", "column 'age': decimals", "column 'gender': decimals"} <= set(draft.placeholders())
     assert draft.target is None and "target" in draft.placeholders()
     with pytest.raises(ConfigError, match="(?i)fill each from public knowledge"):
         draft.validated()
@@ -79,15 +80,31 @@ def test_drafted_schema_has_types_and_placeholders_never_values(demo_frame, tmp_
     filled = draft.with_target(public["target"])
     for name, entry in public["columns"].items():
         filled = filled.fill(
-            name, bounds=entry.get("bounds"), levels=entry.get("levels"), decimals=entry.get("decimals")
+            name,
+            bounds=entry.get("bounds"),
+            levels=entry.get("levels"),
+            decimals=entry.get("decimals"),
+            kind=entry["type"],
         )
 
     def essentials(schema):
         return schema.target, schema.id_column, [(c.name, c.kind, c.bounds, c.levels) for c in schema.columns]
 
     assert essentials(filled.validated()) == essentials(dpsynth.Schema.from_yaml(CARDIO_SCHEMA).validated())
-    with pytest.raises(ConfigError, match="must be a binary column"):
-        dpsynth.Schema.draft(demo_frame, target="age")
+    # Naming the target declares it binary, whatever its values.
+    assert dpsynth.Schema.draft(demo_frame, target="age").to_dict()["columns"]["age"]["type"] == "binary"
+
+
+def test_a_draft_is_the_same_for_two_tables_that_differ_in_one_row():
+    """Issue 39 point 4: a draft reads no value, so replacing one row changes nothing in it (before, a
+    numeric column with 20 distinct values was drafted categorical and with 21 continuous)."""
+    codes = pd.DataFrame({"code": np.arange(40) % 20, "pair": np.arange(40) % 2, "text": ["a", "b"] * 20})
+    replaced = codes.copy()
+    replaced.loc[0, ["code", "pair", "text"]] = [99, 7, "c"]  # a 21st code, a third value, a third level
+    assert dpsynth.Schema.draft(codes).yaml_text() == dpsynth.Schema.draft(replaced).yaml_text()
+    assert (
+        dpsynth.Schema.draft(codes, target="pair").to_dict() == dpsynth.Schema.draft(replaced, target="pair").to_dict()
+    )
 
 
 def test_load_samples_as_the_pyfunc_model_fresh_without_a_seed(tmp_path, cardio_schema):

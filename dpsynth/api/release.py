@@ -29,6 +29,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.api.schema import Schema
+from dpsynth.models.defaults import DEFAULT_RELEASE_PROFILE
 from dpsynth.models.errors import ConfigError, DpsynthError, StorageError
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class Release:
 def release(
     data: pd.DataFrame | str | Path,
     schema: Schema | str | Path,
-    profile: str = "eps1",
+    profile: str = DEFAULT_RELEASE_PROFILE,
     *,
     home: str | Path | None = None,
     publish: bool = True,

@@ -2,10 +2,12 @@
 
 A schema's bounds and levels must be public knowledge (a code book, a questionnaire, physical limits):
 taken from the rows they would leak the extreme values and the rare levels of real people, outside any
-epsilon. So `Schema.draft(df)` reads only each column's name and type (categorical against continuous,
-from the dtype and the number of distinct values: a structural fact the data owner reviews) and leaves
-every bound, every level and the target as a placeholder that fails validation with a message saying to
-fill it from public knowledge. Nothing is estimated from the rows: a differentially private estimate of
+epsilon. So `Schema.draft(df)` reads only each column's name and dtype (numbers continuous, everything
+else categorical; the column named as target binary) and leaves every bound, every level, every
+continuous column's decimals and the target as a placeholder that fails validation with a message saying
+to fill it from public knowledge. Nothing in a draft depends on the values: two tables that differ in any
+row give the same draft (a numeric column holding codes is drafted continuous, with a comment in the YAML
+saying how to make it categorical). Nothing is estimated from the rows: a differentially private estimate of
 bounds and levels is not offered (it would need its own mechanism and an entry in the table's ledger).
 
 The schema is held as the mapping its YAML file holds (models/data/schema.py validates it): `to_yaml`
@@ -16,6 +18,7 @@ pipeline's `DatasetSchema`.
 from __future__ import annotations
 
 import copy
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,8 +36,19 @@ FILL = "fill from public knowledge"
 BOUNDS_PLACEHOLDER = f"{FILL}: [low, high]"
 LEVELS_PLACEHOLDER = f"{FILL}: [level, level, ...]"
 TARGET_PLACEHOLDER = f"{FILL}: the name of a binary column to predict"
-# A numeric column with at most this many distinct values is drafted as categorical (or binary, with two).
-MAX_DRAFT_LEVELS = 20
+DECIMALS_PLACEHOLDER = f"{FILL}: digits kept after the decimal point (0: whole numbers)"
+# What a steward fills in a drafted column, key by key.
+FILLED_KEYS = ("bounds", "levels", "decimals")
+# Said above each drafted numeric column in the YAML file: its kind came from the dtype alone.
+CODES_COMMENT = (
+    "numeric in the table, so drafted continuous; if its values are codes (e.g. 1, 2, 3 for low, normal, "
+    "high), make it `type: categorical` with `levels` in place of `bounds` and `decimals`"
+)
+DRAFT_HEADER = (
+    "# A schema drafted from the table's column names and types only (`dpsynth schema draft`): no value of\n"
+    "# the table is in it. Replace every value that starts with 'fill from public knowledge' from a code book,\n"
+    "# the questionnaire or physical limits, never from the rows; `dpsynth schema check FILE` lists what is left.\n"
+)
 
 
 class Schema:
@@ -71,34 +85,38 @@ class Schema:
         name: str = "table",
         target: str | None = None,
         id_column: str | None = None,
-        max_levels: int = MAX_DRAFT_LEVELS,
+        separator: str = ",",
     ) -> Schema:
-        """A schema naming `df`'s columns and their types, with placeholders for every bound and level
-        (and for the target unless `target` names a column): see the module's docstring. A column is
-        binary with two distinct values, categorical when it is text, boolean or numeric with at most
-        `max_levels` distinct values, continuous otherwise. `id_column`: a column that identifies rows,
-        dropped before training (not a feature). No value of `df` is written into it."""
+        """A schema naming `df`'s columns and their kinds, with placeholders for every bound, level and
+        continuous column's decimals (and for the target unless `target` names a column): see the module's
+        docstring. A column's kind comes from its dtype alone: numeric (not boolean) is continuous,
+        anything else categorical; `target` is drafted binary. `id_column`: a column that identifies rows,
+        dropped before training (not a feature). `separator`: the CSV file's. No value of `df` is read or
+        written into it."""
         from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-        if target is not None and target not in df.columns:
-            raise ConfigError(f"target {target!r} is not a column of the DataFrame.")
+        for role, column in (("target", target), ("id column", id_column)):
+            if column is not None and column not in df.columns:
+                raise ConfigError(f"{role} {column!r} is not a column of the DataFrame.")
         columns: dict[str, dict[str, Any]] = {}
-        for column in df.columns:
+        for column, dtype in df.dtypes.items():
             if column == id_column:
                 continue
-            series = df[column]
-            distinct = int(series.nunique(dropna=True))
-            if is_numeric_dtype(series) and not is_bool_dtype(series) and distinct > max_levels:
-                columns[str(column)] = {"type": "continuous", "bounds": BOUNDS_PLACEHOLDER}
+            if column == target:
+                columns[str(column)] = {"type": "binary", "levels": LEVELS_PLACEHOLDER}
+            elif is_numeric_dtype(dtype) and not is_bool_dtype(dtype):
+                columns[str(column)] = {
+                    "type": "continuous",
+                    "bounds": BOUNDS_PLACEHOLDER,
+                    "decimals": DECIMALS_PLACEHOLDER,
+                }
             else:
-                kind = "binary" if distinct == 2 else "categorical"
-                columns[str(column)] = {"type": kind, "levels": LEVELS_PLACEHOLDER}
-        if target is not None and columns[str(target)]["type"] != "binary":
-            raise ConfigError(f"target {target!r} must be a binary column (it has not two distinct values).")
-        spec: dict[str, Any] = {"name": name, "version": 1, "columns": columns, "target": target or TARGET_PLACEHOLDER}
+                columns[str(column)] = {"type": "categorical", "levels": LEVELS_PLACEHOLDER}
+        spec: dict[str, Any] = {"name": name, "version": 1}
+        if separator != ",":
+            spec["separator"] = separator
+        spec.update({"columns": columns, "target": target or TARGET_PLACEHOLDER})
         if id_column is not None:
-            if id_column not in df.columns:
-                raise ConfigError(f"id column {id_column!r} is not a column of the DataFrame.")
             spec["id_column"] = id_column
         return cls(spec)
 
@@ -126,7 +144,17 @@ class Schema:
         return path
 
     def yaml_text(self) -> str:
-        return yaml.safe_dump(self._spec, sort_keys=False, allow_unicode=True)
+        """The YAML mapping; while placeholders are left, with comments saying how to fill them."""
+        if not self.placeholders():
+            return yaml.safe_dump(self._spec, sort_keys=False, allow_unicode=True)
+        top = {key: value for key, value in self._spec.items() if key != "columns"}
+        lines = [DRAFT_HEADER + yaml.safe_dump(top, sort_keys=False, allow_unicode=True) + "columns:"]
+        for name, entry in self._spec["columns"].items():
+            block = yaml.safe_dump({name: entry}, sort_keys=False, allow_unicode=True, width=10_000)
+            if isinstance(entry, dict) and entry.get("type") == "continuous" and _is_placeholder(entry.get("bounds")):
+                lines.extend(f"  # {line}" for line in textwrap.wrap(CODES_COMMENT, 100))
+            lines.extend(f"  {line}" for line in block.splitlines())
+        return "\n".join(lines) + "\n"
 
     def fill(
         self,
@@ -135,12 +163,22 @@ class Schema:
         bounds: tuple[float, float] | None = None,
         levels: list[Any] | tuple[Any, ...] | None = None,
         decimals: int | None = None,
+        kind: str | None = None,
     ) -> Schema:
-        """A copy with `column`'s public bounds (continuous) or levels (binary, categorical) set."""
+        """A copy with `column`'s public bounds and decimals (continuous) or levels (binary, categorical)
+        set. `kind` ("continuous", "binary" or "categorical") changes the drafted kind (a numeric column of
+        codes is categorical), dropping the keys of the other kind."""
         if column not in self._spec["columns"]:
             raise ConfigError(f"{column!r} is not a column of the schema.")
         spec = self.to_dict()
         entry = spec["columns"][column]
+        if kind is not None:
+            if kind not in ("continuous", "binary", "categorical"):
+                raise ConfigError(f"kind {kind!r} is not one of continuous, binary or categorical.")
+            entry["type"] = kind
+            dropped = ("levels",) if kind == "continuous" else ("bounds", "decimals")
+            for key in dropped:
+                entry.pop(key, None)
         if bounds is not None:
             entry["bounds"] = [float(bounds[0]), float(bounds[1])]
         if levels is not None:
@@ -160,7 +198,7 @@ class Schema:
         missing = [
             f"column {name!r}: {key}"
             for name, entry in self._spec["columns"].items()
-            for key in ("bounds", "levels")
+            for key in FILLED_KEYS
             if isinstance(entry, dict) and _is_placeholder(entry.get(key))
         ]
         if _is_placeholder(self._spec.get("target")):

@@ -5,8 +5,10 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from dpsynth.flows.cli import main
+from dpsynth.models.errors import ConfigError
 from tests.conftest import CARDIO_SCHEMA, ROOT
 
 
@@ -139,6 +141,8 @@ def test_profiles_lists_the_shipped_profiles(capsys):
     assert listed["smoke"]["trial"] is True and listed["smoke"]["release"] == "trial: publishes nothing"
     assert listed["default"] == {
         "name": "default",
+        "source": "shipped",
+        "tuned_for": "cardio",
         "generator": "gswgan",
         "epsilon_budget": 10.0,
         "lifetime_budget": 30.0,
@@ -160,10 +164,24 @@ def test_profiles_lists_the_shipped_profiles(capsys):
         assert listed[name]["release"] == "publishes" and listed[name]["lifetime_budget"] == 30.0, name
     # The table: a header and a line per profile, with its name and budgets.
     table = out.strip().splitlines()[1:-1]
-    assert table[0].split() == ["name", "generator", "epsilon", "budget", "lifetime", "budget", "trial", "release"]
+    table = table[:-1]  # the closing sentence on where names are looked up
+    assert table[0].split() == [
+        "name",
+        "source",
+        "tuned",
+        "for",
+        "generator",
+        "epsilon",
+        "budget",
+        "lifetime",
+        "budget",
+        "trial",
+        "release",
+    ]
     assert len(table) == 1 + len(shipped)
-    assert [line.split()[:2] for line in table if line.split()[0] == "smoke"] == [["smoke", "gswgan"]]
-    assert any(line.split()[:5] == ["default", "gswgan", "10", "30", "no"] for line in table)
+    smoke_row = [line.split()[:5] for line in table if line.split()[0] == "smoke"]
+    assert smoke_row == [["smoke", "shipped", "any", "schema", "gswgan"]]
+    assert any(line.split()[:7] == ["default", "shipped", "cardio", "gswgan", "10", "30", "no"] for line in table)
 
 
 def test_an_unknown_profile_name_lists_the_known_ones(tmp_path, demo_csv, capsys):
@@ -186,7 +204,7 @@ def test_an_unknown_profile_name_lists_the_known_ones(tmp_path, demo_csv, capsys
         err = capsys.readouterr().err
         assert "'smoek' does not exist" in err and "Traceback" not in err
         known = sorted(path.stem for path in (CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
-        assert f"Profiles beside the schema: {', '.join(known)} (" in err and "smoke" in known, err
+        assert f"shipped with dpsynth: {', '.join(known)} (" in err and "smoke" in known, err
     assert not (tmp_path / "run").exists()
 
 
@@ -233,5 +251,188 @@ def test_ledger_forecast_says_which_release_the_lifetime_budget_stops(tmp_path, 
     assert stops == 7 and 25.0 < forecast["after"][5] <= 30.0
     assert forecast["after"][6:] == [forecast["after"][5]] * 6  # refused releases spend nothing
     assert f"release {stops} and every one after it would be refused" in out
+    assert "release   7: refused: privacy.lifetime_budget" in out
+    # Without --profile, on a table without releases: what to pass, and no ledger printed before it.
     assert main(["ledger", "--config", str(CARDIO_SCHEMA), "--forecast", "3"]) == 2
-    assert "--profile" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "pass --profile" in captured.err and captured.out == ""
+
+
+# ------------------------------------------------------------------ a steward's own table (issue 40)
+
+
+@pytest.fixture
+def own_folder(tmp_path, monkeypatch):
+    """A steward's folder outside the checkout: `my/schema.yaml` (Cardio's schema, copied), no profiles."""
+    folder = tmp_path / "steward"
+    (folder / "my").mkdir(parents=True)
+    (folder / "my" / "schema.yaml").write_text(CARDIO_SCHEMA.read_text())
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def test_shipped_profiles_resolve_for_a_schema_outside_the_checkout(own_folder, demo_csv, capsys):
+    """Before, a profile name resolved only in `profiles/` beside the schema: exit 2 for `--profile smoke`."""
+    schema = "my/schema.yaml"
+    for profile in ("smoke", "mst-eps1", "eps1"):
+        assert main(["epsilon", "--config", schema, "--profile", profile, "--json"]) == 0, capsys.readouterr().err
+        assert last_json(capsys)["profile"] == profile
+    # A release reads the shipped profile and goes on to the table (exit 4: the table does not conform).
+    (own_folder / "bad.csv").write_text("a;b\n1;2\n")
+    argv = ["release", "--config", schema, "--data", "bad.csv", "--profile", "smoke", "--out", "run"]
+    assert main(argv) == 4
+    err = capsys.readouterr().err
+    assert "does not conform to the schema" in err and "Profile" not in err and "Traceback" not in err
+    # A steward's own profile may extend a shipped one, and one of its own wins over a shipped name.
+    (own_folder / "my" / "profiles").mkdir()
+    (own_folder / "my" / "profiles" / "mine.yaml").write_text("extends: mst-eps1\nprivacy: {lifetime_budget: 4.0}\n")
+    (own_folder / "my" / "profiles" / "smoke.yaml").write_text("extends: mst-eps1\n")
+    assert main(["profiles", "--config", schema, "--json"]) == 0
+    rows = last_json(capsys)["profiles"]
+    assert [(r["name"], r["source"]) for r in rows[:2]] == [("mine", "own"), ("smoke", "own")]
+    assert [r["name"] for r in rows if r["source"] == "shipped"] == [
+        n for n in sorted(p.stem for p in (CARDIO_SCHEMA.parent / "profiles").glob("*.yaml")) if n != "smoke"
+    ]
+    mine = rows[0]
+    assert mine["generator"] == "mst" and mine["lifetime_budget"] == 4.0 and mine["tuned_for"] is None
+
+
+def test_profiles_outside_the_checkout_lists_the_shipped_ones_and_what_each_is_tuned_for(own_folder, capsys):
+    """Before: 0 profiles, exit 0, outside the checkout."""
+    assert main(["profiles", "--json"]) == 0
+    result = last_json(capsys)
+    rows = {r["name"]: r for r in result["profiles"]}
+    assert set(rows) == {p.stem for p in (CARDIO_SCHEMA.parent / "profiles").glob("*.yaml")}
+    assert {r["source"] for r in rows.values()} == {"shipped"} and result["folder"] is None
+    tuned = {name: r["tuned_for"] for name, r in rows.items() if r["tuned_for"]}
+    assert tuned == {"default": "cardio", "thesis": "cardio", "thesis-k1500": "cardio", "census-eps3": "census_demo"}
+    for generic in ("smoke", "eps1", "eps3", "mst-eps1", "aim-eps1"):
+        assert rows[generic]["tuned_for"] is None
+
+
+def test_an_unknown_profile_outside_the_checkout_lists_the_shipped_ones(own_folder, demo_frame, capsys):
+    import dpsynth
+
+    shipped = ", ".join(sorted(p.stem for p in (CARDIO_SCHEMA.parent / "profiles").glob("*.yaml")))
+    assert main(["epsilon", "--config", "my/schema.yaml", "--profile", "msteps1"]) == 2
+    err = capsys.readouterr().err
+    assert f"shipped with dpsynth: {shipped} (" in err and "Traceback" not in err
+    # The API: before, it pointed at <home>/inputs/profiles/ and said "none".
+    with pytest.raises(ConfigError) as refused:
+        dpsynth.release(demo_frame, dpsynth.Schema.from_yaml(CARDIO_SCHEMA).with_target("cardio"), profile="msteps1")
+    assert f"shipped with dpsynth: {shipped} (" in str(refused.value) and "none" not in str(refused.value)
+
+
+def test_demo_data_without_a_schema_outside_the_checkout_says_to_pass_config(own_folder, capsys):
+    assert main(["demo-data", "--rows", "10", "--out", "demo.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --config SCHEMA.yaml" in err and "Traceback" not in err
+    assert not (own_folder / "demo.csv").exists()
+    assert main(["demo-data", "--rows", "10", "--out", "demo.csv", "--config", "my/schema.yaml"]) == 0
+
+
+def test_the_command_line_and_the_api_default_to_the_same_generic_profile():
+    """Before: `dpsynth release` took `default` (GS-WGAN tuned on Cardio, epsilon 10, ~25 minutes) and the
+    API `eps1`."""
+    import inspect
+
+    import dpsynth
+    from dpsynth.flows.cli import build_parser
+    from dpsynth.models.config import profile_tuned_for
+    from dpsynth.models.profiles import profile_files
+
+    args = build_parser().parse_args(["release", "--config", "s.yaml", "--data", "t.csv"])
+    assert args.profile == inspect.signature(dpsynth.release).parameters["profile"].default == "eps1"
+    (shipped,) = [f for f in profile_files(None) if f.name == args.profile]
+    assert profile_tuned_for(shipped.path) is None
+
+
+def write_csv(path, rows):
+    path.write_text("\n".join(";".join(str(v) for v in row) for row in rows) + "\n")
+    return path
+
+
+def test_schema_draft_from_the_shell_marks_every_value_to_fill_and_reads_no_value(own_folder, capsys):
+    header = ["id", "age", "score", "sex", "cured"]
+    rows = [header] + [[i, 20 + i % 50, round(i / 7, 1), "mf"[i % 2], i % 2] for i in range(60)]
+    table = write_csv(own_folder / "t.csv", rows)
+    assert main(["schema", "draft", str(table), "--out", "s.yaml", "--target", "cured", "--id-column", "id"]) == 0
+    text = (own_folder / "s.yaml").read_text()
+    spec = yaml.safe_load(text)
+    assert spec["separator"] == ";" and spec["target"] == "cured" and spec["id_column"] == "id"
+    assert {c: e["type"] for c, e in spec["columns"].items()} == {
+        "age": "continuous",
+        "score": "continuous",
+        "sex": "categorical",
+        "cured": "binary",
+    }
+    assert spec["columns"]["score"]["decimals"].startswith("fill from public knowledge")  # before: unset
+    assert "make it `type: categorical`" in text  # the comment above a numeric column that may hold codes
+    for value in ("69", "8.4", "'m'", "[0, 1]"):
+        assert value not in text
+    # The same draft from a table that differs in one row (a new level, a text value in no numeric column).
+    other = write_csv(own_folder / "u.csv", rows[:-1] + [[59, 150, 99.5, "x", 1]])
+    assert main(["schema", "draft", str(other), "--out", "s2.yaml", "--target", "cured", "--id-column", "id"]) == 0
+    assert (own_folder / "s2.yaml").read_text() == text.replace("name: t\n", "name: u\n")
+    # An existing file is not overwritten.
+    assert main(["schema", "draft", str(table), "--out", "s.yaml"]) == 2
+    assert "--force" in capsys.readouterr().err
+
+    # check: what is missing, exit 2 while anything is; complete, exit 0.
+    assert main(["schema", "check", "s.yaml", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert last_json_of(captured.out)["missing"] == [
+        "column 'age': bounds",
+        "column 'age': decimals",
+        "column 'score': bounds",
+        "column 'score': decimals",
+        "column 'sex': levels",
+        "column 'cured': levels",
+    ]
+    assert "still lacks 6 value(s)" in captured.err and "Traceback" not in captured.err
+    spec["columns"]["age"].update(bounds=[18, 100], decimals=0)
+    spec["columns"]["score"].update(bounds=[0, 10], decimals=1)
+    spec["columns"]["sex"]["levels"] = ["m", "f"]
+    spec["columns"]["cured"]["levels"] = [0, 1]
+    (own_folder / "s.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["schema", "check", "s.yaml"]) == 0
+    assert "is complete" in capsys.readouterr().out
+    assert main(["validate", "--config", "s.yaml", "--data", str(table)]) == 0
+    spec["columns"]["sex"]["levels"] = ["m"]  # a rule broken: the schema's own message, exit 2
+    (own_folder / "s.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["schema", "check", "s.yaml"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def last_json_of(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_the_forecast_applies_planned_releases_and_the_refusals_already_counted(own_folder, capsys):
+    """Issue 40: after 2 releases of a profile that plans 6, `--forecast 5` said every one fits, and the
+    5th (the 7th release) was refused on privacy.planned_releases. A release the DP approval refused is
+    counted as release counts it; without --profile the forecast takes the last release's profile."""
+    from dpsynth.models.profiles import load_named
+    from dpsynth.tasks import ledger
+    from dpsynth.tasks.decision import planned_release_cost
+
+    (own_folder / "my" / "profiles").mkdir()
+    (own_folder / "my" / "profiles" / "monthly.yaml").write_text("extends: mst-eps1\nprivacy: {planned_releases: 6}\n")
+    profile = load_named("monthly", "my/schema.yaml")
+    cost = planned_release_cost(profile, profile.release_target())
+    ledger.enter("cardio", "r1", cost, 30.0, status="published", profile="monthly")
+    ledger.enter("cardio", "r2", cost, 30.0, status="refused", profile="monthly")
+    for argv in (["--profile", "monthly"], []):  # the last release's profile when none is named
+        assert main(["ledger", "--config", "my/schema.yaml", "--forecast", "5", "--json", *argv]) == 0
+        out = capsys.readouterr().out
+        forecast = last_json_of(out)["forecast"]
+        assert forecast["profile"] == "monthly"
+        assert [v["fits"] for v in forecast["verdicts"]] == [True, True, True, True, False]
+        assert forecast["verdicts"][4]["rule"] == "privacy.planned_releases" and forecast["stops_at"] == 5
+        assert "release   5: refused: privacy.planned_releases" in out and "every one fits" not in out
+    # The same profile-level refusal release makes (no lifetime budget) is the forecast's too.
+    (own_folder / "my" / "profiles" / "unbounded.yaml").write_text(
+        "extends: mst-eps1\nprivacy: {lifetime_budget: null}\n"
+    )
+    assert main(["ledger", "--config", "my/schema.yaml", "--forecast", "2", "--profile", "unbounded"]) == 0
+    assert "every release of profile 'unbounded' would be refused before any work" in capsys.readouterr().out

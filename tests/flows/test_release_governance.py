@@ -108,3 +108,36 @@ def test_the_window_is_checked_by_date_and_by_this_profiles_releases_only(privat
     ledger.check_release_window("cardio", until, today=date(2027, 6, 30))
     with pytest.raises(ledger.BudgetExceededError, match="releases_until"):
         ledger.check_release_window("cardio", until, today=date(2027, 7, 1))
+
+
+def _forecast(config, profile, releases, capfd) -> dict:
+    assert main(["ledger", "--config", config, "--profile", profile, "--forecast", str(releases), "--json"]) == 0
+    return json.loads(capfd.readouterr().out.strip().splitlines()[-1])["forecast"]
+
+
+def test_the_forecast_made_before_names_the_release_and_the_rule_that_release_then_refuses(
+    isolated_workdir, demo_csv, smoke_release, capfd
+):
+    """Issue 40: the forecast said "every one fits" where release then refused on privacy.planned_releases.
+    Publishing smoke releases (profile planning 2) until one is refused, against the forecast made first."""
+    planned = _profile_with(isolated_workdir, smoke_release, planned_releases=2)
+    config = str(CARDIO_SCHEMA)
+    before = _forecast(config, planned, 3, capfd)
+    assert [(v["fits"], v["rule"]) for v in before["verdicts"]] == [
+        (True, None),
+        (True, None),
+        (False, "privacy.planned_releases"),
+    ]
+    assert before["stops_at"] == 3
+    argv = ["release", "--config", config, "--data", str(demo_csv), "--profile", planned, "--allow-same-input"]
+    made = 0
+    while main(argv) == 0:
+        made += 1
+        assert made <= 3, "release never refused"
+    refused_at = made + 1
+    err = capfd.readouterr().err
+    assert refused_at == before["stops_at"] and before["verdicts"][refused_at - 1]["rule"] in err
+    assert before["verdicts"][refused_at - 1]["reason"].split(" Nothing was")[0] in err
+    # After the refusal the forecast still says so (before: "they fit").
+    after = _forecast(config, planned, 2, capfd)
+    assert [(v["fits"], v["rule"]) for v in after["verdicts"]] == [(False, "privacy.planned_releases")] * 2

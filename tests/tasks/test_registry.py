@@ -228,6 +228,25 @@ def test_sample_from_registry_writes_parquet_and_csv(release_run, cardio_schema,
     assert not (store / "out" / "x.csv").exists()
 
 
+def test_dpsynth_sample_draws_fresh_rows_unless_a_seed_is_given(release_run, cardio_schema, store, capsys):
+    """As the API's `Sampler.sample`: without --seed each call gives new rows (seed 0 gave the same rows
+    every time before); a given seed gives the same rows every time."""
+    from dpsynth.flows.cli import main
+
+    name = "fresh-sampling"
+    register(release_run, cardio_schema, store, name, "fs-1")
+
+    def sample(path, *seed):
+        argv = ["sample", "--model-uri", f"models:/{name}@champion", "--rows", "50", "--out", str(path), *seed]
+        assert main(argv) == 0
+        return pd.read_csv(path, sep=cardio_schema.separator)
+
+    out = store / "out"
+    first, second = sample(out / "a.csv"), sample(out / "b.csv")
+    assert not first.equals(second)
+    pd.testing.assert_frame_equal(sample(out / "c.csv", "--seed", "3"), sample(out / "d.csv", "--seed", "3"))
+
+
 def test_sample_without_a_registry_here_is_a_readable_error(tmp_path, monkeypatch):
     from dpsynth.tasks.registry import sample_from_registry
 
