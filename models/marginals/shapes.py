@@ -1,0 +1,110 @@
+"""Column shapes: each continuous column's fine 1-way histogram (dpsynth.models.data.binning's fine cells),
+measured once by the Gaussian mechanism, so that a value decoded from a coarse cell lands where the
+column's rows are inside it (a heap at 40 hours stays at 40) rather than uniformly over the cell.
+
+Cost: a declared share of a release's zCDP rho (MST's and AIM's `shape_share` of their rho, the measured
+marginals' `shape_share` of theirs), spread equally over the continuous columns. Each histogram is a count
+vector that one replaced row moves by L2 sqrt(2), exactly as a measured marginal
+(dpsynth.models.marginals.measure): at noise multiplier sigma (std sigma sqrt(2)) it costs rho 1 / (2 sigma^2)
+replace-one, 1 / (4 sigma^2) add/remove-one (`measure.rho_of`). The share is inside the rho the one
+accountant already composes, so a release's epsilon does not move with it: the other measurements get
+less. The noise comes from the run's secret (purpose `PURPOSE`), each draw rounded to an integer.
+
+Decoding reads only the noisy counts, clipped at 0 (post-processing): within a coarse cell, a fine cell is
+drawn with probability proportional to its clipped count (`binning.shaped_cell_values`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dpsynth.models.data.binning import fine_cell_count, fine_codes, shaped_cell_values
+from dpsynth.models.data.schema import Column
+from dpsynth.models.errors import ConfigError
+from dpsynth.models.marginals.measure import L2_SENSITIVITY, noise_multiplier_for, rho_of
+
+PURPOSE = "shapes"
+
+
+def shaped_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
+    """The columns that get a shape: every continuous one (public: the schema's kinds)."""
+    return tuple(col for col in columns if col.is_continuous)
+
+
+def shape_noise_multiplier(rho: float, columns: int) -> float:
+    """The noise multiplier of each of `columns` fine histograms that together cost `rho` (replace-one)."""
+    if not rho > 0 or not math.isfinite(rho) or columns < 1:
+        raise ConfigError(f"column shapes need rho > 0 and at least one column, got rho {rho!r}, {columns} columns")
+    return noise_multiplier_for(rho / columns)
+
+
+@dataclass(frozen=True)
+class ColumnShapes:
+    """The released fine histograms: per column name, its noisy counts (the Gaussian mechanism's output,
+    one per fine cell), all at `noise_multiplier`, over fine cells of `bins` coarse bins."""
+
+    counts: dict[str, tuple[float, ...]]
+    noise_multiplier: float
+    bins: int
+
+    def rho(self, adjacency: str = "replace-one") -> float:
+        """What the measurement cost: one Gaussian count vector per column."""
+        return len(self.counts) * rho_of(self.noise_multiplier, adjacency) if self.counts else 0.0
+
+    def shape(self, name: str) -> np.ndarray | None:
+        """The column's weights per fine cell (noisy counts clipped at 0), or None when not measured."""
+        counts = self.counts.get(name)
+        return None if counts is None else np.clip(np.asarray(counts, dtype=np.float64), 0.0, None)
+
+    def values(self, col: Column, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Values for a continuous column's coarse cells, placed by its shape (`binning.shaped_cell_values`)."""
+        shape = self.shape(col.name)
+        if shape is None:
+            raise KeyError(col.name)
+        return shaped_cell_values(col, codes, shape, rng, self.bins)
+
+    def to_dict(self) -> dict:
+        return {
+            "counts": {name: [float(v) for v in c] for name, c in self.counts.items()},
+            "noise_multiplier": float(self.noise_multiplier),
+            "bins": int(self.bins),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> ColumnShapes:
+        keys = {"counts", "noise_multiplier", "bins"}
+        if not isinstance(raw, dict) or set(raw) != keys:
+            raise ConfigError(f"column shapes have exactly the keys {sorted(keys)}, got {raw!r}")
+        return cls(
+            {str(n): tuple(float(v) for v in c) for n, c in raw["counts"].items()},
+            float(raw["noise_multiplier"]),
+            int(raw["bins"]),
+        )
+
+
+def measure_shapes(
+    frame: pd.DataFrame, columns: Sequence[Column], rho: float, noise: np.random.Generator, bins: int
+) -> ColumnShapes:
+    """Every continuous column's fine histogram of `frame` plus Gaussian noise, `rho` (replace-one) in all.
+    Missing values are counted in no cell (a row's absence only lowers a count)."""
+    shaped = shaped_columns(columns)
+    if not shaped:
+        return ColumnShapes({}, 1.0, bins)
+    sigma = shape_noise_multiplier(rho, len(shaped))
+    counts = {}
+    for col in shaped:
+        if col.name not in frame.columns:
+            raise ConfigError(f"the table has no column {col.name!r}, whose shape is measured")
+        codes = fine_codes(col, frame[col.name].to_numpy(), bins)
+        exact = np.bincount(codes[codes >= 0], minlength=fine_cell_count(col, bins)).astype(np.float64)
+        noisy = exact + np.rint(noise.normal(0.0, sigma * L2_SENSITIVITY, exact.shape))
+        counts[col.name] = tuple(float(v) for v in noisy)
+    return ColumnShapes(counts, sigma, bins)
+
+
+__all__ = ["PURPOSE", "ColumnShapes", "measure_shapes", "shape_noise_multiplier", "shaped_columns"]
