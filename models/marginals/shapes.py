@@ -88,14 +88,12 @@ class ColumnShapes:
 
 
 def measure_shapes(
-    frame: pd.DataFrame, columns: Sequence[Column], rho: float, noise: np.random.Generator, bins: int
+    frame: pd.DataFrame, columns: Sequence[Column], sigma: float, noise: np.random.Generator, bins: int
 ) -> ColumnShapes:
-    """Every continuous column's fine histogram of `frame` plus Gaussian noise, `rho` (replace-one) in all.
-    Missing values are counted in no cell (a row's absence only lowers a count)."""
+    """Every continuous column's fine histogram of `frame` plus Gaussian noise at noise multiplier `sigma`
+    (`shape_noise_multiplier`: rho / columns each). Missing values are counted in no cell (a row's absence
+    only lowers a count)."""
     shaped = shaped_columns(columns)
-    if not shaped:
-        return ColumnShapes({}, 1.0, bins)
-    sigma = shape_noise_multiplier(rho, len(shaped))
     counts = {}
     for col in shaped:
         if col.name not in frame.columns:

@@ -31,7 +31,7 @@ from dpsynth.models.generators.mst.model import FORMAT, MSTModel
 from dpsynth.models.generators.mst.privacy import epsilon_of, rho_for_epsilon
 from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
 from dpsynth.models.marginals.shapes import PURPOSE as SHAPES_PURPOSE
-from dpsynth.models.marginals.shapes import ColumnShapes, measure_shapes, shaped_columns
+from dpsynth.models.marginals.shapes import ColumnShapes, measure_shapes, shape_noise_multiplier, shaped_columns
 
 if TYPE_CHECKING:
     from dpsynth.models.privacy.lifetime import TrainingCurve
@@ -139,7 +139,8 @@ class ZCDPModelGenerator(GeneratorType):
             return None
         table = TableEncoder(job.schema).decode(job.data)
         bins = job.profile.section(self.name).bins
-        return measure_shapes(table, columns, rho, job.secret.numpy(SHAPES_PURPOSE), bins)
+        sigma = shape_noise_multiplier(rho, len(columns))
+        return measure_shapes(table, columns, sigma, job.secret.numpy(SHAPES_PURPOSE), bins)
 
 
 def generator_file(model: MSTModel, schema: DatasetSchema, iteration: int, epsilon: float, delta: float) -> dict:
