@@ -10,8 +10,10 @@ replace-one, 1 / (4 sigma^2) add/remove-one (`measure.rho_of`). The share is ins
 accountant already composes, so a release's epsilon does not move with it: the other measurements get
 less. The noise comes from the run's secret (purpose `PURPOSE`), each draw rounded to an integer.
 
-Decoding reads only the noisy counts, clipped at 0 (post-processing): within a coarse cell, a fine cell is
-drawn with probability proportional to its clipped count (`binning.shaped_cell_values`).
+Sampling imports this module (a released model holds its shapes), so the measurement's modules are
+imported inside the functions that measure or cost. Decoding reads only the noisy counts, clipped at 0
+(post-processing): within a coarse cell, a fine cell is drawn with probability proportional to its
+clipped count (`binning.shaped_cell_values`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import pandas as pd
 from dpsynth.models.data.binning import fine_cell_count, fine_codes, shaped_cell_values
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.marginals.measure import L2_SENSITIVITY, noise_multiplier_for, rho_of
 
 PURPOSE = "shapes"
 
@@ -38,6 +39,8 @@ def shaped_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
 
 def shape_noise_multiplier(rho: float, columns: int) -> float:
     """The noise multiplier of each of `columns` fine histograms that together cost `rho` (replace-one)."""
+    from dpsynth.models.marginals.measure import noise_multiplier_for  # measuring only: samplers stay light
+
     if not rho > 0 or not math.isfinite(rho) or columns < 1:
         raise ConfigError(f"column shapes need rho > 0 and at least one column, got rho {rho!r}, {columns} columns")
     return noise_multiplier_for(rho / columns)
@@ -54,6 +57,8 @@ class ColumnShapes:
 
     def rho(self, adjacency: str = "replace-one") -> float:
         """What the measurement cost: one Gaussian count vector per column."""
+        from dpsynth.models.marginals.measure import rho_of
+
         return len(self.counts) * rho_of(self.noise_multiplier, adjacency) if self.counts else 0.0
 
     def shape(self, name: str) -> np.ndarray | None:
@@ -93,6 +98,8 @@ def measure_shapes(
     """Every continuous column's fine histogram of `frame` plus Gaussian noise at noise multiplier `sigma`
     (`shape_noise_multiplier`: rho / columns each). Missing values are counted in no cell (a row's absence
     only lowers a count)."""
+    from dpsynth.models.marginals.measure import L2_SENSITIVITY
+
     shaped = shaped_columns(columns)
     counts = {}
     for col in shaped:
