@@ -33,7 +33,7 @@ from dpsynth.models.generators.mst.privacy import epsilon_of
 from dpsynth.models.generators.mst.sampler import model_of
 from dpsynth.models.marginals.calibration import calibrate
 from dpsynth.models.marginals.measure import measure, plan_for_rho, rho_of
-from dpsynth.models.marginals.shapes import measure_shapes, shape_noise_multiplier
+from dpsynth.models.marginals.shapes import denoised, measure_shapes, shape_noise_multiplier
 from dpsynth.models.privacy.secret import PrivacySecret
 
 SECRET = PrivacySecret.from_hex("3c" * 32)
@@ -101,6 +101,21 @@ def test_a_shape_places_values_inside_their_cell_as_its_weights_say():
     other = shaped_cell_values(HOURS, cell_codes(HOURS, np.full(5000, 2)), -shape, np.random.default_rng(1))
     assert set(np.unique(other)) == {1.0, 2.0, 3.0, 4.0, 5.0}
     assert (cell_codes(HOURS, other) == cell_codes(HOURS, np.full(5000, 2))).all()
+
+
+def test_denoising_keeps_a_heap_and_flattens_what_noise_alone_could_make():
+    """Within a coarse cell, counts that differ by no more than noise are shrunk to their mean (uniform
+    within the cell); a heap far above the noise keeps nearly its measured count."""
+    rng = np.random.default_rng(4)
+    parents = np.repeat([0, 1], 16)
+    flat = np.full(32, 100.0)
+    flat[16 + 5] = 3000.0  # a heap in the second cell
+    noisy = flat + rng.normal(0.0, 50.0, 32)
+    weights = denoised(noisy, parents, 50.0)
+    assert np.ptp(weights[:16]) < 0.5 * np.ptp(noisy[:16])  # pulled towards uniform
+    measured = noisy[21] / noisy[16:].sum()  # the heap's share as measured (3000 of 4500 before noise)
+    assert weights[21] / weights[16:].sum() == pytest.approx(measured, abs=0.01) and measured > 0.6
+    assert (weights >= 0).all() and np.allclose(denoised(noisy, parents, 0.0), np.clip(noisy, 0, None))
 
 
 def _mst_profile(shape_share: float, rho: float | None = None) -> Profile:
