@@ -346,8 +346,10 @@ def _values_in_cells(
     from the cell's grid values directly when the grid is small enough to list."""
     if not col.is_continuous:
         return cell_values(col, codes, rng, bins)
-    shaped = shapes is not None and col.name in shapes.counts
-    values = shapes.values(col, codes, rng) if shaped else cell_values(col, codes, rng, bins)
+    if shapes is not None and col.name in shapes.counts:
+        values = shapes.values(col, codes, rng)
+    else:
+        values = cell_values(col, codes, rng, bins)
     values = np.asarray(values, dtype=np.float64)
     for _ in range(_REDRAWS):
         bad = ~_in_cell(col, values, codes, bins)

@@ -513,13 +513,13 @@ def measure(
         MeasuredMarginal(m, shape, s, tuple(float(v) for v in c), tuple(float(v) for v in p.ravel()), sel)
         for (m, s, c, sel), shape, p in zip(measured, shapes, shares, strict=False)
     )
-    shapes = None
+    column_shapes = None
     if plan.shape_columns:
         columns = [schema.column(name) for name in plan.shape_columns]
-        shapes = measure_shapes(
+        column_shapes = measure_shapes(
             frame, columns, plan.shape_noise_multiplier, secret.numpy(f"{purpose}-shapes"), plan.bins
         )
-    return MeasuredMarginals(released, total, plan, plan.bins, shapes=shapes)
+    return MeasuredMarginals(released, total, plan, plan.bins, shapes=column_shapes)
 
 
 def noisy_marginal(
