@@ -180,11 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     p.add_argument(
         "--shape",
-        choices=("plain", "hard", "measured"),
+        choices=("plain", "hard", "measured", "heaped"),
         default="plain",
         help="hard: most values at 0 in columns bounded below by 0, long-tailed level shares, a "
         "25/75 target that depends on them (dpsynth.models.data.demo.DemoShape); measured: a balanced "
-        "target resting on one narrow measurement recorded at round numbers (MeasuredShape)",
+        "target resting on one narrow measurement recorded at round numbers (MeasuredShape); heaped: half "
+        "of a narrow column at one round value, ages heaped at 0 and 5, a long-tailed survey weight rising "
+        "with age (HeapedShape)",
     )
     return parser
 

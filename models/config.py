@@ -40,6 +40,7 @@ from pydantic import (
 from dpsynth.models.config_validation import (
     MAX_INT,
     STRICT,
+    Beta,
     Count,
     Name,
     NonNegative,
@@ -75,6 +76,9 @@ class MarginalsConfig:
     # Share of rho spent on choosing the `selections` pairs (exponential mechanism), the rest measures.
     selection_share: float = 0.1
     bins: int = 20
+    # Share of rho spent on every continuous column's fine 1-way histogram (dpsynth.models.marginals.shapes):
+    # the calibration places a value it moves inside its new cell as the column's rows lie there. 0: uniform.
+    shape_share: float = 0.2
     # The sampler draws this many times the rows asked for and calibrates down to them (fewer duplicates).
     oversample: int = 3
 
@@ -456,6 +460,7 @@ class MarginalsSpec(BaseModel):
     selections: Annotated[int, Strict(), Field(ge=0, le=1000)]
     selection_share: OpenUnit
     bins: Annotated[int, Strict(), Field(ge=1, le=1000)]
+    shape_share: Beta
     oversample: Annotated[int, Strict(), Field(ge=1, le=100)]
 
 

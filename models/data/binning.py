@@ -9,6 +9,12 @@ Missing or undeclared values get code -1.
 
 A continuous column's bin narrower than its decimals' step may hold no value of its decimal grid: such a
 cell can never be written (`writable_cells`, public).
+
+Fine cells, nested in those cells, give a continuous column's 1-way shape (`fine_codes`): one cell per
+value when the column's decimal grid holds at most `MAX_VALUE_CELLS` values (hours 1-99, an age, a
+score 0-100), else each bin split into `FINE_SPLIT` equal sub-bins; a point mass is a fine cell of its
+own. Pairs keep the coarse cells; a measured fine histogram (dpsynth.models.marginals.shapes) says where
+inside a coarse cell a drawn value lands (`cell_values(..., shape=...)`). Public facts only, like the cells.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ DEFAULT_BINS = 20
 MISSING = -1
 # Enumerating a column's decimal grid (to find the cells it can fill) is done when it has at most this many points.
 MAX_GRID = 2_000_000
+# A column whose decimal grid holds at most this many values gets one fine cell per value.
+MAX_VALUE_CELLS = 400
+# Otherwise each coarse bin is split into this many equal fine sub-bins.
+FINE_SPLIT = 16
 
 
 def cell_count(col: Column, bins: int = DEFAULT_BINS) -> int:
@@ -135,6 +145,107 @@ def cell_values(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: 
     values = np.where(usable, values, (lower + upper) / 2)
     for k, mass in enumerate(col.point_masses):
         values[codes == bins + k] = mass
+    return values
+
+
+def value_grid(col: Column) -> np.ndarray | None:
+    """A continuous column's decimal grid when it holds at most `MAX_VALUE_CELLS` values (one fine cell
+    each), else None."""
+    if not col.is_continuous:
+        return None
+    step = 10.0**-col.decimals
+    low, high = col.continuous_bounds
+    if math.floor(high / step + 1e-9) - math.ceil(low / step - 1e-9) + 1 > MAX_VALUE_CELLS:
+        return None
+    return decimal_grid(col)
+
+
+def fine_cell_count(col: Column, bins: int = DEFAULT_BINS) -> int:
+    """How many fine cells a continuous column has (0 for a discrete column: its levels are its shape)."""
+    if not col.is_continuous:
+        return 0
+    grid = value_grid(col)
+    return len(grid) if grid is not None else bins * FINE_SPLIT + len(col.point_masses)
+
+
+def fine_codes(col: Column, values: ArrayLike, bins: int = DEFAULT_BINS) -> np.ndarray:
+    """The fine cell of each value of a continuous column (int64, -1 for missing values): the nearest
+    grid value's index, or the sub-bin (a point mass's own cell after the sub-bins)."""
+    numbers = pd.to_numeric(pd.Series(np.asarray(values, dtype=object)), errors="coerce").to_numpy(np.float64)
+    grid = value_grid(col)
+    if grid is not None:
+        step = 10.0**-col.decimals
+        codes = np.clip(np.rint((np.nan_to_num(numbers) - grid[0]) / step), 0, len(grid) - 1).astype(np.int64)
+    else:
+        codes = _bin_of(col, numbers, bins * FINE_SPLIT)
+        for k, mass in enumerate(col.point_masses):
+            codes[numbers == mass] = bins * FINE_SPLIT + k
+    codes[~np.isfinite(numbers)] = MISSING
+    return codes
+
+
+def fine_parents(col: Column, bins: int = DEFAULT_BINS) -> np.ndarray:
+    """The coarse cell (`cell_codes`) each fine cell lies in: the nesting, from public facts only."""
+    grid = value_grid(col)
+    if grid is not None:
+        return cell_codes(col, grid, bins)
+    return np.concatenate([np.arange(bins * FINE_SPLIT) // FINE_SPLIT, bins + np.arange(len(col.point_masses))])
+
+
+def fine_cell_values(col: Column, fine: np.ndarray, rng: np.random.Generator, bins: int = DEFAULT_BINS) -> np.ndarray:
+    """A value in each fine cell: the grid value itself, the point mass, or a uniform draw on the decimal
+    grid within the sub-bin (its midpoint when it holds no grid value; callers check the coarse cell)."""
+    fine = np.asarray(fine, dtype=np.int64)
+    grid = value_grid(col)
+    if grid is not None:
+        return grid[fine]
+    sub_bins = bins * FINE_SPLIT
+    plain = Column(col.name, col.kind, bounds=col.bounds, decimals=col.decimals)
+    values = np.asarray(cell_values(plain, np.minimum(fine, sub_bins - 1), rng, sub_bins), dtype=np.float64)
+    for k, mass in enumerate(col.point_masses):
+        values[fine == sub_bins + k] = mass
+    return values
+
+
+def shaped_cell_values(
+    col: Column, codes: np.ndarray, shape: np.ndarray, rng: np.random.Generator, bins: int = DEFAULT_BINS
+) -> np.ndarray:
+    """Values for coarse cells of a continuous column, each landing in one of the cell's fine cells with
+    probability proportional to `shape` (non-negative weights per fine cell, e.g. a noisy fine histogram
+    clipped at 0; uniform over the cell's fine cells where they sum to 0). A value that does not code back
+    to its cell (float edges, a sub-bin with no grid value) is drawn uniformly in the cell instead."""
+    codes = np.asarray(codes, dtype=np.int64)
+    parents = fine_parents(col, bins)
+    weights = np.clip(np.nan_to_num(np.asarray(shape, dtype=np.float64)), 0.0, None)
+    if weights.shape != parents.shape:
+        raise ValueError(f"column {col.name!r}: a shape of {weights.size} fine cells, expected {parents.size}")
+    # Per coarse cell, the fine cells in order and their cumulative weights (uniform where all are 0).
+    order = np.argsort(parents, kind="stable")
+    sorted_parents = parents[order]
+    per_cell = np.bincount(parents, weights=weights, minlength=cell_count(col, bins))
+    w = np.where(per_cell[sorted_parents] > 0, weights[order], 1.0)
+    totals = np.bincount(sorted_parents, weights=w, minlength=cell_count(col, bins))
+    starts = np.searchsorted(sorted_parents, np.arange(cell_count(col, bins)), side="left")
+    cumulative = np.cumsum(w) - np.concatenate([[0.0], np.cumsum(totals)])[sorted_parents]
+    # The drawn fine cell: the first of the cell's fine cells whose cumulative weight passes u x total.
+    u = rng.random(len(codes)) * totals[codes]
+    picked = np.empty(len(codes), dtype=np.int64)
+    ends = np.searchsorted(sorted_parents, np.arange(cell_count(col, bins)), side="right")
+    for cell in np.unique(codes):
+        rows = np.flatnonzero(codes == cell)
+        lo, hi = starts[cell], ends[cell]
+        if hi <= lo:
+            picked[rows] = -1
+            continue
+        at = np.searchsorted(cumulative[lo:hi], u[rows], side="right")
+        picked[rows] = order[lo + np.minimum(at, hi - lo - 1)]
+    values = np.asarray(cell_values(col, codes, rng, bins), dtype=np.float64)
+    has_fine = picked >= 0
+    if has_fine.any():
+        drawn = np.asarray(fine_cell_values(col, picked[has_fine], rng, bins), dtype=np.float64)
+        on_grid = np.abs(drawn - np.round(drawn, col.decimals)) <= 1e-9 * np.maximum(1.0, np.abs(drawn))
+        fits = on_grid & (cell_codes(col, drawn, bins) == codes[has_fine])
+        values[np.flatnonzero(has_fine)[fits]] = drawn[fits]
     return values
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dpsynth.models.data.binning import MAX_VALUE_CELLS, value_grid
+from dpsynth.models.data.encoding import level_codes
 from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.errors import ConfigError
 
@@ -63,10 +65,36 @@ class MeasuredShape:
     on_grid: float = 0.7
 
 
-SHAPES: dict[str, DemoShape | MeasuredShape | None] = {
+@dataclass(frozen=True)
+class HeapedShape:
+    """A table shaped like a survey's numbers, for studies of numeric shapes. Rules read the schema only
+    (it needs two continuous columns with at most `binning.MAX_VALUE_CELLS` values on their decimal grid
+    and one wider, none with point masses, and a categorical column):
+
+    * the last narrow column is heaped: `heap` of its rows at the multiple of 10 nearest 40% of its bounds
+      (hours 1-99: 40), the rest spread around it with `round_share` of them rounded to a multiple of 5
+      (so more at multiples of 5 and 10);
+    * the first narrow column is an age: `age_heap` of its rows rounded to a multiple of 5 (heaps at
+      values ending in 0 and 5);
+    * the widest other column is a survey weight with a long right tail (log-normal, spread `tail`),
+      rising monotonically with the age (rank correlation about `monotone`);
+    * columns with point masses are the hard shape's (mostly at 0, a long tail); categorical columns
+      have the hard shape's long-tailed level shares; the target rests on the age, the heaped column and
+      the widest categorical column, about a quarter of rows at its second level.
+    """
+
+    heap: float = 0.5
+    round_share: float = 0.4
+    age_heap: float = 0.5
+    tail: float = 0.8
+    monotone: float = 0.9
+
+
+SHAPES: dict[str, DemoShape | MeasuredShape | HeapedShape | None] = {
     "plain": None,
     "hard": DemoShape(),
     "measured": MeasuredShape(),
+    "heaped": HeapedShape(),
 }
 
 
@@ -77,15 +105,20 @@ def level_probabilities(column: Column) -> np.ndarray:
 
 
 def make_demo_table(
-    schema: DatasetSchema, n_rows: int, seed: int = 0, shape: DemoShape | MeasuredShape | None = None
+    schema: DatasetSchema,
+    n_rows: int,
+    seed: int = 0,
+    shape: DemoShape | MeasuredShape | HeapedShape | None = None,
 ) -> pd.DataFrame:
     """A schema-conformant synthetic table of `n_rows` rows, the same for the same `seed`.
 
     Columns come in schema order, preceded by the id column (0..n_rows-1) when the schema declares one.
-    `shape` makes a harder table (`DemoShape`, `MeasuredShape`); None keeps the plain demo, unchanged.
+    `shape` makes a harder table (`DemoShape`, `MeasuredShape`, `HeapedShape`); None keeps the plain demo.
     """
     if isinstance(shape, MeasuredShape):
         return _measured_table(schema, n_rows, seed, shape)
+    if isinstance(shape, HeapedShape):
+        return _heaped_table(schema, n_rows, seed, shape)
     if shape is not None:
         return _shaped_table(schema, n_rows, seed, shape)
     if n_rows < 1:
@@ -240,5 +273,50 @@ def _measured_table(schema: DatasetSchema, n_rows: int, seed: int, shape: Measur
     logit = 1.1 * z[first.name] + 0.45 * z[continuous[0].name] + 0.2 * z[continuous[2].name] + 0.5 * codes
     logit -= np.median(logit)
     positive = rng.random(n_rows) < 1.0 / (1.0 + np.exp(-logit))
+    frame[schema.target] = _level_values(schema.column(schema.target), positive.astype(int))
+    return frame
+
+
+def _heaped_table(schema: DatasetSchema, n_rows: int, seed: int, shape: HeapedShape) -> pd.DataFrame:
+    features = [c for c in schema.columns if c.name != schema.target]
+    free = [c for c in features if c.is_continuous and not c.point_masses]
+    narrow = [c for c in free if value_grid(c) is not None]
+    wide = [c for c in free if value_grid(c) is None]
+    categorical = [c for c in features if not c.is_continuous and len(c.levels) > 2]
+    if len(narrow) < 2 or not wide or not categorical:
+        raise ConfigError(
+            f"--shape heaped needs two continuous columns of at most {MAX_VALUE_CELLS} values, a wider one "
+            f"(none with point masses) and a categorical column; schema {schema.name!r} has {len(narrow)}, "
+            f"{len(wide)} and {len(categorical)}. Use --shape plain or hard."
+        )
+    frame = make_demo_table(schema, n_rows, seed, DemoShape())  # point-mass and categorical columns
+    rng = np.random.default_rng(seed + 2000)
+    age, heaped = narrow[0], narrow[-1]
+    weight = max(wide, key=lambda c: c.continuous_bounds[1] - c.continuous_bounds[0])
+
+    z_age = rng.standard_normal(n_rows)
+    low, high = age.continuous_bounds
+    ages = low + (high - low) * np.clip(0.3 + 0.18 * z_age, 0.0, 1.0)
+    ages = np.where(rng.random(n_rows) < shape.age_heap, np.round(ages / 5.0) * 5.0, ages)
+    frame[age.name] = _on_grid(age, np.clip(ages, low, high))
+
+    low, high = heaped.continuous_bounds
+    peak = float(np.clip(round((low + 0.4 * (high - low)) / 10.0) * 10.0, low, high))
+    at_peak = rng.random(n_rows) < shape.heap
+    spread = peak + 0.15 * (high - low) * rng.standard_normal(n_rows)
+    spread = np.where(rng.random(n_rows) < shape.round_share, np.round(spread / 5.0) * 5.0, spread)
+    frame[heaped.name] = _on_grid(heaped, np.where(at_peak, peak, np.clip(spread, low, high)))
+
+    low, high = weight.continuous_bounds
+    latent = shape.monotone * z_age + np.sqrt(1 - shape.monotone**2) * rng.standard_normal(n_rows)
+    weights = low + 0.08 * (high - low) * np.exp(shape.tail * latent - shape.tail**2 / 2)
+    frame[weight.name] = _on_grid(weight, np.clip(weights, low, high))
+
+    widest = max(categorical, key=lambda c: len(c.levels))
+    codes = level_codes(widest, frame[widest.name].to_numpy())
+    effects = rng.normal(0.0, 1.0, len(widest.levels))
+    above = (frame[heaped.name].to_numpy() > peak).astype(float)
+    logit = 1.2 * z_age + 1.2 * (above - above.mean()) + effects[codes] - effects[codes].mean()
+    positive = rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(logit + _intercept(logit, 0.25))))
     frame[schema.target] = _level_values(schema.column(schema.target), positive.astype(int))
     return frame

@@ -20,7 +20,8 @@ Two steps, so that the generator's joint structure is kept where the marginals a
    (a 1-way move changes no other column). This reaches cells no synthetic row had.
 
 A changed value is drawn inside its new cell with `binning.cell_values` (a point mass exactly, a level as
-itself, a bin's value uniformly among the bin's values on the column's decimals). A drawn value that
+itself, a bin's value uniformly among the bin's values on the column's decimals), or, for a continuous
+column whose fine histogram was measured (`MeasuredMarginals.shapes`), where that histogram puts it. A drawn value that
 `cell_codes` puts in another cell or that lies off the decimal grid (float edge cases of columns with
 decimals, e.g. 0.6 drawn for [0.55, 0.6)) is redrawn (`_values_in_cells`). Values the calibration did not
 move keep their exact synthetic value. Targets leave out cells of a continuous column that hold no value on the column's
@@ -39,6 +40,7 @@ from dpsynth.models.data.binning import cell_codes, cell_count, cell_values, dec
 from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.marginals.measure import MeasuredMarginals, counts_of_cells, flat_cells, frame_codes
+from dpsynth.models.marginals.shapes import ColumnShapes
 
 RAKING_SWEEPS = 50
 RAKING_TOLERANCE = 1e-4
@@ -102,7 +104,7 @@ def calibrate(
     for _ in range(rounds):
         for (cols, shape, _), target in zip(fits, targets, strict=False):
             move_rows(codes, cols, shape, target, rng, copies)
-    return _write(synthetic, schema, picks, codes, names, original, columns, measured.bins, rng)
+    return _write(synthetic, schema, picks, codes, names, original, columns, measured, rng)
 
 
 # -------------------------------------------------------------------------------------- targets
@@ -319,28 +321,35 @@ def _write(
     names: list[str],
     original: dict[str, np.ndarray],
     columns: dict[str, Column],
-    bins: int,
+    measured: MeasuredMarginals,
     rng: np.random.Generator,
 ) -> pd.DataFrame:
-    """The picked rows, with new values drawn only where a row's cell changed."""
+    """The picked rows, with new values drawn only where a row's cell changed (placed by the column's
+    measured shape when there is one)."""
     out = synthetic.iloc[picks].reset_index(drop=True)
     for j, name in enumerate(names):
         changed = codes[:, j] != original[name][picks]
         if changed.any():
-            values = _values_in_cells(columns[name], codes[changed, j], rng, bins)
+            values = _values_in_cells(columns[name], codes[changed, j], rng, measured.bins, measured.shapes)
             out[name] = _merged(out[name].to_numpy(), changed, values)
     if schema.id_column and schema.id_column in out.columns:
         out[schema.id_column] = np.arange(len(out), dtype=np.int64)
     return out
 
 
-def _values_in_cells(col: Column, codes: np.ndarray, rng: np.random.Generator, bins: int) -> np.ndarray:
-    """Values inside the given cells (binning.cell_values). A drawn value that rounding moved out of its
-    cell, or off the column's decimal grid, is redrawn; after a few tries it is drawn from the cell's grid
-    values directly when the grid is small enough to list."""
-    values = cell_values(col, codes, rng, bins)
+def _values_in_cells(
+    col: Column, codes: np.ndarray, rng: np.random.Generator, bins: int, shapes: ColumnShapes | None = None
+) -> np.ndarray:
+    """Values inside the given cells: placed by the column's measured fine histogram when `shapes` holds
+    it (binning.shaped_cell_values), else uniform (binning.cell_values). A drawn value that rounding moved
+    out of its cell, or off the column's decimal grid, is redrawn uniformly; after a few tries it is drawn
+    from the cell's grid values directly when the grid is small enough to list."""
     if not col.is_continuous:
-        return values
+        return cell_values(col, codes, rng, bins)
+    if shapes is not None and col.name in shapes.counts:
+        values = shapes.values(col, codes, rng)
+    else:
+        values = cell_values(col, codes, rng, bins)
     values = np.asarray(values, dtype=np.float64)
     for _ in range(_REDRAWS):
         bad = ~_in_cell(col, values, codes, bins)

@@ -35,6 +35,10 @@ project's RDP conversion (`dpsynth.models.privacy.dpsgd_accountant`). `adjacency
 add/remove (sensitivity 1: rho = 1 / (4 sigma^2), selection (epsilon/2)^2 / 8) for composing with the
 DP-SGD accountant's add/remove curves.
 
+Shapes: a declared share of rho (`shape_share`) measures every continuous column's fine 1-way histogram
+(dpsynth.models.marginals.shapes, the same Gaussian mechanism and sensitivity, noise purpose
+"<purpose>-shapes"); the calibration places a value it moves inside its new cell by them.
+
 Everything after the noise is post-processing (`consistent_shares`): one total, non-negative counts,
 marginals that agree on every column they share. Only noisy values leave this module.
 """
@@ -45,6 +49,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -54,6 +59,9 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.privacy.checks import is_int, is_real
 from dpsynth.models.privacy.secret import PrivacySecret
+
+if TYPE_CHECKING:
+    from dpsynth.models.marginals.shapes import ColumnShapes
 
 Marginal = tuple[str, ...]
 
@@ -203,6 +211,9 @@ class MeasurementPlan:
     selection_epsilon: float = 0.0
     selected_noise_multiplier: float = 1.0
     bins: int = DEFAULT_BINS
+    # The continuous columns whose fine histograms are measured, each at `shape_noise_multiplier`.
+    shape_columns: tuple[str, ...] = ()
+    shape_noise_multiplier: float = 1.0
 
     def __post_init__(self) -> None:
         marginals = tuple(tuple(str(name) for name in m) for m in self.marginals)
@@ -226,10 +237,14 @@ class MeasurementPlan:
             _check_positive(self.selected_noise_multiplier, "the selected pairs' noise multiplier")
         if not is_int(self.bins) or self.bins < 1:
             raise ConfigError(f"bins must be an integer >= 1, got {self.bins!r}")
+        object.__setattr__(self, "shape_columns", tuple(str(name) for name in self.shape_columns))
+        if self.shape_columns:
+            _check_positive(self.shape_noise_multiplier, "the shapes' noise multiplier")
 
     def rho(self, adjacency: str = "replace-one") -> float:
-        """zCDP of the whole measurement: the marginals' rho and the selection rounds' added."""
+        """zCDP of the whole measurement: the marginals', the shapes' and the selection rounds' added."""
         fixed = sum(rho_of(s, adjacency) for s in self.noise_multipliers)
+        fixed += len(self.shape_columns) * rho_of(self.shape_noise_multiplier, adjacency) if self.shape_columns else 0.0
         if not self.selections:
             return fixed
         per_round = selection_rho(self.selection_epsilon, adjacency) + rho_of(self.selected_noise_multiplier, adjacency)
@@ -263,6 +278,7 @@ class MeasurementPlan:
         raw = asdict(self)
         raw["marginals"] = [list(m) for m in self.marginals]
         raw["noise_multipliers"] = list(self.noise_multipliers)
+        raw["shape_columns"] = list(self.shape_columns)
         return raw
 
     @classmethod
@@ -275,8 +291,9 @@ class MeasurementPlan:
             "selected_noise_multiplier",
             "bins",
         }
-        if not isinstance(raw, dict) or set(raw) != keys:
-            raise ConfigError(f"a measurement plan has exactly the keys {sorted(keys)}, got {raw!r}")
+        shape_keys = {"shape_columns", "shape_noise_multiplier"}  # absent from plans made before shapes
+        if not isinstance(raw, dict) or set(raw) not in (keys, keys | shape_keys):
+            raise ConfigError(f"a measurement plan has exactly the keys {sorted(keys | shape_keys)}, got {raw!r}")
         return cls(
             tuple(tuple(m) for m in raw["marginals"]),
             tuple(raw["noise_multipliers"]),
@@ -284,23 +301,39 @@ class MeasurementPlan:
             raw["selection_epsilon"],
             raw["selected_noise_multiplier"],
             raw["bins"],
+            tuple(raw.get("shape_columns", ())),
+            raw.get("shape_noise_multiplier", 1.0),
         )
 
 
 def plan_for_rho(
-    schema: DatasetSchema, rho: float, selections: int = 0, selection_share: float = 0.1, bins: int = DEFAULT_BINS
+    schema: DatasetSchema,
+    rho: float,
+    selections: int = 0,
+    selection_share: float = 0.1,
+    bins: int = DEFAULT_BINS,
+    shape_share: float = 0.0,
 ) -> MeasurementPlan:
     """The plan spending `rho` (zCDP, replace-one): `selection_share` of it on the selection rounds (equal
-    epsilon per round), the rest in equal shares to every measured marginal, fixed or selected (equal rho
-    per marginal, as MST and AIM do within a round)."""
+    epsilon per round), `shape_share` on the continuous columns' fine histograms (equal rho per column;
+    none without a continuous column), the rest in equal shares to every measured marginal, fixed or
+    selected (equal rho per marginal, as MST and AIM do within a round)."""
     rho = _check_positive(rho, "rho")
     if selections and not 0 < selection_share < 1:
         raise ConfigError(f"the selection share must be in (0, 1), got {selection_share!r}")
-    fixed = fixed_workload(schema)
+    shape_columns = tuple(c.name for c in schema.columns if c.is_continuous) if shape_share else ()
     spent_on_selection = selection_share * rho if selections else 0.0
-    sigma = noise_multiplier_for((rho - spent_on_selection) / (len(fixed) + selections))
+    spent_on_shapes = shape_share * rho if shape_columns else 0.0
+    if not 0 <= shape_share < 1 or spent_on_selection + spent_on_shapes >= rho:
+        raise ConfigError(
+            f"the shape share ({shape_share!r}) and the selection share ({selection_share!r}) must leave rho "
+            "for the marginals: each in [0, 1), together below 1"
+        )
+    fixed = fixed_workload(schema)
+    sigma = noise_multiplier_for((rho - spent_on_selection - spent_on_shapes) / (len(fixed) + selections))
     epsilon = math.sqrt(8.0 * spent_on_selection / selections) if selections else 0.0
-    return MeasurementPlan(fixed, (sigma,) * len(fixed), selections, epsilon, sigma, bins)
+    shape_sigma = noise_multiplier_for(spent_on_shapes / len(shape_columns)) if shape_columns else 1.0
+    return MeasurementPlan(fixed, (sigma,) * len(fixed), selections, epsilon, sigma, bins, shape_columns, shape_sigma)
 
 
 def plan_for_epsilon(
@@ -394,6 +427,8 @@ class MeasuredMarginals:
     plan: MeasurementPlan
     bins: int = DEFAULT_BINS
     mechanism: str = field(default=MECHANISM)
+    # The continuous columns' noisy fine histograms (plan.shape_columns), or None.
+    shapes: ColumnShapes | None = None
 
     def get(self, columns: Sequence[str]) -> MeasuredMarginal:
         for marginal in self.marginals:
@@ -422,19 +457,24 @@ class MeasuredMarginals:
             "total": float(self.total),
             "plan": self.plan.to_dict(),
             "marginals": [m.to_dict() for m in self.marginals],
+            "shapes": None if self.shapes is None else self.shapes.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, raw: dict) -> MeasuredMarginals:
+        from dpsynth.models.marginals.shapes import ColumnShapes
+
         keys = {"mechanism", "bins", "total", "plan", "marginals"}
-        if not isinstance(raw, dict) or set(raw) != keys:
-            raise ConfigError(f"measured marginals have exactly the keys {sorted(keys)}, got {raw!r}")
+        if not isinstance(raw, dict) or set(raw) not in (keys, keys | {"shapes"}):  # no shapes: measured before them
+            raise ConfigError(f"measured marginals have exactly the keys {sorted(keys | {'shapes'})}, got {raw!r}")
+        shapes = raw.get("shapes")
         return cls(
             tuple(MeasuredMarginal.from_dict(m) for m in raw["marginals"]),
             float(raw["total"]),
             MeasurementPlan.from_dict(raw["plan"]),
             int(raw["bins"]),
             str(raw["mechanism"]),
+            None if shapes is None else ColumnShapes.from_dict(shapes),
         )
 
 
@@ -447,7 +487,10 @@ def measure(
 ) -> MeasuredMarginals:
     """Measure `plan`'s marginals of the training rows `frame` (decoded values): the fixed marginals, then
     the privately selected pairs, each count plus Gaussian noise from the secret's `purpose` stream (the
-    selection's Gumbel draws from `purpose`-selection); then the consistent shares of them all."""
+    selection's Gumbel draws from `purpose`-selection); then the consistent shares of them all; and the
+    plan's column shapes (noise from `purpose`-shapes)."""
+    from dpsynth.models.marginals.shapes import measure_shapes  # shapes builds on this module
+
     noise = secret.numpy(purpose)
     names = list(dict.fromkeys([*schema.column_names, *(n for m in plan.marginals for n in m)]))
     codes = frame_codes(schema, frame, names, plan.bins)
@@ -470,7 +513,13 @@ def measure(
         MeasuredMarginal(m, shape, s, tuple(float(v) for v in c), tuple(float(v) for v in p.ravel()), sel)
         for (m, s, c, sel), shape, p in zip(measured, shapes, shares, strict=False)
     )
-    return MeasuredMarginals(released, total, plan, plan.bins)
+    column_shapes = None
+    if plan.shape_columns:
+        columns = [schema.column(name) for name in plan.shape_columns]
+        column_shapes = measure_shapes(
+            frame, columns, plan.shape_noise_multiplier, secret.numpy(f"{purpose}-shapes"), plan.bins
+        )
+    return MeasuredMarginals(released, total, plan, plan.bins, shapes=column_shapes)
 
 
 def noisy_marginal(

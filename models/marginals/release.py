@@ -52,7 +52,7 @@ def measurement_plan(profile: Profile, schema: DatasetSchema) -> MeasurementPlan
     """The plan the measurement stage runs: `marginals.rho` spread as `plan_for_rho` spreads it. Its own
     rho must not exceed what the accountants added (float rounding aside)."""
     m = profile.marginals
-    plan = plan_for_rho(schema, m.rho, m.selections, m.selection_share, m.bins)
+    plan = plan_for_rho(schema, m.rho, m.selections, m.selection_share, m.bins, m.shape_share)
     for adjacency in (REPLACE_ONE, ADD_REMOVE_ONE):
         if plan.rho(adjacency) > marginals_rho(profile, adjacency) * (1.0 + 1e-9):
             raise AssertionError(
@@ -76,6 +76,7 @@ def public_parameters(profile: Profile) -> dict:
         "marginals_selections": m.selections,
         **shared,
         "marginals_bins": m.bins,
+        "marginals_shape_share": m.shape_share,
         "marginals_oversample": m.oversample,
     }
 
@@ -87,6 +88,7 @@ PUBLIC_LABELS = {
     "marginals_selections": "privately chosen marginal pairs",
     "marginals_selection_share": "share of rho spent choosing pairs",
     "marginals_bins": "bins per continuous column (marginals)",
+    "marginals_shape_share": "share of rho spent on the continuous columns' fine 1-way histograms",
     "marginals_oversample": "rows drawn per released row (calibration)",
 }
 
@@ -94,7 +96,8 @@ PUBLIC_LABELS = {
 MECHANISM_PROSE = (
     "the 1-way marginal of every column and the 2-way marginal of every column with the target"
     "{selected}, counted on the training rows over public cells and released by the Gaussian "
-    "mechanism (replace-one L2 sensitivity sqrt(2) per marginal; zCDP rho = {rho:g} in all), "
+    "mechanism (replace-one L2 sensitivity sqrt(2) per marginal; zCDP rho = {rho:g} in all, a share "
+    "{shape_share:g} of it on every continuous column's fine 1-way histogram, which places a value inside its cell), "
     "composed with training order by order; every released row is then calibrated to them "
     "(post-processing)"
 )
@@ -106,4 +109,4 @@ def mechanism_prose(profile: Profile) -> str | None:
         return None
     m = profile.marginals
     selected = f", and {m.selections} more pairs chosen by the exponential mechanism" if m.selections else ""
-    return MECHANISM_PROSE.format(selected=selected, rho=m.rho)
+    return MECHANISM_PROSE.format(selected=selected, rho=m.rho, shape_share=m.shape_share)

@@ -67,6 +67,10 @@ def test_demo_data_shape_the_schema_cannot_take_is_a_readable_error(tmp_path, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--shape measured needs three continuous columns" in err
     assert not out.exists()
+    assert main([*args[:-1], "heaped"]) != 0  # two narrow columns but no wider one
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--shape heaped needs two continuous columns" in err
+    assert not out.exists()
 
 
 def test_validate_bad_table_is_readable_in_a_real_process(tmp_path):

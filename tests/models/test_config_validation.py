@@ -29,18 +29,19 @@ from tests.conftest import CARDIO_SCHEMA
 # registered its section `mst`, which every profile holds with its defaults; and when AIM, RDP-CGAN and
 # DP-Fed-CTGAN registered theirs; and when RDP-CGAN's section gained the gradient penalty, the averaged
 # generator and the critic's own channels, with new defaults; and when its autoencoder stopped reading
-# the target by default, `autoencoder_target`).
+# the target by default, `autoencoder_target`; and when the measured marginals, MST and AIM gained
+# `shape_share`, the share of rho spent on the continuous columns' fine histograms).
 SHIPPED_HASHES = {
-    "default": "ece789dc19897f2dc4b5c699e9afabfeef43b9fdac63f8f251493cc7196b0191",
-    "smoke": "ea28c1788f250b6db6973b1338f5b2903012392e9d3af77547c16c6bca126c16",
-    "thesis-k1500": "6e51c185df16b301a1dab01a6eea1de726013f5a34a6189a65e1a591a9aad52f",
-    "thesis": "05ebe8e4797f60bbcbf408eaefd118a36720519d9e1c33c7fa7a841bf25a7f99",
-    "compare": "3f5293da9f862fd06716e272fcb02982831a6f26956d4b91b85d3003efb4ff79",
-    "eps1": "08016e19d22d8da4c76bb1e7458427b60068a290257b2b9526b622596d76f26f",
-    "eps3": "f420f2ebd1cbaffd2b5ff2fd5032629d632e8f80a19d14bf633254c873b80ecc",
-    "census-eps3": "d3a11e24aacc65f9a5a3712713fc63e5d108d329a6e28a46c16a64d0cf859b45",
-    "mst-eps1": "a00ca8856e63d360eccd3416c6effe8c0744aeeaade3febf3f15f88e8bf3b60f",
-    "aim-eps1": "babe5fae3741e447501915475099f4a8f5715f1d7a71008e6187f9b62acb4498",
+    "default": "2eac1a8a2901f3fd8ba685b35a48b208e6551e179d55d6cb7594d73861d37314",
+    "smoke": "273199a4b45bbff5b40b7c7a1ec78a07ce260498345fee81ac2834fe19c926e0",
+    "thesis-k1500": "dbeac4ceb9c2d6843382e49cb6c4abf9a824e85e324b17a177666808ecac080a",
+    "thesis": "6d707e33e706e51c9e4736b346d6b24dd8cc79b75b07eef11392f94d5b6d1594",
+    "compare": "38c17e00b1ab36f6bafc0d0865b31a2da4ae82c2fc8c632869fe7d2efe27fecd",
+    "eps1": "6cf918fa5098c4e73b521eb8b4c41da174a08898cdf8e58518e947c278bd5310",
+    "eps3": "027c29fe4ae710102fc444734748bc78262ef4c42694d450a83d678421b64c63",
+    "census-eps3": "20c2f973395030c3e7bc0128b5cd7382a92d6306e999a95323f4d14f48a64e04",
+    "mst-eps1": "591eebf603c3e454479ffac2b40f947150fefa292c03be8a5d815efa0f64b48f",
+    "aim-eps1": "5d986a19bea6fb26ab868f995270145e7c0ea2a5aac794f22e084ed5a3b78259",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
@@ -82,7 +83,10 @@ def _load_text(tmp_path, text: str) -> Profile:
         ("marginals: {rho: 0}", "marginals.rho: must be above 0 (got 0)"),
         (
             "marginals: {sigma: 1.0}",
-            ("marginals.sigma: unknown key (known keys: bins, enabled, oversample, rho, selection_share, selections)"),
+            (
+                "marginals.sigma: unknown key (known keys: bins, enabled, oversample, rho, selection_share, "
+                "selections, shape_share)"
+            ),
         ),
         ("gan: {target_prior: 1.0}", "gan.target_prior: must be below 1 (got 1.0)"),
         ("gan: {generator_ema: 1.5}", "gan.generator_ema: must be below 1 (got 1.5)"),

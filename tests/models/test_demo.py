@@ -165,3 +165,55 @@ def test_measured_shape_rests_a_balanced_target_on_one_narrow_measurement_at_rou
     )
     with pytest.raises(ConfigError, match="measured needs three continuous columns"):
         make_demo_table(two_measurements, 10, shape=SHAPES["measured"])
+
+
+def test_heaped_shape_heaps_one_narrow_column_rounds_ages_and_gives_the_weight_a_tail_rising_with_age():
+    """configs/census-demo.yaml with --shape heaped: about half the hours at 40 and more at multiples of 5,
+    ages heaped at values ending in 0 and 5, a long-tailed survey weight in monotone relation with age,
+    the hard shape's point masses and level shares, a learnable 25/75 target."""
+    from scipy.stats import spearmanr
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    from dpsynth.models.data.demo import SHAPES
+    from dpsynth.models.data.encoding import TableEncoder
+    from dpsynth.tasks.validate import check_table
+
+    census = DatasetSchema.from_yaml(CARDIO_YAML.parent / "census-demo.yaml")
+    table = make_demo_table(census, 20000, seed=5, shape=SHAPES["heaped"])
+    assert check_table(census, table).passed
+    pd.testing.assert_frame_equal(table, make_demo_table(census, 20000, seed=5, shape=SHAPES["heaped"]))
+    hours, age, weight = table["hours_per_week"], table["age"], table["final_weight"]
+    assert 0.45 < (hours == 40).mean() < 0.6
+    assert (hours % 5 == 0).mean() > (hours == 40).mean() + 0.15 and (hours % 10 == 0).mean() > 0.55
+    assert (age % 5 == 0).mean() > 0.5  # a fifth by chance; half are rounded to a 0 or a 5
+    assert weight.skew() > 2 and weight.quantile(0.99) > 4 * weight.median()  # a long right tail
+    assert spearmanr(age, weight).statistic > 0.8
+    assert all(0.85 < (table[name] == 0).mean() < 0.95 for name in ("capital_gain", "capital_loss"))
+    positive = (table[census.target] == census.column(census.target).levels[1]).mean()
+    assert abs(positive - 0.25) < 0.02
+    encoder = TableEncoder(census)
+    encoded = encoder.encode(table)
+    x = np.delete(encoded, encoder.target_index, axis=1)
+    y = encoded[:, encoder.target_index] > 0
+    model = LogisticRegression(max_iter=2000).fit(x[:15000], y[:15000])
+    assert roc_auc_score(y[15000:], model.predict_proba(x[15000:])[:, 1]) > 0.75
+
+
+def test_the_heaped_shape_says_what_a_schema_lacks(schema):
+    from dpsynth.models.data.demo import SHAPES
+
+    narrow = DatasetSchema.from_dict(
+        {
+            "name": "toy",
+            "target": "label",
+            "columns": {
+                "a": {"type": "continuous", "bounds": [0, 10], "decimals": 0},
+                "b": {"type": "continuous", "bounds": [0, 10], "decimals": 0},
+                "kind": {"type": "categorical", "levels": ["x", "y", "z"]},
+                "label": {"type": "binary", "levels": ["neg", "pos"]},
+            },
+        }
+    )
+    with pytest.raises(ConfigError, match="heaped needs two continuous columns of at most 400 values, a wider"):
+        make_demo_table(narrow, 10, shape=SHAPES["heaped"])

@@ -282,7 +282,9 @@ def test_every_public_parameter_is_labelled_and_depends_on_the_profile_only():
     facts = get("mst").training_facts(profile, profile.release_target())
     assert set(facts.parameters) == set(LABELS) and set(facts.parameters) <= set(facts.labels)
     p = facts.parameters
-    assert p["mst_rho"] == 0.06 and p["mst_rho_one_way"] + p["mst_rho_selection"] + p["mst_rho_two_way"] == 0.06
+    phases = p["mst_rho_one_way"] + p["mst_rho_selection"] + p["mst_rho_two_way"]
+    assert p["mst_rho"] == 0.06 and p["mst_rho_shapes"] == pytest.approx(0.1 * 0.06, rel=1e-12)  # mst.shape_share
+    assert phases + p["mst_rho_shapes"] == pytest.approx(0.06, rel=1e-12)
     assert p["mst_gaussian_sensitivity"] == math.sqrt(2) and p["mst_score_sensitivity"] == 2.0
 
 

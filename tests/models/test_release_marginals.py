@@ -115,9 +115,15 @@ def test_the_measurement_spends_what_the_accountants_add(cardio_schema):
         plan = measurement_plan(profile, cardio_schema)
         for adjacency in (REPLACE_ONE, ADD_REMOVE_ONE):
             assert plan.rho(adjacency) == pytest.approx(marginals_rho(profile, adjacency), rel=1e-12)
+        # The marginals get what the selection rounds and the shapes (marginals.shape_share, 0.2) leave.
+        left = 1.0 - (0.1 if selections else 0.0) - 0.2
         assert plan.noise_multipliers[0] == pytest.approx(
-            math.sqrt((len(plan.marginals) + selections) / (2 * 0.3 * (0.9 if selections else 1.0))), rel=1e-12
+            math.sqrt((len(plan.marginals) + selections) / (2 * 0.3 * left)), rel=1e-12
         )
+        # Each continuous column's fine histogram: 0.2 x 0.3 over the continuous columns, inside plan.rho.
+        continuous = [c.name for c in cardio_schema.columns if c.is_continuous]
+        assert plan.shape_columns == tuple(continuous) and continuous
+        assert plan.shape_noise_multiplier == pytest.approx(math.sqrt(len(continuous) / (2 * 0.3 * 0.2)), rel=1e-12)
 
 
 def test_zero_noise_is_refused_and_negligible_noise_costs_next_to_nothing(tmp_path):

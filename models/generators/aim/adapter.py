@@ -28,6 +28,7 @@ LABELS = {
     "aim_rounds": "rounds the budget is first split into (T)",
     "aim_selection_share": "share of each round's rho spent on its selection",
     "aim_bins": "bins per continuous column (AIM)",
+    "aim_shape_share": "share of rho spent on the continuous columns' fine 1-way histograms",
     "aim_workload": "marginals AIM's selection scores",
     "aim_max_model_mb": "largest model a round may grow to (MB)",
     "aim_gaussian_sensitivity": "L2 sensitivity of each marginal (replace-one)",
@@ -92,13 +93,16 @@ class AIM(ZCDPModelGenerator):
                 "public size cap, and measuring it by the Gaussian mechanism; rounds halve the noise and "
                 "double the selection's epsilon when a measurement changed the estimate less than its noise, "
                 "and the last round spends what is left; a graphical model estimated from the noisy "
-                "marginals (private-pgm) is released"
+                "marginals (private-pgm) is released; "
+                "the Gaussian mechanism on every continuous column's fine 1-way histogram (one cell per value, "
+                "or 16 sub-cells per cell), which places each sampled value inside its cell"
             ),
             accountant=(
                 "zCDP: each Gaussian measurement at noise std s costs 1 / s^2, each selection at epsilon e "
                 "costs e^2 / 8 (bounded range); the first rounds run at s and e that would spend rho in T "
                 f"rounds ({1 - SELECTION_SHARE:g} on measurements, {SELECTION_SHARE:g} on selections), the 1-way "
-                "marginals at the same s; the rounds' costs add up to rho exactly; RDP order x rho"
+                "marginals at the same s; the rounds' costs add up to rho less the share aim.shape_share spent "
+                "on the fine histograms (c of them at noise std s3, c / s3^2); RDP order x rho"
             ),
             conversion="classic: epsilon = min over orders a of a x rho + log(1/delta)/(a - 1)",
             sampling="every training row counts once in every measured marginal and in every selection score",
@@ -118,6 +122,7 @@ class AIM(ZCDPModelGenerator):
                 "aim_rounds": config.rounds if config.rounds is not None else "16 per column",
                 "aim_selection_share": SELECTION_SHARE,
                 "aim_bins": config.bins,
+                "aim_shape_share": config.shape_share,
                 "aim_workload": config.workload,
                 "aim_max_model_mb": config.max_model_mb,
                 "aim_gaussian_sensitivity": L2_SENSITIVITY,

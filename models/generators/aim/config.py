@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, Strict
 
-from dpsynth.models.config_validation import Count, Positive
+from dpsynth.models.config_validation import Beta, Count, Positive
 from dpsynth.models.generators.section import SectionConfig
 
 # The workload AIM answers: every pair of columns, or those and every triple that holds the target.
@@ -23,6 +23,9 @@ class AIMConfig(SectionConfig):
     rho: Positive | None = None
     # Equal-width bins of a continuous column's public bounds (plus one cell per declared point mass).
     bins: Annotated[int, Strict(), Field(ge=1, le=1000)] = 20
+    # Share of rho spent on every continuous column's fine 1-way histogram (dpsynth.models.marginals.shapes),
+    # which places a decoded value inside its cell as the column's rows lie there; the rest runs AIM's rounds.
+    shape_share: Beta = 0.1
     # The rounds the budget is first split into (the paper's T); null: 16 per column. Annealing spends
     # faster when the model stops improving, so fewer rounds run.
     rounds: Count | None = None

@@ -28,9 +28,10 @@ __all__ = ["LABELS", "MST", "generator_file", "training_rho"]
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
     "mst_rho": "MST's zCDP rho (replace-one)",
-    "mst_rho_one_way": "rho of the 1-way marginals (a third)",
-    "mst_rho_selection": "rho of the tree's selection rounds (a third)",
-    "mst_rho_two_way": "rho of the tree's 2-way marginals (a third)",
+    "mst_rho_shapes": "rho of the continuous columns' fine 1-way histograms (mst.shape_share of it)",
+    "mst_rho_one_way": "rho of the 1-way marginals (a third of the rest)",
+    "mst_rho_selection": "rho of the tree's selection rounds (a third of the rest)",
+    "mst_rho_two_way": "rho of the tree's 2-way marginals (a third of the rest)",
     "mst_bins": "bins per continuous column (MST)",
     "mst_gaussian_sensitivity": "L2 sensitivity of each marginal (replace-one)",
     "mst_score_sensitivity": "sensitivity of each selection score (replace-one)",
@@ -47,7 +48,7 @@ class MST(ZCDPModelGenerator):
     name = "mst"
     label = "MST"
     # Null rho follows each setting's budget: a summary of several settings leaves these out.
-    setting_parameters = ("mst_rho", "mst_rho_one_way", "mst_rho_selection", "mst_rho_two_way")
+    setting_parameters = ("mst_rho", "mst_rho_shapes", "mst_rho_one_way", "mst_rho_selection", "mst_rho_two_way")
 
     def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
         require_private(self, setting)
@@ -71,6 +72,7 @@ class MST(ZCDPModelGenerator):
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         config: MSTConfig = profile.mst
         rho = training_rho(profile, setting)
+        fitted = zcdp_adapter.model_rho(profile, setting, self.name)
         return PrivacyFacts(
             generator=self.label,
             mechanism=(
@@ -78,12 +80,15 @@ class MST(ZCDPModelGenerator):
                 "over its public cells; d - 1 rounds of the exponential mechanism choosing a spanning tree of "
                 "column pairs, each pair scored by the L1 distance between its counts and their estimate from "
                 "the noisy 1-way marginals; the Gaussian mechanism on the chosen pairs' 2-way marginals; a "
-                "graphical model estimated from the noisy marginals (private-pgm) is released"
+                "graphical model estimated from the noisy marginals (private-pgm) is released; "
+                "the Gaussian mechanism on every continuous column's fine 1-way histogram (one cell per value, "
+                "or 16 sub-cells per cell), which places each sampled value inside its cell"
             ),
             accountant=(
                 "zCDP: d 1-way marginals at noise std s1, d - 1 selection rounds at epsilon e (e^2 / 8 each) and "
                 "d - 1 2-way marginals at noise std s2 add up to rho = d / s1^2 + (d - 1)(e^2 / 8 + 1 / s2^2), a "
-                "third on each phase; RDP order x rho"
+                "third on each phase, after the share mst.shape_share of rho spent on the fine histograms (c "
+                "of them at noise std s3, c / s3^2); RDP order x rho"
             ),
             conversion="classic: epsilon = min over orders a of a x rho + log(1/delta)/(a - 1)",
             sampling="every training row counts once in every measured marginal and in every selection score",
@@ -97,9 +102,10 @@ class MST(ZCDPModelGenerator):
             imputation=NO_DONORS,
             parameters={
                 "mst_rho": rho,
-                "mst_rho_one_way": rho / 3.0,
-                "mst_rho_selection": rho / 3.0,
-                "mst_rho_two_way": rho / 3.0,
+                "mst_rho_shapes": rho - fitted,
+                "mst_rho_one_way": fitted / 3.0,
+                "mst_rho_selection": fitted / 3.0,
+                "mst_rho_two_way": fitted / 3.0,
                 "mst_bins": config.bins,
                 "mst_gaussian_sensitivity": L2_SENSITIVITY,
                 "mst_score_sensitivity": SCORE_SENSITIVITY,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, Strict, StrictBool
 
-from dpsynth.models.config_validation import Count, Positive
+from dpsynth.models.config_validation import Beta, Count, Positive
 from dpsynth.models.generators.section import SectionConfig
 
 
@@ -26,3 +26,7 @@ class MSTConfig(SectionConfig):
     # measurement, so that wide pairs are not chosen for the noise they would add (AIM's idea; the score's
     # sensitivity is unchanged).
     noise_penalty: StrictBool = False
+    # Share of rho spent on every continuous column's fine 1-way histogram (dpsynth.models.marginals.shapes),
+    # which places a decoded value inside its cell as the column's rows lie there (a heap at a round
+    # number stays); the rest is spent as before. 0: values uniform within their cells.
+    shape_share: Beta = 0.1

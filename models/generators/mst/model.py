@@ -11,7 +11,8 @@ uniforms are stratified (as private-pgm's `synthetic_data(method="round")`): a c
 its conditional distribution to within one row per cell, and each row's draw is still marginally exact.
 An "other" code becomes one of its cells uniformly (MST's reverse of the domain reduction), and a cell
 becomes a value through `binning.cell_values`: a level, a point mass exactly, or a value on the bin's
-decimal grid, drawn uniformly.
+decimal grid, drawn uniformly; or, when the model carries the columns' measured fine histograms
+(`shapes`, dpsynth.models.marginals.shapes), a value placed inside its cell as the histogram says.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pandas as pd
 
 from dpsynth.models.data.binning import cell_codes, cell_values, writable_cells
 from dpsynth.models.data.schema import Column
+from dpsynth.models.marginals.shapes import ColumnShapes
 
 FORMAT = "dpsynth-mst/1"
 # Draws of a bin's value that float edges code to another cell are redrawn at most this often.
@@ -43,6 +45,8 @@ class MSTModel:
     cliques: list[tuple[int, ...]]
     tables: list[np.ndarray]
     parents: list[int]
+    # The continuous columns' noisy fine histograms (None: values uniform within their cells).
+    shapes: ColumnShapes | None = None
 
     @classmethod
     def uniform(cls, columns: Sequence[Column], bins: int) -> MSTModel:
@@ -85,7 +89,11 @@ class MSTModel:
         for j, col in enumerate(self.columns):
             cells = expand(self.maps[j], reduced[:, j], rng)
             if col.is_continuous:
-                values = np.round(_values_in_cells(col, cells, rng, self.bins), col.decimals)
+                if self.shapes is not None and col.name in self.shapes.counts:
+                    drawn = self.shapes.values(col, cells, rng)
+                else:
+                    drawn = _values_in_cells(col, cells, rng, self.bins)
+                values = np.round(drawn, col.decimals)
                 data[col.name] = values.astype(np.int64) if col.decimals == 0 else values
             else:
                 data[col.name] = np.array(col.levels)[cells]
@@ -104,6 +112,11 @@ class MSTModel:
             "cliques": [list(c) for c in self.cliques],
             "parents": list(self.parents),
         }
+        if self.shapes is not None:
+            names = list(self.shapes.counts)
+            for k, name in enumerate(names):
+                arrays[f"shape_{k}"] = np.asarray(self.shapes.counts[name], dtype=np.float64)
+            meta["shapes"] = {"columns": names, "noise_multiplier": self.shapes.noise_multiplier}
         return arrays, meta
 
     @classmethod
@@ -112,6 +125,11 @@ class MSTModel:
             raise ValueError(f"not an MST model of format {FORMAT!r}: {meta.get('format')!r}")
         columns = tuple(_column_of(c) for c in meta["columns"])
         cliques = [tuple(int(a) for a in c) for c in meta["cliques"]]
+        shapes = None
+        if "shapes" in meta:  # a model fitted before shapes were measured has none: uniform within cells
+            names = [str(n) for n in meta["shapes"]["columns"]]
+            counts = {n: tuple(float(v) for v in arrays[f"shape_{k}"]) for k, n in enumerate(names)}
+            shapes = ColumnShapes(counts, float(meta["shapes"]["noise_multiplier"]), int(meta["bins"]))
         return cls(
             columns=columns,
             bins=int(meta["bins"]),
@@ -119,6 +137,7 @@ class MSTModel:
             cliques=cliques,
             tables=[np.asarray(arrays[f"table_{k}"], dtype=np.float64) for k in range(len(cliques))],
             parents=[int(p) for p in meta["parents"]],
+            shapes=shapes,
         )
 
 

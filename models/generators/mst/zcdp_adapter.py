@@ -7,6 +7,10 @@ replace-one adjacency, whose RDP at order a is a x rho; the measured marginals' 
 the one conversion (models/generators/mst/privacy.py `epsilon_of`, classic), so every epsilon such a
 generator plans, records or publishes is the replace-one epsilon of rho + the marginals' rho (of the
 marginals' alone at checkpoint 0). A subclass says how it fits (`fit_model`) and what it publishes.
+
+Of that rho, the section's `shape_share` measures the continuous columns' fine 1-way histograms
+(dpsynth.models.marginals.shapes: where inside a cell a sampled value lands) and the rest is the fit's
+(`model_rho`): one rho, one accountant, split between two measurements that compose.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ import torch
 
 from dpsynth.models.checkpoint_files import save_verified
 from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.base import FitResult, GeneratorType, Progress, Schedule, TrainingJob, TrainingPlan
 from dpsynth.models.generators.mst.model import FORMAT, MSTModel
 from dpsynth.models.generators.mst.privacy import epsilon_of, rho_for_epsilon
 from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
+from dpsynth.models.marginals.shapes import PURPOSE as SHAPES_PURPOSE
+from dpsynth.models.marginals.shapes import ColumnShapes, measure_shapes, shape_noise_multiplier, shaped_columns
 
 if TYPE_CHECKING:
     from dpsynth.models.privacy.lifetime import TrainingCurve
@@ -44,6 +51,16 @@ def training_rho(profile: Profile, setting: Setting, generator: str) -> float:
             f"setting's budget, and the setting has no budget: set {generator}.rho or an epsilon budget."
         )
     return rho_for_epsilon(budget, profile.privacy.delta, marginals_rho(profile, REPLACE_ONE))
+
+
+def shape_rho(profile: Profile, setting: Setting, generator: str) -> float:
+    """The part of the generator's rho spent on the columns' fine histograms (its `shape_share`)."""
+    return profile.section(generator).shape_share * training_rho(profile, setting, generator)
+
+
+def model_rho(profile: Profile, setting: Setting, generator: str) -> float:
+    """The part of the generator's rho its fit spends: the rest after the shapes."""
+    return training_rho(profile, setting, generator) - shape_rho(profile, setting, generator)
 
 
 def checkpoint_rho(profile: Profile, setting: Setting, iteration: int, generator: str) -> float:
@@ -101,7 +118,8 @@ class ZCDPModelGenerator(GeneratorType):
             if iteration == 0:
                 model = MSTModel.uniform(tuple(job.schema.columns), bins)
             else:
-                model, fit_info, seconds, internal = self.fit_model(job, self.training_rho(job.profile, job.setting))
+                model, fit_info, seconds, internal = self.fit_model(job, model_rho(job.profile, job.setting, self.name))
+                model.shapes = self._measure_shapes(job)
                 info = {self.name: fit_info, f"{self.name}_seconds": seconds}
             path = directory / f"{self.name}_{iteration:06d}.pt"
             digest = save_verified(
@@ -111,6 +129,18 @@ class ZCDPModelGenerator(GeneratorType):
             if progress is not None:
                 progress(iteration, f"epsilon {epsilon:.3f}")
         return FitResult(ledger, time.perf_counter() - started, info=info, internal_metrics=internal)
+
+    def _measure_shapes(self, job: TrainingJob) -> ColumnShapes | None:
+        """The continuous columns' noisy fine histograms at the section's share of rho (None at share 0 or
+        without a continuous column)."""
+        rho = shape_rho(job.profile, job.setting, self.name)
+        columns = shaped_columns(job.schema.columns)
+        if rho <= 0 or not columns:
+            return None
+        table = TableEncoder(job.schema).decode(job.data)
+        bins = job.profile.section(self.name).bins
+        sigma = shape_noise_multiplier(rho, len(columns))
+        return measure_shapes(table, columns, sigma, job.secret.numpy(SHAPES_PURPOSE), bins)
 
 
 def generator_file(model: MSTModel, schema: DatasetSchema, iteration: int, epsilon: float, delta: float) -> dict:

@@ -1,0 +1,137 @@
+"""Column shapes: each continuous column's fine 1-way histogram (dpsynth.models.data.binning's fine cells),
+measured once by the Gaussian mechanism, so that a value decoded from a coarse cell lands where the
+column's rows are inside it (a heap at 40 hours stays at 40) rather than uniformly over the cell.
+
+Cost: a declared share of a release's zCDP rho (MST's and AIM's `shape_share` of their rho, the measured
+marginals' `shape_share` of theirs), spread equally over the continuous columns. Each histogram is a count
+vector that one replaced row moves by L2 sqrt(2), exactly as a measured marginal
+(dpsynth.models.marginals.measure): at noise multiplier sigma (std sigma sqrt(2)) it costs rho 1 / (2 sigma^2)
+replace-one, 1 / (4 sigma^2) add/remove-one (`measure.rho_of`). The share is inside the rho the one
+accountant already composes, so a release's epsilon does not move with it: the other measurements get
+less. The noise comes from the run's secret (purpose `PURPOSE`), each draw rounded to an integer.
+
+Sampling imports this module (a released model holds its shapes), so the measurement's modules are
+imported inside the functions that measure or cost. Decoding reads only the noisy counts and the public noise
+std (post-processing, `denoised`): within each coarse cell the fine counts are shrunk towards their mean
+by the positive-part James-Stein factor 1 - (m - 3) std^2 / (sum of squared deviations), then clipped at
+0, and a fine cell is drawn with probability proportional to the result (`binning.shaped_cell_values`).
+A heap stands far above the noise and is kept; a cell whose fine counts differ by no more than noise
+would stays uniform (on generated tables clipping alone made smooth columns worse than uniform: a wide
+column's 16 sub-bins then hold fewer rows than one noise std).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dpsynth.models.data.binning import fine_cell_count, fine_codes, fine_parents, shaped_cell_values
+from dpsynth.models.data.schema import Column
+from dpsynth.models.errors import ConfigError
+
+PURPOSE = "shapes"
+
+
+def shaped_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
+    """The columns that get a shape: every continuous one (public: the schema's kinds)."""
+    return tuple(col for col in columns if col.is_continuous)
+
+
+def shape_noise_multiplier(rho: float, columns: int) -> float:
+    """The noise multiplier of each of `columns` fine histograms that together cost `rho` (replace-one)."""
+    from dpsynth.models.marginals.measure import noise_multiplier_for  # measuring only: samplers stay light
+
+    if not rho > 0 or not math.isfinite(rho) or columns < 1:
+        raise ConfigError(f"column shapes need rho > 0 and at least one column, got rho {rho!r}, {columns} columns")
+    return noise_multiplier_for(rho / columns)
+
+
+@dataclass(frozen=True)
+class ColumnShapes:
+    """The released fine histograms: per column name, its noisy counts (the Gaussian mechanism's output,
+    one per fine cell), all at `noise_multiplier`, over fine cells of `bins` coarse bins."""
+
+    counts: dict[str, tuple[float, ...]]
+    noise_multiplier: float
+    bins: int
+
+    def rho(self, adjacency: str = "replace-one") -> float:
+        """What the measurement cost: one Gaussian count vector per column."""
+        from dpsynth.models.marginals.measure import rho_of
+
+        return len(self.counts) * rho_of(self.noise_multiplier, adjacency) if self.counts else 0.0
+
+    @property
+    def noise_std(self) -> float:
+        return self.noise_multiplier * math.sqrt(2.0)  # the marginals' convention: std = sigma x sensitivity
+
+    def shape(self, col: Column) -> np.ndarray:
+        """The column's weights per fine cell: its noisy counts `denoised` within each coarse cell."""
+        return denoised(
+            np.asarray(self.counts[col.name], dtype=np.float64), fine_parents(col, self.bins), self.noise_std
+        )
+
+    def values(self, col: Column, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Values for a continuous column's coarse cells, placed by its shape (`binning.shaped_cell_values`)."""
+        return shaped_cell_values(col, codes, self.shape(col), rng, self.bins)
+
+    def to_dict(self) -> dict:
+        return {
+            "counts": {name: [float(v) for v in c] for name, c in self.counts.items()},
+            "noise_multiplier": float(self.noise_multiplier),
+            "bins": int(self.bins),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> ColumnShapes:
+        keys = {"counts", "noise_multiplier", "bins"}
+        if not isinstance(raw, dict) or set(raw) != keys:
+            raise ConfigError(f"column shapes have exactly the keys {sorted(keys)}, got {raw!r}")
+        return cls(
+            {str(n): tuple(float(v) for v in c) for n, c in raw["counts"].items()},
+            float(raw["noise_multiplier"]),
+            int(raw["bins"]),
+        )
+
+
+def denoised(noisy: np.ndarray, parents: np.ndarray, std: float) -> np.ndarray:
+    """Fine counts shrunk, within each coarse cell (`parents`), towards the cell's mean count by the
+    positive-part James-Stein factor max(0, 1 - max(m - 3, 1) std^2 / SS) (m fine cells, SS their squared
+    deviations from the mean), then clipped at 0. Post-processing of the noisy counts and the public std."""
+    weights = np.asarray(noisy, dtype=np.float64).copy()
+    for cell in np.unique(parents):
+        members = np.flatnonzero(parents == cell)
+        if len(members) < 2:
+            continue
+        mean = weights[members].mean()
+        spread = float(((weights[members] - mean) ** 2).sum())
+        shrink = max(0.0, 1.0 - max(len(members) - 3, 1) * std**2 / spread) if spread > 0 else 0.0
+        weights[members] = mean + shrink * (weights[members] - mean)
+    return np.clip(weights, 0.0, None)
+
+
+def measure_shapes(
+    frame: pd.DataFrame, columns: Sequence[Column], sigma: float, noise: np.random.Generator, bins: int
+) -> ColumnShapes:
+    """Every continuous column's fine histogram of `frame` plus Gaussian noise at noise multiplier `sigma`
+    (`shape_noise_multiplier`: rho / columns each). Missing values are counted in no cell (a row's absence
+    only lowers a count)."""
+    from dpsynth.models.marginals.measure import L2_SENSITIVITY
+
+    shaped = shaped_columns(columns)
+    counts = {}
+    for col in shaped:
+        if col.name not in frame.columns:
+            raise ConfigError(f"the table has no column {col.name!r}, whose shape is measured")
+        codes = fine_codes(col, frame[col.name].to_numpy(), bins)
+        exact = np.bincount(codes[codes >= 0], minlength=fine_cell_count(col, bins)).astype(np.float64)
+        noisy = exact + np.rint(noise.normal(0.0, sigma * L2_SENSITIVITY, exact.shape))
+        counts[col.name] = tuple(float(v) for v in noisy)
+    return ColumnShapes(counts, sigma, bins)
+
+
+__all__ = ["PURPOSE", "ColumnShapes", "denoised", "measure_shapes", "shape_noise_multiplier", "shaped_columns"]
