@@ -29,18 +29,19 @@ from tests.conftest import CARDIO_SCHEMA
 # registered its section `mst`, which every profile holds with its defaults; and when AIM, RDP-CGAN and
 # DP-Fed-CTGAN registered theirs; and when RDP-CGAN's section gained the gradient penalty, the averaged
 # generator and the critic's own channels, with new defaults; and when its autoencoder stopped reading
-# the target by default, `autoencoder_target`).
+# the target by default, `autoencoder_target`; and when AIM's section gained `numeric_pair_weight` and
+# `numeric_pair_groups`, the pairs of continuous columns, issue 41).
 SHIPPED_HASHES = {
-    "default": "ece789dc19897f2dc4b5c699e9afabfeef43b9fdac63f8f251493cc7196b0191",
-    "smoke": "ea28c1788f250b6db6973b1338f5b2903012392e9d3af77547c16c6bca126c16",
-    "thesis-k1500": "6e51c185df16b301a1dab01a6eea1de726013f5a34a6189a65e1a591a9aad52f",
-    "thesis": "05ebe8e4797f60bbcbf408eaefd118a36720519d9e1c33c7fa7a841bf25a7f99",
-    "compare": "3f5293da9f862fd06716e272fcb02982831a6f26956d4b91b85d3003efb4ff79",
-    "eps1": "08016e19d22d8da4c76bb1e7458427b60068a290257b2b9526b622596d76f26f",
-    "eps3": "f420f2ebd1cbaffd2b5ff2fd5032629d632e8f80a19d14bf633254c873b80ecc",
-    "census-eps3": "d3a11e24aacc65f9a5a3712713fc63e5d108d329a6e28a46c16a64d0cf859b45",
-    "mst-eps1": "a00ca8856e63d360eccd3416c6effe8c0744aeeaade3febf3f15f88e8bf3b60f",
-    "aim-eps1": "babe5fae3741e447501915475099f4a8f5715f1d7a71008e6187f9b62acb4498",
+    "default": "dc5ee2de9955a4853a781ce4655e1dd4468034bfecf8a0559ef4c9c7a9eff150",
+    "smoke": "5e9bf246f29723e476aef347a6f461092e826bf4c56e89616e3c2102e122dbc1",
+    "thesis-k1500": "63b694367704ba1000f40922c392cfd7ec546fdae1403f40975e0e21bd742077",
+    "thesis": "5e86f2cce162c19f0ed4ed9e6959cf2f8d503688ca4cd27f22304af5dd129381",
+    "compare": "7e36338cf938ace0dd69e6269530ba5f6f8a2e1d6882a2687c6a0488a1d1063c",
+    "eps1": "c981dc08cf029ff6d52bd5826021356f6692836b4df18eadf65a3e25b7f5fcb1",
+    "eps3": "a194ef0863fb9e13705bbafcba16b435c5d0d9e9f0f70450df49fc04eced33df",
+    "census-eps3": "922f4f14b5f055573fcffce709d3d0c0db2a560d8c96f51839dd0fb025f84560",
+    "mst-eps1": "6f4fdf523c9986d3bb515c61586122445722679215ef822866b78db3b39b2613",
+    "aim-eps1": "3bb44566ea06b0438fa7604a25e7d605500b35fef42619ee6199fb989a699527",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
