@@ -14,10 +14,12 @@ import pytest
 
 from dpsynth.models.config import MarginalsConfig, PrivacyConfig, Profile, Setting
 from dpsynth.models.data.binning import cell_codes, writable_cells
+from dpsynth.models.data.demo import MeasuredShape, make_demo_table
 from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.generators import get
-from dpsynth.models.generators.aim import mechanism
+from dpsynth.models.generators.aim import coarse, mechanism
 from dpsynth.models.generators.aim.adapter import LABELS, training_rho
 from dpsynth.models.generators.aim.config import AIMConfig
 from dpsynth.models.generators.aim.estimation import Estimator, Measurement
@@ -33,6 +35,7 @@ from dpsynth.models.generators.aim.privacy import (
 )
 from dpsynth.models.generators.aim.sampler import AIMSampler
 from dpsynth.models.generators.mst.adapter import generator_file
+from dpsynth.models.generators.mst.jax_runtime import load_jax
 from dpsynth.models.generators.mst.privacy import epsilon_of, exponential_mechanism, gaussian_counts, rho_for_epsilon
 from dpsynth.models.marginals.measure import epsilon_of_rho, rho_of, selection_rho
 from dpsynth.models.privacy.lifetime import ReleaseCost
@@ -330,3 +333,178 @@ def test_continuous_values_decode_within_the_cells_the_model_draws(fitted):
         shares = table.sum(axis=tuple(i for i, a in enumerate(model.cliques[k]) if a != j))
         drawn = np.bincount(mapping[codes], minlength=len(shares)) / len(rows)
         assert drawn == pytest.approx(shares, abs=0.01)
+
+
+# -------------------------------------------------------------- pairs of continuous columns (issue 41)
+
+PAIRED = DatasetSchema.from_dict(
+    {
+        "name": "paired",
+        "target": "y",
+        "columns": {
+            "age": {"type": "continuous", "bounds": [20.0, 80.0], "decimals": 0},
+            "height": {"type": "continuous", "bounds": [120.0, 220.0], "decimals": 0},
+            "upper": {"type": "continuous", "bounds": [60.0, 240.0], "decimals": 0},
+            "lower": {"type": "continuous", "bounds": [30.0, 160.0], "decimals": 0},
+            "level": {"type": "categorical", "levels": [1, 2, 3]},
+            "y": {"type": "binary", "levels": [0, 1]},
+        },
+    }
+)
+PAIRED_ROWS = 5000
+
+
+def _paired_fit(config: AIMConfig, selections: list | None = None, ledgers: list | None = None):
+    """AIM on a generated measured-shape table at epsilon 1 (delta 1e-5) with `config`'s workload keys;
+    `selections` collects each round's (weights of its candidates, sensitivity the mechanism ran at),
+    `ledgers` the run's rho ledger."""
+    table = make_demo_table(PAIRED, PAIRED_ROWS, seed=3, shape=MeasuredShape())
+    with pytest.MonkeyPatch.context() as patch:
+        if selections is not None:
+            pool: list[float] = []
+            original_scores = mechanism.scores
+
+            def scoring(candidates, *args, **kwargs):
+                pool.extend(candidates.values())
+                return original_scores(candidates, *args, **kwargs)
+
+            def selecting(scores, epsilon, rng, sensitivity):
+                assert len(pool) == len(scores)  # every candidate of the round was scored with its weight
+                selections.append((list(pool), sensitivity))
+                pool.clear()
+                return exponential_mechanism(scores, epsilon, rng, sensitivity)
+
+            patch.setattr(mechanism, "scores", scoring)
+            patch.setattr(mechanism, "exponential_mechanism", selecting)
+        if ledgers is not None:
+            original_ledger = mechanism.RhoLedger
+
+            def keep(rho):
+                ledgers.append(original_ledger(rho))
+                return ledgers[-1]
+
+            patch.setattr(mechanism, "RhoLedger", keep)
+        return fit(
+            table,
+            PAIRED.columns,
+            PAIRED.target,
+            rho_for_epsilon(1.0, 1e-5),
+            SECRET.numpy,
+            bins=config.bins,
+            rounds=None,
+            max_model_mb=config.max_model_mb,
+            round_iterations=config.round_iterations,
+            iterations=50,  # the released estimate only: the rounds ran at the section's defaults
+            workload=config.workload,
+            numeric_pair_weight=config.numeric_pair_weight,
+            numeric_pair_groups=config.numeric_pair_groups,
+        )
+
+
+def _continuous_pairs(result) -> list[list[str]]:
+    continuous = {c.name for c in PAIRED.columns if c.is_continuous}
+    return [r["clique"] for r in result.info["rounds"] if len(r["clique"]) == 2 and set(r["clique"]) <= continuous]
+
+
+def test_at_epsilon_1_grouped_candidates_measure_a_pair_of_continuous_columns():
+    # The paper's candidates only (numeric_pair_groups 0, the default): no round can afford such a pair
+    # on its fine cells; with 5 groups the rounds measure one over its groups of cells.
+    assert AIMConfig().numeric_pair_groups == 0
+    assert _continuous_pairs(_paired_fit(AIMConfig())) == []
+    fitted_grouped = _paired_fit(AIMConfig(numeric_pair_groups=5))
+    assert ["upper", "lower"] in _continuous_pairs(fitted_grouped)
+    assert any(r["grouped"] for r in fitted_grouped.info["rounds"])
+
+
+def test_each_selection_runs_at_twice_the_largest_weight_among_its_candidates_weights_included():
+    selections: list = []
+    ledgers: list[RhoLedger] = []
+    weighted = _paired_fit(AIMConfig(numeric_pair_weight=8.0), selections, ledgers)
+    plain_weights = mechanism.candidate_weights(mechanism.workload(6, 5, "pairs-and-target-triples"))
+    selects = [e for e in ledgers[0].entries if e["kind"] == "select"]
+    assert len(selections) == len(selects) == len(weighted.info["rounds"]) >= 1
+    for (weights, sensitivity), entry in zip(selections, selects, strict=True):
+        assert sensitivity == 2.0 * max(weights) == entry["sensitivity"]
+        assert entry["rho"] == pytest.approx(entry["epsilon"] ** 2 / 8.0, rel=1e-12)
+        # The weights lifted the pairs of continuous columns past every unweighted candidate's weight,
+        # and the mechanism paid for it.
+        assert sensitivity > 2.0 * max(plain_weights.values())
+
+
+def test_workload_weights_lift_only_pairs_of_continuous_columns():
+    work = mechanism.workload(4, 3, "pairs-and-target-triples")
+    weights = mechanism.workload_weights(work, continuous=[0, 1], numeric_pair_weight=5.0)
+    assert weights[(0, 1)] == 5.0 and all(w == 1.0 for c, w in weights.items() if c != (0, 1))
+    compiled = mechanism.candidate_weights(work, weights)
+    plain = mechanism.candidate_weights(work)
+    assert compiled[(0, 1)] == plain[(0, 1)] + 4.0 * 2  # the pair covers both its columns
+    assert compiled[(0,)] == plain[(0,)] + 4.0 and compiled[(2,)] == plain[(2,)]
+    assert mechanism.candidate_weights(work, mechanism.workload_weights(work, [0, 1], 1.0)) == plain
+
+
+def test_a_replaced_row_moves_each_grouped_weighted_score_by_at_most_twice_its_weight():
+    rng = np.random.default_rng(7)
+    sizes = [6, 5, 2]
+    codes = [rng.integers(0, s, 25) for s in sizes]
+    model = TreeMarginals([(0,), (1,), (2,)], [rng.random(s) * 10 for s in sizes], [])
+    groups = mechanism.pair_groups([(0, 1)], [0, 1], sizes, model, 2)
+    assert set(groups) == {(0, 1)} and [g.shape for g in groups[(0, 1)]] == [(6, 2), (5, 2)]
+    candidates = {(0, 1): 7.0}
+
+    def grouped(cols):
+        return {(0, 1): coarse.aggregate(mechanism.counts(cols, sizes, (0, 1)).reshape(6, 5), groups[(0, 1)]).ravel()}
+
+    base = mechanism.scores(candidates, grouped(codes), model, 3.0, groups)
+    for row in range(3):
+        for values in itertools.product(*(range(s) for s in sizes)):
+            other = [c.copy() for c in codes]
+            for j, v in enumerate(values):
+                other[j][row] = v
+            moved = np.abs(mechanism.scores(candidates, grouped(other), model, 3.0, groups) - base)
+            assert np.all(moved <= score_sensitivity([7.0]) + 1e-9)
+
+
+def test_groups_are_runs_of_adjacent_cells_at_equal_shares_of_the_noisy_estimate():
+    estimate = np.array([1.0, 1.0, 1.0, 1.0, 50.0, 1.0, 1.0, 20.0, 1.0, 23.0])
+    group = coarse.quantile_groups(estimate, 4)
+    assert np.all(np.diff(group) >= 0) and group[0] == 0 and set(np.diff(group)) <= {0, 1}
+    assert group.max() <= 3 and len(set(group[[4]]) & set(group[:4])) == 0  # the heavy cell its own group
+    assert list(coarse.quantile_groups(np.ones(3), 5)) == [0, 1, 2]  # fewer cells than groups: each its own
+    matrix = coarse.group_matrix(group)
+    assert matrix.sum(axis=1).tolist() == [1.0] * 10
+    # The query and its adjoint: <Q x, r> = <x, Q^T r>, and the released estimator's query is the same.
+    matrices = (matrix, coarse.group_matrix(np.array([0, 0, 1])))
+    x, r = np.random.default_rng(1).random((10, 3)), np.random.default_rng(2).random((group.max() + 1, 2))
+    assert float(np.sum(coarse.aggregate(x, matrices) * r)) == pytest.approx(
+        float(np.sum(x * coarse.spread(r, matrices)))
+    )
+    load_jax()
+    from mbi import Domain, Factor
+
+    factor = Factor(Domain(["b", "a"], [3, 10]), x.T.copy())
+    query = coarse.GroupQuery(("a", "b"), matrices)
+    assert np.asarray(query(factor)) == pytest.approx(coarse.aggregate(x, matrices).ravel())
+    assert query.op_norm_sq() == coarse.operator_norm_sq(matrices) == float(matrix.sum(axis=0).max() * 2)
+
+
+def test_a_grouped_measurement_is_fitted_by_both_estimators():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=4000)
+    a = np.clip(((x + 3) / 6 * 12).astype(int), 0, 11)
+    b = np.clip(((x + 0.3 * rng.normal(size=4000) + 3) / 6 * 12).astype(int), 0, 11)
+    sizes = [12, 12]
+    pair = mechanism.counts([a, b], sizes, (0, 1)).reshape(12, 12)
+    groups = tuple(coarse.group_matrix(coarse.quantile_groups(pair.sum(axis=k), 4)) for k in (1, 0))
+    truth = coarse.aggregate(pair, groups)
+    measured = [
+        Measurement((0,), pair.sum(axis=1), 1.0),
+        Measurement((1,), pair.sum(axis=0), 1.0),
+        Measurement((0, 1), truth.ravel(), 1.0, groups),
+    ]
+    estimator = Estimator(sizes, 4000)
+    independent = np.outer(pair.sum(axis=1), pair.sum(axis=0)) / 4000
+    start = float(np.abs(coarse.aggregate(independent, groups) - truth).sum())
+    rounds = estimator.round_fit(measured, 1000).marginals()
+    assert float(np.abs(coarse.aggregate(rounds.marginal((0, 1)), groups) - truth).sum()) < 0.05 * start
+    final = estimator.final_fit(measured, 200).marginals()
+    assert float(np.abs(coarse.aggregate(final.marginal((0, 1)), groups) - truth).sum()) < 0.05 * start

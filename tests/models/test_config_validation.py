@@ -30,18 +30,19 @@ from tests.conftest import CARDIO_SCHEMA
 # DP-Fed-CTGAN registered theirs; and when RDP-CGAN's section gained the gradient penalty, the averaged
 # generator and the critic's own channels, with new defaults; and when its autoencoder stopped reading
 # the target by default, `autoencoder_target`; and when the measured marginals, MST and AIM gained
-# `shape_share`, the share of rho spent on the continuous columns' fine histograms).
+# `shape_share`, the share of rho spent on the continuous columns' fine histograms; and when AIM's section
+# gained `numeric_pair_weight` and `numeric_pair_groups`, the pairs of continuous columns).
 SHIPPED_HASHES = {
-    "default": "2eac1a8a2901f3fd8ba685b35a48b208e6551e179d55d6cb7594d73861d37314",
-    "smoke": "273199a4b45bbff5b40b7c7a1ec78a07ce260498345fee81ac2834fe19c926e0",
-    "thesis-k1500": "dbeac4ceb9c2d6843382e49cb6c4abf9a824e85e324b17a177666808ecac080a",
-    "thesis": "6d707e33e706e51c9e4736b346d6b24dd8cc79b75b07eef11392f94d5b6d1594",
-    "compare": "38c17e00b1ab36f6bafc0d0865b31a2da4ae82c2fc8c632869fe7d2efe27fecd",
-    "eps1": "6cf918fa5098c4e73b521eb8b4c41da174a08898cdf8e58518e947c278bd5310",
-    "eps3": "027c29fe4ae710102fc444734748bc78262ef4c42694d450a83d678421b64c63",
-    "census-eps3": "20c2f973395030c3e7bc0128b5cd7382a92d6306e999a95323f4d14f48a64e04",
-    "mst-eps1": "591eebf603c3e454479ffac2b40f947150fefa292c03be8a5d815efa0f64b48f",
-    "aim-eps1": "5d986a19bea6fb26ab868f995270145e7c0ea2a5aac794f22e084ed5a3b78259",
+    "default": "abd5e87e4cde2fc4dd464ff5bd4df27e24a76e53b85b3b1b44973355b01852ab",
+    "smoke": "a1db9f9020b34874e97302c569a995d4edc3ffa3699cc694a47b6be6b37026c1",
+    "thesis-k1500": "30da7d9c7ae68b549d20f555410b1b35f8adfc275afa0a97e682cf2fb8bf6d05",
+    "thesis": "1a154ff9869d82efc74665beb3acb6b41143999e25d1d12cd6a2b151c031aae6",
+    "compare": "8faa2effe8b66f89386a09c2bb7e36bda449bf2b6e7cc0986c82570c201f1866",
+    "eps1": "912f788f6ac3747d351faef970591d572583294609d71a64c0f5c111bb70a198",
+    "eps3": "13c71e4b97e22a460738eca216b05dd61d0ea000e364900f0638b65d7c5078c7",
+    "census-eps3": "258564e321b4e9c9baf001a53fd859bf0f2884ef19afeb67a9266d3d5eada47f",
+    "mst-eps1": "3bc64d51741d0ebce34252e26278dc934525aace7255868b961f9b3210cf7de3",
+    "aim-eps1": "1974601e1babcbf677773a1d6646963852f6fd7c7e94dd8c49c5b75f1428959c",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

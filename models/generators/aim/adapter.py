@@ -30,6 +30,8 @@ LABELS = {
     "aim_bins": "bins per continuous column (AIM)",
     "aim_shape_share": "share of rho spent on the continuous columns' fine 1-way histograms",
     "aim_workload": "marginals AIM's selection scores",
+    "aim_numeric_pair_weight": "workload weight of each pair of two continuous columns (others 1)",
+    "aim_numeric_pair_groups": "groups of cells per column a pair of continuous columns is also scored on",
     "aim_max_model_mb": "largest model a round may grow to (MB)",
     "aim_gaussian_sensitivity": "L2 sensitivity of each marginal (replace-one)",
     "aim_score_sensitivity": "sensitivity of each selection score per unit of weight (replace-one)",
@@ -77,6 +79,8 @@ class AIM(ZCDPModelGenerator):
             round_iterations=config.round_iterations,
             iterations=config.iterations,
             workload=config.workload,
+            numeric_pair_weight=config.numeric_pair_weight,
+            numeric_pair_groups=config.numeric_pair_groups,
         )
         return fitted.model, fitted.info, fitted.seconds, {"aim_estimator_final_loss": fitted.loss}
 
@@ -124,6 +128,8 @@ class AIM(ZCDPModelGenerator):
                 "aim_bins": config.bins,
                 "aim_shape_share": config.shape_share,
                 "aim_workload": config.workload,
+                "aim_numeric_pair_weight": config.numeric_pair_weight,
+                "aim_numeric_pair_groups": config.numeric_pair_groups,
                 "aim_max_model_mb": config.max_model_mb,
                 "aim_gaussian_sensitivity": L2_SENSITIVITY,
                 "aim_score_sensitivity": L1_SENSITIVITY,

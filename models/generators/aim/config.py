@@ -13,6 +13,12 @@ from dpsynth.models.generators.section import SectionConfig
 
 # The workload AIM answers: every pair of columns, or those and every triple that holds the target.
 Workload = Literal["pairs", "pairs-and-target-triples"]
+# Chosen on generated tables only (docs/utility-study.md section 7); 1 is the paper's unweighted workload.
+DEFAULT_NUMERIC_PAIR_WEIGHT = 1.0
+# Off by default: 5 groups measured the numeric pairs (Spearman gap 0.055-0.060 -> 0.040 on the generated
+# census table) but every such trial released a lower AUC (0.811 against 0.841-0.850), and a profile's
+# AUC must not fall; a steward who needs the numeric pairs sets it (5 measured them best).
+DEFAULT_NUMERIC_PAIR_GROUPS = 0
 
 
 class AIMConfig(SectionConfig):
@@ -38,3 +44,13 @@ class AIMConfig(SectionConfig):
     iterations: Count = 1000
     # Which marginals the selection scores: the target is public (the schema names it).
     workload: Workload = "pairs-and-target-triples"
+    # The weight of each pair of two continuous columns in the workload (every other workload clique
+    # weighs 1): a candidate's weight, and so its score, sums the weights of the workload cliques it
+    # covers. Above 1 it lifts those pairs against the target's cliques so that rounds measure them; the
+    # selection's sensitivity is 2 x the largest candidate weight, so it is paid for in every round.
+    numeric_pair_weight: Annotated[float, Strict(), Field(ge=1.0, le=100.0)] = DEFAULT_NUMERIC_PAIR_WEIGHT
+    # Each pair of two continuous columns is also a candidate over this many groups of adjacent cells per
+    # column, cut at equal shares of the noisy 1-way estimate (models/generators/aim/coarse.py): at its
+    # fine cells such a pair's own noise outweighs any error at epsilon 1, so no round would choose it.
+    # 0: none (the paper's candidates only).
+    numeric_pair_groups: Annotated[int, Strict(), Field(ge=0, le=1000)] = DEFAULT_NUMERIC_PAIR_GROUPS

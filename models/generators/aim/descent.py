@@ -19,16 +19,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsynth.models.generators.aim import coarse
 from dpsynth.models.generators.aim.inference import Clique, broadcast_to_clique, calibrate, sum_to
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """A noisy marginal: counts `y` over `clique` (flat, row-major), Gaussian at `std`."""
+    """A noisy marginal: counts `y` over `clique` (flat, row-major), Gaussian at `std`; with `groups` (one
+    cells x groups 0/1 matrix per column of the clique, models/generators/aim/coarse.py) the counts are
+    over those groups of cells."""
 
     clique: Clique
     y: np.ndarray
     std: float
+    groups: tuple[np.ndarray, ...] | None = None
+
+    def query(self, marginal: np.ndarray) -> np.ndarray:
+        """What this measurement measured, read from the clique's counts `marginal` (axes in its order)."""
+        return (marginal if self.groups is None else coarse.aggregate(marginal, self.groups)).ravel()
+
+    def adjoint(self, residual: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """The query's transpose applied to `residual` (flat over what was measured): over the clique."""
+        if self.groups is None:
+            return residual.reshape(shape)
+        return coarse.spread(residual.reshape(tuple(g.shape[1] for g in self.groups)), self.groups)
+
+    @property
+    def norm_sq(self) -> float:
+        """||Q||^2 of the query: 1 for a marginal, the largest group's cell count over groups."""
+        return 1.0 if self.groups is None else coarse.operator_norm_sq(self.groups)
 
 
 def maximal(cliques: Sequence[Clique]) -> list[Clique]:
@@ -87,18 +106,18 @@ def mirror_descent(
     def loss_and_gradient(mu: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
         loss, gradient = 0.0, [np.zeros_like(t) for t in mu]
         for m, r in zip(measurements, route, strict=True):
-            diff = (sum_to(mu[r], model.cliques[r], m.clique).ravel() - m.y) / m.std
+            diff = (m.query(sum_to(mu[r], model.cliques[r], m.clique)) - m.y) / m.std
             loss += 0.5 * float(diff @ diff)
             gradient[r] = gradient[r] + broadcast_to_clique(
-                (diff / m.std).reshape(model.shape(m.clique)), m.clique, model.cliques[r]
+                m.adjoint(diff / m.std, model.shape(m.clique)), m.clique, model.cliques[r]
             )
         return loss, gradient
 
-    # The loss gradient's Lipschitz constant (exact for identity queries, as mbi computes it) sets the
-    # first step: 2 / (L x total).
+    # The loss gradient's Lipschitz constant (exact for identity queries, a bound for groups, as mbi
+    # computes it) sets the first step: 2 / (L x total).
     blocks = np.zeros(len(model.cliques))
     for m, r in zip(measurements, route, strict=True):
-        blocks[r] += np.prod(model.shape(model.cliques[r])) / np.prod(model.shape(m.clique)) / m.std**2
+        blocks[r] += m.norm_sq * np.prod(model.shape(model.cliques[r])) / np.prod(model.shape(m.clique)) / m.std**2
     alpha = 2.0 / (float(blocks.max()) * model.total)
     mu = model.marginals(theta)
     loss, gradient = loss_and_gradient(mu)

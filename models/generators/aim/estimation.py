@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from dpsynth.models.generators.aim import descent
+from dpsynth.models.generators.aim.coarse import GroupQuery
 from dpsynth.models.generators.aim.descent import Measurement
 from dpsynth.models.generators.aim.inference import Clique, TreeMarginals
 from dpsynth.models.generators.mst.jax_runtime import load_jax
@@ -72,7 +73,12 @@ class Estimator:
         from mbi import CliqueVector, Factor, LinearMeasurement, estimation
         from mbi.marginal_loss import from_linear_measurements
 
-        linear = [LinearMeasurement(m.y, self._names(m.clique), m.std) for m in measurements]
+        linear = [
+            LinearMeasurement(m.y, self._names(m.clique), m.std)
+            if m.groups is None
+            else LinearMeasurement(m.y, self._names(m.clique), m.std, GroupQuery(self._names(m.clique), m.groups))
+            for m in measurements
+        ]
         start = CliqueVector(
             self.domain,
             [self._names(c) for c in self.potentials],

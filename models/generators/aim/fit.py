@@ -16,6 +16,7 @@ from dpsynth.models.data.binning import cell_codes, writable_cells
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.aim import mechanism
+from dpsynth.models.generators.aim.config import DEFAULT_NUMERIC_PAIR_GROUPS, DEFAULT_NUMERIC_PAIR_WEIGHT
 from dpsynth.models.generators.aim.privacy import AIMBudget
 from dpsynth.models.generators.mst.fit import released_cliques
 from dpsynth.models.generators.mst.model import MSTModel
@@ -50,6 +51,8 @@ def fit(
     round_iterations: int,
     iterations: int,
     workload: str,
+    numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
+    numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
 ) -> Fitted:
     """AIM at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed)."""
     started = time.perf_counter()
@@ -67,7 +70,21 @@ def fit(
     sizes = [int((m >= 0).sum()) for m in maps]
     names = [c.name for c in columns]
     work = mechanism.workload(len(columns), names.index(target), workload)
-    result = mechanism.run(codes, sizes, budget, work, noise, max_model_mb, round_iterations, iterations)
+    continuous = [j for j, col in enumerate(columns) if col.is_continuous]
+    weights = mechanism.workload_weights(work, continuous, numeric_pair_weight)
+    result = mechanism.run(
+        codes,
+        sizes,
+        budget,
+        work,
+        weights,
+        noise,
+        max_model_mb,
+        round_iterations,
+        iterations,
+        continuous=continuous,
+        numeric_pair_groups=numeric_pair_groups,
+    )
     tree = result.tree
     cliques, tables, parents = released_cliques(
         tree.graph(), lambda node: tuple(node), lambda node: tree.tables[tree.cliques.index(node)]

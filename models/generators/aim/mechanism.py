@@ -2,14 +2,21 @@
 cells; models/generators/aim/privacy.py says what each step costs.
 
 1. Candidates: the workload's cliques and every subset of them (the downward closure), each weighted by
-   how many workload columns it covers: weight(c) = sum over workload cliques w of |c & w|.
-2. Every column's 1-way marginal, Gaussian at the starting std; a first estimate.
+   the workload columns it covers: weight(c) = sum over workload cliques w of weight(w) x |c & w|, where
+   weight(w) is 1 except for a pair of two continuous columns, which weighs `numeric_pair_weight` (public
+   configuration: it lifts the pairs whose dependence Spearman measures against the target's cliques).
+2. Every column's 1-way marginal, Gaussian at the starting std; a first estimate. From it (noisy outputs
+   only), each pair of two continuous columns gets a few groups of adjacent cells per column
+   (`numeric_pair_groups`, models/generators/aim/coarse.py) and becomes a second candidate over those
+   groups, at the pair's weight: on its fine cells such a pair's own noise outweighs any error at
+   epsilon 1, so without the groups no round measures the continuous columns' dependence.
 3. Rounds: the candidates whose junction tree would stay within the size cap (which grows with the share
    of rho spent; a clique inside the model's is always allowed) are scored by weight x (L1 distance
    between their real counts and the model's - sqrt(2 / pi) std x cells: the error the measurement's own
-   noise would leave), one is chosen by the exponential mechanism, measured by the Gaussian mechanism,
-   and the model re-estimated from its predecessor. When the re-estimate moved the chosen marginal by
-   less than its noise's expected L1 size, the std halves and the selection's epsilon doubles.
+   noise would leave; a grouped pair's over its groups), one is chosen by the exponential mechanism,
+   measured by the Gaussian mechanism, and the model re-estimated from its predecessor. When the
+   re-estimate moved the chosen marginal (or groups) by less than its noise's expected L1 size, the std
+   halves and the selection's epsilon doubles.
 4. When less than two rounds' rho is left, the last round takes exactly what is left; then the final
    estimate with the full iterations.
 
@@ -24,11 +31,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from dpsynth.models.generators.aim import coarse
 from dpsynth.models.generators.aim.estimation import Estimator, JunctionTree, Measurement
 from dpsynth.models.generators.aim.inference import Clique, TreeMarginals
 from dpsynth.models.generators.aim.privacy import AIMBudget, RhoLedger, last_round, round_rho, score_sensitivity
@@ -52,11 +60,23 @@ def workload(columns: int, target: int, choice: str) -> list[Clique]:
     return pairs + [tuple(sorted((a, b, target))) for a, b in itertools.combinations(others, 2)]
 
 
-def candidate_weights(cliques: Sequence[Clique]) -> dict[Clique, float]:
+def workload_weights(
+    cliques: Sequence[Clique], continuous: Collection[int], numeric_pair_weight: float
+) -> dict[Clique, float]:
+    """Each workload clique's weight: `numeric_pair_weight` for a pair of two `continuous` columns, else 1."""
+    return {w: float(numeric_pair_weight) if len(w) == 2 and set(w) <= set(continuous) else 1.0 for w in cliques}
+
+
+def candidate_weights(cliques: Sequence[Clique], weights: Mapping[Clique, float] | None = None) -> dict[Clique, float]:
     """The downward closure of `cliques` (every non-empty subset), each weighted by the workload columns it
-    covers (the paper's `compile_workload`)."""
+    covers, every workload clique counting with its weight in `weights` (1 if absent): the paper's
+    `compile_workload`."""
+    weight = {w: 1.0 if weights is None else float(weights.get(w, 1.0)) for w in cliques}
     closure = {sub for c in cliques for r in range(1, len(c) + 1) for sub in itertools.combinations(c, r)}
-    return {c: float(sum(len(set(c) & set(w)) for w in cliques)) for c in sorted(closure, key=lambda c: (len(c), c))}
+    return {
+        c: math.fsum(weight[w] * len(set(c) & set(w)) for w in cliques)
+        for c in sorted(closure, key=lambda c: (len(c), c))
+    }
 
 
 def counts(codes: Sequence[np.ndarray], sizes: Sequence[int], clique: Clique) -> np.ndarray:
@@ -67,16 +87,39 @@ def counts(codes: Sequence[np.ndarray], sizes: Sequence[int], clique: Clique) ->
 
 
 def scores(
-    candidates: dict[Clique, float], answers: dict[Clique, np.ndarray], model: TreeMarginals, std: float
+    candidates: dict[Clique, float],
+    answers: dict[Clique, np.ndarray],
+    model: TreeMarginals,
+    std: float,
+    groups: Mapping[Clique, tuple[np.ndarray, ...]] | None = None,
 ) -> np.ndarray:
-    """Each candidate's score: weight x (L1 error of the model's marginal - sqrt(2 / pi) std x cells)."""
+    """Each candidate's score: weight x (L1 error of the model's marginal - sqrt(2 / pi) std x cells); with
+    `groups`, `answers` and the model's marginal are over each candidate's groups of cells."""
+
+    def estimate(c: Clique) -> np.ndarray:
+        return model.marginal(c).ravel() if groups is None else coarse.aggregate(model.marginal(c), groups[c]).ravel()
+
     return np.array(
         [
-            weight
-            * (float(np.abs(answers[c] - model.marginal(c).ravel()).sum()) - EXPECTED_ABS * std * answers[c].size)
+            weight * (float(np.abs(answers[c] - estimate(c)).sum()) - EXPECTED_ABS * std * answers[c].size)
             for c, weight in candidates.items()
         ]
     )
+
+
+def pair_groups(
+    candidates: Iterable[Clique], continuous: Collection[int], sizes: Sequence[int], model: TreeMarginals, groups: int
+) -> dict[Clique, tuple[np.ndarray, ...]]:
+    """Each candidate pair of two `continuous` columns that has more cells than `groups` x `groups`: one
+    group matrix per column, cut at equal shares of the model's 1-way estimate (coarse.py)."""
+    if groups < 2:
+        return {}
+    pairs = [c for c in candidates if len(c) == 2 and set(c) <= set(continuous)]
+    matrices = {
+        j: coarse.group_matrix(coarse.quantile_groups(model.marginal((j,)), groups))
+        for j in {j for c in pairs for j in c}
+    }
+    return {c: (matrices[c[0]], matrices[c[1]]) for c in pairs if sizes[c[0]] * sizes[c[1]] > groups * groups}
 
 
 @dataclass(frozen=True)
@@ -93,15 +136,20 @@ def run(
     sizes: Sequence[int],
     budget: AIMBudget,
     work: Sequence[Clique],
+    weights: Mapping[Clique, float],
     noise: Noise,
     max_model_mb: float,
     round_iterations: int,
     iterations: int,
+    continuous: Collection[int] = (),
+    numeric_pair_groups: int = 0,
 ) -> AIMRun:
-    """AIM at `budget` on columns coded `codes` (each a cell code in [0, size) per row)."""
+    """AIM at `budget` on columns coded `codes` (each a cell code in [0, size) per row), its workload `work`
+    weighted by `weights` (`workload_weights`); each pair of two `continuous` columns is also a candidate
+    over `numeric_pair_groups` groups of cells per column (`pair_groups`; below 2: none)."""
     started = time.perf_counter()
     total = len(codes[0])
-    candidates = candidate_weights(work)
+    candidates = candidate_weights(work, weights)
     answers = {c: counts(codes, sizes, c) for c in candidates}
     ledger = RhoLedger(budget.rho)
     measurement_rng, selection_rng = noise(MEASUREMENT_NOISE), noise(SELECTION_NOISE)
@@ -113,6 +161,9 @@ def run(
         measurements.append(Measurement((j,), gaussian_counts(answers[(j,)], std, measurement_rng), std))
         ledger.measure((j,), std)
     model = estimator.round_fit(measurements, round_iterations).marginals()
+    # Cut from the noisy 1-way estimate (post-processing), then fixed for every round.
+    groups = pair_groups(candidates, continuous, sizes, model, numeric_pair_groups)
+    grouped = {c: coarse.aggregate(answers[c].reshape(sizes[c[0]], sizes[c[1]]), g).ravel() for c, g in groups.items()}
 
     history: list[dict] = []
     spent_selecting = spent_estimating = 0.0
@@ -124,18 +175,28 @@ def run(
         round_started = time.perf_counter()
         cap = max_model_mb * (ledger.spent + round_rho(std, epsilon)) / budget.rho
         allowed = within_cap(candidates, [m.clique for m in measurements], cap, estimator.model_megabytes)
-        sensitivity = score_sensitivity(allowed.values())
-        scored = scores(allowed, answers, model, std)
-        chosen = list(allowed)[exponential_mechanism(scored, epsilon, selection_rng, sensitivity)]
+        # The pool: every allowed candidate over its cells, then every allowed pair over its groups.
+        allowed_grouped = {c: w for c, w in allowed.items() if c in groups}
+        pool = [(c, None) for c in allowed] + [(c, groups[c]) for c in allowed_grouped]
+        sensitivity = score_sensitivity([*allowed.values(), *allowed_grouped.values()])
+        scored = np.concatenate(
+            [scores(allowed, answers, model, std), scores(allowed_grouped, grouped, model, std, groups)]
+        )
+        chosen, chosen_groups = pool[exponential_mechanism(scored, epsilon, selection_rng, sensitivity)]
         ledger.select(chosen, epsilon, sensitivity)
-        before = model.marginal(chosen).ravel()
-        measurements.append(Measurement(chosen, gaussian_counts(answers[chosen], std, measurement_rng), std))
+        answer = answers[chosen] if chosen_groups is None else grouped[chosen]
+        measured = Measurement(chosen, gaussian_counts(answer, std, measurement_rng), std, chosen_groups)
+        before = measured.query(model.marginal(chosen))
+        measurements.append(measured)
         ledger.measure(chosen, std)
         selected = time.perf_counter()
         model = estimator.round_fit(measurements, round_iterations).marginals()
-        moved = float(np.abs(model.marginal(chosen).ravel() - before).sum())
-        annealed = moved <= EXPECTED_ABS * std * answers[chosen].size
-        history.append({"clique": list(chosen), "std": std, "epsilon": epsilon, "annealed": annealed})
+        moved = float(np.abs(measured.query(model.marginal(chosen)) - before).sum())
+        annealed = moved <= EXPECTED_ABS * std * answer.size
+        history.append(
+            {"clique": list(chosen), "grouped": chosen_groups is not None, "std": std, "epsilon": epsilon}
+            | {"annealed": annealed}
+        )
         spent_selecting += selected - round_started
         spent_estimating += time.perf_counter() - selected
         if annealed:

@@ -15,7 +15,11 @@ With rho the whole budget, d columns and T rounds (`rounds`, the paper's 16 d by
 A selection's score is weight x (L1 error of the model's marginal - sqrt(2 / pi) s x cells): the real
 counts enter through the L1 distance only, which a replaced row moves by at most 2, so the score's
 sensitivity is 2 x its weight, and the mechanism is calibrated to 2 x the largest weight among the
-round's candidates (`score_sensitivity`; the paper's add/remove-one analysis has 1 x the weight).
+round's candidates (`score_sensitivity`; the paper's add/remove-one analysis has 1 x the weight). The
+weights are public configuration (`aim.numeric_pair_weight` lifts the pairs of continuous columns), so a
+larger weight is paid for by every round's calibration, not by a larger rho. A pair measured over groups
+of its cells (`aim.numeric_pair_groups`) is a count vector too: a replaced row moves one group's count
+down and one up, L2 sqrt(2) for its Gaussian and L1 2 for its score, as a marginal's.
 
 Every scale is a function of rho, T and earlier noisy outputs, so the mechanisms compose adaptively:
 their rhos add up to rho (`RhoLedger`), whose RDP at order a is a x rho.
