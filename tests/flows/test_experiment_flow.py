@@ -154,8 +154,8 @@ def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_cs
     """`compare` trains each generator to its budget: 1 and 3 for the whole release (training with the
     DP choice), each setting's checkpoint chosen as a release would choose it."""
     from dpsynth.models.config import load_profile
+    from dpsynth.models.generator_registry import names
     from dpsynth.models.generators import generator_for
-    from dpsynth.models.generators.registry import names
     from dpsynth.models.privacy.release_choice import whole_release_epsilon
 
     profile = load_profile("compare", CARDIO_SCHEMA)

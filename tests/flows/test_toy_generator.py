@@ -40,7 +40,7 @@ TOY_PACKAGE = {
     "__init__.py": '''
         """A toy DP generator: independent columns, each a noisy histogram over its public cells."""
 
-        from dpsynth.models.generators.registry import Registration
+        from dpsynth.models.generator_registry import Registration
 
         GENERATOR = Registration(name="toy", section="toy", config="toy_dpsynth.config:ToyConfig",
                                  adapter="toy_dpsynth.adapter:Toy", sampler="toy_dpsynth.sampler:ToySampler")
@@ -53,7 +53,7 @@ TOY_PACKAGE = {
         from pydantic import Field, Strict
 
         from dpsynth.models.config_validation import Positive
-        from dpsynth.models.generators.section import SectionConfig
+        from dpsynth.models.generator_section import SectionConfig
 
 
         class ToyConfig(SectionConfig):

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, Strict
 
 from dpsynth.models.config_validation import Count, Positive
-from dpsynth.models.generators.section import SectionConfig
+from dpsynth.models.generator_section import SectionConfig
 
 # The workload AIM answers: every pair of columns, or those and every triple that holds the target.
 Workload = Literal["pairs", "pairs-and-target-triples"]

@@ -39,7 +39,7 @@ from dpsynth.models.config_validation import (
     Units,
     checkpoints_fit,
 )
-from dpsynth.models.generators.section import SectionConfig
+from dpsynth.models.generator_section import SectionConfig
 
 SPLIT_KEYS = ("iid", "column", "by_column")
 Port = Annotated[int, Field(ge=0, le=65535)]

@@ -54,7 +54,7 @@ class SectionConfig(BaseModel, metaclass=_ConfigErrors):
 
 
 def _section_key(model: type) -> str:
-    from dpsynth.models.generators.registry import registrations
+    from dpsynth.models.generator_registry import registrations
 
     for registration in registrations():
         if registration.config_model() is model:
