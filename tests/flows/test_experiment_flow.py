@@ -167,7 +167,6 @@ def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_cs
         assert whole <= setting.epsilon_budget and plan.epsilon > 0.85 * setting.epsilon_budget, setting.name
         budgets.setdefault(setting.epsilon_budget, set()).add(profile.generator_of(setting))
     every_generator = set(names())  # compare sets every registered generator beside the others
-    assert every_generator >= {"gswgan", "dpcgan", "dpautogan", "rdpcgan", "dpfedctgan", "mst", "aim"}
     assert budgets == {1.0: every_generator, 3.0: every_generator}
     assert (
         main(
