@@ -48,7 +48,7 @@ from dpsynth.models.generators.base import TrainingJob, TrainingPlan
 from dpsynth.models.generators.samplers import load_sampler, sample_rows
 from dpsynth.models.privacy.secret import PrivacySecret, store
 from dpsynth.tasks import training
-from dpsynth.tasks.reporting import privacy_summary
+from dpsynth.tasks.privacy_summary import privacy_summary
 
 # A fixed secret: the checks compare runs, which must draw the same private randomness (never a release's).
 SECRET = PrivacySecret.from_hex("5e" * 32)  # the tests' fixed secret (tests/conftest.py)
