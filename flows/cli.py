@@ -31,7 +31,7 @@ def dpsynth_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     # The registered generators' names: the registry imports only their packages' light `__init__.py`.
-    from dpsynth.models.generators.registry import names
+    from dpsynth.models.generator_registry import names
 
     generators = names()
     parser = argparse.ArgumentParser(prog="dpsynth", description=__doc__.split("\n")[0])

@@ -3,7 +3,7 @@
 A profile lives in `configs/profiles/NAME.yaml`; `extends: OTHER` starts from another profile and
 overrides only the keys it names (nested mappings merge). The frozen dataclasses below are what the
 code uses (and hold the defaults) for the keys every profile has; each registered generator
-(models/generators/registry.py) adds its own section, the one pydantic model that holds its keys'
+(models/generator_registry.py) adds its own section, the one pydantic model that holds its keys'
 defaults and rules (e.g. `gan`, GS-WGAN's). The pydantic models at the end (`profile_spec()` and its
 parts) say what each key may hold: its type, range or choices, plus the rules that tie keys together.
 A profile file is validated against them before any dataclass is built, and a profile built in code is
@@ -51,7 +51,7 @@ from dpsynth.models.config_validation import (
     validate,
 )
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.registry import (
+from dpsynth.models.generator_registry import (
     DEFAULT_GENERATOR,
     Registration,
     names,
@@ -193,7 +193,7 @@ class _ProfileKeys:
     device: str = "auto"
     # Registered model name; null gives "<dataset>-<generator>".
     model_name: str | None = None
-    # The generator type of every setting that does not name its own (models/generators/registry.py):
+    # The generator type of every setting that does not name its own (models/generator_registry.py):
     # each owns its section in `sections`.
     generator: str = DEFAULT_GENERATOR
     marginals: MarginalsConfig = field(default_factory=MarginalsConfig)
@@ -439,7 +439,7 @@ def _registered(value: str) -> str:
     return value
 
 
-# A registered generator's name (models/generators/registry.py).
+# A registered generator's name (models/generator_registry.py).
 GeneratorName = Annotated[StrictStr, AfterValidator(_registered)]
 
 

@@ -24,6 +24,7 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.generators import generator_for
 from dpsynth.models.generators.base import TrainingPlan
+from dpsynth.models.marginals.release import mechanism_prose
 from dpsynth.models.privacy.budget import check_release_budget, fits
 from dpsynth.models.privacy.lifetime import ReleaseCost, release_cost
 from dpsynth.models.privacy.release_choice import (
@@ -89,7 +90,7 @@ def planned_release_cost(profile: Profile, setting: Setting) -> ReleaseCost:
 def statement_for(profile: Profile, setting: Setting, *, release: bool) -> PrivacyStatement:
     """The one statement of what epsilon covers, from the facts of the generator that trains `setting`."""
     facts = generator_for(profile, setting).privacy_facts(profile, setting)
-    return privacy_statement(profile, setting, facts, release=release)
+    return privacy_statement(profile, setting, facts, mechanism_prose(profile), release=release)
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ def build_public_release(
     (`dpsynth.tasks.marginals.released_parameters`); missing ones are left out.
     """
     from dpsynth.models.generators import generator_for
-    from dpsynth.tasks.reporting import privacy_summary
+    from dpsynth.tasks.privacy_summary import privacy_summary
 
     facts = generator_for(profile, setting).privacy_facts(profile, setting)
     summary = privacy_summary(profile, [setting], schema)

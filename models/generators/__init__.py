@@ -1,7 +1,7 @@
 """The DP generators behind one interface (models/generators/base.py), keyed by the profile's
 `generator` (or a setting's own; `--generator` overrides both).
 
-Each generator is one package that registers itself (models/generators/registry.py): the built-in ones
+Each generator is one package that registers itself (models/generator_registry.py): the built-in ones
 here (`gswgan/`, `dpcgan/`, `dpautogan/`), others through the entry-point group `dpsynth.generators`.
 This module stays import-light (the pyfunc model reaches the samplers through it): a generator's
 adapter, trainer and sampler are imported only when asked for.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dpsynth.models.generators.registry import names, refresh, registration, registrations
+from dpsynth.models.generator_registry import names, refresh, registration, registrations
 
 if TYPE_CHECKING:
     from dpsynth.models.config import Profile, Setting

@@ -1,7 +1,7 @@
 """The generator interface: everything the stages, the DP choice, the report, the bundle, the registry
 and the pyfunc model need from a DP generator, so that none of them names one.
 
-A generator type (the adapter of one package beside this one, registered in models/generators/registry.py):
+A generator type (the adapter of one package beside this one, registered in models/generator_registry.py):
 
 * `schedule(profile, setting)`: every checkpoint its section asks for and the training epsilon at each,
   under replace-one adjacency at the profile's delta, with no budget applied; `plan` (not overridden)
@@ -43,6 +43,7 @@ from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.privacy.budget import Schedule, TrainingPlan, cut_to_budget
+from dpsynth.models.privacy.facts import PrivacyFacts  # a generator package's adapter imports it from here
 from dpsynth.models.privacy.secret import PrivacySecret
 
 if TYPE_CHECKING:
@@ -64,22 +65,6 @@ DPSGD_CONVERSION = (
 )
 DPSGD_ADJACENCY = f"{ADJACENCY} (group privacy of two add/remove-one steps)"
 NO_DONORS = "no row imputes another: a training row's gaps take the middle of their public range"
-
-
-@dataclass(frozen=True)
-class PrivacyFacts:
-    """The public description of a generator's mechanism (nothing here depends on the rows)."""
-
-    generator: str  # its name in prose, e.g. "GS-WGAN"
-    mechanism: str  # what the accountant composes
-    accountant: str
-    conversion: str
-    sampling: str
-    adjacency: str
-    sanitised: str  # how training's steps are sanitised (for the privacy statement)
-    imputation: str  # how a training row's gaps are filled under the honest protocol
-    parameters: dict  # public accountant inputs: release.json, registry tags, notes
-    labels: dict  # {parameter: what a reader calls it}, for every key of `parameters`
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.func import grad, vmap
 
-from dpsynth.models.generators.gswgan.sanitizer import finite_rows
+from dpsynth.models.generators.sanitizer import finite_rows
 
 # Added to a per-example norm before dividing by it (Opacus adds the same): no division by zero.
 NORM_EPS = 1e-6
@@ -39,7 +39,7 @@ def per_example_gradients(module: nn.Module, loss_one: Callable, *batched: torch
 def clipped_sum(per_sample: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
     """Sum over rows of each row's gradient scaled to L2 norm at most `clip` (norm over all parameters
     together, as DP-SGD's sensitivity needs). A row whose gradient holds a NaN or an infinity in any
-    parameter contributes zero (its norm would not bound it: models/generators/gswgan/sanitizer.py
+    parameter contributes zero (its norm would not bound it: models/generators/sanitizer.py
     `zero_nonfinite_rows`)."""
     flat = torch.cat([g.flatten(1) for g in per_sample.values()], 1)  # also for an empty Poisson batch (0 rows)
     finite = finite_rows(flat)

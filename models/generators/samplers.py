@@ -1,7 +1,7 @@
 """Samplers: a generator checkpoint file turned into `sample(n_rows, seed) -> encoded rows`.
 
 The one way in for every generator type: reading the file, and the generator's own Sampler (its
-package's `sampler.py`, found by name through the registry, models/generators/registry.py), which
+package's `sampler.py`, found by name through the registry, models/generator_registry.py), which
 imports only torch, numpy and its networks (no accountant, Opacus or autodp), because the pyfunc model
 (models/pyfunc.py) samples through this module in a fresh environment. The released file says which
 generator wrote it (`"generator_type"`; files without it are the default generator's, GS-WGAN's, as
@@ -16,23 +16,23 @@ A released file records its format (`"format_version"`, `GENERATOR_FORMAT_VERSIO
 every file whose version it knows and refuses a newer one with a message saying to upgrade; a file
 without it (every release before the key existed, and training checkpoints) is version 1. Change the
 version only when a reader of the current code could no longer sample a new file correctly.
-Conditioning on the target (`sample_with_label`) is for the generators that take the target's label as
-an input (a GS-WGAN generator with a `condition`, DP-CGAN); every other condition is the caller's to
-draw by rejection from ordinary samples.
+Conditioning on the target (`sample_with_label`) is for the generators whose sampler takes the target's
+label as an input and says so (`LabelSampler`: a GS-WGAN generator with a `condition`, DP-CGAN); every
+other condition is the caller's to draw by rejection from ordinary samples.
 """
 
 from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
 
 from dpsynth.models.checkpoint_files import load_verified
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.registry import DEFAULT_GENERATOR, names, registration
+from dpsynth.models.generator_registry import DEFAULT_GENERATOR, names, registration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,13 +62,24 @@ class Sampler(Protocol):
     def sample(self, n_rows: int, seed: int) -> np.ndarray: ...
 
 
+class LabelSampler(Sampler, Protocol):
+    """A sampler whose generator takes the target's label as an input (a GS-WGAN generator with a
+    `condition`, DP-CGAN): it sets the label instead of drawing it from the public prior, everything else
+    drawn from the seed as `sample` draws it. The sampler says whether it can, so that a new generator
+    conditions without an edit here."""
+
+    def conditions_on_target(self) -> bool: ...
+
+    def sample_with_label(self, n_rows: int, seed: int, label: int) -> np.ndarray: ...
+
+
 def sampler_from_blob(blob: dict[str, Any], kind: str | None = None) -> Sampler:
     """`kind`: the generator type when the caller knows it (a training checkpoint does not record it).
     The sampler carries the file's measured marginals (or None) as `marginals` and `oversample`."""
     kind = kind or blob.get("generator_type", DEFAULT_GENERATOR)
     if kind not in names():
         raise ValueError(f"generator file written by an unknown generator {kind!r}")
-    sampler = registration(kind).sampler_class()(blob)
+    sampler: Sampler = registration(kind).sampler_class()(blob)
     sampler.marginals, sampler.oversample = _measured(blob.get(MARGINALS_KEY))
     return sampler
 
@@ -137,35 +148,18 @@ def load_sampler(path: str | Path, sha256: str | None = None, kind: str | None =
 
 
 def conditions_on_target(sampler: Sampler) -> bool:
-    """Whether the sampler's generator takes the target's label as an input (so `sample_with_label` sets it)."""
-    from dpsynth.models.generators.dpcgan.sampler import DPCGANSampler
-    from dpsynth.models.generators.gswgan.sampler import GSWGANSampler
-
-    if isinstance(sampler, GSWGANSampler):
-        return sampler.net.condition is not None
-    return isinstance(sampler, DPCGANSampler)
+    """Whether the sampler's generator takes the target's label as an input (so `sample_with_label` sets it):
+    a sampler that can says so itself (`LabelSampler`); any other draws conditions by rejection."""
+    says = getattr(sampler, "conditions_on_target", None)
+    return bool(says()) if callable(says) else False
 
 
 def sample_with_label(sampler: Sampler, n_rows: int, seed: int, label: int) -> np.ndarray:
     """n encoded rows whose target is its level `label` (0: the first level, 1: the second), from a
-    generator that conditions on the target: the label is set in its input instead of drawn from the
-    public prior, everything else drawn from the seed as `sample` draws it. The rows are the generator's
-    own (no calibration to measured marginals: that would move the target again)."""
-    from dpsynth.models.generators.dpcgan.sampler import DPCGANSampler, sample_encoded
-    from dpsynth.models.generators.gswgan.sampler import BATCH, GSWGANSampler
-
+    generator that conditions on the target (its sampler's own `sample_with_label`). The rows are the
+    generator's own (no calibration to measured marginals: that would move the target again)."""
     if label not in (0, 1):
         raise ValueError(f"the target's label is 0 or 1, not {label!r}")
-    if isinstance(sampler, DPCGANSampler):
-        return sample_encoded(sampler.net, n_rows, seed, label=label)
-    if not isinstance(sampler, GSWGANSampler) or sampler.net.condition is None:
+    if not conditions_on_target(sampler):
         raise ValueError("this generator does not condition on the target: draw by rejection instead")
-    net = sampler.net
-    rng = torch.Generator().manual_seed(int(seed))
-    parts = []
-    with torch.no_grad():
-        for start in range(0, n_rows, BATCH):
-            latent = net.latent(min(BATCH, n_rows - start), rng)
-            latent[:, net.z_dim] = 2.0 * label - 1.0  # the label's place in the latent (networks.draw_latent)
-            parts.append(net(latent).numpy())
-    return np.concatenate(parts) if parts else np.zeros((0, sampler.width), dtype=np.float32)
+    return cast("LabelSampler", sampler).sample_with_label(n_rows, seed, label)

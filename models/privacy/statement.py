@@ -9,12 +9,9 @@ the shipped release profiles, beyond those any synthetic-data release shares).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from dpsynth.models.config import Profile, Setting
-
-if TYPE_CHECKING:  # the facts come from the caller: privacy/ never looks a generator up
-    from dpsynth.models.generators.base import PrivacyFacts
+from dpsynth.models.privacy.facts import PrivacyFacts
 
 HEADING = "What epsilon covers, and what it does not"
 
@@ -38,12 +35,14 @@ class PrivacyStatement:
         return "\n".join(lines + ["", self.internal_only])
 
 
-def privacy_statement(profile: Profile, setting: Setting, facts: PrivacyFacts, *, release: bool) -> PrivacyStatement:
+def privacy_statement(
+    profile: Profile, setting: Setting, facts: PrivacyFacts, measured: str | None, *, release: bool
+) -> PrivacyStatement:
     """The statement for `setting` trained under `profile` by the mechanism `facts` describes (its generator's
-    `privacy_facts`); `release`: a release (DP choice of the checkpoint and of publishing) rather than the
-    experiment's internal study."""
-    from dpsynth.models.marginals.release import mechanism_prose
-
+    `privacy_facts`); `measured`: the measured marginals' mechanism in prose, None when the profile measures
+    none (models/marginals/release.py `mechanism_prose`, which sits above privacy: the caller passes it);
+    `release`: a release (DP choice of the checkpoint and of publishing) rather than the experiment's
+    internal study."""
     protocol = profile.protocol
     missing: list[str] = []
     if not setting.private:
@@ -60,7 +59,6 @@ def privacy_statement(profile: Profile, setting: Setting, facts: PrivacyFacts, *
         )
         if protocol == "honest":
             covers += f"; {facts.imputation}"
-        measured = mechanism_prose(profile)
         if measured is not None:
             covers += f"; and the measured marginals: {measured}"
         if release:

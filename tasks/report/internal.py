@@ -57,7 +57,7 @@ def build_internal_report(
     test_auc}}. real_frame: the real table (decoded, schema columns) or None. synthetic_frames:
     {setting: synthetic table} (typically the chosen checkpoint's sample). ledger_level_shares:
     {setting: [{iteration, level_shares: {column: {level: share}}}]}. privacy: the privacy summary
-    (`dpsynth.tasks.reporting.privacy_summary`), every key shown. imputation_counts: {column: count or
+    (`dpsynth.tasks.privacy_summary.privacy_summary`), every key shown. imputation_counts: {column: count or
     {kind: count}}. thesis_reference: {label: {auc, epsilon, ...}}. Quality statistics use at most
     `max_rows` rows per table (drawn with `seed`); the fidelity figures (`dpsynth.models.evaluation.fidelity`)
     count over the whole tables, SDMetrics reads at most its own cap of rows.

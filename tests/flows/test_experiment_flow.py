@@ -154,8 +154,8 @@ def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_cs
     """`compare` trains each generator to its budget: 1 and 3 for the whole release (training with the
     DP choice), each setting's checkpoint chosen as a release would choose it."""
     from dpsynth.models.config import load_profile
+    from dpsynth.models.generator_registry import names
     from dpsynth.models.generators import generator_for
-    from dpsynth.models.generators.registry import names
     from dpsynth.models.privacy.release_choice import whole_release_epsilon
 
     profile = load_profile("compare", CARDIO_SCHEMA)
@@ -167,7 +167,6 @@ def test_compare_profile_matches_whole_release_epsilon_across_generators(demo_cs
         assert whole <= setting.epsilon_budget and plan.epsilon > 0.85 * setting.epsilon_budget, setting.name
         budgets.setdefault(setting.epsilon_budget, set()).add(profile.generator_of(setting))
     every_generator = set(names())  # compare sets every registered generator beside the others
-    assert every_generator >= {"gswgan", "dpcgan", "dpautogan", "rdpcgan", "dpfedctgan", "mst", "aim"}
     assert budgets == {1.0: every_generator, 3.0: every_generator}
     assert (
         main(

@@ -21,18 +21,10 @@ import textwrap
 import pytest
 
 from dpsynth.flows.cli import build_parser, main
+from dpsynth.generator_checks import CHECKS, smoke_profile, train_for_checks
 from dpsynth.models.generators import names, refresh
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _last_json
-from tests.models.test_generator_conformance import (
-    check_every_published_parameter_is_labelled,
-    check_nothing_published_outside_the_scan,
-    check_plan_within_budget,
-    check_resume_equals_uninterrupted,
-    check_sampler_equals_training_sampling,
-    smoke_profile,
-    train_for_checks,
-)
 
 PACKAGE = "toy_dpsynth"
 
@@ -40,7 +32,7 @@ TOY_PACKAGE = {
     "__init__.py": '''
         """A toy DP generator: independent columns, each a noisy histogram over its public cells."""
 
-        from dpsynth.models.generators.registry import Registration
+        from dpsynth.models.generator_registry import Registration
 
         GENERATOR = Registration(name="toy", section="toy", config="toy_dpsynth.config:ToyConfig",
                                  adapter="toy_dpsynth.adapter:Toy", sampler="toy_dpsynth.sampler:ToySampler")
@@ -53,7 +45,7 @@ TOY_PACKAGE = {
         from pydantic import Field, Strict
 
         from dpsynth.models.config_validation import Positive
-        from dpsynth.models.generators.section import SectionConfig
+        from dpsynth.models.generator_section import SectionConfig
 
 
         class ToyConfig(SectionConfig):
@@ -228,13 +220,10 @@ def test_without_its_distribution_the_toy_is_gone():
 
 
 def test_the_toy_passes_the_generator_conformance_checks(toy_generator, tmp_path, cardio_schema):
-    profile, setting = smoke_profile("toy")
+    profile, setting = smoke_profile("toy", CARDIO_SCHEMA)
     trained = train_for_checks("toy", profile, setting, cardio_schema, tmp_path / "checks")
-    check_plan_within_budget(trained)
-    check_resume_equals_uninterrupted(trained)
-    check_sampler_equals_training_sampling(trained, tmp_path)
-    check_every_published_parameter_is_labelled(trained)
-    check_nothing_published_outside_the_scan(trained)
+    for check in CHECKS:
+        check(trained)
 
 
 def test_release_with_the_toy_publishes_its_labelled_parameters(

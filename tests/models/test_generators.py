@@ -204,3 +204,40 @@ def test_sampler_gives_the_trainers_own_sampling(tmp_path, name, cardio_schema, 
     blob["generator_type"] = VARIANTS.get(name, (name,))[0]
     torch.save(blob, tmp_path / "released.pt")
     np.testing.assert_array_equal(load_sampler(tmp_path / "released.pt").sample(300, 7), expected)
+
+
+class _LabelledToySampler:
+    """A sampler of no built-in generator that takes the target's label: it says so itself."""
+
+    marginals = None
+    oversample = 1
+
+    def sample(self, n_rows: int, seed: int) -> np.ndarray:
+        return np.zeros((n_rows, 1), dtype=np.float32)
+
+    def conditions_on_target(self) -> bool:
+        return True
+
+    def sample_with_label(self, n_rows: int, seed: int, label: int) -> np.ndarray:
+        return np.full((n_rows, 1), float(label), dtype=np.float32)
+
+
+class _PlainToySampler(_LabelledToySampler):
+    def conditions_on_target(self) -> bool:
+        return False
+
+
+def test_a_sampler_says_itself_whether_it_conditions_on_the_target():
+    # No list of sampler classes in samplers.py: a new generator's sampler conditions without an edit there.
+    from dpsynth.models.generators.samplers import conditions_on_target, sample_with_label
+
+    labelled = _LabelledToySampler()
+    assert conditions_on_target(labelled)
+    assert sample_with_label(labelled, 3, seed=0, label=1).tolist() == [[1.0]] * 3
+    with pytest.raises(ValueError, match="label is 0 or 1"):
+        sample_with_label(labelled, 3, seed=0, label=2)
+    plain = _PlainToySampler()
+    assert not conditions_on_target(plain)
+    with pytest.raises(ValueError, match="rejection"):
+        sample_with_label(plain, 3, seed=0, label=1)
+    assert not conditions_on_target(object())  # a sampler that says nothing draws by rejection

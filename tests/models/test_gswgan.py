@@ -29,10 +29,10 @@ from dpsynth.models.generators.gswgan.pretraining import (
     pretrain_critics,
     pretrain_draws,
 )
-from dpsynth.models.generators.gswgan.sanitizer import clip_rows, sanitize_rows
 from dpsynth.models.generators.gswgan.schedule import checkpoint_epsilons
 from dpsynth.models.generators.gswgan.trainer import LEDGER_FILE, STATE_FILE, GeneratorTrainer
 from dpsynth.models.generators.networks import CriticStack, Generator
+from dpsynth.models.generators.sanitizer import clip_rows, sanitize_rows
 from dpsynth.models.native import kernels as native_kernels
 from dpsynth.models.privacy.budget import Schedule, cut_to_budget
 from dpsynth.models.privacy.secret import PrivacySecret

@@ -13,7 +13,7 @@ import torch
 
 from dpsynth.models.generators.dpautogan.trainer import fit_gaussian_latent, private_moments, sanitize
 from dpsynth.models.generators.dpcgan.trainer import clipped_sum
-from dpsynth.models.generators.gswgan.sanitizer import clip_rows, sanitize_rows, zero_nonfinite_rows
+from dpsynth.models.generators.sanitizer import clip_rows, sanitize_rows, zero_nonfinite_rows
 
 BAD = [float("nan"), float("inf"), float("-inf")]
 

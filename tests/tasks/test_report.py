@@ -434,7 +434,7 @@ def test_release_notes_of_a_non_private_release_say_so(tmp_path, schema, synth):
 
 def test_release_notes_of_a_conditional_generator_say_the_target_share_is_set_by_design(tmp_path, schema, synth):
     from dpsynth.models.config import load_profile
-    from dpsynth.tasks.reporting import privacy_summary
+    from dpsynth.tasks.privacy_summary import privacy_summary
 
     profile = load_profile("thesis-k1500", CARDIO_YAML)
     privacy = privacy_summary(profile, profile.settings, schema)

@@ -4,7 +4,7 @@ choose the workload marginal the current model gets most wrong (the exponential 
 budget is spent. The released model is MST's junction-tree model, sampled without `mbi`. Its profile
 section is `aim`."""
 
-from dpsynth.models.generators.registry import Registration
+from dpsynth.models.generator_registry import Registration
 
 GENERATOR = Registration(
     name="aim",

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, Strict
 
 from dpsynth.models.config_validation import Beta, Count, Positive
-from dpsynth.models.generators.section import SectionConfig
+from dpsynth.models.generator_section import SectionConfig
 
 # The workload AIM answers: every pair of columns, or those and every triple that holds the target.
 Workload = Literal["pairs", "pairs-and-target-triples"]
@@ -22,6 +22,10 @@ DEFAULT_NUMERIC_PAIR_GROUPS = 0
 
 
 class AIMConfig(SectionConfig):
+    # The generator checks' smoke run (SectionConfig.smoke): null rho under smoke's budget (1000) would run
+    # hundreds of rounds, so a fixed rho and the fewest rounds Cardio's 12 columns allow (the 1-way
+    # marginals, then two or three rounds), few estimator iterations.
+    smoke = {"rho": 0.5, "rounds": 13, "round_iterations": 20, "iterations": 50}
     # AIM's whole zCDP (replace-one). null: the largest rho whose replace-one epsilon, with the profile's
     # measured marginals composed (their rho added), fits the setting's budget (a setting without a
     # budget then needs a rho). The DP choice of the checkpoint reads the validation rows, disjoint from

@@ -1,7 +1,7 @@
 """DP-auto-GAN: a DP-SGD autoencoder, then a WGAN (or one Gaussian fit) in its latent space. Its profile
 section is `dpautogan`."""
 
-from dpsynth.models.generators.registry import Registration
+from dpsynth.models.generator_registry import Registration
 
 GENERATOR = Registration(
     name="dpautogan",

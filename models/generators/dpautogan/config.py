@@ -18,7 +18,7 @@ from dpsynth.models.config_validation import (
     Units,
     checkpoints_fit,
 )
-from dpsynth.models.generators.section import SectionConfig
+from dpsynth.models.generator_section import SectionConfig
 
 
 class DPAutoGANConfig(SectionConfig):

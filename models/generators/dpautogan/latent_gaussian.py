@@ -10,7 +10,7 @@ import math
 import torch
 
 from dpsynth.models.generators.dpautogan.networks import Decoder
-from dpsynth.models.generators.gswgan.sanitizer import zero_nonfinite_rows
+from dpsynth.models.generators.sanitizer import zero_nonfinite_rows
 
 
 def latent_statistics(latents: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """DP-CGAN: a conditional GAN whose discriminator alone reads rows, through DP-SGD. Its profile section
 is `dpcgan`."""
 
-from dpsynth.models.generators.registry import Registration
+from dpsynth.models.generator_registry import Registration
 
 GENERATOR = Registration(
     name="dpcgan",

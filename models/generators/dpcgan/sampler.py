@@ -29,6 +29,12 @@ class DPCGANSampler:
         # Labels from the public prior, as in training (the paper's p_l).
         return sample_encoded(self.net, n_rows, seed, label_prior=self.spec.label_prior, batch=BATCH)
 
+    def conditions_on_target(self) -> bool:
+        return True  # the label is an input of every DP-CGAN generator
+
+    def sample_with_label(self, n_rows: int, seed: int, label: int) -> np.ndarray:
+        return sample_encoded(self.net, n_rows, seed, label=label)
+
 
 def load_generator(path: str | Path, sha256: str | None = None) -> tuple[ConditionalGenerator, dict]:
     """A generator checkpoint, checked against its SHA-256 (the ledger's, else its sidecar's)."""

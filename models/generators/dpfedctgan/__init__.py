@@ -2,7 +2,7 @@
 never share rows; each site's discriminator reads its own rows only, through DP-SGD. Its profile section
 is `dpfedctgan`."""
 
-from dpsynth.models.generators.registry import Registration
+from dpsynth.models.generator_registry import Registration
 
 GENERATOR = Registration(
     name="dpfedctgan",

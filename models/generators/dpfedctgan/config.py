@@ -39,7 +39,7 @@ from dpsynth.models.config_validation import (
     Units,
     checkpoints_fit,
 )
-from dpsynth.models.generators.section import SectionConfig
+from dpsynth.models.generator_section import SectionConfig
 
 SPLIT_KEYS = ("iid", "column", "by_column")
 Port = Annotated[int, Field(ge=0, le=65535)]
@@ -67,6 +67,18 @@ class SiteSplit(BaseModel):
 
 
 class DPFedCTGANConfig(SectionConfig):
+    # The generator checks' smoke run (SectionConfig.smoke): each fit starts the federation's server and a
+    # process per site (the smoke profile's flows run three sites): two sites, two short rounds, tiny networks.
+    smoke = {
+        "sites": {"iid": 2},
+        "rounds": 2,
+        "checkpoint_every": 1,
+        "local_steps": 3,
+        "sample_rate": 0.05,
+        "z_dim": 8,
+        "generator_hidden": (16,),
+        "discriminator_hidden": (16,),
+    }
     sites: SiteSplit = SiteSplit(iid=3)
     by_column_bins: Sites = 3
     rounds: Count = 40

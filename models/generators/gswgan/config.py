@@ -16,7 +16,7 @@ from dpsynth.models.config_validation import (
     Units,
 )
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.section import SectionConfig
+from dpsynth.models.generator_section import SectionConfig
 
 if TYPE_CHECKING:
     from dpsynth.models.config import Setting, SettingSpec

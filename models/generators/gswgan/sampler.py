@@ -37,3 +37,19 @@ class GSWGANSampler:
             for start in range(0, n_rows, BATCH):
                 parts.append(self.net(self.net.latent(min(BATCH, n_rows - start), rng)).numpy())
         return np.concatenate(parts) if parts else np.zeros((0, self.width), dtype=np.float32)
+
+    def conditions_on_target(self) -> bool:
+        """A conditional generator (trained with a `condition`) takes the target's label in its latent."""
+        return self.net.condition is not None
+
+    def sample_with_label(self, n_rows: int, seed: int, label: int) -> np.ndarray:
+        """`sample`'s rows with the label's place in the latent set to `label` (networks.draw_latent)."""
+        net = self.net
+        rng = torch.Generator().manual_seed(int(seed))
+        parts = []
+        with torch.no_grad():
+            for start in range(0, n_rows, BATCH):
+                latent = net.latent(min(BATCH, n_rows - start), rng)
+                latent[:, net.z_dim] = 2.0 * label - 1.0
+                parts.append(net(latent).numpy())
+        return np.concatenate(parts) if parts else np.zeros((0, self.width), dtype=np.float32)

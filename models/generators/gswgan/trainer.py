@@ -40,7 +40,6 @@ from dpsynth.models.generators.gswgan.devices import intra_op_threads
 from dpsynth.models.generators.gswgan.fused_adam import FusedAdamStep
 from dpsynth.models.generators.gswgan.generator_files import GeneratorSpec, generator_spec, sample_encoded
 from dpsynth.models.generators.gswgan.partition import sample_local_rows, subset_sizes
-from dpsynth.models.generators.gswgan.sanitizer import sanitize_rows
 from dpsynth.models.generators.networks import (
     CriticStack,
     Generator,
@@ -49,6 +48,7 @@ from dpsynth.models.generators.networks import (
     Workspace,
     init_generator_,
 )
+from dpsynth.models.generators.sanitizer import sanitize_rows
 from dpsynth.models.native.kernels import CriticRows, critic_input_grads, critic_updates, use_native_critics
 from dpsynth.models.privacy.accountant import GSWGANAccountant
 from dpsynth.models.privacy.secret import PrivacySecret

@@ -2,7 +2,7 @@
 the exponential mechanism, their noisy 2-way marginals, and a graphical model estimated from them by
 private-pgm (`mbi`), sampled without it. Its profile section is `mst`."""
 
-from dpsynth.models.generators.registry import Registration
+from dpsynth.models.generator_registry import Registration
 
 GENERATOR = Registration(
     name="mst",

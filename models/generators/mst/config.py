@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field, Strict, StrictBool
 
 from dpsynth.models.config_validation import Beta, Count, Positive
-from dpsynth.models.generators.section import SectionConfig
+from dpsynth.models.generator_section import SectionConfig
 
 
 class MSTConfig(SectionConfig):

@@ -1,7 +1,7 @@
 """RDP-CGAN: a DP-SGD 1-D convolutional autoencoder, then a 1-D convolutional WGAN whose DP-SGD critic reads
 the decoder's output. Its profile section is `rdpcgan`."""
 
-from dpsynth.models.generators.registry import Registration
+from dpsynth.models.generator_registry import Registration
 
 GENERATOR = Registration(
     name="rdpcgan",

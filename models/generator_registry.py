@@ -11,6 +11,10 @@ sampler live ("module:attribute", imported on first use). Two places are searche
 Listing names imports only those `__init__.py` files (no pydantic, torch or Opacus): the command line
 builds its `--generator` choices from it at startup. `refresh()` forgets what was found (a distribution
 installed or removed while the process runs).
+
+It is configuration, under the generators' layer (docs/extending.md, "Layers"): the profile reads the list
+and each section's model from here, and the generators are found by name (importlib, entry points), never
+imported by this module, so that nothing here depends on a generator's code.
 """
 
 from __future__ import annotations
@@ -18,15 +22,14 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from dpsynth.models.errors import ConfigError
+
 if TYPE_CHECKING:
-    from dpsynth.models.generators.base import GeneratorType
-    from dpsynth.models.generators.samplers import Sampler
-    from dpsynth.models.generators.section import SectionConfig
+    from dpsynth.models.generator_section import SectionConfig
 
 ENTRY_POINT_GROUP = "dpsynth.generators"
 BUILT_IN_PACKAGE = "dpsynth.models.generators"
@@ -46,7 +49,7 @@ class Registration:
 
     name: str  # the profile's `generator` value
     section: str  # its profile section's key (GS-WGAN's is "gan")
-    config: str  # "module:Class" of its section's pydantic model (models/generators/section.py)
+    config: str  # "module:Class" of its section's pydantic model (models/generator_section.py)
     adapter: str  # "module:Class" of its GeneratorType (models/generators/base.py)
     sampler: str  # "module:Class" of its Sampler: built from a generator file's contents (`blob`)
     _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
@@ -55,13 +58,17 @@ class Registration:
         """The pydantic model of its profile section."""
         return self._load("config", self.config)
 
-    def adapter_instance(self) -> GeneratorType:
+    # The adapter and the sampler are typed by the layer that uses them (dpsynth.models.generators `get` and
+    # samplers.py): this module sits under the generators (it is what the profile reads, docs/extending.md,
+    # "Layers") and names none of their types.
+    def adapter_instance(self) -> Any:
         """Its GeneratorType (imports its adapter module, not yet its trainer)."""
         if "instance" not in self._loaded:
             self._loaded["instance"] = self._load("adapter", self.adapter)()
         return self._loaded["instance"]
 
-    def sampler_class(self) -> Callable[[dict[str, Any]], Sampler]:
+    def sampler_class(self) -> Any:
+        """Its Sampler class, built from a generator file's contents (`blob`)."""
         return self._load("sampler", self.sampler)
 
     def _load(self, what: str, reference: str) -> Any:
@@ -110,8 +117,6 @@ def registration(name: str) -> Registration:
     for found in registrations():
         if found.name == name:
             return found
-    from dpsynth.models.errors import ConfigError
-
     raise ConfigError(f"Unknown generator {name!r}: choose one of {', '.join(names())}.")
 
 

@@ -1,4 +1,6 @@
 """The GS-WGAN gradient sanitiser: the only place where real-data information reaches the generator.
+Its row checks (`finite_rows`, `zero_nonfinite_rows`) guard every DP-SGD generator too (dpsgd.py,
+DP-auto-GAN's latent Gaussian), so it lives beside the packages rather than in GS-WGAN's.
 
 During a generator step the critic's gradient with respect to each generated row (one row of the
 upstream gradient per sample) is clipped to norm C, and Gaussian noise of standard deviation
