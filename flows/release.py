@@ -57,6 +57,7 @@ from dpsynth.tasks.registry import release_description, release_registered, rele
 from dpsynth.tasks.split import SplitMissesTargetLevel
 from dpsynth.tasks.stage import StageResult, read_json, write_json
 from dpsynth.tasks.training import sample_generator_file
+from dpsynth.tasks.validate import repairs_of
 
 
 @flow(name="release")
@@ -239,9 +240,14 @@ def release(
         )
         # Internal facts (the data hash is a tag since the run started) stay on the internal run only.
         tracking.set_tags(run_id, {"dpsynth.report": str(report["report"])})
-        # A trial stops here: nothing registered, no bundle, no alias moved, nothing in the ledger.
+        # A trial stops here: nothing registered, no bundle, no alias moved, nothing in the ledger. Its
+        # chosen generator stays in the run folder, for the steward's eyes only (dpsynth.Release.sampler).
         published = (
-            {"published": False, "trial": True}
+            {
+                "published": False,
+                "trial": True,
+                "generator_file": str(released_generator_file(ctx, chain, ledger, decision)),
+            }
             if trial
             else {
                 "published": True,
@@ -263,6 +269,10 @@ def release(
             "report": str(report["report"]),
             **published,
             "mlflow_run_id": run_id,
+            # Internal (real rows): what validation repaired in the input, and the internal report's
+            # fidelity figures per setting.
+            "input_repairs": repairs_of(read_json(paths["validation_summary"])),
+            "fidelity": read_json(report.outputs["fidelity"]) if "fidelity" in report.outputs else {},
         }
         status("logging the results")
         tracking.log_metrics(run_id, {"release.auc": auc, "real.auc": real_auc})
@@ -393,4 +403,9 @@ def publish_release(
     record_model_uri(bundle_dir, registered["model_uri"])
     status("logging the bundle")
     tracking.log_artifact(run_id, bundle_dir, "bundle")
-    return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"], "model_version": registered["version"]}
+    return {
+        "bundle_dir": str(bundle_dir),
+        "model_uri": registered["model_uri"],
+        "model_version": registered["version"],
+        "generator_file": str(generator_file),
+    }

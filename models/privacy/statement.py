@@ -98,6 +98,12 @@ def privacy_statement(profile: Profile, setting: Setting, facts: PrivacyFacts, *
             "the table's privacy ledger composes them (dpsynth ledger)"
         )
     missing.append("whether the input table passed validation: a table that fails it is not released at all")
+    if profile.input.max_repaired_share is not None:
+        missing.append(
+            "whether every column of the input table needed at most the share "
+            f"{profile.input.max_repaired_share:g} of its values imputed (input.max_repaired_share): a table "
+            "that needs more is not released at all"
+        )
     missing.append(
         "configuration chosen by people after seeing results on the same table, if any (dpsynth's shipped "
         "profiles were tuned on runs of the Cardio table)"

@@ -29,18 +29,19 @@ from tests.conftest import CARDIO_SCHEMA
 # registered its section `mst`, which every profile holds with its defaults; and when AIM, RDP-CGAN and
 # DP-Fed-CTGAN registered theirs; and when RDP-CGAN's section gained the gradient penalty, the averaged
 # generator and the critic's own channels, with new defaults; and when its autoencoder stopped reading
-# the target by default, `autoencoder_target`).
+# the target by default, `autoencoder_target`; and when profiles gained the `input` section,
+# `max_repaired_share`).
 SHIPPED_HASHES = {
-    "default": "ece789dc19897f2dc4b5c699e9afabfeef43b9fdac63f8f251493cc7196b0191",
-    "smoke": "ea28c1788f250b6db6973b1338f5b2903012392e9d3af77547c16c6bca126c16",
-    "thesis-k1500": "6e51c185df16b301a1dab01a6eea1de726013f5a34a6189a65e1a591a9aad52f",
-    "thesis": "05ebe8e4797f60bbcbf408eaefd118a36720519d9e1c33c7fa7a841bf25a7f99",
-    "compare": "3f5293da9f862fd06716e272fcb02982831a6f26956d4b91b85d3003efb4ff79",
-    "eps1": "08016e19d22d8da4c76bb1e7458427b60068a290257b2b9526b622596d76f26f",
-    "eps3": "f420f2ebd1cbaffd2b5ff2fd5032629d632e8f80a19d14bf633254c873b80ecc",
-    "census-eps3": "d3a11e24aacc65f9a5a3712713fc63e5d108d329a6e28a46c16a64d0cf859b45",
-    "mst-eps1": "a00ca8856e63d360eccd3416c6effe8c0744aeeaade3febf3f15f88e8bf3b60f",
-    "aim-eps1": "babe5fae3741e447501915475099f4a8f5715f1d7a71008e6187f9b62acb4498",
+    "default": "a3af44cb4028799752e849852cd55aeab0b852a326cd32dc61e07ff547c7eb1e",
+    "smoke": "dabc6cf54717494f73bfdc304399eaf4e3a1b58b4880cc48979c538b0d6e274a",
+    "thesis-k1500": "0b8e355837fa6771be9915c5ede1b15742db93d9b255618f6a755d0a7e55e5bf",
+    "thesis": "a204eafd3130fec6fc498da29eae05080559e012ef69070ab15f5ba797567cdc",
+    "compare": "bcf84b1a09dc5ef1c8a6b88b9ea3a04c998633d2cb0f307445292605e2040d8f",
+    "eps1": "e6eed101651922f7c4c736d8555d824a57a38f99e3501fc372ac310dbb9df35b",
+    "eps3": "d312da694fe9b1bf5abb51db812e279be6216e7af0785f30e7d82f0857a5b362",
+    "census-eps3": "8b3029d3c317648acc1aa241038f7c9b2f89a96cb4a8d697dbf82269ed7b9f77",
+    "mst-eps1": "8e608310c22136eb54b0bc2c1ca667253d364fff8a1bdda2353b137ecd726251",
+    "aim-eps1": "3241f678277e809b3ca1a20e4f7f4ffe2134b12db5e6fdd7b145dff4c83ca066",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
