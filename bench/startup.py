@@ -77,14 +77,18 @@ def seconds_to_first_stage(ordering: str, data: Path, timeout: float) -> float:
         text=True,
         start_new_session=True,  # its own process group: the server it starts is stopped with it
     )
+    seen: list[str] = []
     try:
         assert process.stderr is not None
         for line in process.stderr:
             if line.strip() == FIRST_STAGE:
                 return time.monotonic() - started
+            seen.append(line.rstrip())
             if time.monotonic() - started > timeout:
                 break
-        raise RuntimeError(f"{ordering}: no first stage within {timeout:g} s (exit status {process.poll()})")
+        raise RuntimeError(
+            f"{ordering}: no first stage within {timeout:g} s; its standard error ended with: {seen[-5:]}"
+        )
     finally:
         try:
             os.killpg(process.pid, signal.SIGKILL)
@@ -107,7 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
     from dpsynth.tasks.table_io import write_table
 
     schema = DatasetSchema.from_yaml(CONFIG)
-    data = write_table(make_demo_table(schema, args.rows, 0), Path(tempfile.mkdtemp()) / "demo.csv")
+    table = make_demo_table(schema, args.rows, 0)
+    data = write_table(table, Path(tempfile.mkdtemp()) / "demo.csv", separator=schema.separator)
     write_demo_sidecar(data, {"schema": schema.name, "rows": args.rows, "seed": 0, "shape": "plain"})
     times: dict[str, list[float]] = {"naive": [], "now": []}
     for _ in range(args.repeats):

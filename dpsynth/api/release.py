@@ -365,7 +365,6 @@ def _release_of(ctx: RunContext, summary: dict[str, Any]) -> Release:
         fidelity=(summary.get("fidelity") or {}).get(summary.get("setting"), {}),
     )
     generator_file = Path(summary["generator_file"]) if summary.get("generator_file") else None
-    known = {"table": ctx.schema.name, "generator_file": generator_file, "schema_path": ctx.schema_path}
     if summary.get("published"):
         from dpsynth.models.privacy.statement import PrivacyStatement
         from dpsynth.tasks.bundle import RELEASE_JSON
@@ -385,7 +384,9 @@ def _release_of(ctx: RunContext, summary: dict[str, Any]) -> Release:
             model_uri=summary.get("model_uri") or record.get("model_uri"),
             run_dir=Path(summary["run_dir"]),
             quality=quality,
-            **known,
+            table=ctx.schema.name,
+            generator_file=generator_file,
+            schema_path=ctx.schema_path,
         )
     from dpsynth.tasks.decision import statement_for
 
@@ -400,5 +401,7 @@ def _release_of(ctx: RunContext, summary: dict[str, Any]) -> Release:
         model_uri=None,
         run_dir=Path(summary["run_dir"]),
         quality=quality,
-        **known,
+        table=ctx.schema.name,
+        generator_file=generator_file,
+        schema_path=ctx.schema_path,
     )
