@@ -341,23 +341,23 @@ def cmd_release(args) -> None:
 
     # Every refusal has had its say: Prefect's server starts now, in a process of its own, while this one
     # opens the MLflow store and loads the flow (flows/prefect_server.py; bench/startup.py measures it).
-    with prefect_server.early_server() if fresh else contextlib.nullcontext() as server:
-        if fresh:
-            open_store_and_run(ctx)
-        status("loading the flow")
-        from dpsynth.flows.release import release
+    server = prefect_server.early_server() if fresh else None
+    if fresh:
+        open_store_and_run(ctx)
+    status("loading the flow")
+    from dpsynth.flows.release import release
 
-        status("starting Prefect")
-        with prefect_server.use(server):
-            summary = release(
-                config=str(args.config),
-                data=str(args.data),
-                profile=args.profile,
-                out=str(ctx.run_dir),
-                generator=args.generator,
-                publish=not args.no_publish,
-                allow_same_input=args.allow_same_input,
-            )
+    status("starting Prefect")
+    with prefect_server.use(server):
+        summary = release(
+            config=str(args.config),
+            data=str(args.data),
+            profile=args.profile,
+            out=str(ctx.run_dir),
+            generator=args.generator,
+            publish=not args.no_publish,
+            allow_same_input=args.allow_same_input,
+        )
     close_display()  # the result goes to standard output, after the display
     if summary.get("reused"):
         from dpsynth.tasks.progress import note

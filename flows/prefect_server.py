@@ -15,6 +15,7 @@ the start immediate; whether a profile names an API is known only once Prefect i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -135,24 +136,27 @@ def configured_elsewhere() -> bool:
     return False
 
 
-@contextlib.contextmanager
-def early_server() -> Iterator[TemporaryServer | None]:
-    """A temporary server started now (None where an API is configured), stopped when the block ends."""
-    server = None if configured_elsewhere() else TemporaryServer().start()
-    try:
-        yield server
-    finally:
-        if server is not None:
-            server.stop()
+def early_server() -> TemporaryServer | None:
+    """A temporary server started now (None where an API is configured), stopped when the process exits,
+    as Prefect's own is: Prefect's log and event workers send what they hold at exit, and their exit
+    handlers, registered after this one, run before it."""
+    if configured_elsewhere():
+        return None
+    server = TemporaryServer().start()
+    atexit.register(server.stop)
+    return server
 
 
 @contextlib.contextmanager
 def use(server: TemporaryServer | None) -> Iterator[None]:
     """Flows called in the block talk to `server` (waited for here), unless Prefect's settings name an API
-    of the user's: then that one, and `server` is stopped unused. Worker processes inherit the address."""
+    of the user's (then that one) or turn temporary servers off: then `server` is stopped unused. Worker
+    processes inherit the address."""
     from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
-    if server is None or get_current_settings().api.url:
+    settings = get_current_settings()
+    # A configured API, or temporary servers turned off: Prefect's own settings decide, as without dpsynth.
+    if server is None or settings.api.url or not settings.server.ephemeral.enabled:
         if server is not None:
             server.stop()
         yield
