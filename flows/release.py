@@ -246,7 +246,7 @@ def release(
             {
                 "published": False,
                 "trial": True,
-                "generator_file": str(released_generator_file(ctx, chain, ledger, decision)),
+                "generator_file": str(released_generator_file(ctx, chain, ledger, decision, folder="trial")),
             }
             if trial
             else {
@@ -318,9 +318,12 @@ def release(
         raise
 
 
-def released_generator_file(ctx: RunContext, chain: dict, ledger: list[dict], decision: ReleaseDecision) -> Path:
+def released_generator_file(
+    ctx: RunContext, chain: dict, ledger: list[dict], decision: ReleaseDecision, folder: str = "release"
+) -> Path:
     """The chosen checkpoint's generator, stamped with the whole release's epsilon (the checkpoint file
-    records training's epsilon at that iteration only), in the run folder's release/ folder."""
+    records training's epsilon at that iteration only), in the run folder's `folder` (a trial's: trial/,
+    so that nothing in it looks published)."""
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
     source = Path(chain["checkpoints"]) / entry["generator"]
     blob = load_verified(source, entry.get("sha256"), map_location="cpu", weights_only=False)
@@ -339,7 +342,7 @@ def released_generator_file(ctx: RunContext, chain: dict, ledger: list[dict], de
             "epsilon_choice": decision.epsilon_choice,
         }
     )
-    target = ctx.run_dir / "release" / "generator.pt"
+    target = ctx.run_dir / folder / "generator.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.save(blob, target)
     return target
