@@ -283,12 +283,24 @@ def cmd_validate(args) -> None:
 
 
 def preflight(args, kind: str):
-    """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly."""
-    from dpsynth.tasks.context import finished_summary, load_context, open_run
-    from dpsynth.tasks.decision import planned_cost
+    """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly; then
+    the MLflow store, and the run folder opened."""
+    ctx = preflight_checks(args, kind)
+    from dpsynth.tasks.context import finished_summary
+
+    if finished_summary(ctx) is None:
+        open_store_and_run(ctx)
+    return ctx
+
+
+def preflight_checks(args, kind: str):
+    """The refusals a run can meet before any work (the profile, the budgets and the ledger, the table
+    and how much of it needs repair), with nothing started: no server, no store, no run folder."""
     from dpsynth.tasks.progress import status
 
     status("reading the profile")
+    from dpsynth.tasks.context import finished_summary, load_context
+    from dpsynth.tasks.decision import planned_cost
     from dpsynth.tasks.table_io import read_table
     from dpsynth.tasks.validate import check_table
 
@@ -312,7 +324,13 @@ def preflight(args, kind: str):
     for setting in settings:  # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     status("checking the table")
-    check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
+    report = check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
+    from dpsynth.tasks.validate import check_repairs, repairs_text
+
+    check_repairs(report, prof.input.max_repaired_share)
+    repaired = repairs_text(report.repairs(), report.rows)
+    if repaired is not None:  # the steward's own screen (internal), under --json too
+        print(f"dpsynth {kind}: {repaired}", file=sys.stderr, flush=True)
     if kind == "release" and not prof.trial:  # a trial enters nothing in the ledger: nothing to check
         from dpsynth.tasks.decision import planned_release_cost
         from dpsynth.tasks.ledger import check_lifetime, check_new_input, check_release_window
@@ -323,35 +341,52 @@ def preflight(args, kind: str):
         check_release_window(ctx.schema.name, prof, ctx.run_id)
         if not args.allow_same_input:
             check_new_input(ctx.schema.name, ctx.data_hash, ctx.run_id)
-    from dpsynth.tasks.tracking import check_store
-
-    status("opening the MLflow store")
-    check_store()
-    # Every check passed: the run folder (its record and its secret) exists from here on.
-    open_run(ctx)
     return ctx
 
 
+def open_store_and_run(ctx) -> None:
+    """The MLflow store must answer; then the run folder (its record and its secret) exists from here on."""
+    from dpsynth.flows.console import quiet_mlflow
+    from dpsynth.tasks.context import open_run
+    from dpsynth.tasks.progress import status
+
+    status("opening the MLflow store")
+    quiet_mlflow()
+    from dpsynth.tasks.tracking import check_store
+
+    check_store()
+    open_run(ctx)
+
+
 def cmd_release(args) -> None:
-    ctx = preflight(args, "release")
+    ctx = preflight_checks(args, "release")
+    from dpsynth.flows import prefect_server
     from dpsynth.tasks.context import REAL_TABLE_TRIAL, finished_summary, is_demo_table
 
-    if ctx.profile.trial and finished_summary(ctx) is None and not is_demo_table(ctx.data_path, ctx.data_hash):
+    fresh = finished_summary(ctx) is None
+    if ctx.profile.trial and fresh and not is_demo_table(ctx.data_path, ctx.data_hash):
         print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
     from dpsynth.tasks.progress import close_display, status
 
-    status("starting Prefect")
+    # Every refusal has had its say: Prefect's server starts now, in a process of its own, while this one
+    # opens the MLflow store and loads the flow (flows/prefect_server.py; bench/startup.py measures it).
+    server = prefect_server.early_server() if fresh else None
+    if fresh:
+        open_store_and_run(ctx)
+    status("loading the flow")
     from dpsynth.flows.release import release
 
-    summary = release(
-        config=str(args.config),
-        data=str(args.data),
-        profile=args.profile,
-        out=str(ctx.run_dir),
-        generator=args.generator,
-        publish=not args.no_publish,
-        allow_same_input=args.allow_same_input,
-    )
+    status("starting Prefect")
+    with prefect_server.use(server):
+        summary = release(
+            config=str(args.config),
+            data=str(args.data),
+            profile=args.profile,
+            out=str(ctx.run_dir),
+            generator=args.generator,
+            publish=not args.no_publish,
+            allow_same_input=args.allow_same_input,
+        )
     close_display()  # the result goes to standard output, after the display
     if summary.get("reused"):
         from dpsynth.tasks.progress import note
@@ -374,6 +409,14 @@ def _epsilon_text(epsilon) -> str:
     return "inf (not private)" if epsilon is None or not math.isfinite(epsilon) else f"{epsilon:.2f}"
 
 
+def _auc_text(summary: dict) -> str:
+    """The synthetic rows' AUC on the real test rows beside the real training rows' own (both internal:
+    they read real rows), so that the steward sees what the synthetic copy loses."""
+    real = summary.get("real_auc")
+    beside = "" if real is None else f" (real rows {real:.3f}; internal)"
+    return f"AUC {summary['auc']:.3f}{beside}"
+
+
 def closing_lines(summary: dict) -> tuple[str, list[str]]:
     """A release's closing line (standard output) and its warnings (standard error): what was published,
     where, at what epsilon; or, for a trial, that nothing was."""
@@ -382,13 +425,13 @@ def closing_lines(summary: dict) -> tuple[str, list[str]]:
         return (
             f"trial {summary['release_id']}: nothing published (nothing registered, no bundle, no alias "
             f"moved, nothing entered in the privacy ledger); a release would have spent epsilon "
-            f"{_epsilon_text(epsilon)} at delta {summary['delta']:g}; AUC {summary['auc']:.3f}; internal "
+            f"{_epsilon_text(epsilon)} at delta {summary['delta']:g}; {_auc_text(summary)}; internal "
             f"report {summary['report']}"
         ), []
     line = (
         f"release {summary['release_id']}: published {summary['model_uri']} at epsilon "
-        f"{_epsilon_text(epsilon)} (delta {summary['delta']:g}), bundle {summary['bundle_dir']}; AUC "
-        f"{summary['auc']:.3f}"
+        f"{_epsilon_text(epsilon)} (delta {summary['delta']:g}), bundle {summary['bundle_dir']}; "
+        f"{_auc_text(summary)}"
     )
     warnings = []
     if epsilon is None or not math.isfinite(epsilon) or epsilon > HIGH_EPSILON:

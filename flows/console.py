@@ -14,6 +14,7 @@ processes the experiment flow starts follow them. Prefect still sends its logs t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dpsynth.tasks.environment import environment
-from dpsynth.tasks.progress import MODE_ENV, open_display, status
+from dpsynth.tasks.progress import MODE_ENV, open_display
 
 # Prefect's console handler (its logging.yml `handlers.console`), overridable from the environment.
 PREFECT_CONSOLE_LEVEL_ENV = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
@@ -38,13 +39,23 @@ def flow_console(json_output: bool, verbose: bool) -> Iterator[None]:
     the libraries' log lines), and third-party output off unless --verbose."""
     mode = "off" if json_output else ("lines" if verbose else None)
     with environment({MODE_ENV: mode}), open_display():
-        # Prefect and MLflow take seconds to import (quiet_console imports Prefect): say so from the start.
-        status("loading Prefect and MLflow")
         if verbose:
             yield
         else:
             with quiet_console():
                 yield
+
+
+# The open quiet console's pending MLflow switch (`quiet_mlflow`), entered when MLflow is first needed.
+_mlflow_pending: list[contextlib.ExitStack] = []
+
+
+def quiet_mlflow() -> None:
+    """Turn MLflow's event logs off for the rest of the open quiet console (nothing outside one, or once
+    done). Called just before MLflow is first used: importing it takes seconds, which a command refused
+    by its preflight should not spend."""
+    if _mlflow_pending:
+        _mlflow_pending.pop().enter_context(_mlflow_event_logs_off())
 
 
 @contextmanager
@@ -54,12 +65,20 @@ def quiet_console() -> Iterator[None]:
     with (
         environment({PREFECT_CONSOLE_LEVEL_ENV: "CRITICAL", MLFLOW_BARS_ENV: "false"}, keep_users=True),
         _prefect_console_level(logging.CRITICAL),
-        _mlflow_event_logs_off(),
+        contextlib.ExitStack() as mlflow_later,
         warnings.catch_warnings(),
     ):
         warnings.filterwarnings("ignore")
         warnings.filterwarnings("default", module=OUR_MODULES)
-        yield
+        if "mlflow" in sys.modules:  # loaded already: no reason to wait
+            mlflow_later.enter_context(_mlflow_event_logs_off())
+        else:
+            _mlflow_pending.append(mlflow_later)
+        try:
+            yield
+        finally:
+            if mlflow_later in _mlflow_pending:
+                _mlflow_pending.remove(mlflow_later)
 
 
 def _prefect_console_handlers() -> list[logging.Handler]:
@@ -77,11 +96,10 @@ def _prefect_console_level(level: int) -> Iterator[None]:
     if os.environ.get(PREFECT_CONSOLE_LEVEL_ENV) != logging.getLevelName(level):
         yield  # the user chose Prefect's console level: theirs stands
         return
+    # Prefect is not imported here (it takes seconds, which a refused command should not spend): imported
+    # later in the block, it reads the variable; imported already, its handlers are set now.
     configured = "prefect" in sys.modules
-    import prefect  # noqa: F401  (configures Prefect's logging, reading the variable above)
-
-    # Handlers Prefect made just now took the level from the variable: theirs was NOTSET (logging.yml).
-    before = {handler: handler.level if configured else logging.NOTSET for handler in _prefect_console_handlers()}
+    before = {handler: handler.level for handler in _prefect_console_handlers()} if configured else {}
     for handler in before:
         handler.setLevel(level)
     try:
@@ -89,6 +107,10 @@ def _prefect_console_level(level: int) -> Iterator[None]:
     finally:
         for handler, old in before.items():
             handler.setLevel(old)
+        if not configured and "prefect" in sys.modules:
+            # Handlers Prefect made in the block took the level from the variable: theirs is NOTSET (logging.yml).
+            for handler in _prefect_console_handlers():
+                handler.setLevel(logging.NOTSET)
 
 
 def _mlflow_event_logs_off():

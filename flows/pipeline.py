@@ -15,7 +15,9 @@ from dpsynth.tasks.evaluate import synthetic_rows
 def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: Path, profile: Profile) -> dict:
     """validate -> split -> preprocess (-> measure the marginals of the training rows, when the profile
     asks); returns the paths later stages read (`marginals`: the measurement, or None)."""
-    validated = stages.validate_table(run_dir, schema_path, data_path)
+    validated = stages.validate_table(
+        run_dir, schema_path, data_path, max_repaired_share=profile.input.max_repaired_share
+    )
     split = stages.split_table(run_dir, schema, validated["table"], profile)
     prep = stages.preprocess_table(run_dir, schema, validated["table"], split["split"], profile)
     measured = (

@@ -57,6 +57,7 @@ from dpsynth.tasks.public_release import PublicRelease, build_public_release
 from dpsynth.tasks.registry import release_description, release_registered, release_tags
 from dpsynth.tasks.stage import StageResult, read_json, write_json
 from dpsynth.tasks.training import sample_generator_file
+from dpsynth.tasks.validate import repairs_of
 
 
 @flow(name="release")
@@ -219,9 +220,14 @@ def release(
         )
         # Internal facts (the data hash is a tag since the run started) stay on the internal run only.
         tracking.set_tags(run_id, {"dpsynth.report": str(report["report"])})
-        # A trial stops here: nothing registered, no bundle, no alias moved, nothing in the ledger.
+        # A trial stops here: nothing registered, no bundle, no alias moved, nothing in the ledger. Its
+        # chosen generator stays in the run folder, for the steward's eyes only (dpsynth.Release.sampler).
         published = (
-            {"published": False, "trial": True}
+            {
+                "published": False,
+                "trial": True,
+                "generator_file": str(released_generator_file(ctx, chain, ledger, decision, folder="trial")),
+            }
             if trial
             else {
                 "published": True,
@@ -243,6 +249,10 @@ def release(
             "report": str(report["report"]),
             **published,
             "mlflow_run_id": run_id,
+            # Internal (real rows): what validation repaired in the input, and the internal report's
+            # fidelity figures per setting.
+            "input_repairs": repairs_of(read_json(paths["validation_summary"])),
+            "fidelity": read_json(report.outputs["fidelity"]) if "fidelity" in report.outputs else {},
         }
         status("logging the results")
         tracking.log_metrics(run_id, {"release.auc": auc, "real.auc": real_auc})
@@ -283,9 +293,12 @@ def release(
         raise
 
 
-def released_generator_file(ctx: RunContext, chain: dict, ledger: list[dict], decision: ReleaseDecision) -> Path:
+def released_generator_file(
+    ctx: RunContext, chain: dict, ledger: list[dict], decision: ReleaseDecision, folder: str = "release"
+) -> Path:
     """The chosen checkpoint's generator, stamped with the whole release's epsilon (the checkpoint file
-    records training's epsilon at that iteration only), in the run folder's release/ folder."""
+    records training's epsilon at that iteration only), in the run folder's `folder` (a trial's: trial/,
+    so that nothing in it looks published)."""
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
     source = Path(chain["checkpoints"]) / entry["generator"]
     blob = load_verified(source, entry.get("sha256"), map_location="cpu", weights_only=False)
@@ -304,7 +317,7 @@ def released_generator_file(ctx: RunContext, chain: dict, ledger: list[dict], de
             "epsilon_choice": decision.epsilon_choice,
         }
     )
-    target = ctx.run_dir / "release" / "generator.pt"
+    target = ctx.run_dir / folder / "generator.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.save(blob, target)
     return target
@@ -368,4 +381,9 @@ def publish_release(
     record_model_uri(bundle_dir, registered["model_uri"])
     status("logging the bundle")
     tracking.log_artifact(run_id, bundle_dir, "bundle")
-    return {"bundle_dir": str(bundle_dir), "model_uri": registered["model_uri"], "model_version": registered["version"]}
+    return {
+        "bundle_dir": str(bundle_dir),
+        "model_uri": registered["model_uri"],
+        "model_version": registered["version"],
+        "generator_file": str(generator_file),
+    }

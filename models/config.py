@@ -123,6 +123,16 @@ class PrivacyConfig:
 
 
 @dataclass(frozen=True)
+class InputConfig:
+    """What the steward accepts of the input table. Values missing or outside a column's public bounds
+    are imputed (models/data/preprocessing.py); `max_repaired_share`, when set, refuses at validation,
+    before any work, a table in which some column has more than this share of its values to impute. A
+    fact of the rows that epsilon does not cover, as validation itself (models/privacy/statement.py)."""
+
+    max_repaired_share: float | None = None
+
+
+@dataclass(frozen=True)
 class EvaluationConfig:
     """Algorithm 3's model selection and the checkpoint choice."""
 
@@ -190,6 +200,7 @@ class _ProfileKeys:
     # The setting a release trains: by name, or the only setting when the profile lists one.
     release_setting: str | None = None
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    input: InputConfig = field(default_factory=InputConfig)
     device: str = "auto"
     # Registered model name; null gives "<dataset>-<generator>".
     model_name: str | None = None
@@ -359,6 +370,7 @@ def _build(spec: BaseModel) -> Profile:
             **values,
             "privacy": PrivacyConfig(**values["privacy"]),
             "evaluation": EvaluationConfig(**values["evaluation"]),
+            "input": InputConfig(**values["input"]),
             "marginals": MarginalsConfig(**values["marginals"]),
             "settings": tuple(Setting(**s) for s in values["settings"]),
         },
@@ -505,6 +517,11 @@ class EvaluationSpec(BaseModel):
     experiment_choice: Literal["internal", "dp"]
 
 
+class InputSpec(BaseModel):
+    model_config = STRICT
+    max_repaired_share: Unit | None
+
+
 class ProfileKeysSpec(BaseModel):
     """The keys of every profile; `profile_spec()` adds one section per registered generator."""
 
@@ -518,6 +535,7 @@ class ProfileKeysSpec(BaseModel):
     settings: Annotated[tuple[SettingSpec, ...], Field(min_length=1)]
     release_setting: Name | None
     evaluation: EvaluationSpec
+    input: InputSpec
     device: Annotated[StrictStr, AfterValidator(_device)]
     model_name: Annotated[StrictStr, Field(min_length=1)] | None
     release_rows: Count  # a public number: never the table's own size (models/privacy/statement.py)

@@ -16,8 +16,10 @@ from dpsynth.models.evaluation.membership import membership_report
 from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.privacy_summary import privacy_summary
 from dpsynth.tasks.report import build_internal_report, build_release_notes, write_public_release_notes
+from dpsynth.tasks.report.internal import fidelity_figures
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 from dpsynth.tasks.training import sample_generator_file
+from dpsynth.tasks.validate import repairs_of
 
 if TYPE_CHECKING:
     from dpsynth.tasks.public_release import PublicRelease
@@ -113,6 +115,11 @@ def report_stage(
         comparison = compare_generators(schema, profile, chosen, real_frame, synthetic)
         if comparison:
             write_json(comparison, directory / "comparison.json")
+        figures = fidelity_figures(schema, real_frame, synthetic, profile.evaluation.quality_rows, profile.seed)
+        # The figures the report shows, for the run's summary and `dpsynth.Release.fidelity` (internal).
+        write_json(figures, directory / "fidelity.json")
+        summary_path = paths.get("validation_summary")
+        repairs = repairs_of(read_json(summary_path)) if summary_path else None
         private = [s for s in profile.settings if s.private]
         shown = profile.release_target() if release else (private or list(profile.settings))[0]
         report = build_internal_report(
@@ -132,8 +139,14 @@ def report_stage(
             comparison=comparison,
             max_rows=profile.evaluation.quality_rows,
             seed=profile.seed,
+            figures=figures,
+            input_repairs=repairs,
         )
-        outputs = {"report": report, "membership": directory / "membership.json"}
+        outputs = {
+            "report": report,
+            "membership": directory / "membership.json",
+            "fidelity": directory / "fidelity.json",
+        }
         if comparison:
             outputs["comparison"] = directory / "comparison.json"
         for name, frame in synthetic.items():

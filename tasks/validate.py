@@ -172,6 +172,9 @@ class ValidationReport:
     rows: int
     problems: list[tuple[str, str, int]] = field(default_factory=list)
     will_impute: dict[str, int] = field(default_factory=dict)
+    # `will_impute` by cause: values of a continuous column outside its public bounds, and missing values.
+    outside_bounds: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)
     dropped_columns: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     suite_name: str = ""
@@ -193,6 +196,10 @@ class ValidationReport:
         lines.extend(f"  warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 
+    def repairs(self) -> dict[str, dict[str, int]]:
+        """What the release does to each column's values before training (`repairs_of`)."""
+        return repairs_of(self.to_public_dict())
+
     def to_public_dict(self) -> dict:
         return {
             "passed": self.passed,
@@ -200,9 +207,46 @@ class ValidationReport:
             "suite": self.suite_name,
             "problems": [{"column": c, "rule": r, "rows": n} for c, r, n in self.problems],
             "will_impute": dict(self.will_impute),
+            "outside_bounds": dict(self.outside_bounds),
+            "missing": dict(self.missing),
             "dropped_columns": list(self.dropped_columns),
             "warnings": list(self.warnings),
         }
+
+
+def repairs_of(summary: dict) -> dict[str, dict[str, int]]:
+    """From a validation summary (`ValidationReport.to_public_dict`): {column: {"outside_bounds": n,
+    "missing": m, "imputed": n + m}}, columns with nothing to repair left out. A value outside a
+    continuous column's public bounds is imputed like a missing one (never clipped); a value outside a
+    discrete column's levels is no repair: validation refuses the table. Counts of real rows: internal
+    only (standard error, the internal report, the run's summary), never published."""
+    outside, missing = summary.get("outside_bounds", {}), summary.get("missing", {})
+    return {
+        column: {"outside_bounds": outside.get(column, 0), "missing": missing.get(column, 0), "imputed": total}
+        for column, total in summary.get("will_impute", {}).items()
+    }
+
+
+def repairs_text(repairs: dict[str, dict[str, int]], rows: int) -> str | None:
+    """One sentence for the steward (standard error): per column, how many values were imputed and why;
+    None when nothing was."""
+    if not repairs:
+        return None
+
+    def values(n: int) -> str:
+        return f"{n} value{'' if n == 1 else 's'}"
+
+    parts = []
+    for column, r in repairs.items():
+        causes = [
+            f"{values(r['outside_bounds'])} outside its public bounds" if r["outside_bounds"] else "",
+            f"{values(r['missing'])} missing" if r["missing"] else "",
+        ]
+        parts.append(f"{column!r} {' and '.join(c for c in causes if c)}")
+    return (
+        f"the input needed repair before training (internal: counts of the {rows} real rows): "
+        f"{'; '.join(parts)}; each such value is imputed as a missing one is (docs/operations.md)."
+    )
 
 
 # ------------------------------------------------------------------------------------- validation
@@ -244,6 +288,7 @@ def validate_table(
     present = set(table.columns)
     problems: list[tuple[str, str, int]] = []
     will_impute: dict[str, int] = {}
+    outside_bounds: dict[str, int] = {}
     missing_counts: dict[str, int] = {}
     for res in internal["results"]:
         config = res["expectation_config"]
@@ -262,7 +307,7 @@ def validate_table(
             continue
         if role == WILL_IMPUTE:
             if detail.get("unexpected_count"):
-                will_impute[column] = int(detail["unexpected_count"])
+                will_impute[column] = outside_bounds[column] = int(detail["unexpected_count"])
             continue
         if res["success"]:
             continue
@@ -272,10 +317,12 @@ def validate_table(
             problems.append((column, rule, int(detail["unexpected_count"])))
         else:
             problems.append((column, rule, rows))
-    for column, n in missing_counts.items():
-        if n and n < rows:
-            will_impute[column] = will_impute.get(column, 0) + n
+    missing = {column: n for column, n in missing_counts.items() if n and n < rows}
+    for column, n in missing.items():
+        will_impute[column] = will_impute.get(column, 0) + n
     will_impute = {c: will_impute[c] for c in schema.column_names if will_impute.get(c)}
+    outside_bounds = {c: outside_bounds[c] for c in will_impute if outside_bounds.get(c)}
+    missing = {c: missing[c] for c in will_impute if missing.get(c)}
     if rows == 0:  # every column check is vacuous or degenerate on an empty table
         problems = [p for p in problems if p[0] == TABLE or p[0] not in present]
     order = {name: i for i, name in enumerate([TABLE, *schema.column_names])}
@@ -286,6 +333,8 @@ def validate_table(
         rows=rows,
         problems=problems,
         will_impute=will_impute,
+        outside_bounds=outside_bounds,
+        missing=missing,
         dropped_columns=dropped,
         warnings=warnings,
         suite_name=suite.name,
@@ -305,6 +354,27 @@ def check_table(
             report.problems,
         )
     return report
+
+
+def check_repairs(report: ValidationReport, max_repaired_share: float | None) -> None:
+    """Raise `InvalidTableError` when some column has more than `max_repaired_share` of its values imputed
+    (missing, or outside the public bounds): the profile's `input.max_repaired_share`, None: no limit. A
+    refusal at validation, before any work, and like a failed validation a fact of the rows that epsilon
+    does not cover (models/privacy/statement.py lists it)."""
+    if max_repaired_share is None:
+        return
+    over = [
+        (column, f"{n / report.rows:.1%} of its values would be imputed (missing or outside the public bounds)", n)
+        for column, n in report.will_impute.items()
+        if report.rows and n / report.rows > max_repaired_share
+    ]
+    if over:
+        raise InvalidTableError(
+            f"The input table ({report.rows} rows) needs more repair than the profile allows "
+            f"(input.max_repaired_share {max_repaired_share:g}): fix the extract, or raise the limit. Nothing "
+            "was trained, spent or published:",
+            over,
+        )
 
 
 def _row_rule(rows: int, min_rows: int) -> str:
@@ -362,8 +432,15 @@ if __name__ == "__main__":
 # ------------------------------------------------------------------------------------------ stage
 
 
-def validate_stage(run_dir: Path, schema_path: str | Path, data_path: str | Path, min_rows: int = 2) -> StageResult:
-    """Stage 1: validate the input table; keep the conformed table and GX's full result internally."""
+def validate_stage(
+    run_dir: Path,
+    schema_path: str | Path,
+    data_path: str | Path,
+    min_rows: int = 2,
+    max_repaired_share: float | None = None,
+) -> StageResult:
+    """Stage 1: validate the input table (and refuse it above `max_repaired_share`, `check_repairs`); keep
+    the conformed table and GX's full result internally."""
     from dpsynth.tasks.stage import run_stage, write_json
     from dpsynth.tasks.table_io import read_table
 
@@ -372,6 +449,7 @@ def validate_stage(run_dir: Path, schema_path: str | Path, data_path: str | Path
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         df = read_table(data_path, schema)
         report = check_table(schema, df, min_rows=min_rows)
+        check_repairs(report, max_repaired_share)
         table, _, _ = conform_table(schema, df)
         table.to_parquet(directory / "table.parquet", index=False)
         write_json(report.to_public_dict(), directory / "summary.json")
@@ -386,6 +464,7 @@ def validate_stage(run_dir: Path, schema_path: str | Path, data_path: str | Path
             report.to_public_dict(),
         )
 
-    return run_stage(
-        run_dir, "validate", {"data": Path(data_path), "schema": Path(schema_path)}, {"min_rows": min_rows}, work
-    )
+    config: dict[str, object] = {"min_rows": min_rows}
+    if max_repaired_share is not None:  # only then: a run folder validated before the key existed resumes
+        config["max_repaired_share"] = max_repaired_share
+    return run_stage(run_dir, "validate", {"data": Path(data_path), "schema": Path(schema_path)}, config, work)

@@ -254,5 +254,90 @@ def test_trial_from_python_spends_nothing_and_takes_the_test_secret(prefect_back
     assert rel.epsilon > 0 and "Epsilon does NOT cover" in rel.statement
     assert load_secret(rel.run_dir) == test_secret
     assert entries("cardio") == []
-    with pytest.raises(ConfigError, match="was a trial"):
-        rel.sampler()
+    # A trial's sampler is its internal generator's, for the steward's eyes only (Great Expectations routes
+    # warnings to logging when first imported: back to warnings here).
+    __import__("logging").captureWarnings(False)
+    with pytest.warns(UserWarning, match="for the data steward's eyes only"):
+        assert len(rel.sampler().sample(10, seed=0)) == 10
+
+
+def test_epsilon_is_a_shortcut_over_the_profiles_budget_planned_by_the_accountant(demo_csv, smoke_release):
+    from dpsynth.models.errors import BudgetExceededError
+
+    # Smoke's ten critics cost epsilon about 71 by their first checkpoint: a budget of 0.5 reaches the
+    # planner, which refuses it before any work.
+    with pytest.raises(BudgetExceededError, match="budget 0.5"):
+        dpsynth.release(demo_csv, CARDIO_SCHEMA, profile=smoke_release, epsilon=0.5)
+    for bad in (0, -1.0, float("nan"), "1"):
+        with pytest.raises(ConfigError, match="epsilon= must be a positive number"):
+            dpsynth.release(demo_csv, CARDIO_SCHEMA, profile=smoke_release, epsilon=bad)
+    with pytest.raises(ConfigError, match="delta= must be below 1"):
+        dpsynth.release(demo_csv, CARDIO_SCHEMA, profile=smoke_release, delta=1.5)
+    assert not (Path(demo_csv).parent / "dpsynth-home" / "runs").exists()
+
+
+def test_api_errors_name_the_apis_own_arguments(demo_csv, smoke_release):
+    from dpsynth.models.errors import BudgetExceededError
+    from dpsynth.models.privacy.lifetime import ReleaseCost, TrainingCurve
+    from dpsynth.tasks import ledger
+    from dpsynth.tasks.stage import sha256_file
+
+    cost = ReleaseCost(4.0, 1e-5, TrainingCurve(1000, 5000, 32, 1.07, "per_row"), 1.0, True)
+    ledger.enter("cardio", "earlier", cost, None, input_sha256=sha256_file(Path(demo_csv)))
+    with pytest.raises(BudgetExceededError) as refused:
+        dpsynth.release(demo_csv, CARDIO_SCHEMA, profile=smoke_release)
+    assert "allow_same_input=True" in str(refused.value) and "--allow-same-input" not in str(refused.value)
+
+
+def test_release_repr_is_one_line_and_fidelity_reads_the_quality(tmp_path):
+    from dpsynth.api.release import Quality, Release
+
+    quality = Quality(auc=0.8, real_auc=0.81, fidelity={"pairwise_tvd_mean": 0.02})
+    common = dict(statement="Epsilon covers...\n\nEpsilon does NOT cover:\n- x", run_dir=tmp_path, quality=quality)
+    published = Release(
+        "r1", True, 0.98, 1e-5, bundle=tmp_path / "bundle", model_uri="models:/t/1", table="t", **common
+    )
+    trial = Release("r2", False, 0.98, 1e-5, bundle=None, model_uri=None, table="t", **common)
+    assert repr(published) == f"Release(t: epsilon 0.98, delta 1e-05, published, bundle {tmp_path / 'bundle'})"
+    assert repr(trial) == "Release(t: epsilon 0.98, delta 1e-05, trial, nothing published)"
+    assert "\n" not in repr(published) + str(trial)
+    assert published.fidelity == {"pairwise_tvd_mean": 0.02}
+
+
+@pytest.mark.flow
+def test_a_trial_samples_its_internal_generator_at_the_given_epsilon_with_fidelity_for_mst(
+    prefect_backend, demo_frame, tmp_path, private_home
+):
+    import logging
+    import warnings
+
+    profile = publishing_smoke(tmp_path / "publishing")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the trial on a real table's (another test checks it)
+        rel = dpsynth.release(
+            demo_frame,
+            dpsynth.Schema.from_yaml(CARDIO_SCHEMA),
+            profile=profile,
+            generator="mst",
+            epsilon=2.0,
+            publish=False,
+        )
+    # Libraries may have routed warnings to logging (logging.captureWarnings): back to warnings here.
+    logging.captureWarnings(False)
+    # The accountant planned MST's rho to the given budget: the whole release within it, training at it.
+    assert not rel.published and 1.0 <= rel.epsilon <= 2.0
+    summary = json.loads((rel.run_dir / "run.json").read_text())["summary"]
+    assert 1.9 < summary["epsilon_training"] <= 2.0
+    assert repr(rel).startswith("Release(cardio: epsilon ") and "trial" in repr(rel)
+    # The report's fidelity figures, for MST too: 1-way, 2-way, Spearman and SDMetrics' scores.
+    for key in ("column_tvd", "categorical_tvd_mean", "pairwise_tvd_mean", "spearman_mad_continuous", "sdmetrics"):
+        assert key in rel.fidelity, key
+    assert 0.0 <= rel.fidelity["pairwise_tvd_mean"] <= 1.0
+    # A trial's generator samples, with a warning, and writes nothing anywhere.
+    before = sorted(p for p in private_home.rglob("*"))
+    with pytest.warns(UserWarning, match="for the data steward's eyes only"):
+        sampler = rel.sampler()
+    rows = sampler.sample(200, seed=1)
+    assert len(rows) == 200 and list(rows.columns) == demo_frame.columns.drop("id").tolist()
+    assert sorted(p for p in private_home.rglob("*")) == before
+    assert rel.generator_file is not None and rel.generator_file.is_relative_to(rel.run_dir)

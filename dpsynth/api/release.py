@@ -58,11 +58,20 @@ class Quality:
     note: str = QUALITY_NOTE
 
 
+# What `Release.sampler()` on a trial warns: its generator was never published.
+TRIAL_ROWS_WARNING = (
+    "{release_id} is a trial: its generator was never published and its rows are for the data steward's eyes "
+    "only (they are not covered by a published release and must not leave the internal store). Release with "
+    "publish=True to publish a generator."
+)
+
+
 @dataclass(frozen=True)
 class Release:
     """A finished release or trial. `epsilon` is the whole release's (inf: not private) at `delta`;
     `statement` says what it covers; `bundle` and `model_uri` are None for a trial, which published
-    nothing. `run_dir` is the internal run folder (owner-only: real rows and the run's secret)."""
+    nothing. `run_dir` is the internal run folder (owner-only: real rows and the run's secret);
+    `generator_file` the chosen generator in it, with `schema_path` the schema its rows decode through."""
 
     release_id: str
     published: bool
@@ -73,16 +82,35 @@ class Release:
     model_uri: str | None
     run_dir: Path
     quality: Quality
+    table: str = ""
+    generator_file: Path | None = None
+    schema_path: Path | None = None
+
+    @property
+    def fidelity(self) -> dict[str, Any]:
+        """The internal report's fidelity figures for the released setting (`quality.fidelity`): 1-way and
+        2-way TVD, point masses, lost levels, Spearman, and SDMetrics' scores under "sdmetrics". Internal."""
+        return self.quality.fidelity
 
     def sampler(self) -> Sampler:
-        """The released generator (`dpsynth.load(bundle)`); a trial has none to load."""
-        if self.bundle is None:
-            raise ConfigError(
-                f"{self.release_id} was a trial: it published no generator. Release with publish=True to sample."
-            )
+        """The released generator (`dpsynth.load(bundle)`). A trial's generator, from its run folder, with a
+        warning: its rows are for the steward's eyes only; sampling writes nothing anywhere."""
         from dpsynth.api.load import load
 
-        return load(self.bundle)
+        if self.bundle is not None:
+            return load(self.bundle)
+        if self.generator_file is None or not self.generator_file.is_file():
+            raise ConfigError(
+                f"{self.release_id} was a trial that kept no generator in its run folder (it ran before trials "
+                "kept theirs): run the trial again to sample it, or release with publish=True."
+            )
+        warnings.warn(TRIAL_ROWS_WARNING.format(release_id=self.release_id), UserWarning, stacklevel=2)
+        return load(self.generator_file, schema=self.schema_path)
+
+    def __repr__(self) -> str:
+        what = f"published, bundle {self.bundle}" if self.published else "trial, nothing published"
+        epsilon = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
+        return f"Release({self.table or self.release_id}: epsilon {epsilon}, delta {self.delta:g}, {what})"
 
 
 def release(
@@ -90,6 +118,8 @@ def release(
     schema: Schema | str | Path,
     profile: str = DEFAULT_RELEASE_PROFILE,
     *,
+    epsilon: float | None = None,
+    delta: float | None = None,
     home: str | Path | None = None,
     publish: bool = True,
     generator: str | None = None,
@@ -102,9 +132,12 @@ def release(
     """Train, evaluate and release one setting of `profile` on `data`, as `dpsynth release` does.
 
     `profile`: a name (beside a schema file, as on the command line; else among the shipped profiles)
-    or a YAML path. `home`: the installation's home (ledger, stores, run folders) for this process and
-    the ones it starts (default $DPSYNTH_HOME, else ~/.dpsynth). `publish=False`: a trial. `out`: the
-    run folder (default `<home>/runs/release/<run id>`; an interrupted run of the same inputs resumes).
+    or a YAML path. `epsilon`, `delta`: the whole release's epsilon budget and delta in place of the
+    profile's (its `privacy.epsilon_budget` and `privacy.delta`): the accountant plans the release to them,
+    and refuses before any work a budget the generator cannot keep. `home`: the installation's home
+    (ledger, stores, run folders) for this process and the ones it starts (default $DPSYNTH_HOME, else
+    ~/.dpsynth). `publish=False`: a trial. `out`: the run folder (default `<home>/runs/release/<run id>`;
+    an interrupted run of the same inputs resumes).
     `secret`: a fixed privacy secret, for tests of trials only (a publishing release always draws its
     own: ConfigError otherwise). `progress`: the progress display on standard error; `verbose`: the
     libraries' logs too."""
@@ -119,6 +152,8 @@ def release(
         schema_path, beside_schema = _schema_file(schema)
         data_path = _private_table(data, schema_path) if not isinstance(data, str | Path) else Path(data)
         profile_arg = _profile_argument(profile, schema_path, beside_schema)
+        if epsilon is not None or delta is not None:
+            profile_arg = _with_budget(profile_arg, schema_path, epsilon, delta)
         if secret is not None:
             _require_trial(profile_arg, schema_path, publish)
         args = SimpleNamespace(
@@ -152,12 +187,34 @@ def release(
         return _release_of(ctx, summary)
 
 
+# The command line's words in the messages of the checks both share, and what a Python caller passes.
+API_WORDS = (
+    ("pass --allow-same-input", "pass allow_same_input=True"),
+    ("`dpsynth release --no-publish`", "publish=False"),
+    ("--no-publish", "publish=False"),
+    ("--allow-same-input", "allow_same_input=True"),
+    ("another --out", "another `out`"),
+    ("an empty --out", "an empty `out`"),
+    ("--home", "home="),
+    ("--generator ", "generator="),
+)
+
+
+def in_api_words(message: str) -> str:
+    """A message of the shared checks with the command line's flags named as this API's arguments."""
+    for cli, api in API_WORDS:
+        message = message.replace(cli, api)
+    return message
+
+
 @contextlib.contextmanager
 def _as_project_errors() -> Iterator[None]:
-    """The command line's exit paths as exceptions: a failing file or tracking store is a StorageError."""
+    """The command line's exit paths as exceptions: a failing file or tracking store is a StorageError; a
+    message names this API's arguments, not the command line's flags."""
     try:
         yield
-    except DpsynthError:
+    except DpsynthError as exc:
+        exc.args = tuple(in_api_words(a) if isinstance(a, str) else a for a in exc.args)
         raise
     except OSError as exc:
         where = f" {exc.filename!r}" if exc.filename else ""
@@ -229,6 +286,43 @@ def _profile_argument(profile: str, schema_path: Path, beside_schema: bool) -> s
     return str(shipped) if shipped.is_file() else profile
 
 
+def _with_budget(profile_arg: str, schema_path: Path, epsilon: float | None, delta: float | None) -> str:
+    """The profile with the whole release's epsilon budget and delta given to `release`, written into the
+    internal store under its content's hash (the same budget: the same file, so an interrupted run
+    resumes), as a path. The profile keeps its name: its ledger entries and planned releases count as its own."""
+    import dataclasses
+
+    import yaml
+
+    from dpsynth.models.profiles import load_named
+
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
+        ):
+            raise ConfigError(f"{name}= must be a positive number, not {value!r}.")
+    if delta is not None and delta >= 1:
+        raise ConfigError(f"delta= must be below 1, not {delta!r}.")
+    prof = load_named(profile_arg, schema_path)
+    privacy = prof.privacy
+    if epsilon is not None:
+        privacy = dataclasses.replace(privacy, epsilon_budget=float(epsilon))
+        # A release setting with a budget of its own would keep it: the given one replaces it too.
+        target = prof.release_target()
+        settings = tuple(
+            dataclasses.replace(s, epsilon_budget=None) if s.name == target.name else s for s in prof.settings
+        )
+        prof = dataclasses.replace(prof, settings=settings)
+    if delta is not None:
+        privacy = dataclasses.replace(privacy, delta=float(delta))
+    prof = dataclasses.replace(prof, privacy=privacy)
+    text = yaml.safe_dump(json.loads(json.dumps(prof.to_dict())), sort_keys=True)
+    path = _inputs_folder() / f"{prof.name}-budget-{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+    if not path.exists():
+        path.write_text(text)
+    return str(path)
+
+
 def _require_trial(profile_arg: str, schema_path: Path, publish: bool) -> None:
     from dpsynth.models.profiles import load_named
 
@@ -269,8 +363,9 @@ def _release_of(ctx: RunContext, summary: dict[str, Any]) -> Release:
     quality = Quality(
         auc=summary.get("auc"),
         real_auc=summary.get("real_auc"),
-        fidelity={k: v for k, v in summary.items() if k.startswith("fidelity")},
+        fidelity=(summary.get("fidelity") or {}).get(summary.get("setting"), {}),
     )
+    generator_file = Path(summary["generator_file"]) if summary.get("generator_file") else None
     if summary.get("published"):
         from dpsynth.models.privacy.statement import PrivacyStatement
         from dpsynth.tasks.bundle import RELEASE_JSON
@@ -290,6 +385,9 @@ def _release_of(ctx: RunContext, summary: dict[str, Any]) -> Release:
             model_uri=summary.get("model_uri") or record.get("model_uri"),
             run_dir=Path(summary["run_dir"]),
             quality=quality,
+            table=ctx.schema.name,
+            generator_file=generator_file,
+            schema_path=ctx.schema_path,
         )
     from dpsynth.tasks.decision import statement_for
 
@@ -304,4 +402,7 @@ def _release_of(ctx: RunContext, summary: dict[str, Any]) -> Release:
         model_uri=None,
         run_dir=Path(summary["run_dir"]),
         quality=quality,
+        table=ctx.schema.name,
+        generator_file=generator_file,
+        schema_path=ctx.schema_path,
     )

@@ -96,6 +96,12 @@ def privacy_statement(
             "the table's privacy ledger composes them (dpsynth ledger)"
         )
     missing.append("whether the input table passed validation: a table that fails it is not released at all")
+    if profile.input.max_repaired_share is not None:
+        missing.append(
+            "whether every column of the input table needed at most the share "
+            f"{profile.input.max_repaired_share:g} of its values imputed (input.max_repaired_share): a table "
+            "that needs more is not released at all"
+        )
     if release and not profile.trial:
         # The check compares the input's hash (Python API: of the frame as written), a fact of the rows; kept
         # because a schedule whose extract nobody replaced is the common mistake it catches.

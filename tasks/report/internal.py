@@ -30,6 +30,27 @@ INTERNAL_BANNER = (
 )
 
 
+def fidelity_figures(
+    schema: DatasetSchema,
+    real_frame: pd.DataFrame | None,
+    synthetic_frames: dict[str, pd.DataFrame],
+    max_rows: int | None,
+    seed: int,
+) -> dict[str, dict]:
+    """The fidelity figures the report shows, per setting: `fidelity_summary` (1-way and 2-way TVD, point
+    masses, lost levels, Spearman) on the whole tables, and SDMetrics' scores under "sdmetrics" (None
+    without sdmetrics). Empty without the real table. Internal: every figure reads real rows."""
+    if real_frame is None:
+        return {}
+    return {
+        name: {
+            **fidelity_summary(schema, real_frame, frame, spearman_rows=max_rows),
+            "sdmetrics": sdmetrics_quality(schema, real_frame, frame, seed=seed),
+        }
+        for name, frame in synthetic_frames.items()
+    }
+
+
 def build_internal_report(
     path: str | Path,
     *,
@@ -48,6 +69,8 @@ def build_internal_report(
     comparison: dict | None = None,
     max_rows: int | None = 20000,
     seed: int = 0,
+    figures: dict[str, dict] | None = None,
+    input_repairs: dict[str, dict[str, int]] | None = None,
 ) -> Path:
     """Write the INTERNAL report: one self-contained HTML file (figures embedded). Returns its path.
 
@@ -60,7 +83,9 @@ def build_internal_report(
     (`dpsynth.tasks.privacy_summary.privacy_summary`), every key shown. imputation_counts: {column: count or
     {kind: count}}. thesis_reference: {label: {auc, epsilon, ...}}. Quality statistics use at most
     `max_rows` rows per table (drawn with `seed`); the fidelity figures (`dpsynth.models.evaluation.fidelity`)
-    count over the whole tables, SDMetrics reads at most its own cap of rows.
+    count over the whole tables, SDMetrics reads at most its own cap of rows. figures: `fidelity_figures`
+    already computed (None: computed here). input_repairs: what validation repaired in the input, per
+    column (tasks/validate.py `repairs_of`).
     """
     path = Path(path)
     chosen = normalise_chosen(chosen)
@@ -79,19 +104,10 @@ def build_internal_report(
     spearman = {name: spearman_matrix(schema, frame, max_rows=None) for name, frame in synths.items()}
 
     # Fidelity on the whole tables (counts over public cells: fast); SDMetrics subsamples by itself.
-    fidelity = (
-        {
-            name: fidelity_summary(schema, real_frame, frame, spearman_rows=max_rows)
-            for name, frame in synthetic_frames.items()
-        }
-        if real_frame is not None
-        else {}
-    )
-    sdmetrics = (
-        {name: sdmetrics_quality(schema, real_frame, frame, seed=seed) for name, frame in synthetic_frames.items()}
-        if real_frame is not None
-        else {}
-    )
+    if figures is None:
+        figures = fidelity_figures(schema, real_frame, synthetic_frames, max_rows, seed)
+    fidelity = {name: {k: v for k, v in f.items() if k != "sdmetrics"} for name, f in figures.items()}
+    sdmetrics = {name: f["sdmetrics"] for name, f in figures.items()}
     level_lines = level_warnings(schema, ledger_level_shares, chosen, results, synthetic_frames)
 
     doc = Document()
@@ -121,6 +137,8 @@ def build_internal_report(
     if membership:
         sections.membership_inference(doc, membership)
     sections.checkpoint_level_shares(doc, schema, ledger_level_shares, chosen)
+    if input_repairs:
+        sections.input_repairs(doc, input_repairs)
     if imputation_counts:
         sections.imputation(doc, imputation_counts)
     sections.thesis_heading(doc)

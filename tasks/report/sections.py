@@ -335,6 +335,17 @@ def checkpoint_level_shares(doc: Document, schema: DatasetSchema, ledger_level_s
             doc.table(level_share_table(schema, entries, chosen_iteration(chosen, setting)))
 
 
+def input_repairs(doc: Document, repairs: dict[str, dict[str, int]]) -> None:
+    doc.heading(1, "What the release did to the input (counts: internal)")
+    doc.paragraph(
+        "Per column, the values of the whole input table that validation found outside the column's public "
+        "bounds or missing: each is imputed as a missing value is, never clipped. A value outside a "
+        "discrete column's levels is not repaired: validation refuses the table."
+    )
+    rows = [[column, str(r["outside_bounds"]), str(r["missing"]), str(r["imputed"])] for column, r in repairs.items()]
+    doc.table(Table(["column", "outside the public bounds", "missing", "imputed"], rows))
+
+
 def imputation(doc: Document, counts: dict) -> None:
     doc.heading(1, "KNN imputation (counts: internal)")
     doc.table(mapping_table(counts, "column", "values imputed"))

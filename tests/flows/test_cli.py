@@ -232,6 +232,8 @@ def test_a_release_closing_line_names_uri_bundle_and_epsilon_and_warns_above_10(
         "(delta 1e-05), bundle runs/release/cardio-default-0123456789ab/bundle; AUC 0.791"
     )
     assert warnings == []
+    # Beside it the real rows' own AUC, when the summary has it (internal, as the AUC itself).
+    assert closing_lines({**summary, "real_auc": 0.8034})[0].endswith("; AUC 0.791 (real rows 0.803; internal)")
     assert closing_lines({**summary, "epsilon": 10.0})[1] == []
     for epsilon, shown in ((10.004, "10.00"), (71.405, "71.41"), (None, "inf (not private)")):
         line, warnings = closing_lines({**summary, "epsilon": epsilon})

@@ -147,7 +147,8 @@ def test_smoke_release_end_to_end(isolated_workdir, demo_csv, demo_frame, capfd,
     # The closing line says what was published, where, at what epsilon (2 decimals).
     assert captured.out.strip().splitlines()[-2] == (
         f"release {summary['release_id']}: published {summary['model_uri']} at epsilon {summary['epsilon']:.2f} "
-        f"(delta 1e-05), bundle {summary['bundle_dir']}; AUC {summary['auc']:.3f}"
+        f"(delta 1e-05), bundle {summary['bundle_dir']}; AUC {summary['auc']:.3f} (real rows "
+        f"{summary['real_auc']:.3f}; internal)"
     )
     assert summary["model_uri"] == "models:/cardio-gswgan/1" and summary["bundle_dir"].endswith("/bundle")
     out = isolated_workdir / summary["run_dir"]

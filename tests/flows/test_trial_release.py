@@ -25,7 +25,8 @@ def _trial_line(summary: dict) -> str:
     return (
         f"trial {summary['release_id']}: nothing published (nothing registered, no bundle, no alias moved, "
         f"nothing entered in the privacy ledger); a release would have spent epsilon {summary['epsilon']:.2f} "
-        f"at delta 1e-05; AUC {summary['auc']:.3f}; internal report {summary['report']}"
+        f"at delta 1e-05; AUC {summary['auc']:.3f} (real rows {summary['real_auc']:.3f}; internal); internal "
+        f"report {summary['report']}"
     )
 
 

@@ -31,18 +31,19 @@ from tests.conftest import CARDIO_SCHEMA
 # generator and the critic's own channels, with new defaults; and when its autoencoder stopped reading
 # the target by default, `autoencoder_target`; and when the measured marginals, MST and AIM gained
 # `shape_share`, the share of rho spent on the continuous columns' fine histograms; and when AIM's section
-# gained `numeric_pair_weight` and `numeric_pair_groups`, the pairs of continuous columns).
+# gained `numeric_pair_weight` and `numeric_pair_groups`, the pairs of continuous columns; and when
+# profiles gained the `input` section, `max_repaired_share`).
 SHIPPED_HASHES = {
-    "default": "abd5e87e4cde2fc4dd464ff5bd4df27e24a76e53b85b3b1b44973355b01852ab",
-    "smoke": "a1db9f9020b34874e97302c569a995d4edc3ffa3699cc694a47b6be6b37026c1",
-    "thesis-k1500": "30da7d9c7ae68b549d20f555410b1b35f8adfc275afa0a97e682cf2fb8bf6d05",
-    "thesis": "1a154ff9869d82efc74665beb3acb6b41143999e25d1d12cd6a2b151c031aae6",
-    "compare": "8faa2effe8b66f89386a09c2bb7e36bda449bf2b6e7cc0986c82570c201f1866",
-    "eps1": "912f788f6ac3747d351faef970591d572583294609d71a64c0f5c111bb70a198",
-    "eps3": "13c71e4b97e22a460738eca216b05dd61d0ea000e364900f0638b65d7c5078c7",
-    "census-eps3": "258564e321b4e9c9baf001a53fd859bf0f2884ef19afeb67a9266d3d5eada47f",
-    "mst-eps1": "3bc64d51741d0ebce34252e26278dc934525aace7255868b961f9b3210cf7de3",
-    "aim-eps1": "1974601e1babcbf677773a1d6646963852f6fd7c7e94dd8c49c5b75f1428959c",
+    "default": "ccf4dfd31a9d82eac3ff7c12c71d3d6082a4d916ec47c553e223b35c328fb7a3",
+    "smoke": "69888fc080495029070235a469d61846f182431c5ae1c6bbe667b74f4314c072",
+    "thesis-k1500": "ab88c07594f04c0ab7bcc040207b346ae9ff72e2c44682793484885db0effc2e",
+    "thesis": "975ac2da64b132c2f7ee08c770e863c129651ec31ed9c3c34381c0b88a52d99f",
+    "compare": "24f189e98aa0084a1a46237059fb2ffbeac087f9b14befc0f08bef114fa4cc93",
+    "eps1": "58a628d7c8766102ca6b27f60fd75cb31729e879124b1c8c4d0584c047fed2b8",
+    "eps3": "84c25176801b6661b5c660eab1120b99d2378f3e50753b9889b6d7c18bb85b5d",
+    "census-eps3": "17dd048da91040351672c67bbc74f01a172d4e57e35abaea2c1f4f0359ea6924",
+    "mst-eps1": "3898f19f37b518dc47ad3bbbef68aee672f4bed10a2deb7784266b2dc097977c",
+    "aim-eps1": "3090c780f8013a303a775f5daa5e8dd8ab378e65c28dde123ba0b5804a17c029",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 

@@ -288,11 +288,23 @@ def test_public_dict_holds_counts_only(schema, demo):
     df.loc[2, "weight"] = 1234.5  # out of bounds: counted, never shown
     report = validate_table(schema, df)
     public = report.to_public_dict()
-    assert set(public) == {"passed", "rows", "suite", "problems", "will_impute", "dropped_columns", "warnings"}
+    assert set(public) == {
+        "passed",
+        "rows",
+        "suite",
+        "problems",
+        "will_impute",
+        "outside_bounds",
+        "missing",
+        "dropped_columns",
+        "warnings",
+    }
     text = json.dumps(public)
     assert "1234.5" not in text and "partial_unexpected" not in text and "unexpected_list" not in text
     assert_public(report)
     assert public["will_impute"]["weight"] == 1
+    assert public["outside_bounds"] == {"weight": 1} and public["missing"] == {}
+    assert report.repairs() == {"weight": {"outside_bounds": 1, "missing": 0, "imputed": 1}}
     assert {p["column"] for p in public["problems"]} == {"height", "gluc"}
     json.dumps(report.internal_result)  # JSON-able
 
