@@ -76,8 +76,8 @@ from pathlib import Path
 
 import torch
 
+from dpsynth.models.generators.audit_table import calibration_audit_table
 from dpsynth.models.privacy.audit import (
-    CALIBRATION_MECHANISMS,
     StepAuditSetup,
     TrainAuditSetup,
     calibration_audits,
@@ -101,7 +101,11 @@ def step_audits(args) -> list[dict]:
 
 def calibration(args) -> list[dict]:
     return calibration_audits(
-        args.trials or DEFAULT_TRIALS["calibration"], args.halve_noise, args.mechanisms, args.seed
+        args.trials or DEFAULT_TRIALS["calibration"],
+        args.halve_noise,
+        args.mechanisms,
+        args.seed,
+        calibration_audit_table(),
     )
 
 
@@ -148,11 +152,12 @@ def main(argv=None) -> dict:
     )
     ap.add_argument("--steps", type=int, nargs="+", default=[1], help="--mode step: T of each audit")
     ap.add_argument("--discriminators", type=int, default=10, help="--mode step: K")
+    mechanisms = list(calibration_audit_table())
     ap.add_argument(
         "--mechanisms",
         nargs="+",
-        choices=CALIBRATION_MECHANISMS,
-        default=list(CALIBRATION_MECHANISMS),
+        choices=mechanisms,
+        default=mechanisms,
         help="--mode calibration: which mechanisms to audit",
     )
     ap.add_argument(

@@ -118,6 +118,56 @@ def test_reduced_calibration_audit_has_power_and_refutes_half_the_noise(mechanis
     assert halved["epsilon_lower_bound"] > halved["epsilon_exact"] and halved["exceeds_exact"] and halved["passed"]
 
 
+# The generators' own calibration audits (each generator package's audit.py, listed through its registration),
+# 10^5 trials per input. The selections' exact epsilon is their pair's (3.85 for MST's, 3.48 for AIM's), and
+# a selection scored by its likelihood ratio shows nearly all of it.
+REDUCED_GENERATOR_AUDITS = {
+    "mst-measurement": (100_000, 0.45, 4.05),
+    "mst-selection": (100_000, 0.8, 3.85),
+    "aim-measurement": (100_000, 0.45, 4.05),
+    "aim-selection": (100_000, 0.8, 3.48),
+    "rdpcgan-critic-update": (100_000, 0.45, 4.05),
+    "dpfedctgan-client-update": (100_000, 0.45, 4.05),
+}
+
+
+def test_the_audit_table_lists_every_generators_audits_after_the_shared_ones():
+    from dpsynth.models.generators.audit_table import calibration_audit_table
+    from dpsynth.models.privacy.audit import CALIBRATION_MECHANISMS
+
+    table = list(calibration_audit_table())
+    assert table[: len(CALIBRATION_MECHANISMS)] == list(CALIBRATION_MECHANISMS)
+    assert sorted(table[len(CALIBRATION_MECHANISMS) :]) == sorted(REDUCED_GENERATOR_AUDITS)
+
+
+@pytest.mark.parametrize("mechanism", list(REDUCED_GENERATOR_AUDITS))
+def test_reduced_generator_calibration_audit_has_power_and_refutes_half_the_noise(mechanism, _one_thread):
+    from dpsynth.models.generators.audit_table import calibration_audit_table
+
+    trials, power, exact = REDUCED_GENERATOR_AUDITS[mechanism]
+    audit = calibration_audit_table()[mechanism]
+    intended = audit(trials=trials, seed=1)
+    assert intended["mechanism"] == mechanism and intended["trials"] == trials and not intended["halve_noise"]
+    assert intended["epsilon_exact"] == pytest.approx(exact, abs=0.01)
+    assert intended["epsilon_exact"] <= intended["epsilon_claimed"]
+    assert power * intended["epsilon_exact"] < intended["epsilon_lower_bound"] <= intended["epsilon_exact"]
+    assert intended["passed"] == (intended["epsilon_lower_bound"] >= 0.6 * intended["epsilon_exact"])
+    halved = audit(trials=trials, halve_noise=True, seed=1)
+    assert halved["noise_multiplier_run"] == intended["noise_multiplier"] / 2
+    assert halved["epsilon_exact"] == intended["epsilon_exact"]  # judged against the intended noise
+    assert halved["epsilon_lower_bound"] > halved["epsilon_exact"] and halved["exceeds_exact"] and halved["passed"]
+
+
+def test_discrete_epsilon_of_randomised_response_is_its_log_odds():
+    from dpsynth.models.privacy.exact_loss import discrete_delta, discrete_epsilon
+
+    odds = math.exp(1.5)
+    p, q = np.array([odds, 1.0]) / (1 + odds), np.array([1.0, odds]) / (1 + odds)
+    assert discrete_epsilon(0.0, p, q) == pytest.approx(1.5, abs=1e-6)
+    assert discrete_delta(1.0, p, q) == pytest.approx(p[0] - math.e * q[0])
+    assert discrete_epsilon(1e-5, p, p) == 0.0
+
+
 def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatch, _one_thread):
     """DP-SGD's clip is one norm over all parameters. A sanitiser that clipped each parameter to C on its
     own would let the canary (spread over several parameters) move the sum by more than 2C."""
