@@ -109,13 +109,20 @@ def calibration(args) -> list[dict]:
     )
 
 
+def release_audits(args) -> list[dict]:
+    from dpsynth.models.generators.mst.release_audit import ReleaseAuditSetup, release_audit
+
+    setup = ReleaseAuditSetup(epsilon=args.epsilon, runs=args.runs or ReleaseAuditSetup.runs)
+    return [release_audit(setup, seed=args.seed, workers=args.workers)]
+
+
 def train_audits(args) -> list[dict]:
     from dpsynth.models.data.schema import DatasetSchema
 
     schema = DatasetSchema.from_yaml(ROOT / "configs" / "cardio.yaml")
     setup, audits = TrainAuditSetup(), []
     for private in (True, False):
-        runs = [train_audit(schema, setup, private, seed=args.seed + i) for i in range(args.runs)]
+        runs = [train_audit(schema, setup, private, seed=args.seed + i) for i in range(args.runs or 3)]
         bound = pooled_train_audit(runs, setup.delta)
         claimed = max(r["epsilon_claimed"] for r in runs)
         audits.append(
@@ -125,7 +132,7 @@ def train_audits(args) -> list[dict]:
                 "epsilon_lower_bound": round(bound, 4),
                 "claim_refuted": bool(bound > claimed),
                 "confidence": 0.95,
-                "runs": args.runs,
+                "runs": args.runs or 3,
                 "canaries": sum(r["canaries"] for r in runs),
                 "guesses": sum(r["guesses"] for r in runs),
                 "correct": sum(r["correct"] for r in runs),
@@ -140,8 +147,16 @@ def train_audits(args) -> list[dict]:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("step", "calibration", "train"), default="step")
-    ap.add_argument("--runs", type=int, default=3, help="--mode train: training runs pooled per variant")
+    ap.add_argument("--mode", choices=("step", "calibration", "train", "release"), default="step")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="--mode train: training runs pooled per variant (default 3); --mode release: runs per input "
+        "(default 100000)",
+    )
+    ap.add_argument("--epsilon", type=float, default=1.0, help="--mode release: MST's whole-release epsilon")
+    ap.add_argument("--workers", type=int, default=2, help="--mode release: processes (one per input)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
         "--trials",
@@ -170,12 +185,20 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # as training runs on CPU: one iteration is many small operations
     started = time.perf_counter()
-    audits = {"step": step_audits, "calibration": calibration, "train": train_audits}[args.mode](args)
+    modes = {"step": step_audits, "calibration": calibration, "train": train_audits, "release": release_audits}
+    audits = modes[args.mode](args)
     summary = {"mode": args.mode, "audits": audits, "seconds": round(time.perf_counter() - started, 1)}
     if args.mode == "calibration":
         summary["halve_noise"] = args.halve_noise
         summary["passed"] = all(a["passed"] for a in audits)
-    if not args.json:
+    if not args.json and args.mode == "release":
+        a = audits[0]
+        print(
+            f"  MST at epsilon {a['epsilon_claimed']} (rho {a['rho']:.4g}): mu lower bound {a['mu_lower_bound']} "
+            f"(MST's rho as a Gaussian: {a['mu_of_rho']}), epsilon lower bound {a['epsilon_lower_bound']} "
+            f"({a['bound_over_claim']} of the claim), {a['runs']} runs per input, {a['seconds']} s"
+        )
+    elif not args.json:
         for a in audits:
             what = a.get("mechanism") or f"sanitiser {a['sanitiser']}"
             if args.mode == "calibration":

@@ -51,7 +51,9 @@ def client_update_audit(
             p.zero_()
 
     def conditions(n: int) -> torch.Tensor:
-        return torch.nn.functional.one_hot(torch.randint(CONDITION_WIDTH, (n,), generator=public), CONDITION_WIDTH).float()
+        return torch.nn.functional.one_hot(
+            torch.randint(CONDITION_WIDTH, (n,), generator=public), CONDITION_WIDTH
+        ).float()
 
     background = torch.zeros(background_rows, m + extra)
     background[:, m:] = torch.rand(background_rows, extra, generator=public) * 2 - 1

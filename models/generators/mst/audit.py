@@ -163,7 +163,9 @@ def measurement_audit(
     public = np.random.default_rng(seed)
     a, b = public.integers(levels, size=rows - 1), public.integers(levels, size=rows - 1)
     counts = {
-        first: joint_counts(np.append(a, 0 if first else levels - 1), np.append(b, 0 if first else levels - 1), levels, levels)
+        first: joint_counts(
+            np.append(a, 0 if first else levels - 1), np.append(b, 0 if first else levels - 1), levels, levels
+        )
         for first in (True, False)
     }
     return counts_audit(
