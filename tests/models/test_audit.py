@@ -334,3 +334,48 @@ def test_the_draw_tests_reject_repeated_rows_a_restarted_stream_and_a_restart_on
     monkeypatch.setattr(GeneratorTrainer, "draw_critics", original_draw)
     monkeypatch.setattr(GeneratorTrainer, "_load_state", restarting)
     assert _draw_p_values(_recorded_draws(tmp_path, monkeypatch, "restarting", interrupted=True))["resume"] < 1e-12
+
+
+# ------------------------------------------------------------------- the release audit (MST, GDP)
+
+
+def test_gdp_audit_recovers_most_of_a_gaussians_mu_and_nothing_of_no_difference():
+    from dpsynth.models.privacy.audit import gaussian_epsilon
+    from dpsynth.models.privacy.gdp_audit import gdp_audit, gdp_mu_of
+
+    rng = np.random.default_rng(0)
+    audit = gdp_audit(rng.normal(0.5, 1.0, 40_000), rng.normal(0.0, 1.0, 40_000), 1e-5)
+    assert 0.4 < audit.mu_lower_bound <= 0.5
+    assert audit.epsilon_lower_bound == pytest.approx(gaussian_epsilon(audit.mu_lower_bound, 1e-5))
+    assert gdp_audit(rng.normal(0, 1, 40_000), rng.normal(0, 1, 40_000), 1e-5).mu_lower_bound < 0.03
+    assert gaussian_epsilon(gdp_mu_of(1.0, 1e-5), 1e-5) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_worst_case_table_moves_each_selection_score_by_the_whole_sensitivity():
+    """The canary (0, 0, 0) against (0, 1, 1) on the release audit's table: (a, b)'s score 2 higher on the
+    first input, (a, c)'s 2 lower, (b, c)'s unchanged, the three otherwise tied."""
+    from dpsynth.models.generators.mst.fit import pair_scores
+    from dpsynth.models.generators.mst.release_audit import COLUMNS, ReleaseAuditSetup, neighbours
+
+    inputs = neighbours(ReleaseAuditSetup(rows=2000))
+    scores = {}
+    for first, frame in inputs.items():
+        codes = [frame[c].to_numpy().astype(int) for c in COLUMNS]
+        shares = [np.bincount(c, minlength=2) / len(c) for c in codes]
+        scores[first] = pair_scores(codes, [2, 2, 2], shares)
+    moved = {pair: scores[True][pair] - scores[False][pair] for pair in scores[True]}
+    assert moved[(0, 1)] == pytest.approx(2.0, abs=0.01) and moved[(0, 2)] == pytest.approx(-2.0, abs=0.01)
+    assert moved[(1, 2)] == pytest.approx(0.0, abs=0.01)
+    assert max(scores[False].values()) - min(scores[False].values()) < 2.5
+
+
+def test_the_release_audit_runs_end_to_end_at_a_tiny_size():
+    """A benchmark, not a check of power: 30 runs per input through `bench.audit --mode release`."""
+    from bench.audit import main
+
+    summary = main(["--mode", "release", "--runs", "30", "--workers", "1", "--json"])
+    (audit,) = summary["audits"]
+    assert audit["epsilon_claimed"] == pytest.approx(1.0, abs=1e-3) and audit["runs"] == 30
+    assert 0.0 <= audit["epsilon_lower_bound"] <= audit["epsilon_claimed"]
+    assert audit["mu_of_rho"] == pytest.approx(math.sqrt(2 * audit["rho"]), abs=1e-4)
+    assert sum(sum(seen) for seen in audit["trees_seen"].values()) == 30  # two calibration halves of 15

@@ -139,7 +139,7 @@ def selection_audit(
         selection_epsilon=epsilon,
         sensitivity=sensitivity,
         candidates=len(p),
-        exact_of="this pair of choice distributions, softmax(epsilon u / (2 sensitivity)) (exact_loss.discrete_epsilon)",
+        exact_of="this pair of choice distributions, softmax(epsilon u / (2 sensitivity)) (discrete_epsilon)",
         **extra,
     )
 
