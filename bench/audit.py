@@ -23,8 +23,15 @@ lower bound at 95%. Five mechanisms:
 * measured-marginals (`noisy_marginal`, sigma 1.07, one call per trial): a canary row moved from one
   level of a three-level column to another (one count down, one up); exact: mu = 1 / sigma, 4.05.
 
-The last five pass with a bound in [0.6 exact, exact]. `--halve-noise` (a check of the audit, never of
-a release) runs every mechanism at half its noise multiplier and judges it against the exact epsilon
+Then each generator's own (its package's audit.py, listed through its registration:
+models/generators/audit_table.py): MST's and AIM's Gaussian measurement (`gaussian_counts` at the budget's
+std, exact: mu = sqrt(2 rho charged)) and exponential selection (`exponential_mechanism` at the budget's
+epsilon over scores moved by the whole sensitivity, scored by the choice's likelihood ratio; exact: that
+pair of choice distributions'), RDP-CGAN's critic update (`RDPCGANTrainer.critic_update`, pair gradients
+planted) and DP-Fed-CTGAN's client update (`sanitized_gradient` on given fakes), mu = 2 / sigma.
+
+The last five and the generators' pass with a bound in [0.6 exact, exact]. `--halve-noise` (a check of
+the audit, never of a release) runs every mechanism at half its noise multiplier and judges it against the exact epsilon
 of the intended one: each audit must then refute it (bound > exact).
 
 `--mode step` (white box): the trainer's own query (`GeneratorTrainer.draw_critics` from the secret, then
@@ -49,6 +56,13 @@ which the RDP claim overstates (K = 10, one step: exact 3.76, claim 7.69). Defau
 (`--steps`), 10^5 steps per input, a tiny generator (the audit is about the query, and the planted
 critics' gradients do not depend on it).
 
+`--mode release` (models/generators/mst/release_audit.py): MST at whole-release epsilon 1 (`--epsilon`) on a
+worst-case three-column table, `--runs` runs of its private steps (`fit.measure`; the estimate is
+post-processing) per input, with a canary row and with its replacement, in two processes (`--workers`);
+each run scored by its Gaussian log-likelihood ratio plus its tree's log-ratio, and a Gaussian-DP audit of
+the test's trade-off curve (models/privacy/gdp_audit.py) gives a lower bound on mu and the epsilon it implies.
+A benchmark, not a CI test.
+
 `--mode train` (black box, Steinke, Nasr and Jagielski 2023): the shipped generator (conditioned, Gumbel
 head, EMA, a critic per sanitised row) trained on a generated 100-row table plus 200 canaries (distinct
 extreme, schema-valid rows at corners of the public bounds), each included with probability 1/2; the
@@ -61,7 +75,8 @@ noise): a leak must show as a clearly higher bound. K = 1 so that the sanitiser 
 Usage: ``python -m bench.audit --mode calibration [--json] [--trials 1000000] [--halve-noise]
 [--mechanisms gswgan-sanitiser ...]``; ``python -m bench.audit --mode step [--json] [--trials 100000]
 [--steps 1 5] [--discriminators 10]`` (trials per input for one step; trials of T steps are that over
-T, so every audit runs as many steps); ``python -m bench.audit --mode train [--json] [--runs 3]``. The
+T, so every audit runs as many steps); ``python -m bench.audit --mode train [--json] [--runs 3]``;
+``python -m bench.audit --mode release [--json] [--runs 100000] [--epsilon 1] [--workers 2]``. The
 last line of standard output is one JSON object: {"mode", "audits": [{"mechanism" or "sanitiser",
 "epsilon_claimed", "epsilon_lower_bound", ...}], "seconds"} (calibration adds "passed": every audit
 passed).

@@ -89,11 +89,16 @@ def critic_update_audit(
                 trainer.critic, m, background_rows, 1.0 if first else -1.0, canary_norm * clip, seed
             )
 
-            def pair_gradients(real: torch.Tensor, fake: torch.Tensor, mix: torch.Tensor, planted=planted):
+            def pair_gradients(
+                real: torch.Tensor,
+                fake: torch.Tensor,
+                mix: torch.Tensor,
+                planted: dict[str, torch.Tensor] = planted,
+            ) -> dict[str, torch.Tensor]:
                 assert real.shape[0] == rows, "every row is in every batch at rate 1"
                 return {k: v.clone() for k, v in planted.items()}
 
-            trainer.critic_pair_gradients = pair_gradients  # type: ignore[method-assign]
+            trainer.critic_pair_gradients = pair_gradients
             out = torch.empty(calls, m, dtype=torch.float64)
             for c in range(calls):
                 _, parts = trainer.critic_update(c)
