@@ -98,7 +98,7 @@ def critic_update_audit(
                 assert real.shape[0] == rows, "every row is in every batch at rate 1"
                 return {k: v.clone() for k, v in planted.items()}
 
-            trainer.critic_pair_gradients = pair_gradients
+            trainer.critic_pair_gradients = pair_gradients  # type: ignore[method-assign]
             out = torch.empty(calls, m, dtype=torch.float64)
             for c in range(calls):
                 _, parts = trainer.critic_update(c)
