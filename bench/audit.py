@@ -23,8 +23,15 @@ lower bound at 95%. Five mechanisms:
 * measured-marginals (`noisy_marginal`, sigma 1.07, one call per trial): a canary row moved from one
   level of a three-level column to another (one count down, one up); exact: mu = 1 / sigma, 4.05.
 
-The last five pass with a bound in [0.6 exact, exact]. `--halve-noise` (a check of the audit, never of
-a release) runs every mechanism at half its noise multiplier and judges it against the exact epsilon
+Then each generator's own (its package's audit.py, listed through its registration:
+models/generators/audit_table.py): MST's and AIM's Gaussian measurement (`gaussian_counts` at the budget's
+std, exact: mu = sqrt(2 rho charged)) and exponential selection (`exponential_mechanism` at the budget's
+epsilon over scores moved by the whole sensitivity, scored by the choice's likelihood ratio; exact: that
+pair of choice distributions'), RDP-CGAN's critic update (`RDPCGANTrainer.critic_update`, pair gradients
+planted) and DP-Fed-CTGAN's client update (`sanitized_gradient` on given fakes), mu = 2 / sigma.
+
+The last five and the generators' pass with a bound in [0.6 exact, exact]. `--halve-noise` (a check of
+the audit, never of a release) runs every mechanism at half its noise multiplier and judges it against the exact epsilon
 of the intended one: each audit must then refute it (bound > exact).
 
 `--mode step` (white box): the trainer's own query (`GeneratorTrainer.draw_critics` from the secret, then
@@ -49,6 +56,13 @@ which the RDP claim overstates (K = 10, one step: exact 3.76, claim 7.69). Defau
 (`--steps`), 10^5 steps per input, a tiny generator (the audit is about the query, and the planted
 critics' gradients do not depend on it).
 
+`--mode release` (models/generators/mst/release_audit.py): MST at whole-release epsilon 1 (`--epsilon`) on a
+worst-case three-column table, `--runs` runs of its private steps (`fit.measure`; the estimate is
+post-processing) per input, with a canary row and with its replacement, in two processes (`--workers`);
+each run scored by its Gaussian log-likelihood ratio plus its tree's log-ratio, and a Gaussian-DP audit of
+the test's trade-off curve (models/privacy/gdp_audit.py) gives a lower bound on mu and the epsilon it implies.
+A benchmark, not a CI test.
+
 `--mode train` (black box, Steinke, Nasr and Jagielski 2023): the shipped generator (conditioned, Gumbel
 head, EMA, a critic per sanitised row) trained on a generated 100-row table plus 200 canaries (distinct
 extreme, schema-valid rows at corners of the public bounds), each included with probability 1/2; the
@@ -61,7 +75,8 @@ noise): a leak must show as a clearly higher bound. K = 1 so that the sanitiser 
 Usage: ``python -m bench.audit --mode calibration [--json] [--trials 1000000] [--halve-noise]
 [--mechanisms gswgan-sanitiser ...]``; ``python -m bench.audit --mode step [--json] [--trials 100000]
 [--steps 1 5] [--discriminators 10]`` (trials per input for one step; trials of T steps are that over
-T, so every audit runs as many steps); ``python -m bench.audit --mode train [--json] [--runs 3]``. The
+T, so every audit runs as many steps); ``python -m bench.audit --mode train [--json] [--runs 3]``;
+``python -m bench.audit --mode release [--json] [--runs 100000] [--epsilon 1] [--workers 2]``. The
 last line of standard output is one JSON object: {"mode", "audits": [{"mechanism" or "sanitiser",
 "epsilon_claimed", "epsilon_lower_bound", ...}], "seconds"} (calibration adds "passed": every audit
 passed).
@@ -76,8 +91,8 @@ from pathlib import Path
 
 import torch
 
+from dpsynth.models.generators.audit_table import calibration_audit_table
 from dpsynth.models.privacy.audit import (
-    CALIBRATION_MECHANISMS,
     StepAuditSetup,
     TrainAuditSetup,
     calibration_audits,
@@ -101,8 +116,19 @@ def step_audits(args) -> list[dict]:
 
 def calibration(args) -> list[dict]:
     return calibration_audits(
-        args.trials or DEFAULT_TRIALS["calibration"], args.halve_noise, args.mechanisms, args.seed
+        args.trials or DEFAULT_TRIALS["calibration"],
+        args.halve_noise,
+        args.mechanisms,
+        args.seed,
+        calibration_audit_table(),
     )
+
+
+def release_audits(args) -> list[dict]:
+    from dpsynth.models.generators.mst.release_audit import ReleaseAuditSetup, release_audit
+
+    setup = ReleaseAuditSetup(epsilon=args.epsilon, runs=args.runs or ReleaseAuditSetup.runs)
+    return [release_audit(setup, seed=args.seed, workers=args.workers)]
 
 
 def train_audits(args) -> list[dict]:
@@ -111,7 +137,7 @@ def train_audits(args) -> list[dict]:
     schema = DatasetSchema.from_yaml(ROOT / "configs" / "cardio.yaml")
     setup, audits = TrainAuditSetup(), []
     for private in (True, False):
-        runs = [train_audit(schema, setup, private, seed=args.seed + i) for i in range(args.runs)]
+        runs = [train_audit(schema, setup, private, seed=args.seed + i) for i in range(args.runs or 3)]
         bound = pooled_train_audit(runs, setup.delta)
         claimed = max(r["epsilon_claimed"] for r in runs)
         audits.append(
@@ -121,7 +147,7 @@ def train_audits(args) -> list[dict]:
                 "epsilon_lower_bound": round(bound, 4),
                 "claim_refuted": bool(bound > claimed),
                 "confidence": 0.95,
-                "runs": args.runs,
+                "runs": args.runs or 3,
                 "canaries": sum(r["canaries"] for r in runs),
                 "guesses": sum(r["guesses"] for r in runs),
                 "correct": sum(r["correct"] for r in runs),
@@ -136,8 +162,16 @@ def train_audits(args) -> list[dict]:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("step", "calibration", "train"), default="step")
-    ap.add_argument("--runs", type=int, default=3, help="--mode train: training runs pooled per variant")
+    ap.add_argument("--mode", choices=("step", "calibration", "train", "release"), default="step")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="--mode train: training runs pooled per variant (default 3); --mode release: runs per input "
+        "(default 100000)",
+    )
+    ap.add_argument("--epsilon", type=float, default=1.0, help="--mode release: MST's whole-release epsilon")
+    ap.add_argument("--workers", type=int, default=2, help="--mode release: processes (one per input)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument(
         "--trials",
@@ -148,11 +182,12 @@ def main(argv=None) -> dict:
     )
     ap.add_argument("--steps", type=int, nargs="+", default=[1], help="--mode step: T of each audit")
     ap.add_argument("--discriminators", type=int, default=10, help="--mode step: K")
+    mechanisms = list(calibration_audit_table())
     ap.add_argument(
         "--mechanisms",
         nargs="+",
-        choices=CALIBRATION_MECHANISMS,
-        default=list(CALIBRATION_MECHANISMS),
+        choices=mechanisms,
+        default=mechanisms,
         help="--mode calibration: which mechanisms to audit",
     )
     ap.add_argument(
@@ -165,12 +200,20 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # as training runs on CPU: one iteration is many small operations
     started = time.perf_counter()
-    audits = {"step": step_audits, "calibration": calibration, "train": train_audits}[args.mode](args)
+    modes = {"step": step_audits, "calibration": calibration, "train": train_audits, "release": release_audits}
+    audits = modes[args.mode](args)
     summary = {"mode": args.mode, "audits": audits, "seconds": round(time.perf_counter() - started, 1)}
     if args.mode == "calibration":
         summary["halve_noise"] = args.halve_noise
         summary["passed"] = all(a["passed"] for a in audits)
-    if not args.json:
+    if not args.json and args.mode == "release":
+        a = audits[0]
+        print(
+            f"  MST at epsilon {a['epsilon_claimed']} (rho {a['rho']:.4g}): mu lower bound {a['mu_lower_bound']} "
+            f"(MST's rho as a Gaussian: {a['mu_of_rho']}), epsilon lower bound {a['epsilon_lower_bound']} "
+            f"({a['bound_over_claim']} of the claim), {a['runs']} runs per input, {a['seconds']} s"
+        )
+    elif not args.json:
         for a in audits:
             what = a.get("mechanism") or f"sanitiser {a['sanitiser']}"
             if args.mode == "calibration":

@@ -52,6 +52,9 @@ class Registration:
     config: str  # "module:Class" of its section's pydantic model (models/generator_section.py)
     adapter: str  # "module:Class" of its GeneratorType (models/generators/base.py)
     sampler: str  # "module:Class" of its Sampler: built from a generator file's contents (`blob`)
+    # "module:attribute" of its calibration audits, {name: audit(trials=, halve_noise=, seed=)} (its
+    # package's audit.py; models/generators/audit_table.py lists them), or None
+    audits: str | None = None
     _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def config_model(self) -> type[SectionConfig]:
@@ -70,6 +73,10 @@ class Registration:
     def sampler_class(self) -> Any:
         """Its Sampler class, built from a generator file's contents (`blob`)."""
         return self._load("sampler", self.sampler)
+
+    def calibration_audits(self) -> dict[str, Callable[..., dict]]:
+        """Its calibration audits by name (none when it registers none)."""
+        return {} if self.audits is None else dict(self._load("audits", self.audits))
 
     def _load(self, what: str, reference: str) -> Any:
         if what not in self._loaded:

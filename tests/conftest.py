@@ -112,6 +112,8 @@ def one_torch_thread():
 SLOW_TESTS = (
     "tests/models/test_audit.py::test_reduced_step_audit_refutes_the_old_accounting_and_not_the_current_one",
     "tests/models/test_audit.py::test_reduced_calibration_audit_has_power_and_refutes_half_the_noise",
+    "tests/models/test_audit.py::test_reduced_generator_calibration_audit_has_power_and_refutes_half_the_noise",
+    "tests/models/test_audit.py::test_the_release_audit_runs_end_to_end_at_a_tiny_size",
     "tests/models/test_audit.py::test_critic_draws_are_uniform_and_independent_across_rows_steps_and_a_resume",
     "tests/models/test_mechanism.py::test_sanitised_rows_are_the_gaussian_mechanism_claimed",
     "tests/models/test_release_marginals.py::test_zero_noise_is_refused_and_negligible_noise_costs_next_to_nothing",

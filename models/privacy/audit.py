@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -367,6 +367,13 @@ def _calibration_result(
 def _audit_secret(seed: int, mechanism: str, first: bool, halve_noise: bool) -> PrivacySecret:
     tag = int.from_bytes(mechanism.encode()[:8].ljust(8, b"\0"), "big")
     return PrivacySecret.from_hex(f"{seed:016x}{tag:016x}{int(first):016x}{int(halve_noise):016x}")
+
+
+# What the generators' own calibration audits (each generator package's audit.py, listed through its
+# registration: models/generators/audit_table.py) build on; models/privacy imports no generator for them.
+calibration_result = _calibration_result
+audit_secret = _audit_secret
+noise_run = _noise_multiplier
 
 
 def gswgan_sanitiser_audit(
@@ -805,12 +812,15 @@ def calibration_audits(
     halve_noise: bool = False,
     mechanisms: Sequence[str] = CALIBRATION_MECHANISMS,
     seed: int = 0,
+    table: Mapping[str, Callable[..., dict]] = CALIBRATION_AUDITS,
 ) -> list[dict]:
-    """The calibration audit of each mechanism in `mechanisms`, `trials` per input, one intra-op thread."""
+    """The calibration audit of each mechanism in `mechanisms` (looked up in `table`: these six, or the
+    whole list with the generators' own, models/generators/audit_table.py), `trials` per input, one
+    intra-op thread."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return [CALIBRATION_AUDITS[name](trials=trials, halve_noise=halve_noise, seed=seed) for name in mechanisms]
+        return [table[name](trials=trials, halve_noise=halve_noise, seed=seed) for name in mechanisms]
     finally:
         torch.set_num_threads(before)
 

@@ -226,4 +226,45 @@ def epsilon_at(
     return brentq(excess, 0.0, high, xtol=1e-6, rtol=1e-9)
 
 
-__all__ = ["QueryMechanism", "epsilon_at", "hockey_stick"]
+# ------------------------------------------------------------------------- two discrete distributions
+
+
+def discrete_delta(epsilon: float, first: np.ndarray, second: np.ndarray) -> float:
+    """The hockey-stick divergence of two distributions on the same finite outcomes (each a vector of
+    probabilities), the larger of the two directions: what a mechanism with these two outputs on a pair
+    of neighbouring inputs needs as delta at `epsilon`."""
+    p, q = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    if p.shape != q.shape or p.ndim != 1 or (p < 0).any() or (q < 0).any():
+        raise ValueError("need two probability vectors of the same length")
+    e = math.exp(epsilon)
+    return float(max(np.clip(p - e * q, 0.0, None).sum(), np.clip(q - e * p, 0.0, None).sum(), 0.0))
+
+
+def discrete_epsilon(delta: float, first: np.ndarray, second: np.ndarray) -> float:
+    """The smallest epsilon >= 0 with `discrete_delta` <= delta: the exact epsilon of a mechanism whose
+    outputs on a pair of neighbouring inputs are these two discrete distributions (an exponential
+    mechanism's choice, for instance)."""
+
+    def excess(eps: float) -> float:
+        return discrete_delta(eps, first, second) - delta
+
+    if excess(0.0) <= 0:
+        return 0.0
+    high = 1.0
+    while excess(high) > 0:
+        high *= 2.0
+        if high > 1e6:
+            return math.inf
+    # Bisection, not a root finder: at delta 0 the divergence is 0 on a whole interval, and the smallest
+    # epsilon of it is wanted.
+    low = 0.0
+    for _ in range(80):
+        middle = (low + high) / 2.0
+        if excess(middle) > 0:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+__all__ = ["QueryMechanism", "discrete_delta", "discrete_epsilon", "epsilon_at", "hockey_stick"]

@@ -118,6 +118,56 @@ def test_reduced_calibration_audit_has_power_and_refutes_half_the_noise(mechanis
     assert halved["epsilon_lower_bound"] > halved["epsilon_exact"] and halved["exceeds_exact"] and halved["passed"]
 
 
+# The generators' own calibration audits (each generator package's audit.py, listed through its registration),
+# 10^5 trials per input. The selections' exact epsilon is their pair's (3.85 for MST's, 3.48 for AIM's), and
+# a selection scored by its likelihood ratio shows nearly all of it.
+REDUCED_GENERATOR_AUDITS = {
+    "mst-measurement": (100_000, 0.45, 4.05),
+    "mst-selection": (100_000, 0.8, 3.85),
+    "aim-measurement": (100_000, 0.45, 4.05),
+    "aim-selection": (100_000, 0.8, 3.48),
+    "rdpcgan-critic-update": (100_000, 0.45, 4.05),
+    "dpfedctgan-client-update": (100_000, 0.45, 4.05),
+}
+
+
+def test_the_audit_table_lists_every_generators_audits_after_the_shared_ones():
+    from dpsynth.models.generators.audit_table import calibration_audit_table
+    from dpsynth.models.privacy.audit import CALIBRATION_MECHANISMS
+
+    table = list(calibration_audit_table())
+    assert table[: len(CALIBRATION_MECHANISMS)] == list(CALIBRATION_MECHANISMS)
+    assert sorted(table[len(CALIBRATION_MECHANISMS) :]) == sorted(REDUCED_GENERATOR_AUDITS)
+
+
+@pytest.mark.parametrize("mechanism", list(REDUCED_GENERATOR_AUDITS))
+def test_reduced_generator_calibration_audit_has_power_and_refutes_half_the_noise(mechanism, _one_thread):
+    from dpsynth.models.generators.audit_table import calibration_audit_table
+
+    trials, power, exact = REDUCED_GENERATOR_AUDITS[mechanism]
+    audit = calibration_audit_table()[mechanism]
+    intended = audit(trials=trials, seed=1)
+    assert intended["mechanism"] == mechanism and intended["trials"] == trials and not intended["halve_noise"]
+    assert intended["epsilon_exact"] == pytest.approx(exact, abs=0.01)
+    assert intended["epsilon_exact"] <= intended["epsilon_claimed"]
+    assert power * intended["epsilon_exact"] < intended["epsilon_lower_bound"] <= intended["epsilon_exact"]
+    assert intended["passed"] == (intended["epsilon_lower_bound"] >= 0.6 * intended["epsilon_exact"])
+    halved = audit(trials=trials, halve_noise=True, seed=1)
+    assert halved["noise_multiplier_run"] == intended["noise_multiplier"] / 2
+    assert halved["epsilon_exact"] == intended["epsilon_exact"]  # judged against the intended noise
+    assert halved["epsilon_lower_bound"] > halved["epsilon_exact"] and halved["exceeds_exact"] and halved["passed"]
+
+
+def test_discrete_epsilon_of_randomised_response_is_its_log_odds():
+    from dpsynth.models.privacy.exact_loss import discrete_delta, discrete_epsilon
+
+    odds = math.exp(1.5)
+    p, q = np.array([odds, 1.0]) / (1 + odds), np.array([1.0, odds]) / (1 + odds)
+    assert discrete_epsilon(0.0, p, q) == pytest.approx(1.5, abs=1e-6)
+    assert discrete_delta(1.0, p, q) == pytest.approx(p[0] - math.e * q[0])
+    assert discrete_epsilon(1e-5, p, p) == 0.0
+
+
 def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatch, _one_thread):
     """DP-SGD's clip is one norm over all parameters. A sanitiser that clipped each parameter to C on its
     own would let the canary (spread over several parameters) move the sum by more than 2C."""
@@ -284,3 +334,48 @@ def test_the_draw_tests_reject_repeated_rows_a_restarted_stream_and_a_restart_on
     monkeypatch.setattr(GeneratorTrainer, "draw_critics", original_draw)
     monkeypatch.setattr(GeneratorTrainer, "_load_state", restarting)
     assert _draw_p_values(_recorded_draws(tmp_path, monkeypatch, "restarting", interrupted=True))["resume"] < 1e-12
+
+
+# ------------------------------------------------------------------- the release audit (MST, GDP)
+
+
+def test_gdp_audit_recovers_most_of_a_gaussians_mu_and_nothing_of_no_difference():
+    from dpsynth.models.privacy.audit import gaussian_epsilon
+    from dpsynth.models.privacy.gdp_audit import gdp_audit, gdp_mu_of
+
+    rng = np.random.default_rng(0)
+    audit = gdp_audit(rng.normal(0.5, 1.0, 40_000), rng.normal(0.0, 1.0, 40_000), 1e-5)
+    assert 0.4 < audit.mu_lower_bound <= 0.5
+    assert audit.epsilon_lower_bound == pytest.approx(gaussian_epsilon(audit.mu_lower_bound, 1e-5))
+    assert gdp_audit(rng.normal(0, 1, 40_000), rng.normal(0, 1, 40_000), 1e-5).mu_lower_bound < 0.03
+    assert gaussian_epsilon(gdp_mu_of(1.0, 1e-5), 1e-5) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_worst_case_table_moves_each_selection_score_by_the_whole_sensitivity():
+    """The canary (0, 0, 0) against (0, 1, 1) on the release audit's table: (a, b)'s score 2 higher on the
+    first input, (a, c)'s 2 lower, (b, c)'s unchanged, the three otherwise tied."""
+    from dpsynth.models.generators.mst.fit import pair_scores
+    from dpsynth.models.generators.mst.release_audit import COLUMNS, ReleaseAuditSetup, neighbours
+
+    inputs = neighbours(ReleaseAuditSetup(rows=2000))
+    scores = {}
+    for first, frame in inputs.items():
+        codes = [frame[c].to_numpy().astype(int) for c in COLUMNS]
+        shares = [np.bincount(c, minlength=2) / len(c) for c in codes]
+        scores[first] = pair_scores(codes, [2, 2, 2], shares)
+    moved = {pair: scores[True][pair] - scores[False][pair] for pair in scores[True]}
+    assert moved[(0, 1)] == pytest.approx(2.0, abs=0.01) and moved[(0, 2)] == pytest.approx(-2.0, abs=0.01)
+    assert moved[(1, 2)] == pytest.approx(0.0, abs=0.01)
+    assert max(scores[False].values()) - min(scores[False].values()) < 2.5
+
+
+def test_the_release_audit_runs_end_to_end_at_a_tiny_size():
+    """A benchmark, not a check of power: 30 runs per input through `bench.audit --mode release`."""
+    from bench.audit import main
+
+    summary = main(["--mode", "release", "--runs", "30", "--workers", "1", "--json"])
+    (audit,) = summary["audits"]
+    assert audit["epsilon_claimed"] == pytest.approx(1.0, abs=1e-3) and audit["runs"] == 30
+    assert 0.0 <= audit["epsilon_lower_bound"] <= audit["epsilon_claimed"]
+    assert audit["mu_of_rho"] == pytest.approx(math.sqrt(2 * audit["rho"]), abs=1e-4)
+    assert sum(sum(seen) for seen in audit["trees_seen"].values()) == 30  # two calibration halves of 15

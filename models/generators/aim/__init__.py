@@ -12,4 +12,5 @@ GENERATOR = Registration(
     config="dpsynth.models.generators.aim.config:AIMConfig",
     adapter="dpsynth.models.generators.aim.adapter:AIM",
     sampler="dpsynth.models.generators.aim.sampler:AIMSampler",
+    audits="dpsynth.models.generators.aim.audit:CALIBRATION_AUDITS",
 )

@@ -10,4 +10,5 @@ GENERATOR = Registration(
     config="dpsynth.models.generators.dpfedctgan.config:DPFedCTGANConfig",
     adapter="dpsynth.models.generators.dpfedctgan.adapter:DPFedCTGAN",
     sampler="dpsynth.models.generators.dpfedctgan.sampler:DPFedCTGANSampler",
+    audits="dpsynth.models.generators.dpfedctgan.audit:CALIBRATION_AUDITS",
 )

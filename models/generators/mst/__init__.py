@@ -10,4 +10,5 @@ GENERATOR = Registration(
     config="dpsynth.models.generators.mst.config:MSTConfig",
     adapter="dpsynth.models.generators.mst.adapter:MST",
     sampler="dpsynth.models.generators.mst.sampler:MSTSampler",
+    audits="dpsynth.models.generators.mst.audit:CALIBRATION_AUDITS",
 )

@@ -63,20 +63,32 @@ class Fitted:
     seconds: dict
 
 
-def fit(
+@dataclass(frozen=True)
+class Measured:
+    """Everything MST's private steps release (steps 1-4), before the estimate: the budget, each column's
+    noisy 1-way measurement on its reduced codes, the tree the selection chose, and each chosen pair's noisy
+    2-way counts. `estimate` (and so the released model) is post-processing of these alone."""
+
+    budget: MSTBudget
+    one_way: list[OneWay]
+    tree: list[tuple[int, int]]
+    two_way: list[tuple[tuple[int, int], np.ndarray]]
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(m.y) for m in self.one_way]
+
+
+def measure(
     table: pd.DataFrame,
     columns: Sequence[Column],
     rho: float,
     noise: Noise,
     bins: int,
-    iterations: int,
     noise_penalty: bool = False,
-) -> Fitted:
-    """MST at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed).
-
-    `noise_penalty` (not MST's): each pair's score less sqrt(2 / pi) s2 times its cells, the expected L1
-    error its own measurement would add (public, so the score's sensitivity stays 2)."""
-    started = time.perf_counter()
+) -> Measured:
+    """MST's private steps (1-4 above) at zCDP `rho` (replace-one) on `table`'s `columns`, every value
+    already in a cell (imputed); `noise_penalty` as in `fit`."""
     columns = tuple(columns)
     n = len(table)
     if n < 1:
@@ -100,15 +112,38 @@ def fit(
         ((a, b), gaussian_counts(joint_counts(reduced[a], reduced[b], sizes[a], sizes[b]), budget.two_way_std, rng))
         for a, b in tree
     ]
+    return Measured(budget, one_way, tree, two_way)
+
+
+def fit(
+    table: pd.DataFrame,
+    columns: Sequence[Column],
+    rho: float,
+    noise: Noise,
+    bins: int,
+    iterations: int,
+    noise_penalty: bool = False,
+) -> Fitted:
+    """MST at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed):
+    `measure`, then `estimate` from its outputs alone.
+
+    `noise_penalty` (not MST's): each pair's score less sqrt(2 / pi) s2 times its cells, the expected L1
+    error its own measurement would add (public, so the score's sensitivity stays 2)."""
+    started = time.perf_counter()
+    columns = tuple(columns)
+    released = measure(table, columns, rho, noise, bins, noise_penalty)
     measured = time.perf_counter()
 
-    cliques, tables, parents, loss = estimate(sizes, one_way, budget, two_way, n, iterations)
+    sizes = released.sizes
+    cliques, tables, parents, loss = estimate(
+        sizes, released.one_way, released.budget, released.two_way, len(table), iterations
+    )
     info = {
-        "budget": budget.to_dict(),
+        "budget": released.budget.to_dict(),
         "reduced_sizes": sizes,
-        "tree": [[columns[a].name, columns[b].name] for a, b in tree],
+        "tree": [[columns[a].name, columns[b].name] for a, b in released.tree],
     }
-    model = MSTModel(columns, bins, [m.mapping for m in one_way], cliques, tables, parents)
+    model = MSTModel(columns, bins, [m.mapping for m in released.one_way], cliques, tables, parents)
     seconds = {"measure_select": measured - started, "estimate": time.perf_counter() - measured}
     return Fitted(model, info, loss, seconds)
 

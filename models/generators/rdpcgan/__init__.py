@@ -9,4 +9,5 @@ GENERATOR = Registration(
     config="dpsynth.models.generators.rdpcgan.config:RDPCGANConfig",
     adapter="dpsynth.models.generators.rdpcgan.adapter:RDPCGAN",
     sampler="dpsynth.models.generators.rdpcgan.sampler:RDPCGANSampler",
+    audits="dpsynth.models.generators.rdpcgan.audit:CALIBRATION_AUDITS",
 )
