@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any

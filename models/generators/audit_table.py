@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dpsynth.models.generators.registry import registrations
+from dpsynth.models.generator_registry import registrations
 from dpsynth.models.privacy.audit import CALIBRATION_AUDITS
 
 
