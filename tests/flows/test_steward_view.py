@@ -15,8 +15,7 @@ import pytest
 from dpsynth.flows import prefect_server
 from dpsynth.flows.cli import main
 from dpsynth.models.config import load_profile
-from dpsynth.models.generators import generator_for
-from dpsynth.models.privacy.statement import privacy_statement
+from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.ledger import entries
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 
@@ -79,14 +78,9 @@ def test_max_repaired_share_refuses_at_validation_before_any_server_or_run(
     assert not (isolated_workdir / "runs").exists() and entries("cardio") == []
     # Depending on the rows, the refusal is named where the statement lists what epsilon does not cover.
     prof = load_profile(profile, CARDIO_SCHEMA)
-    facts = generator_for(prof, prof.release_target())
-    statement = privacy_statement(
-        prof, prof.release_target(), facts.privacy_facts(prof, prof.release_target()), release=True
-    )
+    statement = statement_for(prof, prof.release_target(), release=True)
     assert any("input.max_repaired_share" in item for item in statement.does_not_cover)
     # Without the key, the statement is as before.
     plain = load_profile(publishing_smoke(tmp_path / "plain"), CARDIO_SCHEMA)
-    plain_statement = privacy_statement(
-        plain, plain.release_target(), facts.privacy_facts(plain, plain.release_target()), release=True
-    )
+    plain_statement = statement_for(plain, plain.release_target(), release=True)
     assert not any("max_repaired_share" in item for item in plain_statement.does_not_cover)
