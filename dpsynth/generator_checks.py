@@ -254,10 +254,14 @@ CHECKS: tuple[Check, ...] = (
 def parametrize_with_checks(names: Iterable[str]) -> Any:
     """A pytest decorator: one test per (generator, check), with the check as `check` and the generator's name
     as the parameter of the caller's fixture `trained` (indirect, so a module-scoped `trained` trains each
-    generator once for all its checks)."""
+    generator once for all its checks). Two parametrizations, not one over (name, check) pairs: pytest
+    caches a scoped fixture by its parameter's index, and a pair's index would differ for every check."""
     import pytest  # the checks run under pytest; importing this module does not need it
 
-    pairs = [(name, check) for name in names for check in CHECKS]
-    return pytest.mark.parametrize(
-        ("trained", "check"), pairs, indirect=["trained"], ids=[f"{n}-{c.__name__}" for n, c in pairs]
-    )
+    by_generator = pytest.mark.parametrize("trained", list(names), indirect=True)
+    by_check = pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+
+    def decorate(test: Any) -> Any:
+        return by_generator(by_check(test))
+
+    return decorate
