@@ -69,3 +69,14 @@ def test_costs_survive_the_ledger_round_trip_and_plans_bound_releases():
     assert planned.epsilon <= profile.privacy.epsilon_budget and planned.training.discriminators == 1000
     shorter = release_cost_of(profile, setting, 1000, epsilon_for(1000, 1000, 32, 1.07, 1e-5))
     assert lifetime_cost([shorter]).epsilon < lifetime_cost([planned]).epsilon
+
+
+def test_the_default_release_plans_its_measured_marginals_into_the_budget():
+    """`default` releases with measured marginals (issue 41 item 4): the plan the lifetime budget checks
+    composes their rho with training, which therefore stops one checkpoint earlier, within the budget."""
+    profile = load_profile("default", CARDIO_SCHEMA)
+    planned = planned_release_cost(profile, profile.release_target())
+    assert profile.marginals.enabled and planned.training.marginals_rho == profile.marginals.rho == 0.05
+    assert planned.training.iterations == 19_000
+    training_alone = epsilon_for(K, 19_000, B, SIGMA, DELTA)
+    assert training_alone < planned.epsilon <= profile.privacy.epsilon_budget
