@@ -45,6 +45,8 @@ SHIPPED_HASHES = {
     "census-eps3": "17dd048da91040351672c67bbc74f01a172d4e57e35abaea2c1f4f0359ea6924",
     "mst-eps1": "3898f19f37b518dc47ad3bbbef68aee672f4bed10a2deb7784266b2dc097977c",
     "aim-eps1": "3090c780f8013a303a775f5daa5e8dd8ab378e65c28dde123ba0b5804a17c029",
+    "rdpcgan-eps1": "76c52e394d70d217e7c2b4846a06e33588fcaf3ef8c0b34afb94f5f4a00fecb3",
+    "dpfedctgan-eps1": "1206f6346c1f99b48df6523123caa69eb55af60fe1e599d244f9dd681fd8fbae",
 }
 PROFILES = sorted((CARDIO_SCHEMA.parent / "profiles").glob("*.yaml"))
 
