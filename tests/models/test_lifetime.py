@@ -6,6 +6,7 @@ import math
 import pytest
 
 from dpsynth.models.config import load_profile
+from dpsynth.models.generators import generator_for
 from dpsynth.models.privacy.accountant import epsilon_for
 from dpsynth.models.privacy.lifetime import (
     ReleaseCost,
@@ -69,3 +70,29 @@ def test_costs_survive_the_ledger_round_trip_and_plans_bound_releases():
     assert planned.epsilon <= profile.privacy.epsilon_budget and planned.training.discriminators == 1000
     shorter = release_cost_of(profile, setting, 1000, epsilon_for(1000, 1000, 32, 1.07, 1e-5))
     assert lifetime_cost([shorter]).epsilon < lifetime_cost([planned]).epsilon
+
+
+def test_the_default_release_plans_its_measured_marginals_into_the_budget():
+    """`default` releases with measured marginals (issue 41 item 4): the plan the lifetime budget checks
+    composes their rho with training, which therefore stops one checkpoint earlier, within the budget."""
+    profile = load_profile("default", CARDIO_SCHEMA)
+    planned = planned_release_cost(profile, profile.release_target())
+    assert profile.marginals.enabled and planned.training.marginals_rho == profile.marginals.rho == 0.05
+    assert planned.training.iterations == 19_000
+    training_alone = epsilon_for(K, 19_000, B, SIGMA, DELTA)
+    assert training_alone < planned.epsilon <= profile.privacy.epsilon_budget
+
+
+@pytest.mark.parametrize(
+    "name, generator, last", [("rdpcgan-eps1", "rdpcgan", 1_100), ("dpfedctgan-eps1", "dpfedctgan", 8)]
+)
+def test_the_seed_gans_eps1_profiles_release_with_measured_marginals_within_epsilon_1(name, generator, last):
+    """RDP-CGAN's and DP-Fed-CTGAN's release profiles (issue 41 item 4): the plan composes the marginals'
+    rho with training, which stops earlier (iteration 1,100 of RDP-CGAN, not 1,300; DP-Fed-CTGAN's round 8,
+    not about 20), and the release costs at most 1."""
+    profile = load_profile(name, CARDIO_SCHEMA)
+    setting = profile.release_target()
+    plan = generator_for(profile, setting).plan(profile, setting)
+    assert profile.generator == generator and profile.marginals.enabled and profile.marginals.rho == 0.005
+    assert plan.last == last and plan.epsilon <= 1.0
+    assert planned_release_cost(profile, setting).epsilon <= profile.privacy.epsilon_budget == 1.0
