@@ -36,13 +36,14 @@ def naive_release(argv: list[str]) -> None:
     import mlflow  # noqa: F401  (the console imported both libraries before anything else)
     import prefect  # noqa: F401
 
-    from dpsynth.flows.cli import build_parser, preflight
+    from dpsynth.flows.cli import build_parser, open_store_and_run, preflight_checks
     from dpsynth.flows.console import flow_console, quiet_mlflow
 
     args = build_parser().parse_args(["release", *argv])
     with flow_console(json_output=False, verbose=False):
         quiet_mlflow()
-        ctx = preflight(args, "release")
+        ctx = preflight_checks(args, "release")
+        open_store_and_run(ctx)
         from dpsynth.flows.release import release
 
         # Prefect starts its temporary server here, on the flow's first call, and waits for it.
