@@ -3,8 +3,9 @@ against the naive ordering it replaced (`python -m bench.startup --repeats 3`).
 
 Naive (the ordering before flows/prefect_server.py): Prefect and MLflow imported first, then the
 preflight, the MLflow store and the run folder, then the flow, whose first call starts Prefect's temporary
-server and waits for it. Now: the preflight first (a refusal starts nothing), then Prefect's server
-starting in its own process while this one opens the MLflow store and loads the flow.
+server and waits for it. Now: a process loading Prefect's server code (serving nothing) while the
+preflight runs, so that a refusal starts nothing and loads neither torch, Prefect nor MLflow; once the
+preflight has passed, that process serves while this one opens the MLflow store and loads the flow.
 
 Each run is a fresh process with its own home (a new MLflow store, as a first release has) on a generated
 table with the smoke trial profile, run until its first stage starts and then stopped (its process group:

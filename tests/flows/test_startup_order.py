@@ -23,7 +23,7 @@ REFUSAL_PROBE = """
 import json, sys
 from dpsynth.flows import cli, prefect_server
 code = cli.main(sys.argv[1:])
-servers = [{"serving": s.serving, "ended": s.process is None} for s in prefect_server._process_server]
+servers = [{"serving": s.serving, "ended": s.process is None} for s in getattr(prefect_server, "_process_server", [])]
 loaded = sorted(m for m in ("torch", "prefect", "mlflow") if m in sys.modules)
 print(json.dumps({"code": code, "loaded": loaded, "servers": servers}))
 """
