@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import torch
 from prefect import flow, get_run_logger
 
 from dpsynth.flows import stages
@@ -316,8 +317,6 @@ def released_generator_file(
             "epsilon_choice": decision.epsilon_choice,
         }
     )
-    import torch  # here, not at the top: the flow's first stages need none (bench/startup.py)
-
     target = ctx.run_dir / folder / "generator.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
     torch.save(blob, target)
