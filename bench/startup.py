@@ -66,6 +66,9 @@ def seconds_to_first_stage(ordering: str, data: Path, timeout: float) -> float:
         "DPSYNTH_HOME": str(home),
         "DPSYNTH_PROGRESS": "lines",
         "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # dpsynth's own allowance for the server (flows/__init__.py), which the naive ordering, importing
+        # Prefect first, would otherwise miss: on a busy machine its server then timed out at Prefect's 20 s.
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     }
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("PREFECT_API_URL", None)
