@@ -3,8 +3,9 @@ against the naive ordering it replaced (`python -m bench.startup --repeats 3`).
 
 Naive (the ordering before flows/prefect_server.py): Prefect and MLflow imported first, then the
 preflight, the MLflow store and the run folder, then the flow, whose first call starts Prefect's temporary
-server and waits for it. Now: the preflight first (a refusal starts nothing), then Prefect's server
-starting in its own process while this one opens the MLflow store and loads the flow.
+server and waits for it. Now: a process loading Prefect's server code (serving nothing) while the
+preflight runs, so that a refusal starts nothing and loads neither torch, Prefect nor MLflow; once the
+preflight has passed, that process serves while this one opens the MLflow store and loads the flow.
 
 Each run is a fresh process with its own home (a new MLflow store, as a first release has) on a generated
 table with the smoke trial profile, run until its first stage starts and then stopped (its process group:
@@ -36,13 +37,14 @@ def naive_release(argv: list[str]) -> None:
     import mlflow  # noqa: F401  (the console imported both libraries before anything else)
     import prefect  # noqa: F401
 
-    from dpsynth.flows.cli import build_parser, preflight
+    from dpsynth.flows.cli import build_parser, open_store_and_run, preflight_checks
     from dpsynth.flows.console import flow_console, quiet_mlflow
 
     args = build_parser().parse_args(["release", *argv])
     with flow_console(json_output=False, verbose=False):
         quiet_mlflow()
-        ctx = preflight(args, "release")
+        ctx = preflight_checks(args, "release")
+        open_store_and_run(ctx)
         from dpsynth.flows.release import release
 
         # Prefect starts its temporary server here, on the flow's first call, and waits for it.
@@ -64,6 +66,9 @@ def seconds_to_first_stage(ordering: str, data: Path, timeout: float) -> float:
         "DPSYNTH_HOME": str(home),
         "DPSYNTH_PROGRESS": "lines",
         "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # dpsynth's own allowance for the server (flows/__init__.py), which the naive ordering, importing
+        # Prefect first, would otherwise miss: on a busy machine its server then timed out at Prefect's 20 s.
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     }
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("PREFECT_API_URL", None)

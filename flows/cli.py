@@ -283,14 +283,27 @@ def cmd_validate(args) -> None:
 
 
 def preflight(args, kind: str):
-    """Check everything a user can get wrong before a flow starts, so errors surface here, cleanly; then
-    the MLflow store, and the run folder opened."""
-    ctx = preflight_checks(args, kind)
+    """Every refusal first (`preflight_checks`): meanwhile a process loads Prefect's server code, serving
+    nothing, and a refusal ends it unused. Once the preflight has passed, the server starts serving while
+    this process opens the MLflow store and the run folder (flows/prefect_server.py; bench/startup.py
+    measures the gain). Returns the run's context and the server (None: a run that already finished, which
+    runs no flow work, or a Prefect API the user configured), for `prefect_server.use` around the flow."""
+    from dpsynth.flows import prefect_server
     from dpsynth.tasks.context import finished_summary
 
-    if finished_summary(ctx) is None:
-        open_store_and_run(ctx)
-    return ctx
+    server = prefect_server.prepared_server()
+    try:
+        ctx = preflight_checks(args, kind)
+    except BaseException:
+        prefect_server.discard(server)
+        raise
+    if finished_summary(ctx) is not None:
+        prefect_server.discard(server)
+        return ctx, None
+    if server is not None:
+        server.start()
+    open_store_and_run(ctx)
+    return ctx, server
 
 
 def preflight_checks(args, kind: str):
@@ -359,20 +372,13 @@ def open_store_and_run(ctx) -> None:
 
 
 def cmd_release(args) -> None:
-    ctx = preflight_checks(args, "release")
     from dpsynth.flows import prefect_server
     from dpsynth.tasks.context import REAL_TABLE_TRIAL, finished_summary, is_demo_table
-
-    fresh = finished_summary(ctx) is None
-    if ctx.profile.trial and fresh and not is_demo_table(ctx.data_path, ctx.data_hash):
-        print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
     from dpsynth.tasks.progress import close_display, status
 
-    # Every refusal has had its say: Prefect's server starts now, in a process of its own, while this one
-    # opens the MLflow store and loads the flow (flows/prefect_server.py; bench/startup.py measures it).
-    server = prefect_server.early_server() if fresh else None
-    if fresh:
-        open_store_and_run(ctx)
+    ctx, server = preflight(args, "release")
+    if ctx.profile.trial and finished_summary(ctx) is None and not is_demo_table(ctx.data_path, ctx.data_hash):
+        print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
     status("loading the flow")
     from dpsynth.flows.release import release
 
@@ -444,26 +450,32 @@ def closing_lines(summary: dict) -> tuple[str, list[str]]:
 
 
 def cmd_experiment(args) -> None:
-    from dpsynth.flows.experiment import experiment_for_profile, plan
-
     if args.dry_run:
+        from dpsynth.flows.experiment import plan
         from dpsynth.tasks.context import load_context
 
         ctx = load_context(args.config, args.data, args.profile, args.out, "experiment", generator=args.generator)
         summary = plan(ctx.profile)
         print(f"experiment {ctx.run_id}: {summary['selection_runs']} selection runs planned")
     else:
+        from dpsynth.flows import prefect_server
         from dpsynth.tasks.progress import close_display, status
 
-        ctx = preflight(args, "experiment")
+        # As `release`: the server starts once every refusal has had its say, and loads while the
+        # store opens (its worker processes inherit the server's address from `use`).
+        ctx, server = preflight(args, "experiment")
+        status("loading the flow")
+        from dpsynth.flows.experiment import experiment_for_profile
+
         status("starting Prefect")
-        summary = experiment_for_profile(
-            config=str(args.config),
-            data=str(args.data),
-            profile=args.profile,
-            out=str(ctx.run_dir),
-            generator=args.generator,
-        )
+        with prefect_server.use(server):
+            summary = experiment_for_profile(
+                config=str(args.config),
+                data=str(args.data),
+                profile=args.profile,
+                out=str(ctx.run_dir),
+                generator=args.generator,
+            )
         close_display()
         print(
             f"experiment {summary['experiment_id']}: {summary['selection_runs']} selection runs, "

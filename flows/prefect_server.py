@@ -2,14 +2,16 @@
 command's own (bench/startup.py measures it).
 
 Left to Prefect, the server starts when the flow is first called: after the preflight, the MLflow store
-and the libraries have loaded one after another, and the command waits for it (about 10 s). Here it starts
-once the preflight has passed (a refusal never waits for a server) and loads in its own process while this
-one opens the MLflow store and imports the flow; `wait` then finds it ready, or nearly. It is the same
-server Prefect would start (its `SubprocessASGIServer` command: uvicorn serving Prefect's app, without the
-UI, on 127.0.0.1), stopped when the command ends.
+and the libraries have loaded one after another, and the command waits for it (about 10 s, most of it
+loading Prefect's server code). Here its process starts with the command and loads that code while the
+preflight runs (on the other core), serving nothing: no port is bound and no database opened until the
+preflight has passed, and a refusal ends it unused (`discard`). Then it serves (`start`) while this
+process opens the MLflow store and imports the flow; `wait` finds it ready, or nearly. It is the same
+server Prefect would start (uvicorn serving Prefect's app, without the UI, on 127.0.0.1), stopped when
+the command ends.
 
 A Prefect API the user configured (`PREFECT_API_URL`, in the environment or the Prefect profile) is used as
-it is: none is started, or the one started is stopped unused. Importing nothing of Prefect here keeps
+it is: none is started, or the one prepared is stopped unused. Importing nothing of Prefect here keeps
 the start immediate; whether a profile names an API is known only once Prefect is imported (`use`).
 """
 
@@ -26,7 +28,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 from dpsynth.models.errors import StorageError
 from dpsynth.tasks.environment import environment
@@ -45,49 +46,55 @@ def _free_port() -> int:
 
 
 class TemporaryServer:
-    """One temporary Prefect API server in a process of its own: `start` returns at once, `wait` until it
-    answers, `stop` ends it."""
+    """One temporary Prefect API server in a process of its own. `prepare` starts the process, which loads
+    Prefect's server code and then waits, serving nothing (no port, no database); `start` has it serve
+    (and returns at once), `wait` returns once it answers, `stop` ends it."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
+        self.serving = False
 
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api"
 
-    def start(self) -> TemporaryServer:
-        spec = importlib.util.find_spec("prefect")
-        if spec is None or spec.origin is None:
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def prepare(self) -> TemporaryServer:
+        if importlib.util.find_spec("prefect") is None:
             raise StorageError("Prefect is not installed: reinstall dpsynth (pip install -e .).")
-        self.port = _free_port()
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--app-dir",
-                str(Path(spec.origin).parent.parent),
-                "--factory",
-                "prefect.server.api.server:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "error",
-                "--lifespan",
-                "on",
-            ],
+            [sys.executable, "-m", __name__],  # `serve_when_told`, below
+            stdin=subprocess.PIPE,
             # What Prefect's own temporary server is started with (no UI; its ephemeral mode).
             env={**os.environ, **SERVER_ENVIRONMENT},
         )
+        self.serving = False
+        return self
+
+    def start(self) -> TemporaryServer:
+        """Serve now, on a free port: the prepared process, or a new one if none is prepared any more."""
+        if self.serving and self.running:
+            return self
+        if not self.running:
+            self.prepare()
+        assert self.process is not None and self.process.stdin is not None
+        self.port = _free_port()
+        try:
+            self.process.stdin.write(f"{self.port}\n".encode())
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass  # it exited meanwhile: `wait` says so
+        self.serving = True
         return self
 
     def wait(self, timeout: float | None = None) -> None:
         """Return once the server answers its health check; StorageError if it exits or does not answer
         within `timeout` (default: Prefect's own setting, 120 s under dpsynth)."""
-        assert self.process is not None, "start the server first"
+        assert self.process is not None and self.serving, "start the server first"
         limit = timeout if timeout is not None else float(os.environ.get(STARTUP_TIMEOUT_ENV, "120"))
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
@@ -122,7 +129,10 @@ class TemporaryServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
         self.process = None
+        self.serving = False
 
 
 def configured_elsewhere() -> bool:
@@ -136,15 +146,32 @@ def configured_elsewhere() -> bool:
     return False
 
 
-def early_server() -> TemporaryServer | None:
-    """A temporary server started now (None where an API is configured), stopped when the process exits,
-    as Prefect's own is: Prefect's log and event workers send what they hold at exit, and their exit
+# The process's temporary server: later releases from the same process (the Python API in a notebook,
+# tests) use it again rather than each leaving one more server running until the process exits.
+_process_server: list[TemporaryServer] = []
+
+
+def prepared_server() -> TemporaryServer | None:
+    """Called as a command begins: a server process loading Prefect's server code while the preflight
+    runs, serving nothing until `start` (`discard` it on a refusal); or the server this process already
+    started, if it still runs; None where an API is configured. Stopped when the process exits, as
+    Prefect's own is: Prefect's log and event workers send what they hold at exit, and their exit
     handlers, registered after this one, run before it."""
     if configured_elsewhere():
         return None
-    server = TemporaryServer().start()
+    if _process_server and _process_server[0].running:
+        return _process_server[0]
+    server = TemporaryServer().prepare()
     atexit.register(server.stop)
+    _process_server[:] = [server]
     return server
+
+
+def discard(server: TemporaryServer | None) -> None:
+    """The command will run no flow (refused, or its run had already finished): a prepared server process
+    ends without having served; one already serving is left to the process's later releases."""
+    if server is not None and not server.serving:
+        server.stop()
 
 
 @contextlib.contextmanager
@@ -164,3 +191,28 @@ def use(server: TemporaryServer | None) -> Iterator[None]:
     server.wait()
     with environment({API_URL_ENV: server.api_url}), temporary_settings(updates={PREFECT_API_URL: server.api_url}):
         yield
+
+
+def serve_when_told() -> None:
+    """The server's process (`TemporaryServer.prepare`): Prefect's server code loads at once; then a port
+    on standard input has it serve there, as Prefect's own temporary server does (uvicorn serving its app,
+    exit status 3 if the port is taken), while the end of the input (the command was refused, or ended)
+    ends it having served nothing: no port bound, no database opened."""
+    import prefect.server.api.server  # noqa: F401  (the seconds of loading, before being told)
+    import uvicorn
+
+    line = sys.stdin.readline().strip()
+    if not line:
+        return
+    uvicorn.run(
+        "prefect.server.api.server:create_app",
+        factory=True,
+        host="127.0.0.1",
+        port=int(line),
+        log_level="error",
+        lifespan="on",
+    )
+
+
+if __name__ == "__main__":
+    serve_when_told()

@@ -165,25 +165,28 @@ def release(
             no_publish=not publish,
             allow_same_input=allow_same_input,
         )
+        from dpsynth.flows import prefect_server
         from dpsynth.flows.cli import preflight
         from dpsynth.flows.console import flow_console
 
         with flow_console(json_output=not progress, verbose=verbose):
-            ctx = preflight(args, "release")
+            # As the command line: Prefect's server (one per process) starts only once the preflight passed.
+            ctx, server = preflight(args, "release")
             if secret is not None:
                 _plant_secret(ctx, secret)
             _warn_real_table_trial(ctx)
             from dpsynth.flows.release import release as release_flow
 
-            summary = release_flow(
-                config=args.config,
-                data=args.data,
-                profile=profile_arg,
-                out=str(ctx.run_dir),
-                generator=generator,
-                publish=publish,
-                allow_same_input=allow_same_input,
-            )
+            with prefect_server.use(server):
+                summary = release_flow(
+                    config=args.config,
+                    data=args.data,
+                    profile=profile_arg,
+                    out=str(ctx.run_dir),
+                    generator=generator,
+                    publish=publish,
+                    allow_same_input=allow_same_input,
+                )
         return _release_of(ctx, summary)
 
 

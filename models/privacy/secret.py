@@ -24,12 +24,14 @@ import hmac
 import os
 import secrets
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
-import torch
 
 from dpsynth.models.errors import MissingInputError
+
+if TYPE_CHECKING:
+    import torch
 
 SECRET_BYTES = 32
 SECRET_FILE = "privacy_secret"
@@ -66,6 +68,10 @@ class PrivacySecret:
         return np.random.Generator(np.random.PCG64(int.from_bytes(self._digest(purpose)[:16], "little")))
 
     def torch(self, purpose: str, device: torch.device | str = "cpu") -> torch.Generator:
+        # Imported here: the budget and ledger checks import this module, and a refusal should not
+        # spend a second loading torch (only training draws torch streams).
+        import torch
+
         return torch.Generator(device=device).manual_seed(self.seed(purpose))
 
     def __repr__(self) -> str:

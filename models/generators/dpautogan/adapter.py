@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.errors import ConfigError
@@ -136,6 +134,8 @@ class DPAutoGAN(GeneratorType):
         )
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
+        import torch  # here: planning a release (its budget, the refusals) needs no torch
+
         from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
 
         groups = TableEncoder(job.schema).head_groups()

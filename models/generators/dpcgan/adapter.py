@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.errors import ConfigError
@@ -77,6 +75,8 @@ class DPCGAN(GeneratorType):
         )
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
+        import torch  # here: planning a release (its budget, the refusals) needs no torch
+
         from dpsynth.models.generators.dpcgan.trainer import DPCGANTrainer
 
         encoder = TableEncoder(job.schema)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
@@ -110,6 +109,8 @@ class GSWGAN(GeneratorType):
 
     def prepare(self, job: TrainingJob, progress: Progress | None = None) -> tuple[dict, dict]:
         """Algorithm 1: pretrain K critics, each on its own subset."""
+        import torch  # here: planning a release (its budget, the refusals) needs no torch
+
         from dpsynth.models.generators.gswgan.devices import kernels_in_use, resolve_device
         from dpsynth.models.generators.gswgan.partition import make_partition, subset_sizes
         from dpsynth.models.generators.gswgan.pretraining import pretrain_critics
@@ -145,6 +146,8 @@ class GSWGAN(GeneratorType):
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
         """Algorithm 2 to the planned last checkpoint, resuming from its own last checkpoint."""
+        import torch  # here: planning a release (its budget, the refusals) needs no torch
+
         from dpsynth.models.generators.gswgan.devices import resolve_device
         from dpsynth.models.generators.gswgan.trainer import GeneratorTrainer
         from dpsynth.models.generators.networks import CriticStack

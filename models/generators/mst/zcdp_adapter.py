@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from dpsynth.models.checkpoint_files import save_verified
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
@@ -146,6 +144,8 @@ class ZCDPModelGenerator(GeneratorType):
 def generator_file(model: MSTModel, schema: DatasetSchema, iteration: int, epsilon: float, delta: float) -> dict:
     """A checkpoint's contents: the model's tables as tensors (torch.load's weights-only reader takes
     them), its layout, the schema's identity (for the encoder) and the checkpoint's public facts."""
+    import torch  # here: planning a release (its budget, the refusals) needs no torch
+
     arrays, meta = model.to_arrays()
     return {
         "format": FORMAT,

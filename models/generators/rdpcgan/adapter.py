@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
@@ -92,6 +90,8 @@ class RDPCGAN(GeneratorType):
         )
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
+        import torch  # here: planning a release (its budget, the refusals) needs no torch
+
         from dpsynth.models.generators.rdpcgan.trainer import RDPCGANTrainer
 
         encoder = TableEncoder(job.schema)
