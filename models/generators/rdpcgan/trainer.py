@@ -114,6 +114,7 @@ class RDPCGANTrainer(TwoPhaseTrainer):
     name = "rdpcgan"
     saved = ("released_generator",)
     config: RDPCGANConfig
+    critic: Critic
 
     def __init__(
         self,
