@@ -25,6 +25,7 @@ from dpsynth.models.generators.base import (
     TrainingPlan,
 )
 from dpsynth.models.generators.two_phase.adapter import (
+    AUTOENCODER_LABELS,
     TwoPhaseGenerator,
     autoencoder_and_critic_phases,
     gan_checkpoint_steps,
@@ -32,14 +33,11 @@ from dpsynth.models.generators.two_phase.adapter import (
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
-    "q1": "autoencoder sampling rate q1",
-    "sigma1": "autoencoder noise multiplier sigma1",
-    "C1": "autoencoder clipping norm C1",
+    **AUTOENCODER_LABELS,
     "q3": "critic sampling rate q3",
     "sigma3": "critic noise multiplier sigma3",
     "C3": "critic clipping norm C3",
     "updates_per_generator_step": "critic updates per generator step",
-    "autoencoder_steps": "autoencoder steps",
     "latent_model": "latent model",
     "sigma_latent": "Gaussian fit's noise multiplier",
     "sigma_moments": "moment query's noise multiplier",

@@ -28,6 +28,7 @@ from dpsynth.models.generators.base import (
     TrainingPlan,
 )
 from dpsynth.models.generators.two_phase.adapter import (
+    AUTOENCODER_LABELS,
     TwoPhaseGenerator,
     autoencoder_and_critic_phases,
     gan_checkpoint_steps,
@@ -36,10 +37,7 @@ from dpsynth.models.privacy.dpsgd_accountant import Phase
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
-    "q1": "autoencoder sampling rate q1",
-    "sigma1": "autoencoder noise multiplier sigma1",
-    "C1": "autoencoder clipping norm C1",
-    "autoencoder_steps": "autoencoder steps",
+    **AUTOENCODER_LABELS,
     "q2": "critic sampling rate q2",
     "sigma2": "critic noise multiplier sigma2",
     "C2": "critic clipping norm C2",

@@ -24,6 +24,15 @@ from dpsynth.models.generators.two_phase.config import TwoPhaseConfig
 if TYPE_CHECKING:
     from dpsynth.models.privacy.dpsgd_accountant import Phase
 
+# What a reader calls each public parameter of phase 1 (the release notes' labels); each adapter adds its
+# phase 2's.
+AUTOENCODER_LABELS = {
+    "q1": "autoencoder sampling rate q1",
+    "sigma1": "autoencoder noise multiplier sigma1",
+    "C1": "autoencoder clipping norm C1",
+    "autoencoder_steps": "autoencoder steps",
+}
+
 
 def autoencoder_and_critic_phases(config: TwoPhaseConfig, step: int) -> list[Phase]:
     """The private updates after `step` steps as the trainer's accountant counts them: phase 1's
