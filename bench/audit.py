@@ -91,15 +91,9 @@ from pathlib import Path
 
 import torch
 
-from dpsynth.models.generators.audit_table import calibration_audit_table
-from dpsynth.models.privacy.audit import (
-    StepAuditSetup,
-    TrainAuditSetup,
-    calibration_audits,
-    pooled_train_audit,
-    step_audit,
-    train_audit,
-)
+from dpsynth.models.generators.audit_table import calibration_audit_table, calibration_audits
+from dpsynth.models.generators.gswgan.audit import StepAuditSetup, TrainAuditSetup, step_audit, train_audit
+from dpsynth.models.privacy.audit import pooled_train_audit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,11 +110,7 @@ def step_audits(args) -> list[dict]:
 
 def calibration(args) -> list[dict]:
     return calibration_audits(
-        args.trials or DEFAULT_TRIALS["calibration"],
-        args.halve_noise,
-        args.mechanisms,
-        args.seed,
-        calibration_audit_table(),
+        args.trials or DEFAULT_TRIALS["calibration"], args.halve_noise, args.mechanisms, args.seed
     )
 
 

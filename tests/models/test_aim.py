@@ -34,9 +34,14 @@ from dpsynth.models.generators.aim.privacy import (
     score_sensitivity,
 )
 from dpsynth.models.generators.aim.sampler import AIMSampler
+from dpsynth.models.generators.graphical.jax_runtime import load_jax
+from dpsynth.models.generators.graphical.mechanisms import (
+    epsilon_of,
+    exponential_mechanism,
+    gaussian_counts,
+    rho_for_epsilon,
+)
 from dpsynth.models.generators.mst.adapter import generator_file
-from dpsynth.models.generators.mst.jax_runtime import load_jax
-from dpsynth.models.generators.mst.privacy import epsilon_of, exponential_mechanism, gaussian_counts, rho_for_epsilon
 from dpsynth.models.marginals.measure import epsilon_of_rho, rho_of, selection_rho
 from dpsynth.models.privacy.lifetime import ReleaseCost
 from dpsynth.models.privacy.secret import PrivacySecret

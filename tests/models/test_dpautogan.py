@@ -15,7 +15,6 @@ from dpsynth.models.checkpoint_files import sidecar
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.dpautogan.autoencoder import autoencoder_per_example, reconstruction_loss
 from dpsynth.models.generators.dpautogan.config import DPAutoGANConfig
-from dpsynth.models.generators.dpautogan.latent_gan import critic_per_pair, position_latents
 from dpsynth.models.generators.dpautogan.latent_gaussian import (
     fit_gaussian_latent,
     gaussian_bound,
@@ -38,6 +37,7 @@ from dpsynth.models.generators.dpautogan.networks import (
 from dpsynth.models.generators.dpautogan.sampler import draw_levels, load_release, sample_encoded
 from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
 from dpsynth.models.generators.dpsgd import sanitize
+from dpsynth.models.generators.two_phase.pairs import critic_per_pair, position_latents
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
 

@@ -27,9 +27,9 @@ from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.generators import get
 from dpsynth.models.generators.base import TrainingJob
-from dpsynth.models.generators.mst import zcdp_adapter
+from dpsynth.models.generators.graphical import zcdp_adapter
+from dpsynth.models.generators.graphical.mechanisms import epsilon_of
 from dpsynth.models.generators.mst.config import MSTConfig
-from dpsynth.models.generators.mst.privacy import epsilon_of
 from dpsynth.models.generators.mst.sampler import model_of
 from dpsynth.models.marginals.calibration import calibrate
 from dpsynth.models.marginals.measure import measure, plan_for_rho, rho_of

@@ -23,23 +23,21 @@ from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import BudgetExceededError, ConfigError
 from dpsynth.models.generators import get
-from dpsynth.models.generators.mst import fit as mst_fit
-from dpsynth.models.generators.mst.adapter import LABELS, generator_file, training_rho
-from dpsynth.models.generators.mst.config import MSTConfig
-from dpsynth.models.generators.mst.model import MSTModel, conditional_draws
-from dpsynth.models.generators.mst.privacy import (
+from dpsynth.models.generators.graphical.mechanisms import (
     L2_SENSITIVITY,
     SCORE_SENSITIVITY,
-    DisjointSet,
-    MSTBudget,
     epsilon_of,
     exponential_mechanism,
     gaussian_counts,
     gaussian_std,
     rho_for_epsilon,
-    select_tree,
     selection_probabilities,
 )
+from dpsynth.models.generators.graphical.model import MSTModel, conditional_draws
+from dpsynth.models.generators.mst import fit as mst_fit
+from dpsynth.models.generators.mst.adapter import LABELS, generator_file, training_rho
+from dpsynth.models.generators.mst.config import MSTConfig
+from dpsynth.models.generators.mst.privacy import DisjointSet, MSTBudget, select_tree
 from dpsynth.models.generators.mst.sampler import MSTSampler
 from dpsynth.models.marginals.measure import MeasurementPlan, epsilon_of_rho, rho_of, selection_rho
 from dpsynth.models.privacy.dpsgd_accountant import ORDERS
@@ -352,7 +350,7 @@ def test_sampling_a_saved_model_imports_no_jax_mbi_or_torch(fitted, tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         import numpy as np
-        from dpsynth.models.generators.mst.model import MSTModel
+        from dpsynth.models.generators.graphical.model import MSTModel
         with np.load({str(tmp_path / "arrays.npz")!r}, allow_pickle=False) as npz:
             arrays = {{k: npz[k] for k in npz.files}}
         model = MSTModel.from_arrays(arrays, json.loads(open({str(tmp_path / "meta.json")!r}).read()))

@@ -11,8 +11,9 @@ import math
 import pytest
 import torch
 
-from dpsynth.models.generators.dpautogan.trainer import fit_gaussian_latent, private_moments, sanitize
+from dpsynth.models.generators.dpautogan.latent_gaussian import fit_gaussian_latent, private_moments
 from dpsynth.models.generators.dpcgan.trainer import clipped_sum
+from dpsynth.models.generators.dpsgd import sanitize
 from dpsynth.models.generators.sanitizer import clip_rows, sanitize_rows, zero_nonfinite_rows
 
 BAD = [float("nan"), float("inf"), float("-inf")]

@@ -1,5 +1,5 @@
 """AIM behind the generator interface (the plan, checkpoints and curve it shares with MST:
-models/generators/mst/zcdp_adapter.py): its fit (models/generators/aim/fit.py) and what it publishes."""
+models/generators/graphical/zcdp_adapter.py): its fit (models/generators/aim/fit.py) and what it publishes."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from dpsynth.models.generators.base import (
     TrainingJob,
     require_private,
 )
-from dpsynth.models.generators.mst import zcdp_adapter
-from dpsynth.models.generators.mst.model import MSTModel
-from dpsynth.models.generators.mst.zcdp_adapter import ZCDPModelGenerator
+from dpsynth.models.generators.graphical import zcdp_adapter
+from dpsynth.models.generators.graphical.model import MSTModel
+from dpsynth.models.generators.graphical.zcdp_adapter import ZCDPModelGenerator
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {

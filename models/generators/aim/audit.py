@@ -1,7 +1,7 @@
 """AIM's calibration audits (`bench/audit.py --mode calibration`): a round's Gaussian measurement and its
 exponential-mechanism selection at AIM's own scales (`AIMBudget`'s first rounds) and sensitivity
-(`score_sensitivity`: 2 x the largest weight), through the helpers and the judgement of MST's audits
-(models/generators/mst/audit.py), which the same two functions serve."""
+(`score_sensitivity`: 2 x the largest weight), through the helpers and the judgement MST's audits use
+(models/generators/graphical/audit.py), which the same two functions serve."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from dpsynth.models.generators.aim.mechanism import candidate_weights, counts, workload
 from dpsynth.models.generators.aim.privacy import L1_SENSITIVITY, SELECTION_SHARE, AIMBudget, score_sensitivity
-from dpsynth.models.generators.mst.audit import counts_audit, selection_audit
+from dpsynth.models.generators.graphical.audit import counts_audit, selection_audit
 
 
 def measurement_audit(

@@ -19,7 +19,7 @@ from dpsynth.models.generators.aim import descent
 from dpsynth.models.generators.aim.coarse import GroupQuery
 from dpsynth.models.generators.aim.descent import Measurement
 from dpsynth.models.generators.aim.inference import Clique, TreeMarginals
-from dpsynth.models.generators.mst.jax_runtime import load_jax
+from dpsynth.models.generators.graphical.jax_runtime import load_jax
 
 __all__ = ["Estimator", "JunctionTree", "Measurement"]
 

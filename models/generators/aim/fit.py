@@ -1,7 +1,7 @@
 """Fitting AIM on a decoded table: every value coded into its column's public cells
 (dpsynth.models.data.binning), the cells that can hold no value dropped from the domain (public: a fact
 of the bounds and the decimal grid), AIM's rounds (models/generators/aim/mechanism.py), and the final
-estimate's junction tree released as MST's model (models/generators/mst/model.py), normalised."""
+estimate's junction tree released as MST's model (models/generators/graphical/model.py), normalised."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.aim import mechanism
 from dpsynth.models.generators.aim.config import DEFAULT_NUMERIC_PAIR_GROUPS, DEFAULT_NUMERIC_PAIR_WEIGHT
 from dpsynth.models.generators.aim.privacy import AIMBudget
-from dpsynth.models.generators.mst.fit import released_cliques
-from dpsynth.models.generators.mst.model import MSTModel
+from dpsynth.models.generators.graphical.model import MSTModel, released_cliques
 
 
 @dataclass(frozen=True)

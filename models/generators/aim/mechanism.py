@@ -40,7 +40,7 @@ from dpsynth.models.generators.aim import coarse
 from dpsynth.models.generators.aim.estimation import Estimator, JunctionTree, Measurement
 from dpsynth.models.generators.aim.inference import Clique, TreeMarginals
 from dpsynth.models.generators.aim.privacy import AIMBudget, RhoLedger, last_round, round_rho, score_sensitivity
-from dpsynth.models.generators.mst.privacy import exponential_mechanism, gaussian_counts
+from dpsynth.models.generators.graphical.mechanisms import exponential_mechanism, gaussian_counts
 
 MEASUREMENT_NOISE, SELECTION_NOISE = "aim-measurement", "aim-selection"
 # The expected L1 norm of a Gaussian's draw per cell, in stds: E|N(0, s^2)| = sqrt(2 / pi) s.

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dpsynth.models.errors import BudgetExceededError, ConfigError
-from dpsynth.models.generators.mst.privacy import L2_SENSITIVITY, gaussian_rho, gaussian_std
+from dpsynth.models.generators.graphical.mechanisms import L2_SENSITIVITY, gaussian_rho, gaussian_std
 
 # Of each round's rho, the share of the selection (the exponential mechanism); the rest measures.
 SELECTION_SHARE = 0.1

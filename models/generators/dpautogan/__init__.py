@@ -9,4 +9,5 @@ GENERATOR = Registration(
     config="dpsynth.models.generators.dpautogan.config:DPAutoGANConfig",
     adapter="dpsynth.models.generators.dpautogan.adapter:DPAutoGAN",
     sampler="dpsynth.models.generators.dpautogan.sampler:DPAutoGANSampler",
+    audits="dpsynth.models.generators.dpautogan.audit:CALIBRATION_AUDITS",
 )

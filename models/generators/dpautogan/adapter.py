@@ -18,25 +18,24 @@ from dpsynth.models.generators.base import (
     DPSGD_CONVERSION,
     NO_DONORS,
     FitResult,
-    GeneratorType,
     PrivacyFacts,
-    Schedule,
     TrainingJob,
     TrainingPlan,
-    require_private,
-    run_phased_trainer,
+)
+from dpsynth.models.generators.two_phase.adapter import (
+    AUTOENCODER_LABELS,
+    TwoPhaseGenerator,
+    autoencoder_and_critic_phases,
+    gan_checkpoint_steps,
 )
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
-    "q1": "autoencoder sampling rate q1",
-    "sigma1": "autoencoder noise multiplier sigma1",
-    "C1": "autoencoder clipping norm C1",
+    **AUTOENCODER_LABELS,
     "q3": "critic sampling rate q3",
     "sigma3": "critic noise multiplier sigma3",
     "C3": "critic clipping norm C3",
     "updates_per_generator_step": "critic updates per generator step",
-    "autoencoder_steps": "autoencoder steps",
     "latent_model": "latent model",
     "sigma_latent": "Gaussian fit's noise multiplier",
     "sigma_moments": "moment query's noise multiplier",
@@ -83,55 +82,34 @@ def phases_at(profile: Profile, step: int):
     from dpsynth.models.privacy.dpsgd_accountant import Phase
 
     c = profile.dpautogan
+    if c.latent_model != "gaussian":
+        return autoencoder_and_critic_phases(c, step)
     phases = [Phase(c.autoencoder_rate, c.autoencoder_noise, min(step, c.autoencoder_steps))]
     if step > c.autoencoder_steps:
-        if c.latent_model == "gaussian":
-            phases.append(Phase(1.0, c.latent_noise, 1))
-            if c.moment_noise is not None:
-                phases.append(Phase(1.0, c.moment_noise, 1))
-        else:
-            phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
+        phases.append(Phase(1.0, c.latent_noise, 1))
+        if c.moment_noise is not None:
+            phases.append(Phase(1.0, c.moment_noise, 1))
     return phases
 
 
-def replace_one_epsilon_at(profile: Profile, step: int) -> float:
-    """The replace-one epsilon after `step` steps, with the measured marginals' add/remove-one curve added
-    to Opacus's before the conversion."""
-    from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
-    from dpsynth.models.privacy.dpsgd_accountant import replace_one_epsilon
-
-    return replace_one_epsilon(
-        phases_at(profile, step), profile.privacy.delta, extra_rho=marginals_rho(profile, ADD_REMOVE_ONE)
-    )
-
-
 def checkpoint_steps(profile: Profile) -> list[int]:
-    """Steps the trainer checkpoints at (models/generators/dpautogan/trainer.py `_checkpoint_due`) that selection sees:
-    0, then the end of phase 1 and every checkpoint after it; with the Gaussian latent model 0 and the fit."""
+    """Steps the trainer checkpoints at that selection sees: 0, then the end of phase 1 and every
+    checkpoint after it; with the Gaussian latent model 0 and the fit."""
     c = profile.dpautogan
     if c.latent_model == "gaussian":
         return [0, c.autoencoder_steps + 1]  # the autoencoder alone samples nothing: its Gaussian fit does
-    total = c.autoencoder_steps + c.generator_steps
-    later = [s for s in range(c.autoencoder_steps + 1, total + 1) if s % c.checkpoint_every == 0 or s == total]
-    return [0, c.autoencoder_steps] + later
+    return gan_checkpoint_steps(c)
 
 
-class DPAutoGAN(GeneratorType):
+class DPAutoGAN(TwoPhaseGenerator):
     name = "dpautogan"
     label = "DP-auto-GAN"
 
-    def check(self, profile: Profile, setting: Setting, schema=None) -> None:
-        require_private(self, setting)
+    def phases_at(self, profile: Profile, step: int) -> list:
+        return phases_at(profile, step)
 
-    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
-        steps = checkpoint_steps(profile)
-        epsilons = [replace_one_epsilon_at(profile, s) for s in steps]
-        return Schedule(
-            tuple(steps),
-            tuple(epsilons),
-            profile.dpautogan.autoencoder_steps + 1,
-            "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps",
-        )
+    def checkpoint_steps(self, profile: Profile) -> list[int]:
+        return checkpoint_steps(profile)
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
         import torch  # here: planning a release (its budget, the refusals) needs no torch
@@ -150,7 +128,7 @@ class DPAutoGAN(GeneratorType):
             reconstruction_weights=reconstruction_weights(job.profile, job.schema),
             moment_columns=moment_columns(job.profile, job.schema),
         )
-        return run_phased_trainer(trainer, plan, lambda step: replace_one_epsilon_at(job.profile, step), progress)
+        return self.train(trainer, job.profile, plan, progress)
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.dpautogan
@@ -232,6 +210,3 @@ class DPAutoGAN(GeneratorType):
             },
             labels=LABELS,
         )
-
-    def checkpoint_interval(self, profile: Profile) -> int:
-        return profile.dpautogan.checkpoint_every

@@ -8,20 +8,11 @@ from typing import Literal
 
 from pydantic import ValidationInfo, field_validator
 
-from dpsynth.models.config_validation import (
-    Count,
-    Hidden,
-    NonNegative,
-    OpenUnit,
-    Positive,
-    Rate,
-    Units,
-    checkpoints_fit,
-)
-from dpsynth.models.generator_section import SectionConfig
+from dpsynth.models.config_validation import Count, Hidden, NonNegative, OpenUnit, Positive, Rate, Units
+from dpsynth.models.generators.two_phase.config import TwoPhaseConfig
 
 
-class DPAutoGANConfig(SectionConfig):
+class DPAutoGANConfig(TwoPhaseConfig):
     autoencoder_rate: OpenUnit = 0.002
     autoencoder_clip: Positive = 0.1
     autoencoder_noise: Positive = 2.0
@@ -29,7 +20,6 @@ class DPAutoGANConfig(SectionConfig):
     critic_rate: OpenUnit = 0.002
     critic_clip: Positive = 0.1
     critic_noise: Positive = 2.0
-    critic_steps: Count = 5
     generator_steps: Count = 4000
     generator_batch: Count = 128
     checkpoint_every: Count = 250
@@ -42,10 +32,6 @@ class DPAutoGANConfig(SectionConfig):
     # "data": the critic reads rows (real ones, and the decoded fakes: the paper); "latent": it reads
     # latents (real rows through the frozen encoder, and the generator's output).
     critic_space: Literal["data", "latent"] = "data"
-    head: Literal["tanh", "typed"] = "typed"
-    # How a sampled row's discrete columns become levels: the decoder's most likely level ("argmax"), or
-    # a level drawn from its probabilities ("sample": rare levels keep their share).
-    level_decoding: Literal["argmax", "sample"] = "sample"
     # Weights of the continuous columns and of the target in the autoencoder's reconstruction loss
     # (every other encoded column weighs 1; 1 and 1 is the paper's plain sum).
     continuous_weight: Positive = 1.0
@@ -64,7 +50,6 @@ class DPAutoGANConfig(SectionConfig):
     # null: the moments of the encoded values; k: of each continuous column centred and scaled to k standard
     # deviations of the rows the private Gaussian decodes to (post-processing), so they fill [-1, 1].
     moment_spread: Positive | None = None
-    lr_autoencoder: Rate = 0.005
     lr_critic: Rate = 0.005
     lr_generator: Rate = 0.005
 
@@ -82,17 +67,7 @@ class DPAutoGANConfig(SectionConfig):
             raise ValueError("a moment fit needs latent_model: gaussian (it moves the fitted Gaussian)")
         return noise
 
-    @field_validator("checkpoint_every")
-    @classmethod
-    def _fits(cls, every: int, info: ValidationInfo) -> int:
-        total = (info.data.get("autoencoder_steps") or 0) + (info.data.get("generator_steps") or 0)
-        return checkpoints_fit(every, total or None, "steps")
-
     @property
     def phase2_steps(self) -> int:
         """The GAN's generator steps, or the Gaussian's one fit."""
         return 1 if self.latent_model == "gaussian" else self.generator_steps
-
-    @property
-    def total_steps(self) -> int:
-        return self.autoencoder_steps + self.phase2_steps

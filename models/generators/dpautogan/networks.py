@@ -16,14 +16,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.networks import LEAKY_SLOPE, OutputHead
-
-HEADS = ("tanh", "typed")
-# How a sampled row's discrete columns become levels: the decoder's most likely level, or a level drawn
-# from the decoder's probabilities. Argmax loses every level that is never the most likely one for any
-# latent (rare levels of a wide column); drawing keeps each level at the share the decoder gives it.
-LEVEL_DECODINGS = ("argmax", "sample")
+from dpsynth.models.generators.networks import LEAKY_SLOPE
+from dpsynth.models.generators.two_phase.networks import HeadedDecoder
 
 
 def _mlp(width: int, hidden: tuple[int, ...], out: int) -> list[nn.Module]:
@@ -36,13 +30,6 @@ def _mlp(width: int, hidden: tuple[int, ...], out: int) -> list[nn.Module]:
         width = h
     layers.append(nn.Linear(width, out))
     return layers
-
-
-def check_groups(groups, width: int) -> tuple[tuple[int, int, str], ...]:
-    checked = tuple((int(g[0]), int(g[1]), str(g[2]) if len(g) > 2 else "") for g in groups)
-    if any(not 0 <= a < b <= width for a, b, _ in checked):
-        raise ConfigError(f"the encoding's blocks must lie within the encoded width {width}, got {checked}")
-    return checked
 
 
 class Autoencoder(nn.Module):
@@ -65,19 +52,11 @@ class Autoencoder(nn.Module):
         return self.decoder(self.encoder(rows))
 
 
-class Decoder(nn.Module):
+class Decoder(HeadedDecoder):
     """Latents -> encoded rows in [-1, 1]; "typed" keeps each one-hot group a distribution."""
 
     def __init__(self, latent_dim: int, hidden: tuple[int, ...], width: int, head: str, groups):
-        super().__init__()
-        if head not in HEADS:
-            raise ConfigError(f"the decoder's head must be one of {', '.join(HEADS)}, got {head!r}")
-        self.width = width
-        self.body = nn.Sequential(*_mlp(latent_dim, hidden, width))
-        self.head = OutputHead(head, check_groups(groups, width))
-
-    def forward(self, latents: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(latents))
+        super().__init__(nn.Sequential(*_mlp(latent_dim, hidden, width)), width, head, groups)
 
 
 class LatentGenerator(nn.Module):
@@ -118,18 +97,6 @@ class Critic(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x).squeeze(-1)
-
-
-def check_level_decoding(level_decoding: str, head: str) -> None:
-    if level_decoding not in LEVEL_DECODINGS:
-        raise ConfigError(
-            f"dpautogan.level_decoding must be one of {', '.join(LEVEL_DECODINGS)}, got {level_decoding!r}"
-        )
-    if level_decoding == "sample" and head != "typed":
-        raise ConfigError(
-            "dpautogan.level_decoding: sample needs head: typed (its softmax gives each one-hot "
-            "group's level probabilities)"
-        )
 
 
 @dataclass(frozen=True)

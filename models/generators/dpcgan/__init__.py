@@ -9,4 +9,5 @@ GENERATOR = Registration(
     config="dpsynth.models.generators.dpcgan.config:DPCGANConfig",
     adapter="dpsynth.models.generators.dpcgan.adapter:DPCGAN",
     sampler="dpsynth.models.generators.dpcgan.sampler:DPCGANSampler",
+    audits="dpsynth.models.generators.dpcgan.audit:CALIBRATION_AUDITS",
 )

@@ -9,4 +9,5 @@ GENERATOR = Registration(
     config="dpsynth.models.generators.gswgan.config:GanConfig",
     adapter="dpsynth.models.generators.gswgan.adapter:GSWGAN",
     sampler="dpsynth.models.generators.gswgan.sampler:GSWGANSampler",
+    audits="dpsynth.models.generators.gswgan.audit:CALIBRATION_AUDITS",
 )

@@ -1,5 +1,5 @@
 """MST behind the generator interface (the plan, checkpoints and curve it shares with AIM:
-models/generators/mst/zcdp_adapter.py): its fit (models/generators/mst/fit.py) and what it publishes."""
+models/generators/graphical/zcdp_adapter.py): its fit (models/generators/mst/fit.py) and what it publishes."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from dpsynth.models.generators.base import (
     TrainingJob,
     require_private,
 )
-from dpsynth.models.generators.mst import zcdp_adapter
+from dpsynth.models.generators.graphical import zcdp_adapter
+from dpsynth.models.generators.graphical.mechanisms import L2_SENSITIVITY, SCORE_SENSITIVITY
+from dpsynth.models.generators.graphical.model import MSTModel
+from dpsynth.models.generators.graphical.zcdp_adapter import ZCDPModelGenerator, generator_file
 from dpsynth.models.generators.mst.config import MSTConfig
-from dpsynth.models.generators.mst.model import MSTModel
-from dpsynth.models.generators.mst.privacy import L2_SENSITIVITY, SCORE_SENSITIVITY
-from dpsynth.models.generators.mst.zcdp_adapter import ZCDPModelGenerator, generator_file
 
 __all__ = ["LABELS", "MST", "generator_file", "training_rho"]
 

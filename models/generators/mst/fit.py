@@ -12,7 +12,7 @@ costs), then private-pgm's (`mbi`) estimate of a graphical model from the noisy 
 4. The chosen pairs' 2-way marginals over reduced codes, Gaussian at s2.
 5. `mbi`'s mirror descent on every noisy measurement, with the number of rows as the known total (public
    under replace-one adjacency); the junction tree's clique marginals become the released model
-   (models/generators/mst/model.py), normalised.
+   (models/generators/graphical/model.py), normalised.
 
 The noise of each phase comes from its own stream (`noise(purpose)`: the run's `PrivacySecret.numpy`).
 jax and `mbi` are imported inside `estimate` only, through `jax_runtime.load_jax` (64-bit floats, no
@@ -26,7 +26,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,9 +33,10 @@ import pandas as pd
 from dpsynth.models.data.binning import cell_codes, cell_count, writable_cells
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.mst.jax_runtime import load_jax
-from dpsynth.models.generators.mst.model import MSTModel
-from dpsynth.models.generators.mst.privacy import MSTBudget, gaussian_counts, select_tree
+from dpsynth.models.generators.graphical.jax_runtime import load_jax
+from dpsynth.models.generators.graphical.mechanisms import gaussian_counts
+from dpsynth.models.generators.graphical.model import MSTModel, released_cliques
+from dpsynth.models.generators.mst.privacy import MSTBudget, select_tree
 
 # MST's domain reduction threshold, in noise standard deviations of the 1-way measurements.
 SUPPORT_THRESHOLD = 3.0
@@ -249,40 +249,3 @@ def estimate(
     )
     loss = float(from_linear_measurements(measurements, domain)(model.marginals))
     return cliques, tables, parents, loss
-
-
-def released_cliques(
-    tree: Any, positions: Callable[[Any], tuple[int, ...]], table_of: Callable[[Any], np.ndarray]
-) -> tuple[list[tuple[int, ...]], list[np.ndarray], list[int]]:
-    """A junction tree (a networkx graph) as `MSTModel` holds it: each clique's column `positions`, its
-    table (`table_of`, clipped at 0 and normalised) and the index of its parent (-1 for a root), every
-    clique after its parent (`_parents_first`). AIM releases its model through this too."""
-    cliques: list[tuple[int, ...]] = []
-    tables: list[np.ndarray] = []
-    parents: list[int] = []
-    for node, parent in _parents_first(tree):
-        table = np.clip(table_of(node), 0.0, None)
-        cliques.append(positions(node))
-        tables.append(table / table.sum())
-        parents.append(-1 if parent is None else cliques.index(positions(parent)))
-    return cliques, tables, parents
-
-
-def _parents_first(tree: Any) -> list[tuple[Any, Any | None]]:
-    """(clique, its parent or None) of a junction tree (a networkx graph), breadth first from each
-    component's smallest clique, neighbours in sorted order: the same order in every process."""
-    order: list[tuple[Any, Any | None]] = []
-    seen: set = set()
-    for root in sorted(tree.nodes):
-        if root in seen:
-            continue
-        seen.add(root)
-        queue: list[tuple[Any, Any | None]] = [(root, None)]
-        while queue:
-            node, parent = queue.pop(0)
-            order.append((node, parent))
-            for neighbour in sorted(tree.neighbors(node)):
-                if neighbour not in seen:
-                    seen.add(neighbour)
-                    queue.append((neighbour, node))
-    return order

@@ -34,8 +34,8 @@ import pandas as pd
 
 from dpsynth.models.data.binning import cell_codes
 from dpsynth.models.data.schema import Column, DatasetSchema
+from dpsynth.models.generators.graphical.mechanisms import epsilon_of, rho_for_epsilon
 from dpsynth.models.generators.mst.fit import Measured, joint_counts, measure
-from dpsynth.models.generators.mst.privacy import epsilon_of, rho_for_epsilon
 from dpsynth.models.privacy.audit import gaussian_epsilon
 from dpsynth.models.privacy.gdp_audit import gdp_audit, gdp_mu_of
 from dpsynth.models.privacy.secret import PrivacySecret

@@ -15,29 +15,27 @@ from pathlib import Path
 
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
-from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.base import (
     DPSGD_ADJACENCY,
     DPSGD_CONVERSION,
     NO_DONORS,
     FitResult,
-    GeneratorType,
     PrivacyFacts,
     Progress,
-    Schedule,
     TrainingJob,
     TrainingPlan,
-    require_private,
-    run_phased_trainer,
+)
+from dpsynth.models.generators.two_phase.adapter import (
+    AUTOENCODER_LABELS,
+    TwoPhaseGenerator,
+    autoencoder_and_critic_phases,
+    gan_checkpoint_steps,
 )
 from dpsynth.models.privacy.dpsgd_accountant import Phase
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
-    "q1": "autoencoder sampling rate q1",
-    "sigma1": "autoencoder noise multiplier sigma1",
-    "C1": "autoencoder clipping norm C1",
-    "autoencoder_steps": "autoencoder steps",
+    **AUTOENCODER_LABELS,
     "q2": "critic sampling rate q2",
     "sigma2": "critic noise multiplier sigma2",
     "C2": "critic clipping norm C2",
@@ -47,47 +45,23 @@ LABELS = {
 
 def phases_at(profile: Profile, step: int) -> list[Phase]:
     """The private updates of both phases after `step` steps, as the trainer's accountant counts them."""
-    c = profile.rdpcgan
-    phases = [Phase(c.autoencoder_rate, c.autoencoder_noise, min(step, c.autoencoder_steps))]
-    if step > c.autoencoder_steps:
-        phases.append(Phase(c.critic_rate, c.critic_noise, c.critic_steps * (step - c.autoencoder_steps)))
-    return phases
-
-
-def replace_one_epsilon_at(profile: Profile, step: int) -> float:
-    """The replace-one epsilon after `step` steps: both phases' add/remove-one RDP and the measured
-    marginals' added order by order, converted once, then group privacy of two."""
-    from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
-    from dpsynth.models.privacy.dpsgd_accountant import replace_one_epsilon
-
-    return replace_one_epsilon(
-        phases_at(profile, step), profile.privacy.delta, extra_rho=marginals_rho(profile, ADD_REMOVE_ONE)
-    )
+    return autoencoder_and_critic_phases(profile.rdpcgan, step)
 
 
 def checkpoint_steps(profile: Profile) -> list[int]:
     """Steps the trainer checkpoints at that selection sees: 0, the end of phase 1, every checkpoint after."""
-    c = profile.rdpcgan
-    total = c.autoencoder_steps + c.generator_steps
-    later = [s for s in range(c.autoencoder_steps + 1, total + 1) if s % c.checkpoint_every == 0 or s == total]
-    return [0, c.autoencoder_steps] + later
+    return gan_checkpoint_steps(profile.rdpcgan)
 
 
-class RDPCGAN(GeneratorType):
+class RDPCGAN(TwoPhaseGenerator):
     name = "rdpcgan"
     label = "RDP-CGAN"
 
-    def check(self, profile: Profile, setting: Setting, schema: DatasetSchema | None = None) -> None:
-        require_private(self, setting)
+    def phases_at(self, profile: Profile, step: int) -> list[Phase]:
+        return phases_at(profile, step)
 
-    def schedule(self, profile: Profile, setting: Setting) -> Schedule:
-        steps = checkpoint_steps(profile)
-        return Schedule(
-            tuple(steps),
-            tuple(replace_one_epsilon_at(profile, s) for s in steps),
-            profile.rdpcgan.autoencoder_steps + 1,
-            "raise the noise multipliers, or lower the sampling rates or the autoencoder's steps",
-        )
+    def checkpoint_steps(self, profile: Profile) -> list[int]:
+        return checkpoint_steps(profile)
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
         import torch  # here: planning a release (its budget, the refusals) needs no torch
@@ -106,7 +80,7 @@ class RDPCGAN(GeneratorType):
             delta=job.profile.privacy.delta,
             target=(target.start, target.stop),
         )
-        return run_phased_trainer(trainer, plan, lambda step: replace_one_epsilon_at(job.profile, step), progress)
+        return self.train(trainer, job.profile, plan, progress)
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.rdpcgan
@@ -143,6 +117,3 @@ class RDPCGAN(GeneratorType):
             },
             labels=LABELS,
         )
-
-    def checkpoint_interval(self, profile: Profile) -> int:
-        return int(profile.rdpcgan.checkpoint_every)

@@ -23,22 +23,13 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import model_validator
 
-from dpsynth.models.config_validation import (
-    Count,
-    Hidden,
-    NonNegative,
-    OpenUnit,
-    Positive,
-    Rate,
-    Units,
-    checkpoints_fit,
-)
-from dpsynth.models.generator_section import SectionConfig
+from dpsynth.models.config_validation import Count, Hidden, NonNegative, OpenUnit, Positive, Rate, Units
+from dpsynth.models.generators.two_phase.config import TwoPhaseConfig
 
 
-class RDPCGANConfig(SectionConfig):
+class RDPCGANConfig(TwoPhaseConfig):
     autoencoder_rate: OpenUnit = 0.001
     autoencoder_clip: Positive = 1.0
     autoencoder_noise: Positive = 1.5
@@ -46,7 +37,6 @@ class RDPCGANConfig(SectionConfig):
     critic_rate: OpenUnit = 0.001
     critic_clip: Positive = 1.0
     critic_noise: Positive = 1.5
-    critic_steps: Count = 5
     generator_steps: Count = 2000
     generator_batch: Count = 64
     checkpoint_every: Count = 100
@@ -70,10 +60,6 @@ class RDPCGANConfig(SectionConfig):
     # "mse": the paper's loss in its supervised experiments (Eq. 2); "bce": its binary-data loss (Eq. 1),
     # on values scaled to [0, 1].
     reconstruction: Literal["mse", "bce"] = "mse"
-    head: Literal["tanh", "typed"] = "typed"
-    # How a sampled row's discrete columns become levels: the decoder's most likely level ("argmax"), or
-    # a level drawn from its probabilities ("sample": rare levels keep their share).
-    level_decoding: Literal["argmax", "sample"] = "sample"
     # What the critic reads of a fake's discrete columns: "relaxed", a Gumbel-softmax / relaxed Bernoulli
     # draw of the level the release would sample (hard-looking, like the real rows' +-1 values), or
     # "probabilities", the decoder's output as it is (the paper's: a soft row the critic tells from a real
@@ -94,7 +80,6 @@ class RDPCGANConfig(SectionConfig):
     # Private GAN training swings from step to step; the average is post-processing of the generator,
     # which reads no row.
     generator_ema: OpenUnit | None = 0.99
-    lr_autoencoder: Rate = 0.005
     lr_critic: Rate = 0.0005
     # The generator learns slower than the critic: at 0.0005 under privacy it swung between rows whose
     # target followed the features (AUC 0.74) and rows whose target did not (0.50) from one checkpoint to
@@ -116,13 +101,3 @@ class RDPCGANConfig(SectionConfig):
         if self.critic_fakes == "relaxed" and self.head != "typed":
             raise ValueError("critic_fakes: relaxed needs head: typed (it draws from the softmax's levels)")
         return self
-
-    @field_validator("checkpoint_every")
-    @classmethod
-    def _fits(cls, every: int, info: ValidationInfo) -> int:
-        total = (info.data.get("autoencoder_steps") or 0) + (info.data.get("generator_steps") or 0)
-        return checkpoints_fit(every, total or None, "steps")
-
-    @property
-    def total_steps(self) -> int:
-        return self.autoencoder_steps + self.generator_steps

@@ -14,6 +14,8 @@ from torch.func import functional_call, grad
 
 from dpsynth.models.generators.dpsgd import per_example_gradients
 from dpsynth.models.generators.rdpcgan.networks import Critic
+from dpsynth.models.generators.two_phase.pairs import check_pairs
+from dpsynth.models.generators.two_phase.pairs import critic_per_pair as plain_critic_per_pair
 
 _NORM_EPS = 1e-12
 
@@ -23,15 +25,9 @@ def critic_per_pair(
 ) -> dict[str, torch.Tensor]:
     """Each (real row j, fake row j) pair's gradient of D(fake_j) - D(real_j) (plus its gradient penalty
     at the mix `mix[j]` when `penalty` > 0), per critic parameter."""
-    if real.shape[0] != fake.shape[0]:
-        raise ValueError(f"one fake per real example: got {real.shape[0]} real and {fake.shape[0]} fake rows")
+    check_pairs(real, fake)
     if penalty <= 0.0:
-
-        def loss_one(p: dict[str, torch.Tensor], r: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-            scores = functional_call(critic, p, (torch.stack([r, f]),))
-            return scores[1] - scores[0]
-
-        return per_example_gradients(critic, loss_one, real, fake.detach())
+        return plain_critic_per_pair(critic, real, fake)
     if mix is None or mix.shape[0] != real.shape[0]:
         raise ValueError("a gradient penalty needs one mixing weight in [0, 1] per pair")
 

@@ -28,21 +28,11 @@ import torch
 from torch import nn
 
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.networks import OutputHead, apply_head, binary_columns
+from dpsynth.models.generators.networks import apply_head, binary_columns
+from dpsynth.models.generators.two_phase.networks import Group, HeadedDecoder
 
-HEADS = ("tanh", "typed")
-LEVEL_DECODINGS = ("argmax", "sample")
-Group = tuple[int, int, str]
 # The transposed convolutions' kernel, stride and padding: exactly doubles a length.
 UP_KERNEL, UP_STRIDE, UP_PADDING = 4, 2, 1
-
-
-def check_groups(groups: Sequence[Sequence[Any]], width: int) -> tuple[Group, ...]:
-    """The encoder's (start, stop, kind) blocks, checked to lie within the encoded width."""
-    checked = tuple((int(g[0]), int(g[1]), str(g[2]) if len(g) > 2 else "") for g in groups)
-    if any(not 0 <= a < b <= width for a, b, _ in checked):
-        raise ConfigError(f"the encoding's blocks must lie within the encoded width {width}, got {checked}")
-    return checked
 
 
 def conv_lengths(length: int, layers: int, kernel: int) -> list[int]:
@@ -107,20 +97,11 @@ class Encoder(nn.Module):
         return torch.tanh(self.out(self.convs(rows)))
 
 
-class Decoder(nn.Module):
+class Decoder(HeadedDecoder):
     """Encoded rows -> rows in [-1, 1] through the output head."""
 
     def __init__(self, latent_dim: int, channels: tuple[int, ...], width: int, head: str, groups: tuple[Group, ...]):
-        super().__init__()
-        if head not in HEADS:
-            raise ConfigError(f"the decoder's head must be one of {', '.join(HEADS)}, got {head!r}")
-        self.width = width
-        self.body = UpConvStack(latent_dim, channels, width)
-        self.head = OutputHead(head, check_groups(groups, width))
-
-    def forward(self, latents: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.head(self.body(latents))
-        return out
+        super().__init__(UpConvStack(latent_dim, channels, width), width, head, groups)
 
     def relaxed(self, latents: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
         """Rows whose discrete columns are relaxed draws (`uniforms`: one Uniform(0, 1) per encoded column)
@@ -199,16 +180,6 @@ def init_from_(module: nn.Module, rng: torch.Generator) -> None:
                 for p in (m.weight, m.bias):
                     if p is not None:
                         p.copy_((torch.rand(p.shape, generator=rng) * 2 - 1) * bound)
-
-
-def check_level_decoding(level_decoding: str, head: str) -> None:
-    if level_decoding not in LEVEL_DECODINGS:
-        raise ConfigError(f"rdpcgan.level_decoding must be one of {', '.join(LEVEL_DECODINGS)}, got {level_decoding!r}")
-    if level_decoding == "sample" and head != "typed":
-        raise ConfigError(
-            "rdpcgan.level_decoding: sample needs head: typed (its softmax gives each one-hot group's level "
-            "probabilities)"
-        )
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ Gaussian mechanism's RDP for each phase (Mironov, Talwar and Zhang), the two pha
 composition (Proposition 1) and converted to (epsilon, delta) by Proposition 2 (the classic conversion),
 delta = 1e-5; Adam at learning rate 0.005, mini-batches of 64.
 
-What this package implements (this module trains; networks.py, autoencoder.py, gan.py hold the pieces,
-sampler.py samples), and where it differs.
+What this package implements (this module trains, on models/generators/two_phase/ which it shares with
+DP-auto-GAN; networks.py, autoencoder.py, gan.py hold the pieces, sampler.py samples), and where it
+differs.
 
 * Batches are Poisson samples at a public rate (q1 for the autoencoder, q2 for the critic), as the
   accountant's analysis needs; the paper's "mini-batch of 64" is a rate of about 64 / n.
@@ -30,7 +31,7 @@ sampler.py samples), and where it differs.
 * The WGAN signs are the consistent ones: the critic minimises D(fake) - D(real), the generator
   -D(fake). (Algorithm 2's critic loss D(x) - D(Dec(G(z))) with the generator loss -D(Dec(G(z))) pushes
   the fakes away from the real rows.) Each real row's fake is made from its own row position's z
-  (dpautogan's `position_latents`: whether one row is sampled moves no other pair and advances no stream).
+  (two_phase/pairs.py's `position_latents`: whether one row is sampled moves no other pair and advances no stream).
 * The encoder does not read the target column (`rdpcgan.autoencoder_target: predict`, the default; it
   gets zeros there): the decoder reconstructs the target from the other columns, so a decoded row's
   target follows its features, and the release draws it from the decoder's probabilities. The paper's
@@ -61,13 +62,9 @@ sampler.py samples), and where it differs.
 * The released generator is the running average of the trained one's weights (`generator_ema`,
   decay 0.99 per generator step; post-processing): private GAN training swings from step to step, and
   the average smooths what each checkpoint releases.
-* Both phases run in one trainer with one `DPSGDAccountant` (models/privacy/dpsgd_accountant.py): phase 1 at
-  (q1, sigma1), `begin_phase(q2, sigma2)` before the first critic update, one `step()` per private
-  update. A step is one autoencoder update in phase 1, one generator step (with its `critic_steps`
-  private critic updates) in phase 2. Checkpoints every `checkpoint_every` steps and at the end of phase
-  1: the release file holds the decoder's and the generator's weights (SHA-256 sidecar); the training
-  state restores every network, optimiser, random stream and the accountant, so an interrupted run
-  resumes from its newest intact state and ends bit for bit where an uninterrupted run would.
+* Both phases run in one trainer with one `DPSGDAccountant`, checkpoints and resumption as DP-auto-GAN's
+  (models/generators/two_phase/trainer.py): a step is one autoencoder update in phase 1, one generator
+  step (with its `critic_steps` private critic updates) in phase 2.
 
 Randomness. Poisson batches ("rdpcgan-sampling"), noise ("rdpcgan-noise") and the critic's fakes'
 latents, relaxation uniforms and penalty mixes ("rdpcgan-fakes") come from the run's `PrivacySecret`;
@@ -80,53 +77,21 @@ the adapter converts them to replace-one by group privacy (`replace_one_epsilon`
 from __future__ import annotations
 
 import copy
-import json
 import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dpsynth.models.checkpoint_files import resume_state, save_training_state, save_verified, write_text_atomic
-from dpsynth.models.generators.dpautogan.latent_gan import position_latents
-from dpsynth.models.generators.dpsgd import SanitizedGradient, apply_gradient, poisson_batch, sanitize
 from dpsynth.models.generators.rdpcgan.autoencoder import autoencoder_per_example
 from dpsynth.models.generators.rdpcgan.config import RDPCGANConfig
 from dpsynth.models.generators.rdpcgan.gan import critic_per_pair
-from dpsynth.models.generators.rdpcgan.networks import (
-    Autoencoder,
-    Critic,
-    Generator,
-    ReleaseSpec,
-    check_groups,
-    init_from_,
-)
-from dpsynth.models.privacy.dpsgd_accountant import DPSGDAccountant
+from dpsynth.models.generators.rdpcgan.networks import Autoencoder, Critic, Generator, ReleaseSpec, init_from_
+from dpsynth.models.generators.two_phase.networks import check_groups
+from dpsynth.models.generators.two_phase.pairs import position_latents
+from dpsynth.models.generators.two_phase.trainer import TwoPhaseTrainer
 from dpsynth.models.privacy.secret import PrivacySecret
-
-STATE_FILE = "training_state.pt"
-LEDGER_FILE = "ledger.json"
-ADJACENCY = "add/remove-one"
-NETWORKS = ("autoencoder", "generator", "critic", "opt_ae", "opt_critic", "opt_g")
-STREAMS = ("rng", "sampling_rng", "noise_rng")
-
-
-@dataclass
-class UpdateInfo:
-    """One private update (kept in memory only: the drawn batch size is not for publication)."""
-
-    phase: str  # "autoencoder" or "critic"
-    real_rows: int
-
-
-@dataclass
-class TrainingResult:
-    checkpoints: list[dict[str, Any]]
-    seconds: float
-    updates: list[UpdateInfo] = field(default_factory=list)
 
 
 def predicted_columns(config: RDPCGANConfig, target: tuple[int, int] | None) -> tuple[int, ...]:
@@ -139,12 +104,17 @@ def predicted_columns(config: RDPCGANConfig, target: tuple[int, int] | None) -> 
     return tuple(range(int(target[0]), int(target[1])))
 
 
-class RDPCGANTrainer:
+class RDPCGANTrainer(TwoPhaseTrainer):
     """RDP-CGAN on encoded rows (values in [-1, 1]; `groups` are the encoder's (start, stop, kind) blocks).
     `target` is the target column's encoded block (start, stop), which the encoder does not read under
     `autoencoder_target: predict`. `run()` trains both phases, resuming from `checkpoint_dir` when a
     training state is there, and returns the ledger of released (decoder, generator) checkpoints with
     their add/remove-one epsilons."""
+
+    name = "rdpcgan"
+    saved = ("released_generator",)
+    config: RDPCGANConfig
+    critic: Critic
 
     def __init__(
         self,
@@ -158,21 +128,14 @@ class RDPCGANTrainer:
         delta: float,
         target: tuple[int, int] | None = None,
     ):
-        self.config = cfg = config
-        self.delta = float(delta)
-        self.data = torch.as_tensor(data, dtype=torch.float32)
-        n, width = self.data.shape
-        groups = check_groups(groups, width)
-        self.ae_rate, self.critic_rate = float(cfg.autoencoder_rate), float(cfg.critic_rate)
-        # The sanitised sums' divisors: the expected batches q n (never a drawn batch's size).
-        self.ae_divisor, self.critic_divisor = self.ae_rate * n, self.critic_rate * n
+        super().__init__(data, config, seed, secret, checkpoint_dir, delta=delta)
+        cfg = config
+        width = int(self.data.shape[1])
+        checked = check_groups(groups, width)
         channels = tuple(cfg.channels)
-        self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, channels, cfg.head, groups, cfg.level_decoding)
-        self.dir = Path(checkpoint_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.rng = torch.Generator().manual_seed(int(seed))
+        self.spec = ReleaseSpec(width, cfg.latent_dim, cfg.z_dim, channels, cfg.head, checked, cfg.level_decoding)
         self.autoencoder = Autoencoder(
-            width, cfg.latent_dim, channels, cfg.kernel_size, cfg.head, groups, predicted_columns(cfg, target)
+            width, cfg.latent_dim, channels, cfg.kernel_size, cfg.head, checked, predicted_columns(cfg, target)
         )
         self.generator = Generator(cfg.z_dim, channels, cfg.latent_dim)
         self.critic = Critic(width, tuple(cfg.critic_channels or channels), cfg.kernel_size)
@@ -181,30 +144,16 @@ class RDPCGANTrainer:
         # The released generator: the running average of the trained one's weights (`generator_ema`),
         # or the trained one itself. Averaging reads only the generator: post-processing.
         self.released_generator = copy.deepcopy(self.generator) if cfg.generator_ema else self.generator
-        self.sampling_rng = secret.torch("rdpcgan-sampling")
-        self.noise_rng = secret.torch("rdpcgan-noise")
-        self.fake_key = secret.seed("rdpcgan-fakes")
         self.opt_ae = torch.optim.Adam(self.autoencoder.parameters(), lr=cfg.lr_autoencoder)
         self.opt_critic = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
         self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=cfg.lr_generator)
-        self.accountant = DPSGDAccountant(self.ae_rate, cfg.autoencoder_noise)
-        self.step_index = 0  # autoencoder updates, then GAN steps
-        self.ledger: list[dict[str, Any]] = []
-        self.resume_notes: list[str] = []
 
-    @property
-    def phase(self) -> str:
-        return "autoencoder" if self.step_index < self.config.autoencoder_steps else "gan"
+    def released_latent(self) -> torch.nn.Module:
+        return self.released_generator
 
     # -- phase 1 ---------------------------------------------------------------------------------
-    def autoencoder_update(self) -> tuple[int, SanitizedGradient]:
-        """One private autoencoder update (encoder and decoder clipped and noised together)."""
-        cfg = self.config
-        index = poisson_batch(self.data.shape[0], self.ae_rate, self.sampling_rng)
-        per_example = autoencoder_per_example(self.autoencoder, self.data[index], cfg.reconstruction)
-        parts = sanitize(per_example, cfg.autoencoder_clip, cfg.autoencoder_noise, self.ae_divisor, self.noise_rng)
-        apply_gradient(self.autoencoder, parts.total, self.opt_ae)
-        return int(index.numel()), parts
+    def autoencoder_gradients(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        return autoencoder_per_example(self.autoencoder, rows, self.config.reconstruction)
 
     # -- phase 2 ---------------------------------------------------------------------------------
     def decoded_fakes(self, z: torch.Tensor, uniforms: torch.Tensor | None = None) -> torch.Tensor:
@@ -236,149 +185,29 @@ class RDPCGANTrainer:
         """Each (real, fake) pair's gradient of its critic loss: what one private update clips and sums."""
         return critic_per_pair(self.critic, real, fake, mix, self.config.critic_penalty)
 
-    def critic_update(self, update: int) -> tuple[int, SanitizedGradient]:
-        """Private critic update number `update`: each real row of a Poisson batch paired with the decoded
-        fake of its own row position's z, each pair's gradient clipped as one vector, one noise draw."""
-        cfg = self.config
-        index = poisson_batch(self.data.shape[0], self.critic_rate, self.sampling_rng)
+    def pair_gradients(self, update: int, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each real row of the batch paired with the decoded fake of its own row position's z."""
         z, uniforms, mix = self.critic_fake_inputs(update, index)
         with torch.no_grad():
             fake = self.decoded_fakes(z, uniforms)
-        parts = sanitize(
-            self.critic_pair_gradients(self.data[index], fake, mix),
-            cfg.critic_clip,
-            cfg.critic_noise,
-            self.critic_divisor,
-            self.noise_rng,
-        )
-        apply_gradient(self.critic, parts.total, self.opt_critic)
-        if cfg.critic_weight_clip is not None:  # post-processing of the private weights
+        return self.critic_pair_gradients(self.data[index], fake, mix)
+
+    def after_critic_update(self) -> None:
+        weight_clip = self.config.critic_weight_clip
+        if weight_clip is not None:  # post-processing of the private weights
             with torch.no_grad():
                 for p in self.critic.parameters():
-                    p.clamp_(-cfg.critic_weight_clip, cfg.critic_weight_clip)
-        return int(index.numel()), parts
+                    p.clamp_(-weight_clip, weight_clip)
 
-    def generator_update(self) -> float:
-        """One ordinary generator step: reads only the (private) critic and the frozen decoder."""
+    def generator_fakes(self) -> torch.Tensor:
         z = torch.randn(self.config.generator_batch, self.config.z_dim, generator=self.rng)
         uniforms = torch.rand(self.config.generator_batch, int(self.data.shape[1]), generator=self.rng)
-        loss = -self.critic(self.decoded_fakes(z, uniforms)).mean()
-        grads = torch.autograd.grad(loss, list(self.generator.parameters()))
-        for p, g in zip(self.generator.parameters(), grads, strict=True):
-            p.grad = g
-        self.opt_g.step()
+        return self.decoded_fakes(z, uniforms)
+
+    def after_generator_update(self) -> None:
+        """The released generator's running average moves towards the trained one."""
         if self.released_generator is not self.generator:
             decay = float(self.config.generator_ema or 0.0)
             with torch.no_grad():
                 for avg, p in zip(self.released_generator.parameters(), self.generator.parameters(), strict=True):
                     avg.lerp_(p, 1.0 - decay)
-        return float(loss.detach())
-
-    def step(self) -> list[UpdateInfo]:
-        """Phase 1: one private autoencoder update. Phase 2: `critic_steps` private critic updates, then a
-        generator update. Exactly one accountant step per private update."""
-        cfg = self.config
-        done: list[UpdateInfo] = []
-        if self.phase == "autoencoder":
-            rows, _ = self.autoencoder_update()
-            self.accountant.step()
-            done.append(UpdateInfo("autoencoder", rows))
-        else:
-            if self.step_index == cfg.autoencoder_steps:
-                self.accountant.begin_phase(self.critic_rate, cfg.critic_noise)
-            first = (self.step_index - cfg.autoencoder_steps) * cfg.critic_steps
-            for j in range(cfg.critic_steps):
-                rows, _ = self.critic_update(first + j)
-                self.accountant.step()
-                done.append(UpdateInfo("critic", rows))
-            self.generator_update()
-        self.step_index += 1
-        return done
-
-    # -- checkpoints -----------------------------------------------------------------------------
-    def epsilon(self) -> float:
-        """Epsilon (add/remove-one, classic conversion) of all private updates so far, both phases' RDP
-        added order by order and converted once."""
-        return self.accountant.epsilon(self.delta, "classic")
-
-    def _save_checkpoint(self) -> None:
-        step, eps = self.step_index, self.epsilon()
-        release = self.dir / f"release_{step:06d}.pt"
-        digest = save_verified(
-            {
-                "spec": self.spec.to_dict(),
-                "decoder": self.autoencoder.decoder.state_dict(),
-                "generator": self.released_generator.state_dict(),
-                "step": step,
-                "epsilon": eps,
-                "delta": self.delta,
-                "adjacency": ADJACENCY,
-            },
-            release,
-        )
-        phase = "autoencoder" if step <= self.config.autoencoder_steps else "gan"
-        self.ledger = [e for e in self.ledger if e["step"] < step] + [
-            {"step": step, "phase": phase, "epsilon": eps, "release": release.name, "sha256": digest}
-        ]
-        state: dict[str, Any] = {"step": step, **self._written_for(), "ledger": self.ledger}
-        state.update({name: getattr(self, name).state_dict() for name in NETWORKS})
-        state["released_generator"] = self.released_generator.state_dict()
-        state.update({name: getattr(self, name).get_state() for name in STREAMS})
-        state["accountant"] = self.accountant.state_dict()
-        save_training_state(state, self.dir / STATE_FILE)
-        write_text_atomic(
-            json.dumps(
-                {"mechanism": self.accountant.mechanism, "adjacency": ADJACENCY, "checkpoints": self.ledger}, indent=1
-            ),
-            self.dir / LEDGER_FILE,
-        )
-
-    def _written_for(self) -> dict[str, Any]:
-        """What a training state must have been written for to be resumed here."""
-        return {"config": self.config.model_dump(), "delta": self.delta, "rows": int(self.data.shape[0])}
-
-    def _load_state(self) -> bool:
-        """Resume from the newest intact training state (the latest, else the one before it)."""
-        state, self.resume_notes = resume_state(self.dir / STATE_FILE, "step", written_for=self._written_for())
-        if state is None:
-            return False
-        self.step_index = state["step"]
-        for name in NETWORKS:
-            getattr(self, name).load_state_dict(state[name])
-        if self.released_generator is not self.generator:
-            self.released_generator.load_state_dict(state["released_generator"])
-        for name in STREAMS:
-            getattr(self, name).set_state(state[name])
-        # The saved history may already be in phase 2: rebuild rather than load into a phase-1 accountant.
-        self.accountant = DPSGDAccountant.from_state_dict(state["accountant"])
-        self.ledger = state["ledger"]
-        return True
-
-    def _checkpoint_due(self) -> bool:
-        return self.step_index % self.config.checkpoint_every == 0 or self.step_index in (
-            self.config.autoencoder_steps,
-            self.config.total_steps,
-        )
-
-    def run(
-        self,
-        stop_after: int | None = None,
-        progress: Callable[[int, float], None] | None = None,
-        last_step: int | None = None,
-    ) -> TrainingResult:
-        """Train both phases to `last_step` (default: the end). `stop_after` ends the call after that many
-        steps (simulates an interruption). `progress(step, epsilon)` at every checkpoint."""
-        start = time.perf_counter()
-        last = self.config.total_steps if last_step is None else min(int(last_step), self.config.total_steps)
-        if not self._load_state():
-            self._save_checkpoint()  # step 0: untrained networks cost no privacy
-        updates: list[UpdateInfo] = []
-        steps = 0
-        while self.step_index < last and (stop_after is None or steps < stop_after):
-            updates += self.step()
-            steps += 1
-            if self._checkpoint_due():
-                self._save_checkpoint()
-                if progress is not None:
-                    progress(self.step_index, self.ledger[-1]["epsilon"])
-        return TrainingResult(list(self.ledger), time.perf_counter() - start, updates)

@@ -17,8 +17,9 @@ decimal grid, drawn uniformly; or, when the model carries the columns' measured 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -211,3 +212,40 @@ def _column_of(raw: dict) -> Column:
         unit=raw.get("unit", ""),
         point_masses=tuple(float(m) for m in raw["point_masses"]),
     )
+
+
+def released_cliques(
+    tree: Any, positions: Callable[[Any], tuple[int, ...]], table_of: Callable[[Any], np.ndarray]
+) -> tuple[list[tuple[int, ...]], list[np.ndarray], list[int]]:
+    """A junction tree (a networkx graph) as `MSTModel` holds it: each clique's column `positions`, its
+    table (`table_of`, clipped at 0 and normalised) and the index of its parent (-1 for a root), every
+    clique after its parent (`_parents_first`). MST and AIM release their models through this."""
+    cliques: list[tuple[int, ...]] = []
+    tables: list[np.ndarray] = []
+    parents: list[int] = []
+    for node, parent in _parents_first(tree):
+        table = np.clip(table_of(node), 0.0, None)
+        cliques.append(positions(node))
+        tables.append(table / table.sum())
+        parents.append(-1 if parent is None else cliques.index(positions(parent)))
+    return cliques, tables, parents
+
+
+def _parents_first(tree: Any) -> list[tuple[Any, Any | None]]:
+    """(clique, its parent or None) of a junction tree (a networkx graph), breadth first from each
+    component's smallest clique, neighbours in sorted order: the same order in every process."""
+    order: list[tuple[Any, Any | None]] = []
+    seen: set = set()
+    for root in sorted(tree.nodes):
+        if root in seen:
+            continue
+        seen.add(root)
+        queue: list[tuple[Any, Any | None]] = [(root, None)]
+        while queue:
+            node, parent = queue.pop(0)
+            order.append((node, parent))
+            for neighbour in sorted(tree.neighbors(node)):
+                if neighbour not in seen:
+                    seen.add(neighbour)
+                    queue.append((neighbour, node))
+    return order

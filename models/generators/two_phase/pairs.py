@@ -1,25 +1,30 @@
-"""DP-auto-GAN's phase 2 as the paper has it: a WGAN in the latent space whose critic is DP-SGD. Each real
-example of a Poisson batch is paired with one fake made from its own row position's latent, and the
-pair's gradient of D(fake) - D(real) is clipped as ONE vector (Algorithm 4, lines 8-11)."""
+"""The critic's private query in phase 2 of both two-phase generators: each real example of a Poisson
+batch is paired with one fake made from its own row position's latent, and the gradient of the pair's
+WGAN loss D(fake) - D(real) over the critic's weights is clipped as ONE vector (DP-auto-GAN's
+Algorithm 4, lines 8-11; RDP-CGAN's Algorithm 2, lines 4-14)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 from torch.func import functional_call
 
-from dpsynth.models.generators.dpautogan.networks import Critic
 from dpsynth.models.generators.dpsgd import per_example_gradients
 from dpsynth.models.privacy.counter_random import normals, stream_base
 
 
-def critic_per_pair(critic: Critic, real: torch.Tensor, fake: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Each (real row j, fake row j) pair's gradient of D(fake_j) - D(real_j): the paper's microbatch of
-    one real example with its own fake, clipped as ONE vector (Algorithm 4, lines 8-11)."""
+def check_pairs(real: torch.Tensor, fake: torch.Tensor) -> None:
     if real.shape[0] != fake.shape[0]:
         raise ValueError(f"one fake per real example: got {real.shape[0]} real and {fake.shape[0]} fake rows")
 
-    def loss_one(p, r, f):
+
+def critic_per_pair(critic: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each (real row j, fake row j) pair's gradient of D(fake_j) - D(real_j): a microbatch of one real
+    example with its own fake, clipped as ONE vector."""
+    check_pairs(real, fake)
+
+    def loss_one(p: dict[str, torch.Tensor], r: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
         scores = functional_call(critic, p, (torch.stack([r, f]),))
         return scores[1] - scores[0]
 

@@ -1,10 +1,10 @@
 """What MST and AIM share behind the generator interface: a zCDP budget rho and one released graphical
-model (models/generators/mst/model.py, sampled by MST's sampler).
+model (models/generators/graphical/model.py, sampled by graphical/sampler.py).
 
 Checkpoint 0 is a model that read no row (each column uniform over its writable cells), checkpoint 1 the
 fitted one. The cost is rho (`<section>.rho`, or the largest that fits the setting's budget) under
 replace-one adjacency, whose RDP at order a is a x rho; the measured marginals' rho is added to it before
-the one conversion (models/generators/mst/privacy.py `epsilon_of`, classic), so every epsilon such a
+the one conversion (models/generators/graphical/mechanisms.py `epsilon_of`, classic), so every epsilon such a
 generator plans, records or publishes is the replace-one epsilon of rho + the marginals' rho (of the
 marginals' alone at checkpoint 0). A subclass says how it fits (`fit_model`) and what it publishes.
 
@@ -25,8 +25,8 @@ from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.base import FitResult, GeneratorType, Progress, Schedule, TrainingJob, TrainingPlan
-from dpsynth.models.generators.mst.model import FORMAT, MSTModel
-from dpsynth.models.generators.mst.privacy import epsilon_of, rho_for_epsilon
+from dpsynth.models.generators.graphical.mechanisms import epsilon_of, rho_for_epsilon
+from dpsynth.models.generators.graphical.model import FORMAT, MSTModel
 from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
 from dpsynth.models.marginals.shapes import PURPOSE as SHAPES_PURPOSE
 from dpsynth.models.marginals.shapes import ColumnShapes, measure_shapes, shape_noise_multiplier, shaped_columns
