@@ -136,7 +136,7 @@ SLOW_TESTS = (
     "tests/models/test_mechanism.py::test_sanitised_rows_are_the_gaussian_mechanism_claimed",
     "tests/models/test_release_marginals.py::test_zero_noise_is_refused_and_negligible_noise_costs_next_to_nothing",
     "tests/tasks/test_registry.py::test_registered_model_loads_in_a_fresh_process_without_dpsynth",
-    # Each 2 s or more on 2 cores (20 s or more beside four other sessions' work, where they were measured).
+    # 20 s or more each where they were measured, on the 2 cores beside four other sessions' work (load 15-30).
     "tests/models/test_aim.py",  # jax compiles and fits of the other generators
     "tests/models/test_mst.py",
     "tests/models/test_marginal_shapes.py::test_a_heaped_value_survives_msts_sampling",
@@ -151,11 +151,22 @@ SLOW_TESTS = (
     "tests/models/test_native_kernels.py::test_the_library_is_built_once_per_cache",
     "tests/models/test_native_kernels.py::test_an_unusable_cache_folder_builds_in_a_private_temporary_one",
     "tests/models/test_demo.py::test_heaped_shape_heaps_one_narrow_column_rounds_ages_and_gives_the_weight_a_tail_rising_with_age",
+    "tests/tasks/test_registry.py::test_models_package_imports_mlflow_only_in_pyfunc",  # fresh processes
+    "tests/models/test_release_marginals.py::test_calibrated_sampling_imports_no_accountant",
+    "tests/tasks/test_ledger.py::test_two_releases_entering_at_once_are_both_counted",
+    "tests/tasks/test_table_properties.py::test_a_table_is_refused_with_a_readable_error_or_preprocessed_into_the_unit_range",
+    "tests/tasks/test_bundle_files.py::test_the_summary_is_drawn_from_the_synthetic_rows_it_is_given_only",
+    "tests/tasks/test_bundle.py::test_rewriting_replaces_the_bundle_and_refuses_other_rows",
+    "tests/tasks/test_registry.py::test_over_budget_release_is_refused_and_champion_stays",
+    "tests/tasks/test_report.py::test_the_untrained_checkpoint_is_labelled_wherever_it_shows",
+    "tests/tasks/test_report.py::test_no_warning_without_a_vanished_level",
+    "tests/test_api.py::test_pyfunc_seed_is_optional_and_a_given_seed_keeps_its_rows",
 )
 CONFORMANCE = "tests/models/test_generator_conformance.py"
-# Fixtures shared by the tests that use them, made once per session: under xdist (addopts' `-n 2`) those tests run
-# on one worker (`xdist_group`), as do the tests sharing a module-scoped fixture, one group per parameter.
-SHARED_SESSION_FIXTURES = ("smoke_trial",)
+# Under xdist (addopts' `-n 2`) the fast tier's flows and every test of the session's smoke trial run on one worker
+# (`xdist_group`), so the fast tier starts one Prefect server (tests/flows/conftest.py) and one trial; the tests
+# sharing a module-scoped fixture run on one worker too, one group per parameter.
+FAST_FLOWS_GROUP = "fast-flows"
 
 
 def _in_tier(path: str, name: str, listed: tuple[str, ...]) -> bool:
@@ -177,9 +188,8 @@ def _is_slow(item, path: str) -> bool:
 def _xdist_group(item, path: str) -> str | None:
     """The worker group of a test that shares an expensive fixture, so that one worker makes it once."""
     definitions = item._fixtureinfo.name2fixturedefs
-    shared = [name for name in SHARED_SESSION_FIXTURES if name in definitions]
-    if shared:
-        return "+".join(shared)
+    if "smoke_trial" in definitions or (path.startswith("tests/flows/") and _in_tier(path, item.name, FAST_FLOWS)):
+        return FAST_FLOWS_GROUP
     scoped = sorted(name for name, defs in definitions.items() if defs[-1].scope in ("module", "class"))
     if not scoped:
         return None
