@@ -163,10 +163,6 @@ SLOW_TESTS = (
     "tests/test_api.py::test_pyfunc_seed_is_optional_and_a_given_seed_keeps_its_rows",
 )
 CONFORMANCE = "tests/models/test_generator_conformance.py"
-# Under xdist (addopts' `-n 2`) the fast tier's flows and every test of the session's smoke trial run on one worker
-# (`xdist_group`), so the fast tier starts one Prefect server (tests/flows/conftest.py) and one trial; the tests
-# sharing a module-scoped fixture run on one worker too, one group per parameter.
-FAST_FLOWS_GROUP = "fast-flows"
 
 
 def _in_tier(path: str, name: str, listed: tuple[str, ...]) -> bool:
@@ -185,26 +181,9 @@ def _is_slow(item, path: str) -> bool:
     return False
 
 
-def _xdist_group(item, path: str) -> str | None:
-    """The worker group of a test that shares an expensive fixture, so that one worker makes it once."""
-    definitions = item._fixtureinfo.name2fixturedefs
-    if "smoke_trial" in definitions or (path.startswith("tests/flows/") and _in_tier(path, item.name, FAST_FLOWS)):
-        return FAST_FLOWS_GROUP
-    scoped = sorted(name for name, defs in definitions.items() if defs[-1].scope in ("module", "class"))
-    if not scoped:
-        return None
-    params = getattr(item, "callspec", None)
-    by = [f"{name}={params.params[name]}" for name in scoped if params is not None and name in params.params]
-    return f"{path}/{','.join(by)}" if by else path
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
         if path.startswith("tests/flows/"):
             item.add_marker(pytest.mark.flow)
         item.add_marker(pytest.mark.slow if _is_slow(item, path) else pytest.mark.fast)
-        group = _xdist_group(item, path)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
