@@ -11,6 +11,11 @@ import yaml
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers on two cores (addopts' -n 2): torch, OpenMP and BLAS on one thread each, set before any of
+    # them loads (and inherited by the processes a test starts), so the workers do not fight over the cores.
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_threads, "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDIO_SCHEMA = ROOT / "configs" / "cardio.yaml"
@@ -106,9 +111,22 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-# Markers (README, "quick checks": `python -m pytest -m "not slow and not flow"`): every test under tests/flows/
-# runs a Prefect flow end to end (`flow`); `slow` marks the few other tests that take seconds each on 2 cores
-# (reduced privacy audits, subprocess loads). The full suite, CI's, runs them all.
+# The tiers (README, "Run the tests"). `python -m pytest` runs everything, CI's suite. `-m fast`, the tier for
+# development (at most 3 minutes on 2 cores), still runs every stage once: one smoke trial, shared by the tests that
+# read its run folder (`smoke_trial`, tests/flows/conftest.py), and the generator checks of the default generator
+# and of the toy generator (tests/flows/test_toy_generator.py). Everything else is `slow`: the flows (every test
+# under tests/flows/ is also `flow`) but those named in FAST_FLOWS, the other generators' checks, and the tests in
+# SLOW_TESTS, which take seconds each on 2 cores (reduced privacy audits, trainings, subprocess loads).
+FAST_FLOWS = (
+    "tests/flows/test_bad_config_catalogue.py",  # refusals before any flow runs
+    "tests/flows/test_cli.py",
+    "tests/flows/test_console.py",
+    "tests/flows/test_experiment_runner.py",
+    "tests/flows/test_trial_release.py::test_the_sessions_smoke_trial_ran_every_stage_and_published_nothing",
+    "tests/flows/test_toy_generator.py::test_the_toy_is_registered_by_its_entry_point_only",
+    "tests/flows/test_toy_generator.py::test_without_its_distribution_the_toy_is_gone",
+    "tests/flows/test_toy_generator.py::test_the_toy_passes_the_generator_conformance_checks",
+)
 SLOW_TESTS = (
     "tests/models/test_audit.py::test_reduced_step_audit_refutes_the_old_accounting_and_not_the_current_one",
     "tests/models/test_audit.py::test_reduced_calibration_audit_has_power_and_refutes_half_the_noise",
@@ -118,7 +136,49 @@ SLOW_TESTS = (
     "tests/models/test_mechanism.py::test_sanitised_rows_are_the_gaussian_mechanism_claimed",
     "tests/models/test_release_marginals.py::test_zero_noise_is_refused_and_negligible_noise_costs_next_to_nothing",
     "tests/tasks/test_registry.py::test_registered_model_loads_in_a_fresh_process_without_dpsynth",
+    # 20 s or more each where they were measured, on the 2 cores beside four other sessions' work (load 15-30).
+    "tests/models/test_aim.py",  # jax compiles and fits of the other generators
+    "tests/models/test_mst.py",
+    "tests/models/test_marginal_shapes.py::test_a_heaped_value_survives_msts_sampling",
+    "tests/models/test_mechanism.py::test_accountant_bounds_the_exact_per_row_loss_over_several_steps",
+    "tests/models/test_audit.py::test_the_draw_tests_reject_repeated_rows_a_restarted_stream_and_a_restart_on_resume",
+    "tests/models/test_audit.py::test_calibration_audit_catches_clipping_each_parameter_on_its_own",
+    "tests/models/test_dpcgan.py::test_training_learns_the_planted_label_dependency",
+    "tests/models/test_config_validation.py::test_any_value_at_any_profile_key_is_a_profile_or_a_config_error",
+    "tests/models/test_fidelity.py::test_sdmetrics_quality_reads_a_deterministic_subsample_beyond_its_cap",
+    "tests/models/test_gswgan.py::test_tiny_multi_critic_run_produces_both_target_classes_and_learns_the_label",
+    "tests/models/test_gswgan.py::test_resume_after_interruption_equals_uninterrupted_run",
+    "tests/models/test_native_kernels.py::test_the_library_is_built_once_per_cache",
+    "tests/models/test_native_kernels.py::test_an_unusable_cache_folder_builds_in_a_private_temporary_one",
+    "tests/models/test_demo.py::test_heaped_shape_heaps_one_narrow_column_rounds_ages_and_gives_the_weight_a_tail_rising_with_age",
+    "tests/tasks/test_registry.py::test_models_package_imports_mlflow_only_in_pyfunc",  # fresh processes
+    "tests/models/test_release_marginals.py::test_calibrated_sampling_imports_no_accountant",
+    "tests/tasks/test_ledger.py::test_two_releases_entering_at_once_are_both_counted",
+    "tests/tasks/test_table_properties.py::test_a_table_is_refused_with_a_readable_error_or_preprocessed_into_the_unit_range",
+    "tests/tasks/test_bundle_files.py::test_the_summary_is_drawn_from_the_synthetic_rows_it_is_given_only",
+    "tests/tasks/test_bundle.py::test_rewriting_replaces_the_bundle_and_refuses_other_rows",
+    "tests/tasks/test_registry.py::test_over_budget_release_is_refused_and_champion_stays",
+    "tests/tasks/test_report.py::test_the_untrained_checkpoint_is_labelled_wherever_it_shows",
+    "tests/tasks/test_report.py::test_no_warning_without_a_vanished_level",
+    "tests/test_api.py::test_pyfunc_seed_is_optional_and_a_given_seed_keeps_its_rows",
 )
+CONFORMANCE = "tests/models/test_generator_conformance.py"
+
+
+def _in_tier(path: str, name: str, listed: tuple[str, ...]) -> bool:
+    return path in listed or f"{path}::{name.split('[')[0]}" in listed
+
+
+def _is_slow(item, path: str) -> bool:
+    if item.get_closest_marker("slow") is not None or _in_tier(path, item.name, SLOW_TESTS):
+        return True
+    if item.get_closest_marker("flow") is not None:  # a release outside tests/flows/ (test_api.py) too
+        return not _in_tier(path, item.name, FAST_FLOWS)
+    if path == CONFORMANCE:
+        from dpsynth.models.generator_registry import DEFAULT_GENERATOR
+
+        return item.callspec.params["trained"] != DEFAULT_GENERATOR
+    return False
 
 
 def pytest_collection_modifyitems(config, items):
@@ -126,5 +186,4 @@ def pytest_collection_modifyitems(config, items):
         path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
         if path.startswith("tests/flows/"):
             item.add_marker(pytest.mark.flow)
-        if f"{path}::{item.name.split('[')[0]}" in SLOW_TESTS:
-            item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.slow if _is_slow(item, path) else pytest.mark.fast)

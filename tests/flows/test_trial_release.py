@@ -56,6 +56,15 @@ def _published_nothing(workdir: Path, summary: dict) -> None:
     assert ledger_entries("cardio") == []
 
 
+def test_the_sessions_smoke_trial_ran_every_stage_and_published_nothing(smoke_trial, in_smoke_trial):
+    # The command as a user runs it, in its own process (tests/flows/conftest.py): the fast tier's one release.
+    assert smoke_trial.stderr == ""  # a demo table: no word about a real one; nothing published: no warning
+    assert smoke_trial.stdout[-2] == _trial_line(smoke_trial.summary)
+    _published_nothing(in_smoke_trial, smoke_trial.summary)
+    assert smoke_trial.summary["epsilon"] > 10  # what smoke would have cost: why it is a trial
+    assert not (in_smoke_trial / "privacy-ledger.sqlite").exists()
+
+
 def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_too(isolated_workdir, capfd):
     table = isolated_workdir / "demo.csv"
     assert (
