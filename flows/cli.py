@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
                 "report) and publish nothing: no registration, bundle, alias or ledger entry",
             )
             p.add_argument(
+                "--cluster",
+                default=None,
+                metavar="ADDRESS",
+                help="count a marginal generator's (MST, AIM) training rows on this Dask scheduler's workers "
+                "(e.g. tcp://10.0.0.5:8786; they must read the run folder's Parquet from shared storage); the "
+                "secret, the noise and the ledger stay on this machine",
+            )
+            p.add_argument(
                 "--allow-same-input",
                 action="store_true",
                 help="release even if the input file is byte for byte the one the table's last "
@@ -386,6 +394,7 @@ def cmd_release(args) -> None:
             generator=args.generator,
             publish=not args.no_publish,
             allow_same_input=args.allow_same_input,
+            cluster=args.cluster,
         )
     close_display()  # the result goes to standard output, after the display
     if summary.get("reused"):

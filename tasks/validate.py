@@ -441,6 +441,7 @@ def validate_stage(
 ) -> StageResult:
     """Stage 1: validate the input table (and refuse it above `max_repaired_share`, `check_repairs`); keep
     the conformed table and GX's full result internally."""
+    from dpsynth.tasks.cell_counting import ROW_GROUP_ROWS
     from dpsynth.tasks.stage import run_stage, write_json
     from dpsynth.tasks.table_io import read_table
 
@@ -451,7 +452,8 @@ def validate_stage(
         report = check_table(schema, df, min_rows=min_rows)
         check_repairs(report, max_repaired_share)
         table, _, _ = conform_table(schema, df)
-        table.to_parquet(directory / "table.parquet", index=False)
+        # In row groups: the later stages' one-pass counting reads one at a time (tasks/cell_counting.py).
+        table.to_parquet(directory / "table.parquet", index=False, row_group_size=ROW_GROUP_ROWS)
         write_json(report.to_public_dict(), directory / "summary.json")
         # GX's result lists unexpected values: it stays in the internal run folder only.
         write_json(report.internal_result, directory / "internal_result.json")
