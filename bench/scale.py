@@ -11,7 +11,7 @@ after the last stage's end (the DP decision, the report, the bundle and the regi
 The counting pass (what the marginal generators read of the rows) is also measured both ways, each in a
 fresh child process: `naive` reads the whole validated table into memory and counts it (what the stages
 did before the row-group pass), `row groups` counts the same Parquet file one row group at a time
-(dpsynth.models.data.cell_counts). Their ratio is printed, with a check that the counts are equal.
+(tasks/cell_counting.py). Their ratio is printed, with a check that the counts are equal.
 
 A machine busy with other work gives longer times than an idle one: the load average is printed with
 the table, say which it was.
@@ -124,7 +124,9 @@ def run_release(data: Path, profile: str, interval: float, extra: list[str]) -> 
     first = stages[0][1] if stages else ended
     rows.append({"stage": "preflight", "seconds": first - started, "peak": sampler.peak(started, first)})
     for name, start, seconds in stages:
-        rows.append({"stage": name, "seconds": seconds, "peak": sampler.peak(start, start + seconds)})
+        # One sampling interval either side: a stage shorter than the interval still gets its samples.
+        window = (start - interval, start + seconds + interval)
+        rows.append({"stage": name, "seconds": seconds, "peak": sampler.peak(*window)})
     last = max((start + seconds for _, start, seconds in stages), default=ended)
     rows.append({"stage": "decision, report, bundle", "seconds": ended - last, "peak": sampler.peak(last, ended)})
     return {
@@ -141,24 +143,33 @@ def run_release(data: Path, profile: str, interval: float, extra: list[str]) -> 
 COUNTING_CHILD = """
 import json, resource, sys, time
 import numpy as np
+import pandas as pd
+from dpsynth.models.data.cell_counts import count_frame, one_and_two_way
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.data import cell_counts
+from dpsynth.tasks.cell_counting import count_training_cells, publicly_filled_rows
 schema = DatasetSchema.from_yaml(sys.argv[1])
+path, bins, way = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+cliques = one_and_two_way(len(schema.columns))
 started = time.perf_counter()
-counts = cell_counts.{function}(sys.argv[2], schema, int(sys.argv[3]))
+if way == "naive":
+    table = pd.read_parquet(path)
+    counts = count_frame(publicly_filled_rows(schema, table, 5), tuple(schema.columns), bins, cliques)
+else:
+    import pyarrow.parquet as pq
+    rows = np.arange(pq.ParquetFile(path).metadata.num_rows)
+    counts = count_training_cells(schema, path, rows, 5, bins, cliques)
 seconds = time.perf_counter() - started
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({{"seconds": seconds, "peak": peak, "digest": counts.digest()}}))
+print(json.dumps({"seconds": seconds, "peak": peak, "digest": counts.digest()}))
 """
 
 
 def counting_pass(parquet: Path, bins: int) -> dict[str, dict]:
     """The counting pass both ways, each in a fresh process (its own peak memory)."""
     out = {}
-    for label, function in (("naive", "count_in_memory"), ("row groups", "count_row_groups")):
-        code = COUNTING_CHILD.format(function=function)
+    for label, way in (("naive", "naive"), ("row groups", "row-groups")):
         done = subprocess.run(
-            [sys.executable, "-c", code, str(CONFIG), str(parquet), str(bins)],
+            [sys.executable, "-c", COUNTING_CHILD, str(CONFIG), str(parquet), str(bins), way],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
         out[label] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -171,7 +182,9 @@ def write_parquet(csv: Path) -> Path:
 
     path = csv.with_suffix(".parquet")
     if not path.exists():
-        pd.read_csv(csv).to_parquet(path, index=False, row_group_size=100_000)
+        from dpsynth.tasks.cell_counting import ROW_GROUP_ROWS
+
+        pd.read_csv(csv).to_parquet(path, index=False, row_group_size=ROW_GROUP_ROWS)
     return path
 
 

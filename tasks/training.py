@@ -131,7 +131,8 @@ def prepare_stage(
             files, info = generator.prepare(job)
             return {"cell_counts": directory / COUNTS_FILE, **files}, {"generator": generator.name, **info}
         groups = generator.donor_groups(len(rows), profile, setting, secret)
-        matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, np.load(encoded_path))
+        encoded = np.load(encoded_path, mmap_mode="r")  # read by the thesis protocol only
+        matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, encoded)
         np.save(directory / "train_rows.npy", matrix)
         job = TrainingJob(profile, setting, schema, matrix, secret, directory)
         units = generator.prepare_units(profile)
