@@ -55,6 +55,24 @@ def row_group_layout(table_path: Path) -> list[tuple[int, int]]:
     return layout
 
 
+def read_rows(table_path: Path, rows: np.ndarray) -> pd.DataFrame:
+    """The table's rows `rows` (sorted global indices), read one row group at a time: memory for those
+    rows only, never the whole table; indexed by their global indices."""
+    import pyarrow.parquet as pq
+
+    rows = np.sort(np.asarray(rows, dtype=np.int64))
+    parquet = pq.ParquetFile(table_path)
+    pieces = []
+    for group, (first, n) in enumerate(row_group_layout(table_path)):
+        lo, hi = np.searchsorted(rows, [first, first + n])
+        if hi > lo:
+            piece = parquet.read_row_group(group).to_pandas().iloc[rows[lo:hi] - first]
+            pieces.append(piece.set_axis(rows[lo:hi]))
+    if not pieces:
+        return parquet.schema_arrow.empty_table().to_pandas()
+    return pd.concat(pieces)
+
+
 def count_row_group(
     table_path: str,
     group: int,

@@ -25,6 +25,7 @@ from dpsynth.models.config import Profile
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.tasks.cell_counting import read_rows, row_group_layout
 from dpsynth.tasks.split import evaluation_train
 from dpsynth.tasks.stage import StageResult, run_stage, write_json
 
@@ -48,21 +49,20 @@ def preprocess_stage(
     run_dir: Path, schema: DatasetSchema, table_path: Path, split_path: Path, profile: Profile
 ) -> StageResult:
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
-        table = pd.read_parquet(table_path)
         split = dict(np.load(split_path))
-        # The rows evaluation reads: every row of the run, or its bounded parts on a large table.
+        # The rows evaluation reads: every row of the run, or its bounded parts on a large table, read
+        # row group by row group (never the whole table).
         rows = np.sort(np.concatenate(imputation_scopes(split, profile.protocol)))
-        numeric, invalid_counts = invalid_to_missing(schema, table.iloc[rows])
+        n_rows = sum(n for _, n in row_group_layout(table_path))
+        numeric, invalid_counts = invalid_to_missing(schema, read_rows(table_path, rows))
         numeric.index = rows
-        complete = np.zeros(len(table), dtype=bool)
+        complete = np.zeros(n_rows, dtype=bool)
         complete[rows] = ~numeric.isna().any(axis=1).to_numpy()
         imputer = UnitScaledImputer(schema, profile.knn_neighbors)
         position = pd.Series(np.arange(len(numeric)), index=numeric.index)
         scopes = [position[part].to_numpy() for part in imputation_scopes(split, profile.protocol)]
         filled = typed_frame(schema, imputer.impute_groups(numeric, scopes))
         encoder = TableEncoder(schema)
-        n_rows = len(table)
-        del table
         # Written through a memory map: the rows no evaluation reads stay zeros on disk, never in memory.
         encoded = np.lib.format.open_memmap(
             directory / "encoded.npy", mode="w+", dtype=np.float32, shape=(n_rows, encoder.width)

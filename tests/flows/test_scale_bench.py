@@ -21,5 +21,5 @@ def test_scale_bench_times_every_stage_and_compares_the_counting_pass(tmp_path, 
     assert stages[0] == "preflight" and stages[-1] == "decision, report, bundle"
     assert {"validate", "split", "preprocess", "prepare-mst-eps1", "train-mst-eps1"} <= set(stages)
     assert all(row["seconds"] >= 0 and row["peak"] > 0 for row in release["stages"])
-    assert release["peak"] == max(row["peak"] for row in release["stages"]) or release["peak"] > 0
+    assert release["peak"] >= max(row["peak"] for row in release["stages"])
     assert "| train-mst-eps1 |" in printed

@@ -24,7 +24,7 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.mst.fit import measure, measure_counts
 from dpsynth.models.privacy.secret import PrivacySecret, store
 from dpsynth.tasks import training
-from dpsynth.tasks.cell_counting import count_training_cells
+from dpsynth.tasks.cell_counting import count_training_cells, read_rows
 from tests.conftest import ROOT
 
 CENSUS = ROOT / "configs" / "census-demo.yaml"
@@ -142,7 +142,7 @@ MEMORY_CHILD = textwrap.dedent(
     import numpy as np
     from dpsynth.models.data.cell_counts import one_and_two_way
     from dpsynth.models.data.schema import DatasetSchema
-    from dpsynth.tasks.cell_counting import count_training_cells
+    from dpsynth.tasks.cell_counting import count_training_cells, read_rows
     schema = DatasetSchema.from_yaml(sys.argv[1])
     rows = np.arange(int(sys.argv[3]))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -172,3 +172,10 @@ def test_the_counting_pass_peak_memory_does_not_grow_with_the_rows(schema, tmp_p
         assert result["total"] == len(small) * copies
         peaks[copies] = result["peak"]
     assert peaks[4] - peaks[1] < MEMORY_BUFFER_KB, peaks
+
+
+def test_read_rows_reads_the_rows_of_the_whole_table_one_row_group_at_a_time(table, parquet):
+    rows = np.array([0, 1, 699, 700, 1403, 2999])  # across row groups, the last row too
+    whole = pd.read_parquet(parquet).iloc[rows]
+    pd.testing.assert_frame_equal(read_rows(parquet, rows), whole.set_axis(rows))
+    assert read_rows(parquet, np.zeros(0, dtype=np.int64)).columns.tolist() == whole.columns.tolist()
