@@ -120,8 +120,10 @@ def prepare_stage(
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         rows = np.load(gan_rows_path)
         secret = load_secret(run_dir)
-        if counted is not None:
-            # A generator that reads only cell counts: one pass over the table's row groups, no matrix.
+        groups = generator.donor_groups(len(rows), profile, setting, secret)
+        if counted is not None and groups is None:
+            # A generator that reads only cell counts of rows that impute nothing from each other: one
+            # pass over the table's row groups, no matrix (tasks/cell_counting.py).
             cliques, fine, bins = counted
             counts = count_training_cells(
                 schema, table_path, rows, profile.knn_neighbors, bins, cliques, fine, generator.label, cluster
@@ -130,7 +132,6 @@ def prepare_stage(
             job = TrainingJob(profile, setting, schema, _no_rows(schema), secret, directory, counts=counts)
             files, info = generator.prepare(job)
             return {"cell_counts": directory / COUNTS_FILE, **files}, {"generator": generator.name, **info}
-        groups = generator.donor_groups(len(rows), profile, setting, secret)
         encoded = np.load(encoded_path, mmap_mode="r")  # read by the thesis protocol only
         matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, encoded)
         np.save(directory / "train_rows.npy", matrix)
