@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -78,7 +79,8 @@ class CellCounts:
         return h.hexdigest()
 
     def save(self, path: Path) -> Path:
-        arrays = {f"clique_{'_'.join(map(str, c))}": v for c, v in self.cliques.items()}
+        # Any: numpy's stubs would read a name among the arrays as savez's own `allow_pickle` flag.
+        arrays: dict[str, Any] = {f"clique_{'_'.join(map(str, c))}": v for c, v in self.cliques.items()}
         arrays |= {f"fine_{j}": v for j, v in self.fine.items()}
         with open(path, "wb") as handle:
             np.savez(handle, total=np.int64(self.total), **arrays)
