@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -92,7 +93,8 @@ def split_stage(run_dir: Path, schema: DatasetSchema, table_path: Path, profile:
         drawn = secret_split(schema, target, profile, load_secret(run_dir))
         out = directory / "split.npz"
         parts = drawn.parts
-        bounded = {} if drawn.evaluation_train is None else {"eval_train": drawn.evaluation_train}
+        # Any: numpy's stubs would read an extra array as savez's own `allow_pickle` flag.
+        bounded: dict[str, Any] = {} if drawn.evaluation_train is None else {"eval_train": drawn.evaluation_train}
         np.savez(out, rows=drawn.rows, train=parts["train"], val=parts["val"], test=parts["test"], **bounded)
         # Split sizes depend on the secret only; the missing levels on the rows: both internal (the
         # stage's manifest in the run folder), and nothing downstream reads the missing levels.

@@ -88,7 +88,7 @@ def counts(codes: Sequence[np.ndarray], sizes: Sequence[int], clique: Clique) ->
 
 def scores(
     candidates: dict[Clique, float],
-    answers: dict[Clique, np.ndarray],
+    answers: Mapping[Clique, np.ndarray],
     model: TreeMarginals,
     std: float,
     groups: Mapping[Clique, tuple[np.ndarray, ...]] | None = None,
