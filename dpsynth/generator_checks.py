@@ -147,18 +147,20 @@ def train_for_checks(name: str, profile: Profile, setting: Setting, schema: Data
         folder / "run", schema, trained["checkpoints"], trained["ledger"], SAMPLED_ROWS, profile, setting
     )
     generator, plan = get(name), get(name).plan(profile, setting)
-    rows = np.load(prepared.directory / "train_rows.npy")
+    rows, counts = training.prepared_rows(prepared.directory, schema)
     middle = len(plan.iterations) // 2 + 1
     halfway = TrainingPlan(plan.iterations[:middle], plan.epsilons[:middle])
     resumed_dir, whole_dir = folder / "resumed", folder / "whole"
     for directory in (resumed_dir, whole_dir):
         directory.mkdir()
-    generator.fit(TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir), prepared.directory, halfway)
+    generator.fit(
+        TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir, counts=counts), prepared.directory, halfway
+    )
     resumed = generator.fit(
-        TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir), prepared.directory, plan
+        TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir, counts=counts), prepared.directory, plan
     ).ledger
     uninterrupted = generator.fit(
-        TrainingJob(profile, setting, schema, rows, SECRET, whole_dir), prepared.directory, plan
+        TrainingJob(profile, setting, schema, rows, SECRET, whole_dir, counts=counts), prepared.directory, plan
     ).ledger
     _, other = _train(folder / "other", schema, second, profile, setting)
     return Trained(

@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
                 "report) and publish nothing: no registration, bundle, alias or ledger entry",
             )
             p.add_argument(
+                "--cluster",
+                default=None,
+                metavar="ADDRESS",
+                help="count a marginal generator's (MST, AIM) training rows on this Dask scheduler's workers "
+                "(e.g. tcp://10.0.0.5:8786; they must read the run folder's Parquet from shared storage); the "
+                "secret, the noise and the ledger stay on this machine",
+            )
+            p.add_argument(
                 "--allow-same-input",
                 action="store_true",
                 help="release even if the input file is byte for byte the one the table's last "
@@ -315,7 +323,7 @@ def preflight_checks(args, kind: str):
     from dpsynth.tasks.context import finished_summary, load_context
     from dpsynth.tasks.decision import planned_cost
     from dpsynth.tasks.table_io import read_table
-    from dpsynth.tasks.validate import check_table
+    from dpsynth.tasks.validate import check_table_file
 
     ctx = load_context(
         args.config,
@@ -337,7 +345,7 @@ def preflight_checks(args, kind: str):
     for setting in settings:  # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     status("checking the table")
-    report = check_table(ctx.schema, read_table(ctx.data_path, ctx.schema))
+    report = check_table_file(ctx.schema, ctx.data_path, read_table(ctx.data_path, ctx.schema))
     from dpsynth.tasks.validate import check_repairs, repairs_text
 
     check_repairs(report, prof.input.max_repaired_share)
@@ -392,6 +400,7 @@ def cmd_release(args) -> None:
             generator=args.generator,
             publish=not args.no_publish,
             allow_same_input=args.allow_same_input,
+            cluster=args.cluster,
         )
     close_display()  # the result goes to standard output, after the display
     if summary.get("reused"):

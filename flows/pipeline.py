@@ -37,11 +37,13 @@ def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: 
     }
 
 
-def train_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
+def train_chain(
+    run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting, cluster: str | None = None
+) -> dict:
     """prepare (impute; GS-WGAN: pretrain) -> train (-> the checkpoints with the measured marginals) ->
     sample every checkpoint, for one setting. The chain's checkpoints are those a release publishes."""
     pre = stages.prepare_training(
-        run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile, setting
+        run_dir, schema, paths["table"], paths["encoded"], paths["gan_rows"], profile, setting, cluster=cluster
     )
     trained = stages.train_generator(run_dir, schema, pre.directory, profile, setting)
     released = trained
@@ -64,9 +66,12 @@ def train_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Prof
     }
 
 
-def setting_chain(run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting) -> dict:
-    """train_chain, then model selection at every checkpoint, one after another."""
-    chain = train_chain(run_dir, schema, paths, profile, setting)
+def setting_chain(
+    run_dir: Path, schema: DatasetSchema, paths: dict, profile: Profile, setting: Setting, cluster: str | None = None
+) -> dict:
+    """train_chain (its counting on the Dask cluster at `cluster`, if any), then model selection at every
+    checkpoint, one after another."""
+    chain = train_chain(run_dir, schema, paths, profile, setting, cluster)
     selected = stages.select_models(
         run_dir, schema, paths["encoded"], paths["split"], chain["ledger"], chain["samples"], profile, setting.name
     )

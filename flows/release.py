@@ -69,7 +69,10 @@ def release(
     generator: str | None = None,
     publish: bool = True,
     allow_same_input: bool = False,
+    cluster: str | None = None,
 ) -> dict:
+    """`cluster`: a Dask scheduler's address; a marginal generator's training rows are counted by its
+    workers (tasks/cell_counting.py), to the same counts; the secret and the noise stay here."""
     log = get_run_logger()
     ctx = load_context(config, data, profile, out, kind="release", generator=generator, publish=publish)
     done = finished_summary(ctx)
@@ -118,7 +121,7 @@ def release(
         tracking.log_artifact(run_id, paths["imputation"], "internal")
         log.info("validation: %s", paths["validation_info"])
 
-        chain = setting_chain(ctx.run_dir, ctx.schema, paths, prof, setting)
+        chain = setting_chain(ctx.run_dir, ctx.schema, paths, prof, setting, cluster=cluster)
         ledger = read_json(chain["ledger"])["checkpoints"]
         log_training(run_id, chain)
         log.info(

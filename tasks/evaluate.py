@@ -30,6 +30,7 @@ from dpsynth.models.evaluation.selection import Candidate, regularisation_grid, 
 from dpsynth.models.generators import get
 from dpsynth.models.privacy.release_choice import ValidationFacts
 from dpsynth.tasks.progress import Progress
+from dpsynth.tasks.split import evaluation_train
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
 RESULT_COLUMNS = [
@@ -65,7 +66,7 @@ def validation_facts(schema: DatasetSchema, encoded_path: Path, split_path: Path
     encoder = TableEncoder(schema)
     split = dict(np.load(split_path))
     rows = complete_validation_rows(split, np.load(complete_rows_path(encoded_path)))
-    _, y = features_target(encoder, np.load(encoded_path)[rows])
+    _, y = features_target(encoder, np.load(encoded_path, mmap_mode="r")[rows])
     positives = int(y.sum())
     return ValidationFacts(rows=len(split["val"]), positives=positives, negatives=len(y) - positives)
 
@@ -103,19 +104,24 @@ def real_splits(
     Honest: the test split is the fixed held-out one; the index only reshuffles train/validation
     (used by the real baseline). Thesis: a fresh 0.8/0.1/0.1 split of every row for each index.
     """
-    _, y = features_target(encoder, encoded)
+
+    def target_of(rows: np.ndarray) -> np.ndarray:
+        return features_target(encoder, encoded[rows])[1]
+
     if protocol == "thesis":
         rows = split["rows"]
         fractions = (len(split["train"]) / len(rows), len(split["val"]) / len(rows), len(split["test"]) / len(rows))
-        parts = stratified_split(y[rows], fractions, seed + 7919 * index)
+        parts = stratified_split(target_of(rows), fractions, seed + 7919 * index)
         return {k: rows[v] for k, v in parts.items()}
+    train = evaluation_train(split)
     if index == 0:
-        return {"train": split["train"], "val": split["val"], "test": split["test"]}
-    pool = np.concatenate([split["train"], split["val"]])
+        return {"train": train, "val": split["val"], "test": split["test"]}
+    pool = np.concatenate([train, split["val"]])
     # Stratified where it can be; otherwise not (a level with one row in the pool): a fact of the rows,
     # which changes only the internal baseline's and AUCs' rows, never the split sizes or the DP choice's
     # validation rows (the secret's `split["val"]`).
-    stratify = y[pool] if np.bincount(y[pool], minlength=2).min() >= 2 else None
+    y_pool = target_of(pool)
+    stratify = y_pool if np.bincount(y_pool, minlength=2).min() >= 2 else None
     train, val = train_test_split(
         pool, test_size=len(split["val"]), random_state=seed + 7919 * index, stratify=stratify
     )
@@ -224,8 +230,9 @@ def evaluate_real(schema: DatasetSchema, encoded: np.ndarray, split: dict, profi
 
 
 def synthetic_rows(profile: Profile, split: dict) -> int:
-    """Algorithm 3 samples 0.9 n synthetic rows: as many as the real training and validation sets."""
-    return len(split["train"]) + len(split["val"])
+    """Algorithm 3 samples 0.9 n synthetic rows: as many as the real training and validation sets (those
+    evaluation reads: bounded on a large table, tasks/split.py)."""
+    return len(evaluation_train(split)) + len(split["val"])
 
 
 def selection_run_stage(
@@ -244,7 +251,7 @@ def selection_run_stage(
     with no synthetic table, index `index` of the real-vs-real baseline."""
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
-        encoded = np.load(encoded_path)
+        encoded = np.load(encoded_path, mmap_mode="r")  # only the rows evaluation reads come into memory
         split = dict(np.load(split_path))
         if synthetic_path is None:
             record = evaluate_real(schema, encoded, split, profile, index)

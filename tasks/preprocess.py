@@ -25,6 +25,8 @@ from dpsynth.models.config import Profile
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.tasks.cell_counting import read_rows, row_group_layout
+from dpsynth.tasks.split import evaluation_train
 from dpsynth.tasks.stage import StageResult, run_stage, write_json
 
 
@@ -36,30 +38,38 @@ def gan_rows(split: dict, protocol: str) -> np.ndarray:
 
 
 def imputation_scopes(split: dict, protocol: str) -> list[np.ndarray]:
-    """Groups of rows imputed from each other for evaluation (see the module notes)."""
+    """Groups of rows imputed from each other for evaluation (see the module notes): on a large table,
+    the training rows evaluation reads (tasks/split.py `evaluation_train`)."""
     if protocol == "thesis":
         return [np.sort(split["rows"])]
-    return [np.sort(split[name]) for name in ("train", "val", "test")]
+    return [np.sort(evaluation_train(split)), np.sort(split["val"]), np.sort(split["test"])]
 
 
 def preprocess_stage(
     run_dir: Path, schema: DatasetSchema, table_path: Path, split_path: Path, profile: Profile
 ) -> StageResult:
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
-        table = pd.read_parquet(table_path)
         split = dict(np.load(split_path))
-        numeric, invalid_counts = invalid_to_missing(schema, table.iloc[split["rows"]])
-        numeric.index = split["rows"]
-        complete = np.zeros(len(table), dtype=bool)
-        complete[split["rows"]] = ~numeric.isna().any(axis=1).to_numpy()
+        # The rows evaluation reads: every row of the run, or its bounded parts on a large table, read
+        # row group by row group (never the whole table).
+        rows = np.sort(np.concatenate(imputation_scopes(split, profile.protocol)))
+        n_rows = sum(n for _, n in row_group_layout(table_path))
+        numeric, invalid_counts = invalid_to_missing(schema, read_rows(table_path, rows))
+        numeric.index = rows
+        complete = np.zeros(n_rows, dtype=bool)
+        complete[rows] = ~numeric.isna().any(axis=1).to_numpy()
         imputer = UnitScaledImputer(schema, profile.knn_neighbors)
         position = pd.Series(np.arange(len(numeric)), index=numeric.index)
-        scopes = [position[rows].to_numpy() for rows in imputation_scopes(split, profile.protocol)]
+        scopes = [position[part].to_numpy() for part in imputation_scopes(split, profile.protocol)]
         filled = typed_frame(schema, imputer.impute_groups(numeric, scopes))
         encoder = TableEncoder(schema)
-        encoded = np.zeros((len(table), encoder.width), dtype=np.float32)
-        encoded[split["rows"]] = encoder.encode(filled)
-        np.save(directory / "encoded.npy", encoded)
+        # Written through a memory map: the rows no evaluation reads stay zeros on disk, never in memory.
+        encoded = np.lib.format.open_memmap(
+            directory / "encoded.npy", mode="w+", dtype=np.float32, shape=(n_rows, encoder.width)
+        )
+        encoded[rows] = encoder.encode(filled)
+        encoded.flush()
+        del encoded
         np.save(directory / "complete.npy", complete)
         np.save(directory / "gan_rows.npy", gan_rows(split, profile.protocol))
         # Counts of imputed values are real-data statistics: internal report only.
@@ -68,7 +78,7 @@ def preprocess_stage(
             if profile.protocol == "thesis"
             else "training rows within their critic's subset; validation and test rows within their split"
         )
-        imputed = {"imputed_values": invalid_counts, "rows": len(split["rows"]), "donors": scope}
+        imputed = {"imputed_values": invalid_counts, "rows": len(rows), "donors": scope}
         write_json(imputed, directory / "imputation.json")
         return (
             {

@@ -17,6 +17,7 @@ from dpsynth.tasks.decision import statement_for
 from dpsynth.tasks.privacy_summary import privacy_summary
 from dpsynth.tasks.report import build_internal_report, build_release_notes, write_public_release_notes
 from dpsynth.tasks.report.internal import fidelity_figures
+from dpsynth.tasks.split import evaluation_train
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 from dpsynth.tasks.training import sample_generator_file
 from dpsynth.tasks.validate import repairs_of
@@ -96,8 +97,11 @@ def report_stage(
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         results = pd.read_parquet(results_path)
-        encoded = np.load(paths["encoded"])
-        real_frame = encoder.decode(encoded[np.load(paths["gan_rows"])])
+        encoded = np.load(paths["encoded"], mmap_mode="r")  # only the rows evaluation reads come into memory
+        split = dict(np.load(paths["split"]))
+        # The generator's training rows as evaluation reads them (all, or their bounded subsample).
+        train_rows = np.load(paths["gan_rows"]) if profile.protocol == "thesis" else evaluation_train(split)
+        real_frame = encoder.decode(encoded[train_rows])
         ledgers = {c["setting"]: read_json(c["ledger"])["checkpoints"] for c in chains}
         synthetic = {}
         for chain in chains:
@@ -108,9 +112,7 @@ def report_stage(
                 )
         privacy = privacy_summary(profile, schema=schema)
         imputation = read_json(paths["imputation"])["imputed_values"]
-        membership = membership_of(
-            encoder, encoded, np.load(paths["gan_rows"]), dict(np.load(paths["split"])), synthetic, profile.seed
-        )
+        membership = membership_of(encoder, encoded, train_rows, split, synthetic, profile.seed)
         write_json(membership, directory / "membership.json")
         comparison = compare_generators(schema, profile, chosen, real_frame, synthetic)
         if comparison:

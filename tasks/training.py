@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.cell_counts import CellCounts
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from dpsynth.models.data.schema import DatasetSchema
@@ -23,10 +24,13 @@ from dpsynth.models.generators import generator_for, registration
 from dpsynth.models.generators.base import GeneratorType, TrainingJob
 from dpsynth.models.generators.samplers import sample_rows
 from dpsynth.models.privacy.secret import load as load_secret
+from dpsynth.tasks.cell_counting import count_training_cells
 from dpsynth.tasks.progress import Progress, note
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
 LEDGER_FILE = "ledger.json"
+# The prepare stage's exact cell counts of the training rows, for a generator that reads nothing else.
+COUNTS_FILE = "cell_counts.npz"
 # Level shares of each checkpoint's output, on this many rows sampled at seed = its iteration.
 LEVEL_SHARE_ROWS = 2000
 
@@ -52,6 +56,26 @@ def training_matrix(
     imputer = UnitScaledImputer(schema, profile.knn_neighbors)
     imputed = imputer.impute_groups(numeric, groups) if groups is not None else imputer.fill_public(numeric)
     return TableEncoder(schema).encode(typed_frame(schema, imputed)).astype(np.float32)
+
+
+def prepared_rows_path(prepare_dir: Path) -> Path:
+    """The prepare stage's training rows: their cell counts (a generator that reads nothing else), or the
+    encoded matrix."""
+    counts_path = Path(prepare_dir) / COUNTS_FILE
+    return counts_path if counts_path.exists() else Path(prepare_dir) / "train_rows.npy"
+
+
+def prepared_rows(prepare_dir: Path, schema: DatasetSchema) -> tuple[np.ndarray, CellCounts | None]:
+    """A `TrainingJob`'s `data` and `counts` from the prepare stage's folder."""
+    path = prepared_rows_path(prepare_dir)
+    if path.name == COUNTS_FILE:
+        return _no_rows(schema), CellCounts.load(path)
+    return np.load(path), None
+
+
+def _no_rows(schema: DatasetSchema) -> np.ndarray:
+    """The job's encoded rows when its cell counts stand for them: none."""
+    return np.zeros((0, TableEncoder(schema).width), dtype=np.float32)
 
 
 def _config(profile: Profile, setting: Setting) -> dict:
@@ -84,15 +108,32 @@ def prepare_stage(
     gan_rows_path: Path,
     profile: Profile,
     setting: Setting,
+    cluster: str | None = None,
 ) -> StageResult:
-    """Impute the training rows within the groups the generator allows, then its own preparation."""
+    """Impute the training rows within the groups the generator allows, then its own preparation; for a
+    generator that reads only cell counts, count them instead (on the Dask cluster at `cluster`, if any:
+    the same counts, so not part of the stage's configuration)."""
     generator = generator_for(profile, setting)
+
+    counted = generator.counted_cells(profile, setting, schema) if profile.protocol != "thesis" else None
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         rows = np.load(gan_rows_path)
         secret = load_secret(run_dir)
         groups = generator.donor_groups(len(rows), profile, setting, secret)
-        matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, np.load(encoded_path))
+        if counted is not None and groups is None:
+            # A generator that reads only cell counts of rows that impute nothing from each other: one
+            # pass over the table's row groups, no matrix (tasks/cell_counting.py).
+            cliques, fine, bins = counted
+            counts = count_training_cells(
+                schema, table_path, rows, profile.knn_neighbors, bins, cliques, fine, generator.label, cluster
+            )
+            counts.save(directory / COUNTS_FILE)
+            job = TrainingJob(profile, setting, schema, _no_rows(schema), secret, directory, counts=counts)
+            files, info = generator.prepare(job)
+            return {"cell_counts": directory / COUNTS_FILE, **files}, {"generator": generator.name, **info}
+        encoded = np.load(encoded_path, mmap_mode="r")  # read by the thesis protocol only
+        matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, encoded)
         np.save(directory / "train_rows.npy", matrix)
         job = TrainingJob(profile, setting, schema, matrix, secret, directory)
         units = generator.prepare_units(profile)
@@ -141,11 +182,12 @@ def train_stage(
     """Train to the last checkpoint the plan allows (within the budget); resumes from its own last one."""
     generator = generator_for(profile, setting)
 
+    rows_path = prepared_rows_path(prepare_dir)
+
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         plan = generator.plan(profile, setting)
-        job = TrainingJob(
-            profile, setting, schema, np.load(prepare_dir / "train_rows.npy"), load_secret(run_dir), directory
-        )
+        data, counts = prepared_rows(prepare_dir, schema)
+        job = TrainingJob(profile, setting, schema, data, load_secret(run_dir), directory, counts=counts)
         with Progress(f"training {setting.name}", plan.last) as shown:
             result = generator.fit(job, Path(prepare_dir), plan, progress=shown.update)
         for line in result.resume_notes:
@@ -181,7 +223,7 @@ def train_stage(
     return run_stage(
         run_dir,
         stage_name(profile, setting, "train"),
-        {"train_rows": prepare_dir / "train_rows.npy"},
+        {"train_rows": rows_path},
         _config(profile, setting),
         work,
     )

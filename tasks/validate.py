@@ -356,6 +356,28 @@ def check_table(
     return report
 
 
+# The passing validations of this process, by the table file's hash, the schema's and the row floor: the
+# command line's preflight validates the table before the run folder exists, and the validate stage
+# would otherwise run the same suite on the same bytes again (minutes on a census-size table).
+_PASSED: dict[tuple[str, str, int], ValidationReport] = {}
+
+
+def check_table_file(
+    schema: DatasetSchema, data_path: str | Path, df: pd.DataFrame, *, min_rows: int = 2
+) -> ValidationReport:
+    """`check_table` of `df`, read from `data_path`; a table file this process has already seen pass
+    (the same bytes, schema and row floor) is not validated again: the same report."""
+    from dpsynth.tasks.stage import sha256_file
+
+    if not schema.source_hash:  # a schema built in code: nothing identifies it
+        return check_table(schema, df, min_rows=min_rows)
+    key = (sha256_file(Path(data_path)), schema.source_hash, min_rows)
+    if key not in _PASSED:
+        _PASSED.clear()  # one table at a time: a report holds the suite's full result
+        _PASSED[key] = check_table(schema, df, min_rows=min_rows)
+    return _PASSED[key]
+
+
 def check_repairs(report: ValidationReport, max_repaired_share: float | None) -> None:
     """Raise `InvalidTableError` when some column has more than `max_repaired_share` of its values imputed
     (missing, or outside the public bounds): the profile's `input.max_repaired_share`, None: no limit. A
@@ -441,6 +463,7 @@ def validate_stage(
 ) -> StageResult:
     """Stage 1: validate the input table (and refuse it above `max_repaired_share`, `check_repairs`); keep
     the conformed table and GX's full result internally."""
+    from dpsynth.tasks.cell_counting import ROW_GROUP_ROWS
     from dpsynth.tasks.stage import run_stage, write_json
     from dpsynth.tasks.table_io import read_table
 
@@ -448,10 +471,11 @@ def validate_stage(
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         df = read_table(data_path, schema)
-        report = check_table(schema, df, min_rows=min_rows)
+        report = check_table_file(schema, data_path, df, min_rows=min_rows)
         check_repairs(report, max_repaired_share)
         table, _, _ = conform_table(schema, df)
-        table.to_parquet(directory / "table.parquet", index=False)
+        # In row groups: the later stages' one-pass counting reads one at a time (tasks/cell_counting.py).
+        table.to_parquet(directory / "table.parquet", index=False, row_group_size=ROW_GROUP_ROWS)
         write_json(report.to_public_dict(), directory / "summary.json")
         # GX's result lists unexpected values: it stays in the internal run folder only.
         write_json(report.internal_result, directory / "internal_result.json")

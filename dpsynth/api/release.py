@@ -125,6 +125,7 @@ def release(
     generator: str | None = None,
     out: str | Path | None = None,
     allow_same_input: bool = False,
+    cluster: str | None = None,
     secret: PrivacySecret | None = None,
     progress: bool = True,
     verbose: bool = False,
@@ -137,7 +138,8 @@ def release(
     and refuses before any work a budget the generator cannot keep. `home`: the installation's home
     (ledger, stores, run folders) for this process and the ones it starts (default $DPSYNTH_HOME, else
     ~/.dpsynth). `publish=False`: a trial. `out`: the run folder (default `<home>/runs/release/<run id>`;
-    an interrupted run of the same inputs resumes).
+    an interrupted run of the same inputs resumes). `cluster`: a Dask scheduler's address, as
+    `dpsynth release --cluster` (the marginal generators' counting on its workers, to the same counts).
     `secret`: a fixed privacy secret, for tests of trials only (a publishing release always draws its
     own: ConfigError otherwise). `progress`: the progress display on standard error; `verbose`: the
     libraries' logs too."""
@@ -164,6 +166,7 @@ def release(
             generator=generator,
             no_publish=not publish,
             allow_same_input=allow_same_input,
+            cluster=cluster,
         )
         from dpsynth.flows import prefect_server
         from dpsynth.flows.cli import preflight
@@ -186,6 +189,7 @@ def release(
                     generator=generator,
                     publish=publish,
                     allow_same_input=allow_same_input,
+                    cluster=cluster,
                 )
         return _release_of(ctx, summary)
 

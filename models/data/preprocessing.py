@@ -72,6 +72,17 @@ def row_local_subsample(n_rows: int, keep: int, secret: PrivacySecret) -> np.nda
     return np.sort(np.argpartition(draws, keep - 1)[:keep])
 
 
+def row_local_bound(n_rows: int, rows: np.ndarray, keep: int, secret: PrivacySecret) -> np.ndarray:
+    """Sorted indices of at most `keep` of `rows` (indices among n_rows): those with the smallest draws of
+    the secret's "evaluation" stream, a choice that depends on the indices and the secret only; `rows`
+    itself when it has at most `keep` (then nothing is drawn)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) <= keep:
+        return rows
+    draws = secret.numpy("evaluation").random(n_rows)[rows]
+    return np.sort(rows[np.argpartition(draws, keep - 1)[:keep]])
+
+
 def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed: int) -> dict[str, np.ndarray]:
     """Row indices of train/validation/test, stratified by the target, fixed by the seed."""
     index = np.arange(len(y))

@@ -47,6 +47,7 @@ from dpsynth.models.privacy.facts import PrivacyFacts  # a generator package's a
 from dpsynth.models.privacy.secret import PrivacySecret
 
 if TYPE_CHECKING:
+    from dpsynth.models.data.cell_counts import CellCounts
     from dpsynth.models.generators.samplers import Sampler
     from dpsynth.models.privacy.lifetime import TrainingCurve
 
@@ -82,9 +83,12 @@ class TrainingJob:
     profile: Profile
     setting: Setting
     schema: DatasetSchema
-    data: np.ndarray  # the encoded training rows (float32)
+    data: np.ndarray  # the encoded training rows (float32); no rows when `counts` stands for them
     secret: PrivacySecret
     directory: Path  # the stage's folder: checkpoints/ and anything else the generator keeps
+    # The training rows' exact cell counts, for a generator that reads nothing else (`counted_cells`):
+    # counted out of core by the prepare stage, so that no n x columns matrix is held.
+    counts: CellCounts | None = None
 
 
 @dataclass
@@ -179,6 +183,14 @@ class GeneratorType(ABC):
     ) -> list[np.ndarray] | None:
         """Groups of training rows (positions) that impute each other's gaps; None: no row imputes
         another (each gap gets the middle of its public range)."""
+        return None
+
+    def counted_cells(
+        self, profile: Profile, setting: Setting, schema: DatasetSchema
+    ) -> tuple[list[tuple[int, ...]], list[int], int] | None:
+        """What the generator reads of its training rows when it reads only their exact cell counts
+        (dpsynth.models.data.cell_counts): (cliques, positions of the columns whose fine histograms it
+        reads, bins); None (the default): it reads the encoded rows (`TrainingJob.data`)."""
         return None
 
     def prepare(self, job: TrainingJob, progress: Progress | None = None) -> tuple[dict, dict]:

@@ -120,18 +120,37 @@ def measure_shapes(
     """Every continuous column's fine histogram of `frame` plus Gaussian noise at noise multiplier `sigma`
     (`shape_noise_multiplier`: rho / columns each). Missing values are counted in no cell (a row's absence
     only lowers a count)."""
-    from dpsynth.models.marginals.measure import L2_SENSITIVITY
-
     shaped = shaped_columns(columns)
-    counts = {}
+    exact = {}
     for col in shaped:
         if col.name not in frame.columns:
             raise ConfigError(f"the table has no column {col.name!r}, whose shape is measured")
         codes = fine_codes(col, frame[col.name].to_numpy(), bins)
-        exact = np.bincount(codes[codes >= 0], minlength=fine_cell_count(col, bins)).astype(np.float64)
-        noisy = exact + np.rint(noise.normal(0.0, sigma * L2_SENSITIVITY, exact.shape))
+        exact[col.name] = np.bincount(codes[codes >= 0], minlength=fine_cell_count(col, bins))
+    return noisy_shapes(exact, shaped, sigma, noise, bins)
+
+
+def noisy_shapes(
+    exact: dict[str, np.ndarray], columns: Sequence[Column], sigma: float, noise: np.random.Generator, bins: int
+) -> ColumnShapes:
+    """`measure_shapes` from the exact fine histograms (by column name), however they were counted: the
+    noise is drawn here, once, in the columns' order."""
+    from dpsynth.models.marginals.measure import L2_SENSITIVITY
+
+    counts = {}
+    for col in shaped_columns(columns):
+        histogram = np.asarray(exact[col.name]).astype(np.float64)
+        noisy = histogram + np.rint(noise.normal(0.0, sigma * L2_SENSITIVITY, histogram.shape))
         counts[col.name] = tuple(float(v) for v in noisy)
     return ColumnShapes(counts, sigma, bins)
 
 
-__all__ = ["PURPOSE", "ColumnShapes", "denoised", "measure_shapes", "shape_noise_multiplier", "shaped_columns"]
+__all__ = [
+    "PURPOSE",
+    "ColumnShapes",
+    "denoised",
+    "measure_shapes",
+    "noisy_shapes",
+    "shape_noise_multiplier",
+    "shaped_columns",
+]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from dpsynth.models.config import Profile, Setting
-from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.aim.config import AIMConfig
 from dpsynth.models.generators.aim.privacy import L1_SENSITIVITY, L2_SENSITIVITY, SELECTION_SHARE, AIMBudget
@@ -60,15 +59,21 @@ class AIM(ZCDPModelGenerator):
         if schema is not None:
             AIMBudget(rho, len(schema.columns), rounds(profile.aim, len(schema.columns)))
 
+    def cliques(self, profile: Profile, schema: DatasetSchema) -> list[tuple[int, ...]]:
+        from dpsynth.models.generators.aim.fit import counted_cliques
+
+        config: AIMConfig = profile.aim
+        return counted_cliques(tuple(schema.columns), schema.target, config.workload, config.numeric_pair_weight)
+
     def fit_model(
         self, job: TrainingJob, rho: float
     ) -> tuple[MSTModel, dict[str, Any], dict[str, float], dict[str, float]]:
-        from dpsynth.models.generators.aim.fit import fit as fit_aim
+        from dpsynth.models.generators.aim.fit import fit_counts
 
         config: AIMConfig = job.profile.aim
         columns = tuple(job.schema.columns)
-        fitted = fit_aim(
-            TableEncoder(job.schema).decode(job.data),
+        fitted = fit_counts(
+            self.cell_counts(job),
             columns,
             job.schema.target,
             rho,

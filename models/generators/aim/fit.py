@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dpsynth.models.data.binning import cell_codes, writable_cells
+from dpsynth.models.data.binning import writable_cells
+from dpsynth.models.data.cell_counts import CellCounts, Clique, count_frame
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.aim import mechanism
@@ -54,25 +55,63 @@ def fit(
     numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
 ) -> Fitted:
     """AIM at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed)."""
-    started = time.perf_counter()
     columns = tuple(columns)
     if len(table) < 1:
         raise ConfigError("AIM needs at least one training row")
+    AIMBudget(float(rho), len(columns), rounds if rounds is not None else 16 * len(columns))  # refused before counting
+    cliques = counted_cliques(columns, target, workload, numeric_pair_weight)
+    counts = count_frame(table, columns, bins, cliques, reader="AIM")
+    return fit_counts(
+        counts, columns, target, rho, noise, bins=bins, rounds=rounds, max_model_mb=max_model_mb,
+        round_iterations=round_iterations, iterations=iterations, workload=workload,
+        numeric_pair_weight=numeric_pair_weight, numeric_pair_groups=numeric_pair_groups,
+    )  # fmt: skip
+
+
+def counted_cliques(columns: Sequence[Column], target: str, workload: str, numeric_pair_weight: float) -> list[Clique]:
+    """Every clique AIM may measure or score (the workload's downward closure): the counts it reads."""
+    names = [c.name for c in columns]
+    work = mechanism.workload(len(columns), names.index(target), workload)
+    continuous = [j for j, col in enumerate(columns) if col.is_continuous]
+    return list(mechanism.candidate_weights(work, mechanism.workload_weights(work, continuous, numeric_pair_weight)))
+
+
+def fit_counts(
+    counts: CellCounts,
+    columns: Sequence[Column],
+    target: str,
+    rho: float,
+    noise: mechanism.Noise,
+    *,
+    bins: int,
+    rounds: int | None,
+    max_model_mb: float,
+    round_iterations: int,
+    iterations: int,
+    workload: str,
+    numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
+    numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
+) -> Fitted:
+    """`fit` on the training rows' exact cell counts over `counted_cliques` (however they were counted):
+    the rows are never read here, and every noise draw follows the complete counts."""
+    started = time.perf_counter()
+    columns = tuple(columns)
+    if counts.total < 1:
+        raise ConfigError("AIM needs at least one training row")
     budget = AIMBudget(float(rho), len(columns), rounds if rounds is not None else 16 * len(columns))
     maps = [writable_map(col, bins) for col in columns]
-    codes = []
-    for col, mapping in zip(columns, maps, strict=True):
-        cells = cell_codes(col, table[col.name].to_numpy(), bins)
-        if (cells < 0).any() or (mapping[cells] < 0).any():
+    for j, col in enumerate(columns):
+        if counts.unmapped_rows((j,), maps):
             raise ConfigError(f"AIM reads complete rows: column {col.name!r} holds missing or undeclared values")
-        codes.append(mapping[cells])
     sizes = [int((m >= 0).sum()) for m in maps]
     names = [c.name for c in columns]
     work = mechanism.workload(len(columns), names.index(target), workload)
     continuous = [j for j, col in enumerate(columns) if col.is_continuous]
     weights = mechanism.workload_weights(work, continuous, numeric_pair_weight)
+    answers = {c: counts.mapped(c, maps, sizes).astype(np.float64) for c in mechanism.candidate_weights(work, weights)}
     result = mechanism.run(
-        codes,
+        answers,
+        counts.total,
         sizes,
         budget,
         work,

@@ -88,7 +88,7 @@ def counts(codes: Sequence[np.ndarray], sizes: Sequence[int], clique: Clique) ->
 
 def scores(
     candidates: dict[Clique, float],
-    answers: dict[Clique, np.ndarray],
+    answers: Mapping[Clique, np.ndarray],
     model: TreeMarginals,
     std: float,
     groups: Mapping[Clique, tuple[np.ndarray, ...]] | None = None,
@@ -132,7 +132,8 @@ class AIMRun:
 
 
 def run(
-    codes: Sequence[np.ndarray],
+    answers: Mapping[Clique, np.ndarray],
+    total: int,
     sizes: Sequence[int],
     budget: AIMBudget,
     work: Sequence[Clique],
@@ -144,13 +145,13 @@ def run(
     continuous: Collection[int] = (),
     numeric_pair_groups: int = 0,
 ) -> AIMRun:
-    """AIM at `budget` on columns coded `codes` (each a cell code in [0, size) per row), its workload `work`
-    weighted by `weights` (`workload_weights`); each pair of two `continuous` columns is also a candidate
-    over `numeric_pair_groups` groups of cells per column (`pair_groups`; below 2: none)."""
+    """AIM at `budget` on `total` rows whose exact counts over every candidate (`candidate_weights` of the
+    workload; each column coded in [0, size)) are `answers` (`counts`, or counted out of core), its
+    workload `work` weighted by `weights` (`workload_weights`); each pair of two `continuous` columns is
+    also a candidate over `numeric_pair_groups` groups of cells per column (`pair_groups`; below 2: none).
+    Every noise draw happens here, after the counts are complete."""
     started = time.perf_counter()
-    total = len(codes[0])
     candidates = candidate_weights(work, weights)
-    answers = {c: counts(codes, sizes, c) for c in candidates}
     ledger = RhoLedger(budget.rho)
     measurement_rng, selection_rng = noise(MEASUREMENT_NOISE), noise(SELECTION_NOISE)
     estimator = Estimator(sizes, total)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsynth.models.checkpoint_files import save_verified
 from dpsynth.models.config import Profile, Setting
+from dpsynth.models.data.cell_counts import CellCounts, count_frame
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
@@ -29,7 +30,7 @@ from dpsynth.models.generators.graphical.mechanisms import epsilon_of, rho_for_e
 from dpsynth.models.generators.graphical.model import FORMAT, MSTModel
 from dpsynth.models.marginals.release import REPLACE_ONE, marginals_rho
 from dpsynth.models.marginals.shapes import PURPOSE as SHAPES_PURPOSE
-from dpsynth.models.marginals.shapes import ColumnShapes, measure_shapes, shape_noise_multiplier, shaped_columns
+from dpsynth.models.marginals.shapes import ColumnShapes, noisy_shapes, shape_noise_multiplier, shaped_columns
 
 if TYPE_CHECKING:
     from dpsynth.models.privacy.lifetime import TrainingCurve
@@ -95,6 +96,29 @@ class ZCDPModelGenerator(GeneratorType):
         rho = checkpoint_rho(profile, setting, int(trained_iterations), self.name)
         return TrainingCurve(1, 0, 1, 1.0, "per_row", marginals_rho=rho)
 
+    def cliques(self, profile: Profile, schema: DatasetSchema) -> list[tuple[int, ...]]:
+        """The column cliques (positions in the schema's order) whose exact counts the fit reads."""
+        raise NotImplementedError
+
+    def counted_cells(
+        self, profile: Profile, setting: Setting, schema: DatasetSchema
+    ) -> tuple[list[tuple[int, ...]], list[int], int]:
+        """The fit's cliques, and the continuous columns whose fine histograms the shapes read (none at
+        shape share 0): a zCDP model generator reads its training rows through these counts alone."""
+        columns = list(schema.columns)
+        shaped = {col.name for col in shaped_columns(columns)} if shape_rho(profile, setting, self.name) > 0 else set()
+        fine = [j for j, col in enumerate(columns) if col.name in shaped]
+        return self.cliques(profile, schema), fine, profile.section(self.name).bins
+
+    def cell_counts(self, job: TrainingJob) -> CellCounts:
+        """The training rows' exact counts: the prepare stage's (counted out of core), or counted here
+        from the job's encoded rows (the same numbers: every step from a row to its cells is row-local)."""
+        if job.counts is not None:
+            return job.counts
+        cliques, fine, bins = self.counted_cells(job.profile, job.setting, job.schema)
+        table = TableEncoder(job.schema).decode(job.data)
+        return count_frame(table, tuple(job.schema.columns), bins, cliques, fine, reader=self.label)
+
     def fit_model(
         self, job: TrainingJob, rho: float
     ) -> tuple[MSTModel, dict[str, Any], dict[str, float], dict[str, float]]:
@@ -135,10 +159,12 @@ class ZCDPModelGenerator(GeneratorType):
         columns = shaped_columns(job.schema.columns)
         if rho <= 0 or not columns:
             return None
-        table = TableEncoder(job.schema).decode(job.data)
+        counts = self.cell_counts(job)
+        positions = {col.name: j for j, col in enumerate(job.schema.columns)}
+        exact = {col.name: counts.fine[positions[col.name]] for col in columns}
         bins = job.profile.section(self.name).bins
         sigma = shape_noise_multiplier(rho, len(columns))
-        return measure_shapes(table, columns, sigma, job.secret.numpy(SHAPES_PURPOSE), bins)
+        return noisy_shapes(exact, columns, sigma, job.secret.numpy(SHAPES_PURPOSE), bins)
 
 
 def generator_file(model: MSTModel, schema: DatasetSchema, iteration: int, epsilon: float, delta: float) -> dict:

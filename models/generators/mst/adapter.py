@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpsynth.models.config import Profile, Setting
-from dpsynth.models.data.encoding import TableEncoder
+from dpsynth.models.data.cell_counts import one_and_two_way
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.base import (
@@ -56,15 +56,17 @@ class MST(ZCDPModelGenerator):
         if schema is not None and len(schema.columns) < 2:
             raise ConfigError(f"MST builds a tree of column pairs: schema {schema.name!r} has one column.")
 
+    def cliques(self, profile: Profile, schema: DatasetSchema) -> list[tuple[int, ...]]:
+        return one_and_two_way(len(schema.columns))
+
     def fit_model(
         self, job: TrainingJob, rho: float
     ) -> tuple[MSTModel, dict[str, Any], dict[str, float], dict[str, float]]:
-        from dpsynth.models.generators.mst.fit import fit as fit_mst
+        from dpsynth.models.generators.mst.fit import fit_counts
 
         config: MSTConfig = job.profile.mst
-        table = TableEncoder(job.schema).decode(job.data)
-        fitted = fit_mst(
-            table, tuple(job.schema.columns), rho, job.secret.numpy, config.bins, config.iterations,
+        fitted = fit_counts(
+            self.cell_counts(job), tuple(job.schema.columns), rho, job.secret.numpy, config.bins, config.iterations,
             config.noise_penalty,
         )  # fmt: skip
         return fitted.model, fitted.info, fitted.seconds, {"mst_estimator_final_loss": fitted.loss}

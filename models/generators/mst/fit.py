@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dpsynth.models.data.binning import cell_codes, cell_count, writable_cells
+from dpsynth.models.data.binning import writable_cells
+from dpsynth.models.data.cell_counts import CellCounts, count_frame, one_and_two_way
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.graphical.jax_runtime import load_jax
@@ -90,28 +91,46 @@ def measure(
     """MST's private steps (1-4 above) at zCDP `rho` (replace-one) on `table`'s `columns`, every value
     already in a cell (imputed); `noise_penalty` as in `fit`."""
     columns = tuple(columns)
-    n = len(table)
+    if len(table) < 1:
+        raise ConfigError("MST needs at least one training row")
+    MSTBudget(float(rho), len(columns))  # a bad rho is refused before the rows are read
+    counts = count_frame(table, columns, bins, one_and_two_way(len(columns)), reader="MST")
+    return measure_counts(counts, columns, rho, noise, bins, noise_penalty)
+
+
+def measure_counts(
+    counts: CellCounts,
+    columns: Sequence[Column],
+    rho: float,
+    noise: Noise,
+    bins: int,
+    noise_penalty: bool = False,
+) -> Measured:
+    """`measure` on the training rows' exact cell counts (every column and every pair: `one_and_two_way`),
+    however they were counted: the rows themselves are never read here, and the noise is drawn from
+    `noise` after the counts are complete, so one process or a cluster's workers counting the same rows
+    release the same numbers."""
+    columns = tuple(columns)
+    n = counts.total
     if n < 1:
         raise ConfigError("MST needs at least one training row")
     budget = MSTBudget(float(rho), len(columns))
-    codes = [_cells(col, table[col.name].to_numpy(), bins) for col in columns]
 
     rng, s1 = noise(ONE_WAY_NOISE), budget.one_way_std
     one_way = [
-        reduce_domain(gaussian_counts(np.bincount(c, minlength=cell_count(col, bins)), s1, rng), col, bins, s1)
-        for col, c in zip(columns, codes, strict=True)
+        reduce_domain(gaussian_counts(counts.cliques[(j,)], s1, rng), col, bins, s1) for j, col in enumerate(columns)
     ]
-    reduced = [m.mapping[c] for m, c in zip(one_way, codes, strict=True)]
+    maps = [m.mapping for m in one_way]
     sizes = [len(m.y) for m in one_way]
 
+    def joint(a: int, b: int) -> np.ndarray:
+        return counts.mapped((a, b), maps, sizes).astype(np.float64)
+
     shares = [one_way_estimate(m.y, m.w, float(n)) / n for m in one_way]
-    scores = pair_scores(reduced, sizes, shares, budget.two_way_std if noise_penalty else 0.0)
+    scores = scores_of_pairs(joint, n, len(columns), shares, budget.two_way_std if noise_penalty else 0.0)
     tree = select_tree(scores, len(columns), budget.selection_epsilon, noise(SELECTION_NOISE))
     rng = noise(TWO_WAY_NOISE)
-    two_way = [
-        ((a, b), gaussian_counts(joint_counts(reduced[a], reduced[b], sizes[a], sizes[b]), budget.two_way_std, rng))
-        for a, b in tree
-    ]
+    two_way = [((a, b), gaussian_counts(joint(a, b), budget.two_way_std, rng)) for a, b in tree]
     return Measured(budget, one_way, tree, two_way)
 
 
@@ -132,11 +151,32 @@ def fit(
     started = time.perf_counter()
     columns = tuple(columns)
     released = measure(table, columns, rho, noise, bins, noise_penalty)
-    measured = time.perf_counter()
+    return _estimated(released, columns, bins, len(table), iterations, started)
 
+
+def fit_counts(
+    counts: CellCounts,
+    columns: Sequence[Column],
+    rho: float,
+    noise: Noise,
+    bins: int,
+    iterations: int,
+    noise_penalty: bool = False,
+) -> Fitted:
+    """`fit` on the training rows' exact cell counts (`measure_counts`)."""
+    started = time.perf_counter()
+    columns = tuple(columns)
+    released = measure_counts(counts, columns, rho, noise, bins, noise_penalty)
+    return _estimated(released, columns, bins, counts.total, iterations, started)
+
+
+def _estimated(
+    released: Measured, columns: tuple[Column, ...], bins: int, total: int, iterations: int, started: float
+) -> Fitted:
+    measured = time.perf_counter()
     sizes = released.sizes
     cliques, tables, parents, loss = estimate(
-        sizes, released.one_way, released.budget, released.two_way, len(table), iterations
+        sizes, released.one_way, released.budget, released.two_way, total, iterations
     )
     info = {
         "budget": released.budget.to_dict(),
@@ -146,13 +186,6 @@ def fit(
     model = MSTModel(columns, bins, [m.mapping for m in released.one_way], cliques, tables, parents)
     seconds = {"measure_select": measured - started, "estimate": time.perf_counter() - measured}
     return Fitted(model, info, loss, seconds)
-
-
-def _cells(col: Column, values: np.ndarray, bins: int) -> np.ndarray:
-    codes = cell_codes(col, values, bins)
-    if (codes < 0).any():
-        raise ConfigError(f"MST reads complete rows: column {col.name!r} holds missing or undeclared values")
-    return codes
 
 
 def reduce_domain(noisy: np.ndarray, col: Column, bins: int, std: float) -> OneWay:
@@ -199,13 +232,27 @@ def one_way_estimate(y: np.ndarray, weights: np.ndarray, total: float) -> np.nda
 def pair_scores(
     reduced: Sequence[np.ndarray], sizes: Sequence[int], shares: Sequence[np.ndarray], penalty_std: float = 0.0
 ) -> dict[tuple[int, int], float]:
-    """Each pair's selection score: the L1 distance between its real counts over reduced codes and n times
-    the outer product of the columns' estimated shares, less sqrt(2 / pi) `penalty_std` per cell (the
-    expected L1 error of a Gaussian measurement at that std: public, so the sensitivity stays 2)."""
-    n = len(reduced[0])
+    """Each pair's selection score from the columns' reduced codes (`scores_of_pairs`)."""
+
+    def joint(a: int, b: int) -> np.ndarray:
+        return joint_counts(reduced[a], reduced[b], sizes[a], sizes[b])
+
+    return scores_of_pairs(joint, len(reduced[0]), len(reduced), shares, penalty_std)
+
+
+def scores_of_pairs(
+    joint: Callable[[int, int], np.ndarray],
+    n: int,
+    columns: int,
+    shares: Sequence[np.ndarray],
+    penalty_std: float = 0.0,
+) -> dict[tuple[int, int], float]:
+    """Each pair's selection score: the L1 distance between its real counts over reduced codes (`joint`)
+    and n times the outer product of the columns' estimated shares, less sqrt(2 / pi) `penalty_std` per
+    cell (the expected L1 error of a Gaussian measurement at that std: public, so the sensitivity stays 2)."""
     scores = {}
-    for a, b in itertools.combinations(range(len(reduced)), 2):
-        real = joint_counts(reduced[a], reduced[b], sizes[a], sizes[b])
+    for a, b in itertools.combinations(range(columns), 2):
+        real = joint(a, b)
         score = float(np.abs(real - n * np.outer(shares[a], shares[b]).ravel()).sum())
         scores[(a, b)] = score - math.sqrt(2.0 / math.pi) * penalty_std * real.size
     return scores

@@ -1,0 +1,25 @@
+"""bench/scale.py at its smallest: a generated census-shape table of a few thousand rows, the counting pass
+both ways (the same counts) and one `mst-eps1` release, with every stage's wall time and peak memory in
+the table (the figures themselves are measured by running the benchmark)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.scale import main
+
+
+def test_scale_bench_times_every_stage_and_compares_the_counting_pass(tmp_path, capsys):
+    figures = tmp_path / "figures.json"
+    assert main(["--rows", "3000", "--profiles", "mst-eps1", "--folder", str(tmp_path), "--json", str(figures)]) == 0
+    printed = capsys.readouterr().out
+    assert "counts equal" in printed and "memory ratio" in printed
+    counting, release = json.loads(figures.read_text())
+    assert counting["counting"]["naive"]["digest"] == counting["counting"]["row groups"]["digest"]
+    assert release["profile"] == "mst-eps1" and release["epsilon"] <= 1.0
+    stages = [row["stage"] for row in release["stages"]]
+    assert stages[0] == "preflight" and stages[-1] == "decision, report, bundle"
+    assert {"validate", "split", "preprocess", "prepare-mst-eps1", "train-mst-eps1"} <= set(stages)
+    assert all(row["seconds"] >= 0 and row["peak"] > 0 for row in release["stages"])
+    assert release["peak"] >= max(row["peak"] for row in release["stages"])
+    assert "| train-mst-eps1 |" in printed

@@ -1,0 +1,55 @@
+"""Evaluation against real rows reads at most EVALUATION_ROWS rows of each part (tasks/split.py): on a
+larger table a row-local subsample drawn from the secret, the generator still training on every training
+row; a table whose parts fit is split and evaluated exactly as before."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpsynth.models.config import load_profile
+from dpsynth.models.data.preprocessing import row_local_split
+from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.models.privacy.secret import PrivacySecret
+from dpsynth.tasks import split as split_mod
+from dpsynth.tasks.evaluate import synthetic_rows
+from dpsynth.tasks.preprocess import gan_rows, imputation_scopes
+from tests.conftest import ROOT
+
+CENSUS = ROOT / "configs" / "census-demo.yaml"
+SECRET = PrivacySecret(bytes(range(32)))
+
+
+def _split(n_rows: int):
+    schema = DatasetSchema.from_yaml(CENSUS)
+    profile = load_profile("mst-eps1", CENSUS)
+    target = np.array([schema.column(schema.target).levels[i % 2] for i in range(n_rows)])
+    return profile, split_mod.secret_split(schema, target, profile, SECRET)
+
+
+def test_a_table_whose_parts_fit_is_split_and_evaluated_on_every_row(monkeypatch):
+    monkeypatch.setattr(split_mod, "EVALUATION_ROWS", 400)
+    profile, drawn = _split(450)  # every part under 400 rows
+    assert drawn.evaluation_train is None
+    expected = row_local_split(450, profile.split, SECRET)
+    for name in ("train", "val", "test"):
+        assert np.array_equal(drawn.parts[name], expected[name])
+
+
+def test_a_large_table_is_evaluated_on_a_bounded_secret_subsample_and_trains_on_every_row(monkeypatch):
+    monkeypatch.setattr(split_mod, "EVALUATION_ROWS", 60)
+    profile, drawn = _split(1000)
+    full = row_local_split(1000, profile.split, SECRET)
+    assert np.array_equal(drawn.parts["train"], full["train"])  # the generator's rows: all of them
+    split = {**drawn.parts, "rows": drawn.rows, "eval_train": drawn.evaluation_train}
+    assert np.array_equal(gan_rows(split, profile.protocol), full["train"])
+    for name, part in (("train", drawn.evaluation_train), ("val", drawn.parts["val"]), ("test", drawn.parts["test"])):
+        assert len(part) == 60 and set(part) <= set(full[name]) and np.all(np.diff(part) > 0)
+    assert [len(s) for s in imputation_scopes(split, profile.protocol)] == [60, 60, 60]
+    assert synthetic_rows(profile, split) == 120
+    # Drawn from the secret: the same again, another with another secret.
+    again = _split(1000)[1]
+    assert np.array_equal(again.evaluation_train, drawn.evaluation_train)
+    other = split_mod.secret_split(
+        DatasetSchema.from_yaml(CENSUS), np.array(["x"] * 1000), profile, PrivacySecret(bytes(32))
+    ).evaluation_train
+    assert other is not None and not np.array_equal(other, drawn.evaluation_train)
