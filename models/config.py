@@ -342,7 +342,8 @@ TUNED_FOR = "tuned_for"
 
 # `smoke_sizing: true`: the profile starts from each generator's smoke sizing (SectionConfig.smoke), not its
 # defaults. `settings_for_every_generator`: setting templates repeated for every registered generator.
-# Both are read by the loader only (inherited through `extends`; not part of the run's configuration).
+# Both are read by the loader only, not part of the run's configuration: `smoke_sizing` is inherited through
+# `extends`; the templates expand in their own file, whose settings a profile extending it inherits or replaces.
 SMOKE_SIZING = "smoke_sizing"
 EVERY_GENERATOR = "settings_for_every_generator"
 
