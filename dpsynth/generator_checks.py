@@ -24,7 +24,7 @@ The checks (`CHECKS`), each a function of one `Trained` run:
   same for two different training tables: it depends on public profile values only.
 
 It drives the stages, so it sits above `dpsynth.tasks` (docs/extending.md, "Layers"), beside the flows.
-Each generator sizes its smoke run in its own config (`SectionConfig.smoke`).
+Each generator sizes its smoke run in its own config (`SectionConfig.smoke`, `checks_smoke`).
 """
 
 from __future__ import annotations
@@ -82,10 +82,11 @@ class Trained:
 
 def smoke_profile(name: str, config_path: str | Path) -> tuple[Profile, Setting]:
     """The smoke profile beside the schema `config_path` (the shipped `smoke`) with every private setting on
-    `name` and its section sized by its own config (`SectionConfig.smoke`), and the setting a release trains."""
+    `name` (its section sized by its own config: `SectionConfig.smoke`, then `checks_smoke`), and the setting a
+    release trains."""
     profile = load_profile("smoke", config_path).with_generator(name)
     section = registration(name).section
-    sizing = type(profile.sections[section]).smoke
+    sizing = type(profile.sections[section]).checks_smoke
     if sizing:
         profile = dataclasses.replace(profile, **{section: profile.sections[section].replace(**sizing)})
     return profile, profile.release_target()

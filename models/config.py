@@ -340,6 +340,14 @@ def profile_path(profile: str, config_path: str | Path | None = None) -> Path:
 TUNED_FOR = "tuned_for"
 
 
+# `smoke_sizing: true`: the profile starts from each generator's smoke sizing (SectionConfig.smoke), not its
+# defaults. `settings_for_every_generator`: setting templates repeated for every registered generator.
+# Both are read by the loader only, not part of the run's configuration: `smoke_sizing` is inherited through
+# `extends`; the templates expand in their own file, whose settings a profile extending it inherits or replaces.
+SMOKE_SIZING = "smoke_sizing"
+EVERY_GENERATOR = "settings_for_every_generator"
+
+
 def profile_tuned_for(path: Path) -> str | None:
     """The table a profile file says it was tuned on (`tuned_for`), or None for a generic profile."""
     return _tuned_for(_read_mapping(path), path)
@@ -358,9 +366,47 @@ def load_profile(profile: str, config_path: str | Path | None = None) -> Profile
     raw.setdefault("name", Path(profile).stem)
     where = f"profile {Path(profile).stem!r} ({path})"
     # Defaults come from the dataclasses (one place): the file's keys are merged over them, so unknown
-    # keys still reach validation and are refused there.
-    spec = validate(profile_spec(), _merge(Profile(name="defaults").to_dict(), raw), where)
+    # keys still reach validation and are refused there. A smoke-sized profile starts from each
+    # generator's own smoke sizing (SectionConfig.smoke) instead, its own keys still over it.
+    defaults = Profile(name="defaults").to_dict()
+    if _flag(raw.pop(SMOKE_SIZING, False), SMOKE_SIZING, path):
+        defaults = _merge(defaults, {r.section: dict(r.config_model().smoke) for r in registrations()})
+    spec = validate(profile_spec(), _merge(defaults, raw), where)
     return _build(spec)
+
+
+def _flag(value: Any, key: str, path: Path) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"Profile file {str(path)!r}: {key}: expected true or false (got {value!r}).")
+    return value
+
+
+def _settings_for_every_generator(raw: dict, path: Path) -> None:
+    """Adds to the file's `settings`, for each registered generator, one setting per template of
+    `settings_for_every_generator`, named `<generator>-<template's name>`: a generator is compared without
+    an edit to the profile. A setting the file lists by that name is kept instead (a tuned one, e.g.
+    GS-WGAN's K), where the file lists it."""
+    templates = raw.pop(EVERY_GENERATOR, None)
+    if templates is None:
+        return
+    where = f"Profile file {str(path)!r}: {EVERY_GENERATOR}"
+    if not isinstance(templates, list) or not templates:
+        raise ConfigError(f"{where}: expected a list of settings, each with a name (got {_yaml_kind(templates)}).")
+    listed = raw.get("settings") or []
+    if not isinstance(listed, list):
+        raise ConfigError(f"Profile file {str(path)!r}: settings: expected a list (got {_yaml_kind(listed)}).")
+    named = {s.get("name") for s in listed if isinstance(s, dict)}
+    added = []
+    for generator in names():
+        for template in templates:
+            if not isinstance(template, dict) or not isinstance(template.get("name"), str):
+                raise ConfigError(f"{where}: each entry is a mapping with a name (got {template!r}).")
+            if "generator" in template:
+                raise ConfigError(f"{where}: {template['name']!r} names a generator: every registered one is set.")
+            name = f"{generator}-{template['name']}"
+            if name not in named:
+                added.append({**template, "name": name, "generator": generator})
+    raw["settings"] = [*listed, *added]
 
 
 def _build(spec: BaseModel) -> Profile:
@@ -398,6 +444,8 @@ def _load_raw(path: Path, seen: tuple[Path, ...]) -> dict:
     raw = _read_mapping(path)
     _tuned_for(raw, path)  # checked here too, so a bad value is refused whichever command reads it
     raw.pop(TUNED_FOR, None)
+    # Expanded in the file that says it: a profile that extends it inherits the settings, or lists its own.
+    _settings_for_every_generator(raw, path)
     parent = raw.pop("extends", None)
     if parent is None:
         return raw

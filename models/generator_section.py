@@ -43,10 +43,13 @@ class _ConfigErrors(ModelMetaclass):
 
 class SectionConfig(BaseModel, metaclass=_ConfigErrors):
     model_config = STRICT
-    # The section's values for a smoke-sized run of the generator checks (dpsynth.generator_checks), over the
-    # shipped smoke profile's: a few dozen private updates on a few hundred rows. Declared here, in the
-    # generator's own config, so that a new generator sizes its checks without an edit elsewhere.
+    # The section's values in a smoke-sized profile (`smoke_sizing: true`, as the shipped `smoke`), over its
+    # defaults: a few dozen private updates on a few thousand rows. Declared here, in the generator's own
+    # config, so that a new generator sizes its smoke runs and its checks without an edit elsewhere.
     smoke: ClassVar[Mapping[str, Any]] = {}
+    # Further values, over `smoke`, for the generator checks' runs only (dpsynth.generator_checks), which
+    # train each generator several times: most generators need none.
+    checks_smoke: ClassVar[Mapping[str, Any]] = {}
 
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes`, validated (as `dataclasses.replace` for the other profile sections)."""

@@ -388,8 +388,8 @@ def test_release_refuses_what_epsilon_cannot_cover(isolated_workdir, demo_csv, c
     profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
     if key is None:
         profile[section] = value
-    else:
-        profile[section][key] = value
+    else:  # a generator's section may be absent from the file (smoke_sizing fills it in)
+        profile.setdefault(section, {})[key] = value
     path = isolated_workdir / "uncovered.yaml"
     path.write_text(yaml.safe_dump(profile))
     code = main(

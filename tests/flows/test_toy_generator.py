@@ -22,6 +22,7 @@ import pytest
 
 from dpsynth.flows.cli import build_parser, main
 from dpsynth.generator_checks import CHECKS, smoke_profile, train_for_checks
+from dpsynth.models.config import load_profile
 from dpsynth.models.generators import names, refresh
 from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _last_json
@@ -49,8 +50,9 @@ TOY_PACKAGE = {
 
 
         class ToyConfig(SectionConfig):
+            smoke = {"bins": 10}   # its section in a smoke-sized profile (and the checks): coarser bins
             rho: Positive = 0.5   # the histograms' zCDP, all columns together (replace-one)
-            bins: Annotated[int, Strict(), Field(ge=1, le=1000)] = 10   # cells of a continuous column
+            bins: Annotated[int, Strict(), Field(ge=1, le=1000)] = 20   # cells of a continuous column
     ''',
     "adapter.py": '''
         """The toy behind the generator interface: checkpoint 0 is uniform histograms (no row read),
@@ -213,6 +215,15 @@ def test_the_toy_is_registered_by_its_entry_point_only(toy_generator):
     assert "toy" in names() and {"gswgan", "dpcgan", "dpautogan"} <= set(names())
     parsed = build_parser().parse_args(["release", "--config", "c.yaml", "--data", "d.csv", "--generator", "toy"])
     assert parsed.generator == "toy"
+
+
+def test_the_toy_is_smoke_sized_and_compared_by_its_package_alone(toy_generator):
+    # Its smoke sizing is its config's (`smoke`), and `compare` sets it at epsilon 1 and 3 beside the
+    # others: no profile names it.
+    assert load_profile("smoke", CARDIO_SCHEMA).toy.bins == 10 and load_profile("default", CARDIO_SCHEMA).toy.bins == 20
+    compare = load_profile("compare", CARDIO_SCHEMA)
+    toy = {s.name: s.epsilon_budget for s in compare.settings if compare.generator_of(s) == "toy"}
+    assert toy == {"toy-eps1": 1.0, "toy-eps3": 3.0}
 
 
 def test_without_its_distribution_the_toy_is_gone():

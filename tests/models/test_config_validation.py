@@ -15,6 +15,7 @@ from dpsynth.models.config import Profile, Setting, load_profile, profile_spec
 from dpsynth.models.config_validation import dotted, known_keys
 from dpsynth.models.data.schema import DatasetSchema, SchemaSpec
 from dpsynth.models.errors import ConfigError
+from dpsynth.models.generator_registry import names, registrations
 from dpsynth.models.generators.gswgan.config import GanConfig
 from tests.conftest import CARDIO_SCHEMA
 
@@ -33,13 +34,14 @@ from tests.conftest import CARDIO_SCHEMA
 # `shape_share`, the share of rho spent on the continuous columns' fine histograms; and when AIM's section
 # gained `numeric_pair_weight` and `numeric_pair_groups`, the pairs of continuous columns; and when
 # profiles gained the `input` section, `max_repaired_share`; `default` alone when it turned on its
-# measured marginals at rho 0.05, issue 41 item 4).
+# measured marginals at rho 0.05, issue 41 item 4; `compare` alone when its settings came from the registry,
+# `settings_for_every_generator`: the same fourteen settings, in the registry's order, issue 43 item 2).
 SHIPPED_HASHES = {
     "default": "d8b9c93d943524d4138c4df2cbccc1f3677fe867aa31f1fb3758587933c9f5f7",
     "smoke": "69888fc080495029070235a469d61846f182431c5ae1c6bbe667b74f4314c072",
     "thesis-k1500": "ab88c07594f04c0ab7bcc040207b346ae9ff72e2c44682793484885db0effc2e",
     "thesis": "975ac2da64b132c2f7ee08c770e863c129651ec31ed9c3c34381c0b88a52d99f",
-    "compare": "24f189e98aa0084a1a46237059fb2ffbeac087f9b14befc0f08bef114fa4cc93",
+    "compare": "03f5fcb2ea362b8e1ffbdc42638b7e8f0d128b06bdd258d37733c27d41884c86",
     "eps1": "58a628d7c8766102ca6b27f60fd75cb31729e879124b1c8c4d0584c047fed2b8",
     "eps3": "84c25176801b6661b5c660eab1120b99d2378f3e50753b9889b6d7c18bb85b5d",
     "census-eps3": "17dd048da91040351672c67bbc74f01a172d4e57e35abaea2c1f4f0359ea6924",
@@ -70,6 +72,67 @@ def _load_text(tmp_path, text: str) -> Profile:
     (tmp_path / "profiles").mkdir(exist_ok=True)
     (tmp_path / "profiles" / "p.yaml").write_text(text)
     return load_profile("p", tmp_path / "schema.yaml")
+
+
+def test_the_smoke_profile_sizes_each_generator_by_its_own_config():
+    smoke, default = load_profile("smoke", CARDIO_SCHEMA), load_profile("default", CARDIO_SCHEMA)
+    for r in registrations():
+        model = r.config_model()
+        assert smoke.sections[r.section] == model(**model.smoke), r.name
+    # The sizing is the config's, not its defaults: DP-CGAN trains 40 iterations in smoke, not 8,000.
+    assert smoke.dpcgan.iterations == 40 and default.dpcgan.iterations == 8000
+    assert smoke.gan.pretrain_iterations == 20 and default.gan.pretrain_iterations != 20
+
+
+def test_smoke_sizing_is_read_from_the_config_and_a_profile_overrides_it(tmp_path, monkeypatch):
+    from dpsynth.models.generators.dpcgan.config import DPCGANConfig
+
+    monkeypatch.setattr(DPCGANConfig, "smoke", {"iterations": 6, "checkpoint_every": 3})
+    sized = _load_text(tmp_path, "extends: smoke\ndpcgan: {checkpoint_every: 2}\n")
+    assert (sized.dpcgan.iterations, sized.dpcgan.checkpoint_every) == (6, 2)
+    assert _load_text(tmp_path, "smoke_sizing: false\n").dpcgan == DPCGANConfig()
+    with pytest.raises(ConfigError, match="smoke_sizing: expected true or false"):
+        _load_text(tmp_path, "smoke_sizing: yes please\n")
+
+
+def test_compare_sets_every_registered_generator_at_each_budget():
+    profile = load_profile("compare", CARDIO_SCHEMA)
+    expected = {(f"{name}-eps{b}", name, float(b)) for name in names() for b in (1, 3)}
+    assert {(s.name, profile.generator_of(s), s.epsilon_budget) for s in profile.settings} == expected
+    # GS-WGAN's own settings are kept where listed (1,000 critics); the others are each generator's defaults.
+    assert [s.discriminators for s in profile.settings[:2]] == [1000, 1000]
+    assert all(s.discriminators is None for s in profile.settings[2:])
+
+
+def test_settings_for_every_generator_keep_a_listed_setting_and_are_not_redone_by_a_child(tmp_path):
+    text = (
+        "settings: [{name: mst-low, generator: mst, epsilon_budget: 0.5}, {name: mst-eps2, generator: mst},\n"
+        "           {name: gswgan-eps2, generator: gswgan, discriminators: 10}]\n"
+        "settings_for_every_generator: [{name: eps2, epsilon_budget: 2.0}]\n"
+        "privacy: {epsilon_budget: 9.0}\n"
+    )
+    profile = _load_text(tmp_path, text)
+    by_name = {s.name: s for s in profile.settings}
+    assert set(by_name) == {"mst-low"} | {f"{name}-eps2" for name in names()}
+    assert by_name["mst-eps2"].epsilon_budget is None  # the listed one, not the template's
+    assert by_name["dpcgan-eps2"].epsilon_budget == 2.0 and by_name["dpcgan-eps2"].generator == "dpcgan"
+    (tmp_path / "profiles" / "child.yaml").write_text("extends: p\nsettings: [{name: only, generator: mst}]\n")
+    assert [s.name for s in load_profile("child", tmp_path / "schema.yaml").settings] == ["only"]
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("{name: eps1}", "expected a list of settings"),
+        ("[]", "expected a list of settings"),
+        ("[eps1]", "each entry is a mapping with a name"),
+        ("[{epsilon_budget: 1.0}]", "each entry is a mapping with a name"),
+        ("[{name: eps1, generator: mst}]", "names a generator: every registered one is set"),
+    ],
+)
+def test_settings_for_every_generator_refuses_a_bad_template(tmp_path, value, message):
+    with pytest.raises(ConfigError, match=message):
+        _load_text(tmp_path, f"settings_for_every_generator: {value}\n")
 
 
 @pytest.mark.parametrize(
@@ -200,11 +263,25 @@ def _assert_readable(exc: ConfigError) -> None:
         assert noise not in text
 
 
-_PROFILE = yaml.safe_load((CARDIO_SCHEMA.parent / "profiles" / "smoke.yaml").read_text())
+def _yaml_plain(value):
+    if isinstance(value, (tuple, list)):
+        return [_yaml_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _yaml_plain(v) for k, v in value.items()}
+    return value
+
+
+# The smoke profile with its generators' sections written out (their smoke sizing, which `smoke_sizing`
+# reads from their config models), so that their keys are fed any value too.
+_PROFILE = {
+    **yaml.safe_load((CARDIO_SCHEMA.parent / "profiles" / "smoke.yaml").read_text()),
+    **{r.section: _yaml_plain(dict(r.config_model().smoke)) for r in registrations() if r.config_model().smoke},
+}
 _PROFILE_PATHS = (
     sorted(_paths(_PROFILE), key=str)
     + [("gan", k) for k in ("z_dim", "betas", "generator_hidden")]
     + [("privacy", "delta"), ("split",), ("evaluation", "penalties"), ("device",), ("extends",), ("workers",)]
+    + [("settings_for_every_generator",)]
 )
 _SCHEMA = yaml.safe_load(CARDIO_SCHEMA.read_text())
 _SCHEMA_PATHS = sorted(_paths(_SCHEMA), key=str) + [("columns", "age", "levels"), ("columns", "gender", "bounds")]

@@ -22,10 +22,10 @@ DEFAULT_NUMERIC_PAIR_GROUPS = 0
 
 
 class AIMConfig(SectionConfig):
-    # The generator checks' smoke run (SectionConfig.smoke): null rho under smoke's budget (1000) would run
+    # The generator checks' smoke run (SectionConfig.checks_smoke): null rho under smoke's budget (1000) would run
     # hundreds of rounds, so a fixed rho and the fewest rounds Cardio's 12 columns allow (the 1-way
     # marginals, then two or three rounds), few estimator iterations.
-    smoke = {"rho": 0.5, "rounds": 13, "round_iterations": 20, "iterations": 50}
+    checks_smoke = {"rho": 0.5, "rounds": 13, "round_iterations": 20, "iterations": 50}
     # AIM's whole zCDP (replace-one). null: the largest rho whose replace-one epsilon, with the profile's
     # measured marginals composed (their rho added), fits the setting's budget (a setting without a
     # budget then needs a rho). The DP choice of the checkpoint reads the validation rows, disjoint from

@@ -13,6 +13,14 @@ from dpsynth.models.generators.two_phase.config import TwoPhaseConfig
 
 
 class DPAutoGANConfig(TwoPhaseConfig):
+    # Its section in a smoke-sized profile (SectionConfig.smoke): a few dozen private updates per phase.
+    smoke = {
+        "autoencoder_rate": 0.02,
+        "critic_rate": 0.02,
+        "autoencoder_steps": 20,
+        "generator_steps": 20,
+        "checkpoint_every": 10,
+    }
     autoencoder_rate: OpenUnit = 0.002
     autoencoder_clip: Positive = 0.1
     autoencoder_noise: Positive = 2.0

@@ -23,6 +23,9 @@ from dpsynth.models.generator_section import SectionConfig
 
 
 class DPCGANConfig(SectionConfig):
+    # Its section in a smoke-sized profile (SectionConfig.smoke): a few dozen private updates, at a rate that
+    # gives batches of tens of rows from the smoke profile's ~2,400 training rows.
+    smoke = {"sample_rate": 0.02, "iterations": 40, "checkpoint_every": 20}
     sample_rate: OpenUnit = 0.002
     clip: Positive = 1.1
     noise_multiplier: Positive = 2.0

@@ -67,9 +67,21 @@ class SiteSplit(BaseModel):
 
 
 class DPFedCTGANConfig(SectionConfig):
-    # The generator checks' smoke run (SectionConfig.smoke): each fit starts the federation's server and a
-    # process per site (the smoke profile's flows run three sites): two sites, two short rounds, tiny networks.
+    # Its section in a smoke-sized profile (SectionConfig.smoke): three IID sites as local processes, two
+    # rounds of two updates each, tiny networks.
     smoke = {
+        "sites": {"iid": 3},
+        "rounds": 2,
+        "checkpoint_every": 1,
+        "local_steps": 2,
+        "sample_rate": 0.02,
+        "z_dim": 8,
+        "generator_hidden": (16,),
+        "discriminator_hidden": (16,),
+    }
+    # The generator checks' smoke run (SectionConfig.checks_smoke): each fit starts the federation's server and a
+    # process per site (the smoke profile's flows run three sites): two sites, two short rounds, tiny networks.
+    checks_smoke = {
         "sites": {"iid": 2},
         "rounds": 2,
         "checkpoint_every": 1,

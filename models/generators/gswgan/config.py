@@ -26,6 +26,17 @@ Beta = Annotated[float, Strict(), Field(ge=0, lt=1)]
 
 
 class GanConfig(SectionConfig):
+    # Its section in a smoke-sized profile (SectionConfig.smoke): few pretraining and training iterations,
+    # conditioned on the target with Gumbel-softmax heads, as the shipped profiles train.
+    smoke = {
+        "pretrain_iterations": 20,
+        "iterations": 40,
+        "checkpoint_every": 20,
+        "condition_on_target": True,
+        "output_head": "gumbel",
+        "critic_refresh_steps": 5,
+        "generator_ema": 0.9,
+    }
     z_dim: Units = 32
     generator_hidden: Annotated[tuple[Units, ...], Field(max_length=16)] = (128, 256)
     critic_hidden: Units = 128

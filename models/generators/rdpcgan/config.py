@@ -30,6 +30,17 @@ from dpsynth.models.generators.two_phase.config import TwoPhaseConfig
 
 
 class RDPCGANConfig(TwoPhaseConfig):
+    # Its section in a smoke-sized profile (SectionConfig.smoke): a few dozen private updates per phase,
+    # narrow convolutions.
+    smoke = {
+        "autoencoder_rate": 0.02,
+        "critic_rate": 0.02,
+        "autoencoder_steps": 20,
+        "generator_steps": 20,
+        "critic_steps": 2,
+        "checkpoint_every": 10,
+        "channels": (4, 8, 8),
+    }
     autoencoder_rate: OpenUnit = 0.001
     autoencoder_clip: Positive = 1.0
     autoencoder_noise: Positive = 1.5
