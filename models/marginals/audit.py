@@ -71,7 +71,7 @@ def measured_marginal_audit(
         delta,
         noise_multiplier,
         halve_noise,
-        0.6 * exact if required is None else required,
+        required,
         started,
         function="dpsynth.models.marginals.measure.noisy_marginal",
         rows=rows,

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from dpsynth.models.privacy.audit import (
+    UpdateAudit,
     audit_secret,
     calibration_result,
     dpsgd_pair_note,
@@ -20,22 +21,12 @@ from dpsynth.models.privacy.audit import (
     replace_one_claim,
 )
 
+SPREAD = 4  # the parameters each canary's gradient spreads over (the joint clip must act across them)
 
-def dpautogan_update_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 2.14,
-    clip: float = 1.0,
-    delta: float = 1e-5,
-    canaries_per_call: int = 256,
-    background_rows: int = 31,
-    canary_norm: float = 100.0,
-    spread: int = 4,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+
+def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0) -> dict:
     """One DP-SGD update of DP-auto-GAN (`sanitize`, what `autoencoder_update` and `critic_update` call),
-    fed per-example gradients: canary i's is +-(n C / sqrt s) (e_i, ..., e_i) over s = `spread`
+    fed per-example gradients: canary i's is +-(n C / sqrt s) (e_i, ..., e_i) over s = `SPREAD`
     parameters (norm n C, n = `canary_norm`). The clip is one joint norm over all parameters, so the
     clipped canary projects to +-C on (e_i, ..., e_i) / sqrt s; clipping each parameter on its own would
     give sqrt s C. The background rows' gradients (norms 0.5 C to 3 C) lie in one more parameter. Trial
@@ -44,46 +35,35 @@ def dpautogan_update_audit(
     from dpsynth.models.generators.dpsgd import sanitize
 
     started = time.perf_counter()
-    m = canaries_per_call
+    audit = UpdateAudit(trials, halve_noise, seed)
+    m, n, clip = audit.canaries_per_call, audit.background_rows, audit.clip
     public = torch.Generator().manual_seed(seed)
-    background = torch.randn(background_rows, 8, generator=public)
-    norms = torch.rand(background_rows, 1, generator=public) * 2.5 + 0.5
+    background = torch.randn(n, 8, generator=public)
+    norms = torch.rand(n, 1, generator=public) * 2.5 + 0.5
     background = background / background.norm(dim=1, keepdim=True) * norms * clip
-    calls = -(-trials // m)
-    sigma = noise_run(noise_multiplier, halve_noise)
-    names = [f"layer{j}.weight" for j in range(spread)]
-    scores = {}
-    for first in (True, False):
-        canary = torch.eye(m) * (canary_norm * clip / math.sqrt(spread) * (1.0 if first else -1.0))
-        canary = torch.cat([canary, torch.zeros(background_rows, m)])
+    names = [f"layer{j}.weight" for j in range(SPREAD)]
+
+    def scores(first: bool) -> np.ndarray:
+        canary = torch.eye(m) * (audit.canary_norm * clip / math.sqrt(SPREAD) * (1.0 if first else -1.0))
+        canary = torch.cat([canary, torch.zeros(n, m)])
         per_example = {name: canary.clone() for name in names}
         per_example["background.weight"] = torch.cat([torch.zeros(m, 8), background])
-        noise_rng = audit_secret(seed, "dpautogan", first, halve_noise).torch("dpautogan-noise")
-        out = torch.empty(calls, m, dtype=torch.float64)
-        for c in range(calls):
-            total = sanitize(per_example, clip, sigma, float(background_rows + 1), noise_rng).total
-            out[c] = torch.stack([total[name] for name in names]).double().sum(0) / math.sqrt(spread)
-        scores[first] = out.reshape(-1)[:trials].numpy() / clip
-    exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
-    claimed = replace_one_claim(noise_multiplier, delta)
-    return calibration_result(
+        noise_rng = audit.secret("dpautogan", first).torch("dpautogan-noise")
+
+        def release(call: int) -> torch.Tensor:
+            total = sanitize(per_example, clip, audit.sigma, float(n + 1), noise_rng).total
+            return torch.stack([total[name] for name in names]).double().sum(0) / math.sqrt(SPREAD)
+
+        return audit.gathered(release)
+
+    return audit.result(
         "dpautogan-update",
-        scores[True],
-        scores[False],
-        exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
+        scores,
+        replace_one_claim(audit.noise_multiplier, delta=audit.delta),
         started,
         function="dpsynth.models.generators.dpsgd.sanitize",
         canaries=dpsgd_pair_note(m),
-        calls_per_input=calls,
-        background_rows=background_rows,
-        canary_norm=canary_norm,
-        parameters_per_canary=spread,
-        exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
+        parameters_per_canary=SPREAD,
     )
 
 
@@ -163,7 +143,7 @@ def gaussian_fit_audit(
         delta,
         noise_multiplier,
         halve_noise,
-        0.6 * exact if required is None else required,
+        required,
         started,
         function="dpsynth.models.generators.dpautogan.latent_gaussian.noisy_sums(latent_statistics(.), sigma, "
         "gaussian_bound(d)), the query of fit_gaussian_latent",
@@ -219,7 +199,7 @@ def decoded_moments_audit(
         delta,
         noise_multiplier,
         halve_noise,
-        0.6 * exact if required is None else required,
+        required,
         started,
         function="dpsynth.models.generators.dpautogan.latent_gaussian.private_moments",
         rows=rows,
