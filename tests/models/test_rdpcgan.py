@@ -17,7 +17,6 @@ from dpsynth.models.config import PrivacyConfig, Profile, Setting
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators import get
 from dpsynth.models.generators.dpsgd import sanitize
-from dpsynth.models.generators.rdpcgan.adapter import checkpoint_steps, phases_at
 from dpsynth.models.generators.rdpcgan.autoencoder import autoencoder_per_example, reconstruction_loss
 from dpsynth.models.generators.rdpcgan.config import RDPCGANConfig
 from dpsynth.models.generators.rdpcgan.gan import critic_per_pair
@@ -285,11 +284,12 @@ def _profile(**section) -> Profile:
 
 def test_plan_composes_both_phases_and_the_marginals_in_one_curve_converted_once():
     prof = _profile()
-    plan = get("rdpcgan").plan(prof, prof.settings[0])
-    assert plan.iterations == tuple(checkpoint_steps(prof)) == (0, 4, 6, 7)  # phase 1's inner ones not offered
+    adapter = get("rdpcgan")
+    plan = adapter.plan(prof, prof.settings[0])
+    assert plan.iterations == tuple(adapter.checkpoint_steps(prof)) == (0, 4, 6, 7)  # not phase 1's inner ones
     c = prof.rdpcgan
     at_7 = [Phase(c.autoencoder_rate, c.autoencoder_noise, 4), Phase(c.critic_rate, c.critic_noise, 6)]
-    assert phases_at(prof, 7) == at_7
+    assert adapter.phases_at(prof, 7) == at_7
     assert plan.epsilon == pytest.approx(replace_one_epsilon(at_7, DELTA), rel=1e-12)
     separately = replace_one_epsilon(at_7[0], DELTA) + replace_one_epsilon(at_7[1], DELTA)
     assert plan.epsilon < separately  # one conversion of the summed RDP, never a sum of epsilons

@@ -25,13 +25,7 @@ from dpsynth.models.generators.base import (
     TrainingJob,
     TrainingPlan,
 )
-from dpsynth.models.generators.two_phase.adapter import (
-    AUTOENCODER_LABELS,
-    TwoPhaseGenerator,
-    autoencoder_and_critic_phases,
-    gan_checkpoint_steps,
-)
-from dpsynth.models.privacy.dpsgd_accountant import Phase
+from dpsynth.models.generators.two_phase.adapter import AUTOENCODER_LABELS, TwoPhaseGenerator
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
@@ -43,25 +37,9 @@ LABELS = {
 }
 
 
-def phases_at(profile: Profile, step: int) -> list[Phase]:
-    """The private updates of both phases after `step` steps, as the trainer's accountant counts them."""
-    return autoencoder_and_critic_phases(profile.rdpcgan, step)
-
-
-def checkpoint_steps(profile: Profile) -> list[int]:
-    """Steps the trainer checkpoints at that selection sees: 0, the end of phase 1, every checkpoint after."""
-    return gan_checkpoint_steps(profile.rdpcgan)
-
-
 class RDPCGAN(TwoPhaseGenerator):
     name = "rdpcgan"
     label = "RDP-CGAN"
-
-    def phases_at(self, profile: Profile, step: int) -> list[Phase]:
-        return phases_at(profile, step)
-
-    def checkpoint_steps(self, profile: Profile) -> list[int]:
-        return checkpoint_steps(profile)
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
         import torch  # here: planning a release (its budget, the refusals) needs no torch

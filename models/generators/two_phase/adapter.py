@@ -5,7 +5,6 @@ measured marginals' add/remove-one curve added before the conversion."""
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.models.config import Profile, Setting
@@ -70,13 +69,14 @@ class TwoPhaseGenerator(GeneratorType):
     def section_of(self, profile: Profile) -> Any:
         return profile.section(self.name)
 
-    @abstractmethod
     def phases_at(self, profile: Profile, step: int) -> list[Phase]:
-        """The private updates of both phases after `step` steps, as the accountant composes them."""
+        """The private updates of both phases after `step` steps, as the accountant composes them (a
+        generator whose phase 2 is not the critic's DP-SGD says otherwise)."""
+        return autoencoder_and_critic_phases(self.section_of(profile), step)
 
-    @abstractmethod
     def checkpoint_steps(self, profile: Profile) -> list[int]:
-        """The steps selection sees."""
+        """The steps selection sees: 0, the end of phase 1, every checkpoint after it."""
+        return gan_checkpoint_steps(self.section_of(profile))
 
     def replace_one_epsilon_at(self, profile: Profile, step: int) -> float:
         return replace_one_epsilon_of(self.phases_at(profile, step), profile)
