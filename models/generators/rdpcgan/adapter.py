@@ -16,16 +16,13 @@ from pathlib import Path
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.generators.base import (
-    DPSGD_ADJACENCY,
-    DPSGD_CONVERSION,
-    NO_DONORS,
     FitResult,
     PrivacyFacts,
     Progress,
     TrainingJob,
     TrainingPlan,
 )
-from dpsynth.models.generators.two_phase.adapter import AUTOENCODER_LABELS, TwoPhaseGenerator
+from dpsynth.models.generators.two_phase.adapter import AUTOENCODER_LABELS, TwoPhaseGenerator, autoencoder_parameters
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
@@ -62,32 +59,17 @@ class RDPCGAN(TwoPhaseGenerator):
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.rdpcgan
-        return PrivacyFacts(
-            generator=self.label,
+        return self.critic_phase_facts(
+            c,
             mechanism=(
                 "Poisson-subsampled Gaussian (DP-SGD) in two phases: the convolutional autoencoder (encoder "
                 "and decoder clipped together), then the convolutional WGAN critic reading rows and decoded "
                 "fakes (each real row's pair gradient clipped)"
             ),
-            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
-            "order (RDP composition), one composition per private update",
-            conversion=DPSGD_CONVERSION,
-            sampling=(
-                f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
-                f"and a critic batch with probability q2 = {c.critic_rate:g}, independently"
-            ),
-            adjacency=DPSGD_ADJACENCY,
-            sanitised=(
-                "each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
-                "to the sum; the released decoder and generator read the data only through them; the "
-                "Poisson batches and the noise come from a secret drawn for the run"
-            ),
-            imputation=NO_DONORS,
+            composition="RDP composition",
+            critic="2",
             parameters={
-                "q1": c.autoencoder_rate,
-                "sigma1": c.autoencoder_noise,
-                "C1": c.autoencoder_clip,
-                "autoencoder_steps": c.autoencoder_steps,
+                **autoencoder_parameters(c),
                 "q2": c.critic_rate,
                 "sigma2": c.critic_noise,
                 "C2": c.critic_clip,

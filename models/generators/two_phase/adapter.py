@@ -10,8 +10,12 @@ from typing import TYPE_CHECKING, Any
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.base import (
+    DPSGD_ADJACENCY,
+    DPSGD_CONVERSION,
+    NO_DONORS,
     FitResult,
     GeneratorType,
+    PrivacyFacts,
     Progress,
     Schedule,
     TrainingPlan,
@@ -31,6 +35,16 @@ AUTOENCODER_LABELS = {
     "C1": "autoencoder clipping norm C1",
     "autoencoder_steps": "autoencoder steps",
 }
+
+
+def autoencoder_parameters(config: TwoPhaseConfig) -> dict[str, Any]:
+    """Phase 1's public parameters, as AUTOENCODER_LABELS names them."""
+    return {
+        "q1": config.autoencoder_rate,
+        "sigma1": config.autoencoder_noise,
+        "C1": config.autoencoder_clip,
+        "autoencoder_steps": config.autoencoder_steps,
+    }
 
 
 def autoencoder_and_critic_phases(config: TwoPhaseConfig, step: int) -> list[Phase]:
@@ -77,6 +91,39 @@ class TwoPhaseGenerator(GeneratorType):
     def checkpoint_steps(self, profile: Profile) -> list[int]:
         """The steps selection sees: 0, the end of phase 1, every checkpoint after it."""
         return gan_checkpoint_steps(self.section_of(profile))
+
+    def critic_phase_facts(
+        self,
+        config: TwoPhaseConfig,
+        mechanism: str,
+        composition: str,
+        critic: str,
+        parameters: dict[str, Any],
+        labels: dict[str, str],
+    ) -> PrivacyFacts:
+        """The privacy facts when phase 2 is the critic's DP-SGD: both phases Poisson-subsampled Gaussian
+        updates, composed by `composition` (the paper's name for adding their RDP), the critic's rate
+        called q`critic` (each paper numbers its phases its own way)."""
+        return PrivacyFacts(
+            generator=self.label,
+            mechanism=mechanism,
+            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
+            f"order ({composition}), one composition per private update",
+            conversion=DPSGD_CONVERSION,
+            sampling=(
+                f"each training row joins an autoencoder batch with probability q1 = {config.autoencoder_rate:g} "
+                f"and a critic batch with probability q{critic} = {config.critic_rate:g}, independently"
+            ),
+            adjacency=DPSGD_ADJACENCY,
+            sanitised=(
+                "each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
+                "to the sum; the released decoder and generator read the data only through them; the "
+                "Poisson batches and the noise come from a secret drawn for the run"
+            ),
+            imputation=NO_DONORS,
+            parameters=parameters,
+            labels=labels,
+        )
 
     def replace_one_epsilon_at(self, profile: Profile, step: int) -> float:
         return replace_one_epsilon_of(self.phases_at(profile, step), profile)
