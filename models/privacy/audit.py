@@ -201,34 +201,68 @@ def dpsgd_pair_note(canaries: int) -> str:
 
 
 @dataclass(frozen=True)
-class UpdateAudit:
-    """The settings of a calibration audit of one DP-SGD update (each generator's `*_update_audit`):
-    `canaries_per_call` canaries, each on coordinates of the released gradient no other row touches, so
-    one call gives that many trials, beside `background_rows` public rows; a canary's gradient has norm
-    `canary_norm` C, so the clip at C acts. Exact: the Gaussian mechanism with mu = 2C / (sigma C)."""
+class Calibration:
+    """The settings every calibration audit shares: `trials` per input, whether the mechanism runs at
+    half its `noise_multiplier` (`halve_noise`), the public `seed` (the secret derives from it), the
+    `delta` the epsilons are stated at and the bound `required` of the intended noise (None: 0.6 x
+    the exact epsilon)."""
 
     trials: int = 1_000_000
     halve_noise: bool = False
     seed: int = 0
     noise_multiplier: float = 2.14
-    clip: float = 1.0
     delta: float = 1e-5
-    canaries_per_call: int = 256
-    background_rows: int = 31
-    canary_norm: float = 100.0
     required: float | None = None
 
     @property
-    def calls(self) -> int:
-        return -(-self.trials // self.canaries_per_call)
-
-    @property
     def sigma(self) -> float:
-        """The noise multiplier the update runs at (half the intended one with `halve_noise`)."""
+        """The noise multiplier the mechanism runs at (half the intended one with `halve_noise`)."""
         return noise_run(self.noise_multiplier, self.halve_noise)
 
     def secret(self, mechanism: str, first: bool) -> PrivacySecret:
         return audit_secret(self.seed, mechanism, first, self.halve_noise)
+
+    def result(
+        self,
+        mechanism: str,
+        scores: Callable[[bool], np.ndarray],
+        exact: float,
+        claimed: float,
+        started: float,
+        **extra: object,
+    ) -> dict:
+        """`calibration_result` of the trials `scores(first)` on the first input, then the second."""
+        first, second = scores(True), scores(False)
+        return calibration_result(
+            mechanism,
+            first,
+            second,
+            exact,
+            claimed,
+            self.delta,
+            self.noise_multiplier,
+            self.halve_noise,
+            self.required,
+            started,
+            **extra,
+        )
+
+
+@dataclass(frozen=True)
+class UpdateAudit(Calibration):
+    """A calibration audit of one DP-SGD update (each generator's `*_update_audit`):
+    `canaries_per_call` canaries, each on coordinates of the released gradient no other row touches, so
+    one call gives that many trials, beside `background_rows` public rows; a canary's gradient has norm
+    `canary_norm` C, so the clip at C acts. Exact: the Gaussian mechanism with mu = 2C / (sigma C)."""
+
+    clip: float = 1.0
+    canaries_per_call: int = 256
+    background_rows: int = 31
+    canary_norm: float = 100.0
+
+    @property
+    def calls(self) -> int:
+        return -(-self.trials // self.canaries_per_call)
 
     def gathered(self, release: Callable[[int], Any], scale: float = 1.0) -> np.ndarray:
         """The trials of `calls` updates: `release(call)` gives the canaries' coordinates of that call's
@@ -238,7 +272,7 @@ class UpdateAudit:
             out[call] = release(call)
         return out.reshape(-1)[: self.trials] * scale / self.clip
 
-    def result(
+    def update_result(
         self,
         mechanism: str,
         scores: Callable[[bool], np.ndarray],
@@ -248,18 +282,12 @@ class UpdateAudit:
         canaries: str,
         **extra: object,
     ) -> dict:
-        """`calibration_result` of the trials `scores(first)` on the first input, then the second."""
-        first, second = scores(True), scores(False)
-        return calibration_result(
+        """`result` judged against the Gaussian mechanism with mu = 2C / (sigma C)."""
+        return self.result(
             mechanism,
-            first,
-            second,
+            scores,
             gaussian_epsilon(2.0 / self.noise_multiplier, self.delta),
             claimed,
-            self.delta,
-            self.noise_multiplier,
-            self.halve_noise,
-            self.required,
             started,
             function=function,
             canaries=canaries,

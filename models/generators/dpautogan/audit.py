@@ -11,15 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from dpsynth.models.privacy.audit import (
-    UpdateAudit,
-    audit_secret,
-    calibration_result,
-    dpsgd_pair_note,
-    gaussian_epsilon,
-    noise_run,
-    replace_one_claim,
-)
+from dpsynth.models.privacy.audit import Calibration, UpdateAudit, dpsgd_pair_note, gaussian_epsilon, replace_one_claim
 
 SPREAD = 4  # the parameters each canary's gradient spreads over (the joint clip must act across them)
 
@@ -56,7 +48,7 @@ def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, s
 
         return audit.gathered(release)
 
-    return audit.result(
+    return audit.update_result(
         "dpautogan-update",
         scores,
         replace_one_claim(audit.noise_multiplier, delta=audit.delta),
@@ -92,13 +84,10 @@ def _pair_exact(
 def gaussian_fit_audit(
     trials: int = 1_000_000,
     halve_noise: bool = False,
-    noise_multiplier: float = 1.4,
+    seed: int = 0,
     latent_dim: int = 4,
     flipped: int = 2,
     rows: int = 50,
-    delta: float = 1e-5,
-    required: float | None = None,
-    seed: int = 0,
     chunk: int = 100_000,
 ) -> dict:
     """DP-auto-GAN's Gaussian-fit query (`fit_gaussian_latent`: `noisy_sums` of `latent_statistics`
@@ -116,34 +105,29 @@ def gaussian_fit_audit(
     )
 
     started = time.perf_counter()
+    audit = Calibration(trials, halve_noise, seed, noise_multiplier=1.4)
     d = latent_dim
     public = torch.Generator().manual_seed(seed)
     background = torch.rand(rows - 1, d, generator=public, dtype=torch.float64) * 2 - 1
     canary = {True: np.ones(d), False: np.concatenate([-np.ones(flipped), np.ones(d - flipped)])}
-    diff, ratio, exact = _pair_exact(canary[True], canary[False], [False] * d, noise_multiplier, delta)
-    sigma = noise_run(noise_multiplier, halve_noise)
-    scores = {}
-    for first in (True, False):
+    diff, ratio, exact = _pair_exact(canary[True], canary[False], [False] * d, audit.noise_multiplier, audit.delta)
+
+    def scores(first: bool) -> np.ndarray:
         stats = latent_statistics(torch.cat([background, torch.from_numpy(canary[first]).unsqueeze(0)]))
-        noise_rng = audit_secret(seed, "fit", first, halve_noise).torch("dpautogan-noise")
+        noise_rng = audit.secret("fit", first).torch("dpautogan-noise")
         parts, left = [], trials
         while left > 0:
             n = min(chunk, left)
-            sums = noisy_sums(stats.unsqueeze(1).expand(-1, n, -1), sigma, gaussian_bound(d), noise_rng)
+            sums = noisy_sums(stats.unsqueeze(1).expand(-1, n, -1), audit.sigma, gaussian_bound(d), noise_rng)
             parts.append(sums.numpy() @ diff)
             left -= n
-        scores[first] = np.concatenate(parts)
-    claimed = replace_one_claim(noise_multiplier, delta)
-    return calibration_result(
+        return np.concatenate(parts)
+
+    return audit.result(
         "dpautogan-gaussian-fit",
-        scores[True],
-        scores[False],
+        scores,
         exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        required,
+        replace_one_claim(audit.noise_multiplier, audit.delta),
         started,
         function="dpsynth.models.generators.dpautogan.latent_gaussian.noisy_sums(latent_statistics(.), sigma, "
         "gaussian_bound(d)), the query of fit_gaussian_latent",
@@ -154,15 +138,7 @@ def gaussian_fit_audit(
     )
 
 
-def decoded_moments_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 1.5,
-    rows: int = 50,
-    delta: float = 1e-5,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0, rows: int = 50) -> dict:
     """DP-auto-GAN's decoded-moment query (`private_moments`: `moment_statistics` of the rows clipped to
     [-1, 1], `noisy_sums` with `moment_bound`), called once per trial (its statistics take rows of one
     table). Three columns, the last binary; `rows` - 1 public rows and a canary row (3, 3, 1) on the
@@ -172,34 +148,29 @@ def decoded_moments_audit(
     from dpsynth.models.generators.dpautogan.latent_gaussian import private_moments
 
     started = time.perf_counter()
+    audit = Calibration(trials, halve_noise, seed, noise_multiplier=1.5)
     binary = [False, False, True]
     public = torch.Generator().manual_seed(seed)
     background = torch.rand(rows - 1, 3, generator=public, dtype=torch.float64) * 2 - 1
     background[:, 2] = torch.sign(background[:, 2])
     raw = {True: np.array([3.0, 3.0, 1.0]), False: np.array([-3.0, -3.0, 1.0])}
     diff, ratio, exact = _pair_exact(
-        np.clip(raw[True], -1, 1), np.clip(raw[False], -1, 1), binary, noise_multiplier, delta
+        np.clip(raw[True], -1, 1), np.clip(raw[False], -1, 1), binary, audit.noise_multiplier, audit.delta
     )
-    sigma = noise_run(noise_multiplier, halve_noise)
-    scores = {}
-    for first in (True, False):
+
+    def scores(first: bool) -> np.ndarray:
         table = torch.cat([background, torch.from_numpy(raw[first]).unsqueeze(0)])
-        noise_rng = audit_secret(seed, "moments", first, halve_noise).torch("dpautogan-noise")
+        noise_rng = audit.secret("moments", first).torch("dpautogan-noise")
         out = torch.empty(trials, len(diff), dtype=torch.float64)
         for t in range(trials):
-            out[t] = private_moments(table, binary, sigma, noise_rng)
-        scores[first] = out.numpy() @ diff
-    claimed = replace_one_claim(noise_multiplier, delta)
-    return calibration_result(
+            out[t] = private_moments(table, binary, audit.sigma, noise_rng)
+        return out.numpy() @ diff
+
+    return audit.result(
         "dpautogan-moments",
-        scores[True],
-        scores[False],
+        scores,
         exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        required,
+        replace_one_claim(audit.noise_multiplier, audit.delta),
         started,
         function="dpsynth.models.generators.dpautogan.latent_gaussian.private_moments",
         rows=rows,

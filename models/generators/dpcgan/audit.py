@@ -52,7 +52,7 @@ def dpcgan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed
 
         return audit.gathered(release)
 
-    return audit.result(
+    return audit.update_result(
         "dpcgan-update",
         scores,
         replace_one_claim(audit.noise_multiplier, audit.delta),

@@ -67,7 +67,7 @@ def client_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed
 
         return audit.gathered(release, scale=expected_batch)
 
-    return audit.result(
+    return audit.update_result(
         "dpfedctgan-client-update",
         scores,
         site_epsilon([Phase(1.0, audit.noise_multiplier, 1)], 0.0, audit.delta),

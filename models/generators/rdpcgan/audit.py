@@ -91,7 +91,7 @@ def critic_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed
 
             return audit.gathered(release, scale=rows)
 
-        return audit.result(
+        return audit.update_result(
             "rdpcgan-critic-update",
             scores,
             replace_one_claim(audit.noise_multiplier, audit.delta),
