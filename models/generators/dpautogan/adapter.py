@@ -27,6 +27,7 @@ from dpsynth.models.generators.two_phase.adapter import (
     TwoPhaseGenerator,
     autoencoder_and_critic_phases,
     autoencoder_parameters,
+    critic_parameters,
     gan_checkpoint_steps,
 )
 
@@ -173,6 +174,8 @@ class DPAutoGAN(TwoPhaseGenerator):
                 },
                 labels=LABELS,
             )
+        phase1 = autoencoder_parameters(c)
+        phase1_steps = phase1.pop("autoencoder_steps")  # its releases have listed phase 1's steps last
         return self.critic_phase_facts(
             c,
             mechanism=(
@@ -181,15 +184,6 @@ class DPAutoGAN(TwoPhaseGenerator):
             ),
             composition="Lemma 1",
             critic="3",
-            parameters={
-                "q1": c.autoencoder_rate,
-                "sigma1": c.autoencoder_noise,
-                "C1": c.autoencoder_clip,
-                "q3": c.critic_rate,
-                "sigma3": c.critic_noise,
-                "C3": c.critic_clip,
-                "updates_per_generator_step": c.critic_steps,
-                "autoencoder_steps": c.autoencoder_steps,
-            },
+            parameters={**phase1, **critic_parameters(c, "3"), "autoencoder_steps": phase1_steps},
             labels=LABELS,
         )

@@ -22,7 +22,12 @@ from dpsynth.models.generators.base import (
     TrainingJob,
     TrainingPlan,
 )
-from dpsynth.models.generators.two_phase.adapter import AUTOENCODER_LABELS, TwoPhaseGenerator, autoencoder_parameters
+from dpsynth.models.generators.two_phase.adapter import (
+    AUTOENCODER_LABELS,
+    TwoPhaseGenerator,
+    autoencoder_parameters,
+    critic_parameters,
+)
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
@@ -68,12 +73,6 @@ class RDPCGAN(TwoPhaseGenerator):
             ),
             composition="RDP composition",
             critic="2",
-            parameters={
-                **autoencoder_parameters(c),
-                "q2": c.critic_rate,
-                "sigma2": c.critic_noise,
-                "C2": c.critic_clip,
-                "updates_per_generator_step": c.critic_steps,
-            },
+            parameters={**autoencoder_parameters(c), **critic_parameters(c, "2")},
             labels=LABELS,
         )

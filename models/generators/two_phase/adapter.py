@@ -47,6 +47,16 @@ def autoencoder_parameters(config: TwoPhaseConfig) -> dict[str, Any]:
     }
 
 
+def critic_parameters(config: TwoPhaseConfig, phase: str) -> dict[str, Any]:
+    """Phase 2's public parameters when it is the critic's DP-SGD, numbered `phase` as its paper does."""
+    return {
+        f"q{phase}": config.critic_rate,
+        f"sigma{phase}": config.critic_noise,
+        f"C{phase}": config.critic_clip,
+        "updates_per_generator_step": config.critic_steps,
+    }
+
+
 def autoencoder_and_critic_phases(config: TwoPhaseConfig, step: int) -> list[Phase]:
     """The private updates after `step` steps as the trainer's accountant counts them: phase 1's
     autoencoder updates, then `critic_steps` critic updates per GAN step."""
