@@ -40,42 +40,14 @@ from dpsynth.models.generators.dpsgd import sanitize
 from dpsynth.models.generators.two_phase.pairs import critic_per_pair, position_latents
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
-
-# Encoded layout: a continuous column, a binary column, a 3-level categorical.
-GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
-WIDTH = 5
-
+from tests.models.two_phase_tables import DELTA, GROUPS, SMALL_SCHEDULE, WIDTH, flat, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
 
-def toy_table(n: int, seed: int = 0) -> torch.Tensor:
-    """Rows in [-1, 1] with structure to learn: the binary column's sign drives the continuous value
-    (about +-0.6) and the categorical level (0 or 2)."""
-    g = torch.Generator().manual_seed(seed)
-    y = (torch.rand(n, generator=g) < 0.5).float() * 2 - 1
-    x = (0.6 * y + 0.1 * torch.randn(n, generator=g)).clamp(-1, 1)
-    cat = -torch.ones(n, 3)
-    cat[torch.arange(n), torch.where(y > 0, 0, 2)] = 1.0
-    return torch.cat([x[:, None], y[:, None], cat], 1)
-
-
-DELTA = 1e-5
-
-
 def small_config(**overrides) -> DPAutoGANConfig:
     base = {
-        "autoencoder_rate": 0.25,
-        "autoencoder_clip": 1.0,
-        "autoencoder_noise": 1.0,
-        "autoencoder_steps": 4,
-        "critic_rate": 0.2,
-        "critic_clip": 0.5,
-        "critic_noise": 1.5,
-        "critic_steps": 2,
-        "generator_steps": 3,
-        "generator_batch": 8,
-        "checkpoint_every": 2,
+        **SMALL_SCHEDULE,
         "latent_dim": 3,
         "z_dim": 4,
         "encoder_hidden": (8,),
@@ -89,10 +61,6 @@ def small_config(**overrides) -> DPAutoGANConfig:
 def make_trainer(data, config: DPAutoGANConfig, seed: int, secret, directory, **run) -> DPAutoGANTrainer:
     """The trainer as the adapter builds it: the section, and the run's delta (and schema-derived values)."""
     return DPAutoGANTrainer(data, GROUPS, config, seed, secret, directory, delta=DELTA, **run)
-
-
-def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
-    return torch.cat([g.reshape(-1) for g in grads.values()])
 
 
 def row_norms(per_example: dict[str, torch.Tensor]) -> torch.Tensor:

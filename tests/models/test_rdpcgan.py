@@ -27,39 +27,16 @@ from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
 from dpsynth.models.privacy.dpsgd_accountant import ORDERS, Phase, epsilon, rdp_curve, replace_one_epsilon
 from dpsynth.models.privacy.exact_loss import epsilon_at
 from dpsynth.models.privacy.secret import PrivacySecret
+from tests.models.two_phase_tables import DELTA, GROUPS, SMALL_SCHEDULE, WIDTH, flat, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
-# Encoded layout: a continuous column, a binary column, a 3-level categorical.
-GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
-WIDTH = 5
-DELTA = 1e-5
 CHANNELS = (4, 8, 8)
-
-
-def toy_table(n: int, seed: int = 0) -> torch.Tensor:
-    """Rows in [-1, 1]: the binary column's sign drives the continuous value and the categorical level."""
-    g = torch.Generator().manual_seed(seed)
-    y = (torch.rand(n, generator=g) < 0.5).float() * 2 - 1
-    x = (0.6 * y + 0.1 * torch.randn(n, generator=g)).clamp(-1, 1)
-    cat = -torch.ones(n, 3)
-    cat[torch.arange(n), torch.where(y > 0, 0, 2)] = 1.0
-    return torch.cat([x[:, None], y[:, None], cat], 1)
 
 
 def small_config(**overrides) -> RDPCGANConfig:
     base = {
-        "autoencoder_rate": 0.25,
-        "autoencoder_clip": 1.0,
-        "autoencoder_noise": 1.0,
-        "autoencoder_steps": 4,
-        "critic_rate": 0.2,
-        "critic_clip": 0.5,
-        "critic_noise": 1.5,
-        "critic_steps": 2,
-        "generator_steps": 3,
-        "generator_batch": 8,
-        "checkpoint_every": 2,
+        **SMALL_SCHEDULE,
         "z_dim": 6,
         "latent_dim": 8,
         "channels": CHANNELS,
@@ -72,10 +49,6 @@ TARGET = (1, 2)  # the binary column, which drives the others
 
 def make_trainer(data, config: RDPCGANConfig, seed: int, secret, directory) -> RDPCGANTrainer:
     return RDPCGANTrainer(data, GROUPS, config, seed, secret, directory, delta=DELTA, target=TARGET)
-
-
-def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
-    return torch.cat([g.reshape(-1) for g in grads.values()])
 
 
 def autoencoder(seed: int = 0, predicted: tuple[int, ...] = ()) -> Autoencoder:
