@@ -40,7 +40,16 @@ from dpsynth.models.generators.dpsgd import sanitize
 from dpsynth.models.generators.two_phase.pairs import critic_per_pair, position_latents
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
-from tests.models.two_phase_tables import DELTA, GROUPS, SMALL_SCHEDULE, WIDTH, flat, toy_table
+from tests.models.two_phase_tables import (
+    DELTA,
+    GROUPS,
+    SMALL_SCHEDULE,
+    WIDTH,
+    assert_resume_equals_uninterrupted,
+    assert_states_equal,
+    flat,
+    toy_table,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
@@ -266,31 +275,13 @@ def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, 
 # ------------------------------------------------------------------------------- checkpoints
 
 
-def _states_equal(a: DPAutoGANTrainer, b: DPAutoGANTrainer) -> None:
-    for net in ("autoencoder", "generator", "critic", "gaussian"):
-        sa, sb = getattr(a, net).state_dict(), getattr(b, net).state_dict()
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            assert torch.equal(sa[k], sb[k]), f"{net}.{k} differs"
+NETS = ("autoencoder", "generator", "critic", "gaussian")  # the networks a checkpoint restores
 
 
 @pytest.mark.parametrize("stop_after", [3, 6], ids=["in-phase-1", "in-phase-2"])
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_secret, stop_after):
-    cfg = small_config(autoencoder_steps=5, generator_steps=4)  # checkpoints at 0, 2, 4, 5, 6, 8, 9
-    data = toy_table(60)
-    whole = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole")
-    whole_result = whole.run()
-    first = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
-    first.run(stop_after=stop_after)  # 3: between the checkpoints at 2 and 4; 6 then 1 more: past 6
-    if stop_after == 6:
-        first.step()  # a GAN step after the last checkpoint, lost in the interruption
-    resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
-    result = resumed.run()
-    assert resumed.step_index == 9 and resumed.accountant.phases == whole.accountant.phases
-    _states_equal(whole, resumed)
-    assert [(e["step"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == [
-        (e["step"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints
-    ]
+    cfg = small_config(autoencoder_steps=5, generator_steps=4)
+    assert_resume_equals_uninterrupted(make_trainer, cfg, test_secret, tmp_path, stop_after, NETS)
 
 
 def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(tmp_path, test_secret):
@@ -304,7 +295,7 @@ def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(t
     resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
     resumed.run()
     assert any("resumed from training_state.prev.pt (step 4)" in note for note in resumed.resume_notes)
-    _states_equal(whole, resumed)
+    assert_states_equal(whole, resumed, NETS)
     other = make_trainer(data, small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
     with pytest.raises(ConfigError, match="another configuration"):
         other.run()
