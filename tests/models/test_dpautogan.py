@@ -45,6 +45,7 @@ from tests.models.two_phase_tables import (
     GROUPS,
     SMALL_SCHEDULE,
     WIDTH,
+    assert_ledger_counts_both_phases,
     assert_resume_equals_uninterrupted,
     assert_states_equal,
     flat,
@@ -245,31 +246,9 @@ def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, 
     n = 60
     cfg = small_config(critic_space=space)
     trainer = make_trainer(toy_table(n), cfg, 0, test_secret, tmp_path)
-    result = trainer.run()
-    ran = [u.phase for u in result.updates]
-    assert ran == ["autoencoder"] * 4 + ["critic"] * 6  # 3 GAN steps of 2 critic updates
+    eps = assert_ledger_counts_both_phases(trainer, cfg, tmp_path)
     phase1 = Phase(cfg.autoencoder_rate, cfg.autoencoder_noise, 4)
-    phase2 = Phase(cfg.critic_rate, cfg.critic_noise, 6)
-    assert trainer.accountant.phases == (phase1, phase2)
-    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [
-        (0, "autoencoder"),
-        (2, "autoencoder"),
-        (4, "autoencoder"),
-        (6, "gan"),
-        (7, "gan"),
-    ]
-    eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
-    assert eps[0] == 0.0
     assert eps[2] == pytest.approx(epsilon(Phase(phase1.sample_rate, phase1.noise_multiplier, 2), DELTA))
-    assert eps[4] == pytest.approx(epsilon([phase1], DELTA))
-    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], DELTA))
-    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], DELTA))
-    # What a miscount would report instead: a critic update counted twice, or phase 1 left out.
-    doubled = Phase(phase2.sample_rate, phase2.noise_multiplier, 12)
-    assert eps[7] < epsilon([phase1, doubled], DELTA) - 0.05
-    assert eps[7] > epsilon([phase2], DELTA) + 0.05
-    blob = torch.load(tmp_path / result.checkpoints[-1]["release"], weights_only=False)
-    assert blob["epsilon"] == eps[7] and blob["adjacency"] == "add/remove-one"
 
 
 # ------------------------------------------------------------------------------- checkpoints

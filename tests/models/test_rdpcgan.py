@@ -32,6 +32,7 @@ from tests.models.two_phase_tables import (
     GROUPS,
     SMALL_SCHEDULE,
     WIDTH,
+    assert_ledger_counts_both_phases,
     assert_resume_equals_uninterrupted,
     flat,
     toy_table,
@@ -230,27 +231,7 @@ def test_accountant_covers_the_exact_one_step_loss_of_the_update_the_trainer_run
 def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, test_secret):
     cfg = small_config()
     trainer = make_trainer(toy_table(60), cfg, 0, test_secret, tmp_path)
-    result = trainer.run()
-    assert [u.phase for u in result.updates] == ["autoencoder"] * 4 + ["critic"] * 6  # 3 GAN steps of 2
-    phase1 = Phase(cfg.autoencoder_rate, cfg.autoencoder_noise, 4)
-    phase2 = Phase(cfg.critic_rate, cfg.critic_noise, 6)
-    assert trainer.accountant.phases == (phase1, phase2)
-    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [
-        (0, "autoencoder"),
-        (2, "autoencoder"),
-        (4, "autoencoder"),
-        (6, "gan"),
-        (7, "gan"),
-    ]
-    eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
-    assert eps[0] == 0.0 and eps[4] == pytest.approx(epsilon([phase1], DELTA))
-    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], DELTA))
-    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], DELTA))
-    # What a miscount would report instead: each critic update counted twice, or phase 1 left out.
-    assert eps[7] < epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 12)], DELTA) - 0.05
-    assert eps[7] > epsilon([phase2], DELTA) + 0.05
-    blob = torch.load(tmp_path / result.checkpoints[-1]["release"], weights_only=False)
-    assert blob["epsilon"] == eps[7] and blob["adjacency"] == "add/remove-one"
+    assert_ledger_counts_both_phases(trainer, cfg, tmp_path)
 
 
 def _profile(**section) -> Profile:

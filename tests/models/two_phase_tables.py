@@ -5,7 +5,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
+
+from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 
 # Encoded layout: a continuous column, a binary column, a 3-level categorical.
 GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
@@ -72,3 +75,31 @@ def assert_resume_equals_uninterrupted(
     assert [(e["step"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == [
         (e["step"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints
     ]
+
+
+def assert_ledger_counts_both_phases(trainer: Any, config: Any, directory: Path) -> dict[int, float]:
+    """Run `trainer` on SMALL_SCHEDULE (4 autoencoder steps, 3 GAN steps of 2 critic updates): its ledger
+    holds exactly those updates, each checkpoint's epsilon is theirs so far, and the release carries the
+    last. Returns the checkpoints' epsilons by step."""
+    result = trainer.run()
+    assert [u.phase for u in result.updates] == ["autoencoder"] * 4 + ["critic"] * 6
+    phase1 = Phase(config.autoencoder_rate, config.autoencoder_noise, 4)
+    phase2 = Phase(config.critic_rate, config.critic_noise, 6)
+    assert trainer.accountant.phases == (phase1, phase2)
+    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [
+        (0, "autoencoder"),
+        (2, "autoencoder"),
+        (4, "autoencoder"),
+        (6, "gan"),
+        (7, "gan"),
+    ]
+    eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
+    assert eps[0] == 0.0 and eps[4] == pytest.approx(epsilon([phase1], DELTA))
+    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], DELTA))
+    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], DELTA))
+    # What a miscount would report instead: each critic update counted twice, or phase 1 left out.
+    assert eps[7] < epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 12)], DELTA) - 0.05
+    assert eps[7] > epsilon([phase2], DELTA) + 0.05
+    blob = torch.load(directory / result.checkpoints[-1]["release"], weights_only=False)
+    assert blob["epsilon"] == eps[7] and blob["adjacency"] == "add/remove-one"
+    return eps
