@@ -58,6 +58,22 @@ class Registration:
     audits: str | None = None
     _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
+    @classmethod
+    def in_package(
+        cls, package: str, name: str, config: str, adapter: str, sampler: str, section: str | None = None
+    ) -> Registration:
+        """The usual layout of a generator `package` (its `__name__`): the classes `config`, `adapter` and
+        `sampler` in its config.py, adapter.py and sampler.py, its audits in audit.py's
+        CALIBRATION_AUDITS, its section named after it unless `section` says otherwise."""
+        return cls(
+            name,
+            name if section is None else section,
+            f"{package}.config:{config}",
+            f"{package}.adapter:{adapter}",
+            f"{package}.sampler:{sampler}",
+            f"{package}.audit:CALIBRATION_AUDITS",
+        )
+
     def config_model(self) -> type[SectionConfig]:
         """The pydantic model of its profile section."""
         return self._load("config", self.config)

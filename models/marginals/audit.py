@@ -9,23 +9,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dpsynth.models.privacy.audit import (
-    audit_secret,
-    calibration_result,
-    gaussian_epsilon,
-    noise_run,
-)
+from dpsynth.models.privacy.audit import Calibration, gaussian_epsilon
 
 
-def measured_marginal_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 1.07,
-    rows: int = 50,
-    delta: float = 1e-5,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+def measured_marginal_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0, rows: int = 50) -> dict:
     """The measured marginals' query (models/marginals/measure.py `noisy_marginal`, what `measure` runs for each
     marginal), called once per trial on a three-level column: `rows` - 1 public rows and a canary in the
     first level on the first input, in the last level on the neighbour (a replacement: one count down,
@@ -38,6 +25,7 @@ def measured_marginal_audit(
     from dpsynth.models.marginals.measure import MeasurementPlan, frame_codes, noisy_marginal
 
     started = time.perf_counter()
+    audit = Calibration(trials, halve_noise, seed, noise_multiplier=1.07)
     schema = DatasetSchema.from_dict(
         {
             "name": "audit",
@@ -50,28 +38,21 @@ def measured_marginal_audit(
     )
     background = list(np.random.default_rng(seed).choice(["a", "b", "c"], rows - 1))
     diff = np.array([1.0, 0.0, -1.0])  # c(x) - c(x'): the canary moved from "a" to "c"
-    sigma = noise_run(noise_multiplier, halve_noise)
-    scores = {}
-    for first in (True, False):
+
+    def scores(first: bool) -> np.ndarray:
         frame = pd.DataFrame({"x": background + ["a" if first else "c"], "y": 0})
         codes = frame_codes(schema, frame, ["x"])
-        noise = audit_secret(seed, "marginals", first, halve_noise).numpy("marginals")
+        noise = audit.secret("marginals", first).numpy("marginals")
         out = np.empty((trials, 3))
         for t in range(trials):
-            out[t] = noisy_marginal(codes, schema, ("x",), sigma, 20, noise)
-        scores[first] = out @ diff
-    exact = gaussian_epsilon(1.0 / noise_multiplier, delta)
-    claimed = MeasurementPlan((("x",),), (noise_multiplier,)).epsilon(delta)
-    return calibration_result(
+            out[t] = noisy_marginal(codes, schema, ("x",), audit.sigma, 20, noise)
+        return out @ diff
+
+    return audit.result(
         "measured-marginals",
-        scores[True],
-        scores[False],
-        exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
+        scores,
+        gaussian_epsilon(1.0 / audit.noise_multiplier, audit.delta),
+        MeasurementPlan((("x",),), (audit.noise_multiplier,)).epsilon(audit.delta),
         started,
         function="dpsynth.models.marginals.measure.noisy_marginal",
         rows=rows,

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import beta
@@ -147,13 +149,15 @@ def calibration_result(
     delta: float,
     noise_multiplier: float,
     halve_noise: bool,
-    required: float,
+    required: float | None,
     started: float,
     **extra: object,
 ) -> dict:
     """The audit of scores (higher: more likely the first input), judged against the exact epsilon: with
     the intended noise the bound must lie in [required, exact] (and the claim cover the exact epsilon);
-    with half the noise it must exceed the exact epsilon."""
+    with half the noise it must exceed the exact epsilon. `required` None: 0.6 x the exact epsilon."""
+    if required is None:
+        required = 0.6 * exact
     result = audit_scores({"projection": (first, second)}, delta)
     bound = result.epsilon_lower_bound
     passed = bound > exact if halve_noise else required <= bound <= exact <= claimed
@@ -194,6 +198,105 @@ def dpsgd_pair_note(canaries: int) -> str:
         f"{canaries} canaries per call, each in its own gradient coordinates (its trial reads only its own "
         "entries of the released gradient, which no other canary touches): one call, that many trials"
     )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The settings every calibration audit shares: `trials` per input, whether the mechanism runs at
+    half its `noise_multiplier` (`halve_noise`), the public `seed` (the secret derives from it), the
+    `delta` the epsilons are stated at and the bound `required` of the intended noise (None: 0.6 x
+    the exact epsilon)."""
+
+    trials: int = 1_000_000
+    halve_noise: bool = False
+    seed: int = 0
+    noise_multiplier: float = 2.14
+    delta: float = 1e-5
+    required: float | None = None
+
+    @property
+    def sigma(self) -> float:
+        """The noise multiplier the mechanism runs at (half the intended one with `halve_noise`)."""
+        return noise_run(self.noise_multiplier, self.halve_noise)
+
+    def secret(self, mechanism: str, first: bool) -> PrivacySecret:
+        return audit_secret(self.seed, mechanism, first, self.halve_noise)
+
+    def result(
+        self,
+        mechanism: str,
+        scores: Callable[[bool], np.ndarray],
+        exact: float,
+        claimed: float,
+        started: float,
+        **extra: object,
+    ) -> dict:
+        """`calibration_result` of the trials `scores(first)` on the first input, then the second."""
+        first, second = scores(True), scores(False)
+        return calibration_result(
+            mechanism,
+            first,
+            second,
+            exact,
+            claimed,
+            self.delta,
+            self.noise_multiplier,
+            self.halve_noise,
+            self.required,
+            started,
+            **extra,
+        )
+
+
+@dataclass(frozen=True)
+class UpdateAudit(Calibration):
+    """A calibration audit of one DP-SGD update (each generator's `*_update_audit`):
+    `canaries_per_call` canaries, each on coordinates of the released gradient no other row touches, so
+    one call gives that many trials, beside `background_rows` public rows; a canary's gradient has norm
+    `canary_norm` C, so the clip at C acts. Exact: the Gaussian mechanism with mu = 2C / (sigma C)."""
+
+    clip: float = 1.0
+    canaries_per_call: int = 256
+    background_rows: int = 31
+    canary_norm: float = 100.0
+
+    @property
+    def calls(self) -> int:
+        return -(-self.trials // self.canaries_per_call)
+
+    def gathered(self, release: Callable[[int], Any], scale: float = 1.0) -> np.ndarray:
+        """The trials of `calls` updates: `release(call)` gives the canaries' coordinates of that call's
+        released gradient, in clip units once multiplied by `scale` and divided by the clip."""
+        out = np.empty((self.calls, self.canaries_per_call), dtype=np.float64)
+        for call in range(self.calls):
+            out[call] = release(call)
+        return out.reshape(-1)[: self.trials] * scale / self.clip
+
+    def update_result(
+        self,
+        mechanism: str,
+        scores: Callable[[bool], np.ndarray],
+        claimed: float,
+        started: float,
+        function: str,
+        canaries: str,
+        **extra: object,
+    ) -> dict:
+        """`result` judged against the Gaussian mechanism with mu = 2C / (sigma C)."""
+        return self.result(
+            mechanism,
+            scores,
+            gaussian_epsilon(2.0 / self.noise_multiplier, self.delta),
+            claimed,
+            started,
+            function=function,
+            canaries=canaries,
+            calls_per_input=self.calls,
+            background_rows=self.background_rows,
+            canary_norm=self.canary_norm,
+            **extra,
+            exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
+        )
 
 
 def replace_one_claim(noise_multiplier: float, delta: float) -> float:

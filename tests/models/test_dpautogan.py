@@ -40,42 +40,24 @@ from dpsynth.models.generators.dpsgd import sanitize
 from dpsynth.models.generators.two_phase.pairs import critic_per_pair, position_latents
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
-
-# Encoded layout: a continuous column, a binary column, a 3-level categorical.
-GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
-WIDTH = 5
-
+from tests.models.two_phase_tables import (
+    DELTA,
+    GROUPS,
+    SMALL_SCHEDULE,
+    WIDTH,
+    assert_ledger_counts_both_phases,
+    assert_resume_equals_uninterrupted,
+    assert_states_equal,
+    flat,
+    toy_table,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
 
-def toy_table(n: int, seed: int = 0) -> torch.Tensor:
-    """Rows in [-1, 1] with structure to learn: the binary column's sign drives the continuous value
-    (about +-0.6) and the categorical level (0 or 2)."""
-    g = torch.Generator().manual_seed(seed)
-    y = (torch.rand(n, generator=g) < 0.5).float() * 2 - 1
-    x = (0.6 * y + 0.1 * torch.randn(n, generator=g)).clamp(-1, 1)
-    cat = -torch.ones(n, 3)
-    cat[torch.arange(n), torch.where(y > 0, 0, 2)] = 1.0
-    return torch.cat([x[:, None], y[:, None], cat], 1)
-
-
-DELTA = 1e-5
-
-
 def small_config(**overrides) -> DPAutoGANConfig:
     base = {
-        "autoencoder_rate": 0.25,
-        "autoencoder_clip": 1.0,
-        "autoencoder_noise": 1.0,
-        "autoencoder_steps": 4,
-        "critic_rate": 0.2,
-        "critic_clip": 0.5,
-        "critic_noise": 1.5,
-        "critic_steps": 2,
-        "generator_steps": 3,
-        "generator_batch": 8,
-        "checkpoint_every": 2,
+        **SMALL_SCHEDULE,
         "latent_dim": 3,
         "z_dim": 4,
         "encoder_hidden": (8,),
@@ -89,10 +71,6 @@ def small_config(**overrides) -> DPAutoGANConfig:
 def make_trainer(data, config: DPAutoGANConfig, seed: int, secret, directory, **run) -> DPAutoGANTrainer:
     """The trainer as the adapter builds it: the section, and the run's delta (and schema-derived values)."""
     return DPAutoGANTrainer(data, GROUPS, config, seed, secret, directory, delta=DELTA, **run)
-
-
-def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
-    return torch.cat([g.reshape(-1) for g in grads.values()])
 
 
 def row_norms(per_example: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -268,61 +246,21 @@ def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, 
     n = 60
     cfg = small_config(critic_space=space)
     trainer = make_trainer(toy_table(n), cfg, 0, test_secret, tmp_path)
-    result = trainer.run()
-    ran = [u.phase for u in result.updates]
-    assert ran == ["autoencoder"] * 4 + ["critic"] * 6  # 3 GAN steps of 2 critic updates
+    eps = assert_ledger_counts_both_phases(trainer, cfg, tmp_path)
     phase1 = Phase(cfg.autoencoder_rate, cfg.autoencoder_noise, 4)
-    phase2 = Phase(cfg.critic_rate, cfg.critic_noise, 6)
-    assert trainer.accountant.phases == (phase1, phase2)
-    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [
-        (0, "autoencoder"),
-        (2, "autoencoder"),
-        (4, "autoencoder"),
-        (6, "gan"),
-        (7, "gan"),
-    ]
-    eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
-    assert eps[0] == 0.0
     assert eps[2] == pytest.approx(epsilon(Phase(phase1.sample_rate, phase1.noise_multiplier, 2), DELTA))
-    assert eps[4] == pytest.approx(epsilon([phase1], DELTA))
-    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], DELTA))
-    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], DELTA))
-    # What a miscount would report instead: a critic update counted twice, or phase 1 left out.
-    doubled = Phase(phase2.sample_rate, phase2.noise_multiplier, 12)
-    assert eps[7] < epsilon([phase1, doubled], DELTA) - 0.05
-    assert eps[7] > epsilon([phase2], DELTA) + 0.05
-    blob = torch.load(tmp_path / result.checkpoints[-1]["release"], weights_only=False)
-    assert blob["epsilon"] == eps[7] and blob["adjacency"] == "add/remove-one"
 
 
 # ------------------------------------------------------------------------------- checkpoints
 
 
-def _states_equal(a: DPAutoGANTrainer, b: DPAutoGANTrainer) -> None:
-    for net in ("autoencoder", "generator", "critic", "gaussian"):
-        sa, sb = getattr(a, net).state_dict(), getattr(b, net).state_dict()
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            assert torch.equal(sa[k], sb[k]), f"{net}.{k} differs"
+NETS = ("autoencoder", "generator", "critic", "gaussian")  # the networks a checkpoint restores
 
 
 @pytest.mark.parametrize("stop_after", [3, 6], ids=["in-phase-1", "in-phase-2"])
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_secret, stop_after):
-    cfg = small_config(autoencoder_steps=5, generator_steps=4)  # checkpoints at 0, 2, 4, 5, 6, 8, 9
-    data = toy_table(60)
-    whole = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole")
-    whole_result = whole.run()
-    first = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
-    first.run(stop_after=stop_after)  # 3: between the checkpoints at 2 and 4; 6 then 1 more: past 6
-    if stop_after == 6:
-        first.step()  # a GAN step after the last checkpoint, lost in the interruption
-    resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
-    result = resumed.run()
-    assert resumed.step_index == 9 and resumed.accountant.phases == whole.accountant.phases
-    _states_equal(whole, resumed)
-    assert [(e["step"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == [
-        (e["step"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints
-    ]
+    cfg = small_config(autoencoder_steps=5, generator_steps=4)
+    assert_resume_equals_uninterrupted(make_trainer, cfg, test_secret, tmp_path, stop_after, NETS)
 
 
 def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(tmp_path, test_secret):
@@ -336,7 +274,7 @@ def test_resume_skips_a_damaged_latest_state_and_refuses_another_configuration(t
     resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
     resumed.run()
     assert any("resumed from training_state.prev.pt (step 4)" in note for note in resumed.resume_notes)
-    _states_equal(whole, resumed)
+    assert_states_equal(whole, resumed, NETS)
     other = make_trainer(data, small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
     with pytest.raises(ConfigError, match="another configuration"):
         other.run()

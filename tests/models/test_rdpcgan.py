@@ -17,7 +17,6 @@ from dpsynth.models.config import PrivacyConfig, Profile, Setting
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators import get
 from dpsynth.models.generators.dpsgd import sanitize
-from dpsynth.models.generators.rdpcgan.adapter import checkpoint_steps, phases_at
 from dpsynth.models.generators.rdpcgan.autoencoder import autoencoder_per_example, reconstruction_loss
 from dpsynth.models.generators.rdpcgan.config import RDPCGANConfig
 from dpsynth.models.generators.rdpcgan.gan import critic_per_pair
@@ -28,39 +27,25 @@ from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
 from dpsynth.models.privacy.dpsgd_accountant import ORDERS, Phase, epsilon, rdp_curve, replace_one_epsilon
 from dpsynth.models.privacy.exact_loss import epsilon_at
 from dpsynth.models.privacy.secret import PrivacySecret
+from tests.models.two_phase_tables import (
+    DELTA,
+    GROUPS,
+    SMALL_SCHEDULE,
+    WIDTH,
+    assert_ledger_counts_both_phases,
+    assert_resume_equals_uninterrupted,
+    flat,
+    toy_table,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
-# Encoded layout: a continuous column, a binary column, a 3-level categorical.
-GROUPS = [(0, 1, "continuous"), (1, 2, "binary"), (2, 5, "categorical")]
-WIDTH = 5
-DELTA = 1e-5
 CHANNELS = (4, 8, 8)
-
-
-def toy_table(n: int, seed: int = 0) -> torch.Tensor:
-    """Rows in [-1, 1]: the binary column's sign drives the continuous value and the categorical level."""
-    g = torch.Generator().manual_seed(seed)
-    y = (torch.rand(n, generator=g) < 0.5).float() * 2 - 1
-    x = (0.6 * y + 0.1 * torch.randn(n, generator=g)).clamp(-1, 1)
-    cat = -torch.ones(n, 3)
-    cat[torch.arange(n), torch.where(y > 0, 0, 2)] = 1.0
-    return torch.cat([x[:, None], y[:, None], cat], 1)
 
 
 def small_config(**overrides) -> RDPCGANConfig:
     base = {
-        "autoencoder_rate": 0.25,
-        "autoencoder_clip": 1.0,
-        "autoencoder_noise": 1.0,
-        "autoencoder_steps": 4,
-        "critic_rate": 0.2,
-        "critic_clip": 0.5,
-        "critic_noise": 1.5,
-        "critic_steps": 2,
-        "generator_steps": 3,
-        "generator_batch": 8,
-        "checkpoint_every": 2,
+        **SMALL_SCHEDULE,
         "z_dim": 6,
         "latent_dim": 8,
         "channels": CHANNELS,
@@ -73,10 +58,6 @@ TARGET = (1, 2)  # the binary column, which drives the others
 
 def make_trainer(data, config: RDPCGANConfig, seed: int, secret, directory) -> RDPCGANTrainer:
     return RDPCGANTrainer(data, GROUPS, config, seed, secret, directory, delta=DELTA, target=TARGET)
-
-
-def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
-    return torch.cat([g.reshape(-1) for g in grads.values()])
 
 
 def autoencoder(seed: int = 0, predicted: tuple[int, ...] = ()) -> Autoencoder:
@@ -250,27 +231,7 @@ def test_accountant_covers_the_exact_one_step_loss_of_the_update_the_trainer_run
 def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, test_secret):
     cfg = small_config()
     trainer = make_trainer(toy_table(60), cfg, 0, test_secret, tmp_path)
-    result = trainer.run()
-    assert [u.phase for u in result.updates] == ["autoencoder"] * 4 + ["critic"] * 6  # 3 GAN steps of 2
-    phase1 = Phase(cfg.autoencoder_rate, cfg.autoencoder_noise, 4)
-    phase2 = Phase(cfg.critic_rate, cfg.critic_noise, 6)
-    assert trainer.accountant.phases == (phase1, phase2)
-    assert [(e["step"], e["phase"]) for e in result.checkpoints] == [
-        (0, "autoencoder"),
-        (2, "autoencoder"),
-        (4, "autoencoder"),
-        (6, "gan"),
-        (7, "gan"),
-    ]
-    eps = {e["step"]: e["epsilon"] for e in result.checkpoints}
-    assert eps[0] == 0.0 and eps[4] == pytest.approx(epsilon([phase1], DELTA))
-    assert eps[6] == pytest.approx(epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 4)], DELTA))
-    assert eps[7] == trainer.epsilon() == pytest.approx(epsilon([phase1, phase2], DELTA))
-    # What a miscount would report instead: each critic update counted twice, or phase 1 left out.
-    assert eps[7] < epsilon([phase1, Phase(phase2.sample_rate, phase2.noise_multiplier, 12)], DELTA) - 0.05
-    assert eps[7] > epsilon([phase2], DELTA) + 0.05
-    blob = torch.load(tmp_path / result.checkpoints[-1]["release"], weights_only=False)
-    assert blob["epsilon"] == eps[7] and blob["adjacency"] == "add/remove-one"
+    assert_ledger_counts_both_phases(trainer, cfg, tmp_path)
 
 
 def _profile(**section) -> Profile:
@@ -285,11 +246,12 @@ def _profile(**section) -> Profile:
 
 def test_plan_composes_both_phases_and_the_marginals_in_one_curve_converted_once():
     prof = _profile()
-    plan = get("rdpcgan").plan(prof, prof.settings[0])
-    assert plan.iterations == tuple(checkpoint_steps(prof)) == (0, 4, 6, 7)  # phase 1's inner ones not offered
+    adapter = get("rdpcgan")
+    plan = adapter.plan(prof, prof.settings[0])
+    assert plan.iterations == tuple(adapter.checkpoint_steps(prof)) == (0, 4, 6, 7)  # not phase 1's inner ones
     c = prof.rdpcgan
     at_7 = [Phase(c.autoencoder_rate, c.autoencoder_noise, 4), Phase(c.critic_rate, c.critic_noise, 6)]
-    assert phases_at(prof, 7) == at_7
+    assert adapter.phases_at(prof, 7) == at_7
     assert plan.epsilon == pytest.approx(replace_one_epsilon(at_7, DELTA), rel=1e-12)
     separately = replace_one_epsilon(at_7[0], DELTA) + replace_one_epsilon(at_7[1], DELTA)
     assert plan.epsilon < separately  # one conversion of the summed RDP, never a sum of epsilons
@@ -360,32 +322,14 @@ def test_accountant_at_the_papers_section5_settings(sigma, ae_steps, critic_upda
 # ------------------------------------------------------------------------------- checkpoints
 
 
-def _states_equal(a: RDPCGANTrainer, b: RDPCGANTrainer) -> None:
-    for net in ("autoencoder", "generator", "critic"):
-        sa, sb = getattr(a, net).state_dict(), getattr(b, net).state_dict()
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            assert torch.equal(sa[k], sb[k]), f"{net}.{k} differs"
+NETS = ("autoencoder", "generator", "critic")  # the networks a checkpoint restores
 
 
 @pytest.mark.parametrize("stop_after", [3, 6], ids=["in-phase-1", "in-phase-2"])
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_secret, stop_after):
-    cfg = small_config(autoencoder_steps=5, generator_steps=4)  # checkpoints at 0, 2, 4, 5, 6, 8, 9
-    data = toy_table(60)
-    whole = make_trainer(data, cfg, 5, test_secret, tmp_path / "whole")
-    whole_result = whole.run()
-    first = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
-    first.run(stop_after=stop_after)
-    if stop_after == 6:
-        first.step()  # a GAN step after the last checkpoint, lost in the interruption
-    resumed = make_trainer(data, cfg, 5, test_secret, tmp_path / "cut")
-    result = resumed.run()
-    assert resumed.step_index == 9 and resumed.accountant.phases == whole.accountant.phases
-    _states_equal(whole, resumed)
-    assert [(e["step"], e["epsilon"], e["sha256"]) for e in result.checkpoints] == [
-        (e["step"], e["epsilon"], e["sha256"]) for e in whole_result.checkpoints
-    ]
-    other = make_trainer(data, small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
+    cfg = small_config(autoencoder_steps=5, generator_steps=4)
+    assert_resume_equals_uninterrupted(make_trainer, cfg, test_secret, tmp_path, stop_after, NETS)
+    other = make_trainer(toy_table(60), small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
     with pytest.raises(ConfigError, match="another configuration"):
         other.run()
 

@@ -6,11 +6,4 @@ section is `aim`."""
 
 from dpsynth.models.generator_registry import Registration
 
-GENERATOR = Registration(
-    name="aim",
-    section="aim",
-    config="dpsynth.models.generators.aim.config:AIMConfig",
-    adapter="dpsynth.models.generators.aim.adapter:AIM",
-    sampler="dpsynth.models.generators.aim.sampler:AIMSampler",
-    audits="dpsynth.models.generators.aim.audit:CALIBRATION_AUDITS",
-)
+GENERATOR = Registration.in_package(__name__, "aim", config="AIMConfig", adapter="AIM", sampler="AIMSampler")

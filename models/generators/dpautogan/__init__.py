@@ -3,11 +3,6 @@ section is `dpautogan`."""
 
 from dpsynth.models.generator_registry import Registration
 
-GENERATOR = Registration(
-    name="dpautogan",
-    section="dpautogan",
-    config="dpsynth.models.generators.dpautogan.config:DPAutoGANConfig",
-    adapter="dpsynth.models.generators.dpautogan.adapter:DPAutoGAN",
-    sampler="dpsynth.models.generators.dpautogan.sampler:DPAutoGANSampler",
-    audits="dpsynth.models.generators.dpautogan.audit:CALIBRATION_AUDITS",
+GENERATOR = Registration.in_package(
+    __name__, "dpautogan", config="DPAutoGANConfig", adapter="DPAutoGAN", sampler="DPAutoGANSampler"
 )

@@ -26,6 +26,8 @@ from dpsynth.models.generators.two_phase.adapter import (
     AUTOENCODER_LABELS,
     TwoPhaseGenerator,
     autoencoder_and_critic_phases,
+    autoencoder_parameters,
+    critic_parameters,
     gan_checkpoint_steps,
 )
 
@@ -132,12 +134,6 @@ class DPAutoGAN(TwoPhaseGenerator):
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.dpautogan
-        autoencoder = {
-            "q1": c.autoencoder_rate,
-            "sigma1": c.autoencoder_noise,
-            "C1": c.autoencoder_clip,
-            "autoencoder_steps": c.autoencoder_steps,
-        }
         if c.latent_model == "gaussian":
             moments = c.moment_noise is not None
             return PrivacyFacts(
@@ -171,42 +167,23 @@ class DPAutoGAN(TwoPhaseGenerator):
                 ),
                 imputation=NO_DONORS,
                 parameters={
-                    **autoencoder,
+                    **autoencoder_parameters(c),
                     "latent_model": "gaussian",
                     "sigma_latent": c.latent_noise,
                     **({"sigma_moments": c.moment_noise} if moments else {}),
                 },
                 labels=LABELS,
             )
-        return PrivacyFacts(
-            generator=self.label,
+        phase1 = autoencoder_parameters(c)
+        phase1_steps = phase1.pop("autoencoder_steps")  # its releases have listed phase 1's steps last
+        return self.critic_phase_facts(
+            c,
             mechanism=(
                 "Poisson-subsampled Gaussian (DP-SGD) in two phases: the autoencoder (encoder and decoder "
                 "clipped together), then the WGAN critic (each real row's pair gradient clipped)"
             ),
-            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
-            "order (Lemma 1), one composition per private update",
-            conversion=DPSGD_CONVERSION,
-            sampling=(
-                f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
-                f"and a critic batch with probability q3 = {c.critic_rate:g}, independently"
-            ),
-            adjacency=DPSGD_ADJACENCY,
-            sanitised=(
-                "each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
-                "to the sum; the released decoder and generator read the data only through them; the "
-                "Poisson batches and the noise come from a secret drawn for the run"
-            ),
-            imputation=NO_DONORS,
-            parameters={
-                "q1": c.autoencoder_rate,
-                "sigma1": c.autoencoder_noise,
-                "C1": c.autoencoder_clip,
-                "q3": c.critic_rate,
-                "sigma3": c.critic_noise,
-                "C3": c.critic_clip,
-                "updates_per_generator_step": c.critic_steps,
-                "autoencoder_steps": c.autoencoder_steps,
-            },
+            composition="Lemma 1",
+            critic="3",
+            parameters={**phase1, **critic_parameters(c, "3"), "autoencoder_steps": phase1_steps},
             labels=LABELS,
         )

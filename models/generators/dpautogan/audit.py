@@ -11,31 +11,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from dpsynth.models.privacy.audit import (
-    audit_secret,
-    calibration_result,
-    dpsgd_pair_note,
-    gaussian_epsilon,
-    noise_run,
-    replace_one_claim,
-)
+from dpsynth.models.privacy.audit import Calibration, UpdateAudit, dpsgd_pair_note, gaussian_epsilon, replace_one_claim
+
+SPREAD = 4  # the parameters each canary's gradient spreads over (the joint clip must act across them)
 
 
-def dpautogan_update_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 2.14,
-    clip: float = 1.0,
-    delta: float = 1e-5,
-    canaries_per_call: int = 256,
-    background_rows: int = 31,
-    canary_norm: float = 100.0,
-    spread: int = 4,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0) -> dict:
     """One DP-SGD update of DP-auto-GAN (`sanitize`, what `autoencoder_update` and `critic_update` call),
-    fed per-example gradients: canary i's is +-(n C / sqrt s) (e_i, ..., e_i) over s = `spread`
+    fed per-example gradients: canary i's is +-(n C / sqrt s) (e_i, ..., e_i) over s = `SPREAD`
     parameters (norm n C, n = `canary_norm`). The clip is one joint norm over all parameters, so the
     clipped canary projects to +-C on (e_i, ..., e_i) / sqrt s; clipping each parameter on its own would
     give sqrt s C. The background rows' gradients (norms 0.5 C to 3 C) lie in one more parameter. Trial
@@ -44,46 +27,35 @@ def dpautogan_update_audit(
     from dpsynth.models.generators.dpsgd import sanitize
 
     started = time.perf_counter()
-    m = canaries_per_call
+    audit = UpdateAudit(trials, halve_noise, seed)
+    m, n, clip = audit.canaries_per_call, audit.background_rows, audit.clip
     public = torch.Generator().manual_seed(seed)
-    background = torch.randn(background_rows, 8, generator=public)
-    norms = torch.rand(background_rows, 1, generator=public) * 2.5 + 0.5
+    background = torch.randn(n, 8, generator=public)
+    norms = torch.rand(n, 1, generator=public) * 2.5 + 0.5
     background = background / background.norm(dim=1, keepdim=True) * norms * clip
-    calls = -(-trials // m)
-    sigma = noise_run(noise_multiplier, halve_noise)
-    names = [f"layer{j}.weight" for j in range(spread)]
-    scores = {}
-    for first in (True, False):
-        canary = torch.eye(m) * (canary_norm * clip / math.sqrt(spread) * (1.0 if first else -1.0))
-        canary = torch.cat([canary, torch.zeros(background_rows, m)])
+    names = [f"layer{j}.weight" for j in range(SPREAD)]
+
+    def scores(first: bool) -> np.ndarray:
+        canary = torch.eye(m) * (audit.canary_norm * clip / math.sqrt(SPREAD) * (1.0 if first else -1.0))
+        canary = torch.cat([canary, torch.zeros(n, m)])
         per_example = {name: canary.clone() for name in names}
         per_example["background.weight"] = torch.cat([torch.zeros(m, 8), background])
-        noise_rng = audit_secret(seed, "dpautogan", first, halve_noise).torch("dpautogan-noise")
-        out = torch.empty(calls, m, dtype=torch.float64)
-        for c in range(calls):
-            total = sanitize(per_example, clip, sigma, float(background_rows + 1), noise_rng).total
-            out[c] = torch.stack([total[name] for name in names]).double().sum(0) / math.sqrt(spread)
-        scores[first] = out.reshape(-1)[:trials].numpy() / clip
-    exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
-    claimed = replace_one_claim(noise_multiplier, delta)
-    return calibration_result(
+        noise_rng = audit.secret("dpautogan", first).torch("dpautogan-noise")
+
+        def release(call: int) -> torch.Tensor:
+            total = sanitize(per_example, clip, audit.sigma, float(n + 1), noise_rng).total
+            return torch.stack([total[name] for name in names]).double().sum(0) / math.sqrt(SPREAD)
+
+        return audit.gathered(release)
+
+    return audit.update_result(
         "dpautogan-update",
-        scores[True],
-        scores[False],
-        exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
+        scores,
+        replace_one_claim(audit.noise_multiplier, delta=audit.delta),
         started,
         function="dpsynth.models.generators.dpsgd.sanitize",
         canaries=dpsgd_pair_note(m),
-        calls_per_input=calls,
-        background_rows=background_rows,
-        canary_norm=canary_norm,
-        parameters_per_canary=spread,
-        exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
+        parameters_per_canary=SPREAD,
     )
 
 
@@ -112,13 +84,10 @@ def _pair_exact(
 def gaussian_fit_audit(
     trials: int = 1_000_000,
     halve_noise: bool = False,
-    noise_multiplier: float = 1.4,
+    seed: int = 0,
     latent_dim: int = 4,
     flipped: int = 2,
     rows: int = 50,
-    delta: float = 1e-5,
-    required: float | None = None,
-    seed: int = 0,
     chunk: int = 100_000,
 ) -> dict:
     """DP-auto-GAN's Gaussian-fit query (`fit_gaussian_latent`: `noisy_sums` of `latent_statistics`
@@ -136,34 +105,29 @@ def gaussian_fit_audit(
     )
 
     started = time.perf_counter()
+    audit = Calibration(trials, halve_noise, seed, noise_multiplier=1.4)
     d = latent_dim
     public = torch.Generator().manual_seed(seed)
     background = torch.rand(rows - 1, d, generator=public, dtype=torch.float64) * 2 - 1
     canary = {True: np.ones(d), False: np.concatenate([-np.ones(flipped), np.ones(d - flipped)])}
-    diff, ratio, exact = _pair_exact(canary[True], canary[False], [False] * d, noise_multiplier, delta)
-    sigma = noise_run(noise_multiplier, halve_noise)
-    scores = {}
-    for first in (True, False):
+    diff, ratio, exact = _pair_exact(canary[True], canary[False], [False] * d, audit.noise_multiplier, audit.delta)
+
+    def scores(first: bool) -> np.ndarray:
         stats = latent_statistics(torch.cat([background, torch.from_numpy(canary[first]).unsqueeze(0)]))
-        noise_rng = audit_secret(seed, "fit", first, halve_noise).torch("dpautogan-noise")
+        noise_rng = audit.secret("fit", first).torch("dpautogan-noise")
         parts, left = [], trials
         while left > 0:
             n = min(chunk, left)
-            sums = noisy_sums(stats.unsqueeze(1).expand(-1, n, -1), sigma, gaussian_bound(d), noise_rng)
+            sums = noisy_sums(stats.unsqueeze(1).expand(-1, n, -1), audit.sigma, gaussian_bound(d), noise_rng)
             parts.append(sums.numpy() @ diff)
             left -= n
-        scores[first] = np.concatenate(parts)
-    claimed = replace_one_claim(noise_multiplier, delta)
-    return calibration_result(
+        return np.concatenate(parts)
+
+    return audit.result(
         "dpautogan-gaussian-fit",
-        scores[True],
-        scores[False],
+        scores,
         exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
+        replace_one_claim(audit.noise_multiplier, audit.delta),
         started,
         function="dpsynth.models.generators.dpautogan.latent_gaussian.noisy_sums(latent_statistics(.), sigma, "
         "gaussian_bound(d)), the query of fit_gaussian_latent",
@@ -174,15 +138,7 @@ def gaussian_fit_audit(
     )
 
 
-def decoded_moments_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 1.5,
-    rows: int = 50,
-    delta: float = 1e-5,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+def decoded_moments_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0, rows: int = 50) -> dict:
     """DP-auto-GAN's decoded-moment query (`private_moments`: `moment_statistics` of the rows clipped to
     [-1, 1], `noisy_sums` with `moment_bound`), called once per trial (its statistics take rows of one
     table). Three columns, the last binary; `rows` - 1 public rows and a canary row (3, 3, 1) on the
@@ -192,34 +148,29 @@ def decoded_moments_audit(
     from dpsynth.models.generators.dpautogan.latent_gaussian import private_moments
 
     started = time.perf_counter()
+    audit = Calibration(trials, halve_noise, seed, noise_multiplier=1.5)
     binary = [False, False, True]
     public = torch.Generator().manual_seed(seed)
     background = torch.rand(rows - 1, 3, generator=public, dtype=torch.float64) * 2 - 1
     background[:, 2] = torch.sign(background[:, 2])
     raw = {True: np.array([3.0, 3.0, 1.0]), False: np.array([-3.0, -3.0, 1.0])}
     diff, ratio, exact = _pair_exact(
-        np.clip(raw[True], -1, 1), np.clip(raw[False], -1, 1), binary, noise_multiplier, delta
+        np.clip(raw[True], -1, 1), np.clip(raw[False], -1, 1), binary, audit.noise_multiplier, audit.delta
     )
-    sigma = noise_run(noise_multiplier, halve_noise)
-    scores = {}
-    for first in (True, False):
+
+    def scores(first: bool) -> np.ndarray:
         table = torch.cat([background, torch.from_numpy(raw[first]).unsqueeze(0)])
-        noise_rng = audit_secret(seed, "moments", first, halve_noise).torch("dpautogan-noise")
+        noise_rng = audit.secret("moments", first).torch("dpautogan-noise")
         out = torch.empty(trials, len(diff), dtype=torch.float64)
         for t in range(trials):
-            out[t] = private_moments(table, binary, sigma, noise_rng)
-        scores[first] = out.numpy() @ diff
-    claimed = replace_one_claim(noise_multiplier, delta)
-    return calibration_result(
+            out[t] = private_moments(table, binary, audit.sigma, noise_rng)
+        return out.numpy() @ diff
+
+    return audit.result(
         "dpautogan-moments",
-        scores[True],
-        scores[False],
+        scores,
         exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
+        replace_one_claim(audit.noise_multiplier, audit.delta),
         started,
         function="dpsynth.models.generators.dpautogan.latent_gaussian.private_moments",
         rows=rows,

@@ -3,11 +3,6 @@ is `dpcgan`."""
 
 from dpsynth.models.generator_registry import Registration
 
-GENERATOR = Registration(
-    name="dpcgan",
-    section="dpcgan",
-    config="dpsynth.models.generators.dpcgan.config:DPCGANConfig",
-    adapter="dpsynth.models.generators.dpcgan.adapter:DPCGAN",
-    sampler="dpsynth.models.generators.dpcgan.sampler:DPCGANSampler",
-    audits="dpsynth.models.generators.dpcgan.audit:CALIBRATION_AUDITS",
+GENERATOR = Registration.in_package(
+    __name__, "dpcgan", config="DPCGANConfig", adapter="DPCGAN", sampler="DPCGANSampler"
 )

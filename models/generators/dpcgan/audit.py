@@ -6,30 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
-from dpsynth.models.privacy.audit import (
-    audit_secret,
-    calibration_result,
-    dpsgd_pair_note,
-    gaussian_epsilon,
-    noise_run,
-    replace_one_claim,
-)
+from dpsynth.models.privacy.audit import UpdateAudit, dpsgd_pair_note, replace_one_claim
 
 
-def dpcgan_update_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 2.14,
-    clip: float = 1.0,
-    delta: float = 1e-5,
-    canaries_per_call: int = 384,
-    background_rows: int = 31,
-    canary_norm: float = 100.0,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+def dpcgan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0) -> dict:
     """One DP-SGD update of DP-CGAN's discriminator (`sanitized_gradient`: per-example gradients of a
     real network, clipped, summed, N(0, (sigma C)^2) on the real sum, from a torch.Generator). The
     discriminator has no hidden layer and zero weights, so D = 1/2 everywhere and a real row x's
@@ -41,52 +24,41 @@ def dpcgan_update_audit(
     from dpsynth.models.generators.dpcgan.trainer import sanitized_gradient
 
     started = time.perf_counter()
-    m, extra = canaries_per_call, 4
+    audit = UpdateAudit(trials, halve_noise, seed, canaries_per_call=384)
+    m, extra, n = audit.canaries_per_call, 4, audit.background_rows
     public = torch.Generator().manual_seed(seed)
     disc = ConditionalDiscriminator(m + extra, ())
     with torch.no_grad():
         for p in disc.parameters():
             p.zero_()
-    background = torch.zeros(background_rows, m + extra)
-    background[:, m:] = torch.rand(background_rows, extra, generator=public) * 2 - 1
-    background_labels = torch.randint(2, (background_rows,), generator=public)
-    fake = torch.zeros(background_rows + 1, m + extra)
-    fake[:, m:] = torch.rand(background_rows + 1, extra, generator=public) * 2 - 1
-    fake_labels = torch.randint(2, (background_rows + 1,), generator=public)
+    background = torch.zeros(n, m + extra)
+    background[:, m:] = torch.rand(n, extra, generator=public) * 2 - 1
+    background_labels = torch.randint(2, (n,), generator=public)
+    fake = torch.zeros(n + 1, m + extra)
+    fake[:, m:] = torch.rand(n + 1, extra, generator=public) * 2 - 1
+    fake_labels = torch.randint(2, (n + 1,), generator=public)
     labels = torch.cat([torch.zeros(m, dtype=torch.int64), background_labels])
-    calls = -(-trials // m)
-    sigma = noise_run(noise_multiplier, halve_noise)
-    scores = {}
-    for first in (True, False):
-        canaries = torch.eye(m, m + extra) * (2.0 * canary_norm * clip * (-1.0 if first else 1.0))
+
+    def scores(first: bool) -> np.ndarray:
+        canaries = torch.eye(m, m + extra) * (2.0 * audit.canary_norm * audit.clip * (-1.0 if first else 1.0))
         real = torch.cat([canaries, background])
-        noise_rng = audit_secret(seed, "dpcgan", first, halve_noise).torch("dpcgan-noise")
-        out = torch.empty(calls, m, dtype=torch.float64)
-        for c in range(calls):
+        noise_rng = audit.secret("dpcgan", first).torch("dpcgan-noise")
+
+        def release(call: int) -> torch.Tensor:
             parts = sanitized_gradient(
-                disc, real, labels, fake, fake_labels, clip, sigma, float(background_rows + 1), noise_rng
+                disc, real, labels, fake, fake_labels, audit.clip, audit.sigma, float(n + 1), noise_rng
             )
-            out[c] = parts.total["body.0.weight"][0, :m]
-        scores[first] = out.reshape(-1)[:trials].numpy() / clip
-    exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
-    claimed = replace_one_claim(noise_multiplier, delta)
-    return calibration_result(
+            return parts.total["body.0.weight"][0, :m]
+
+        return audit.gathered(release)
+
+    return audit.update_result(
         "dpcgan-update",
-        scores[True],
-        scores[False],
-        exact,
-        claimed,
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
+        scores,
+        replace_one_claim(audit.noise_multiplier, audit.delta),
         started,
         function="dpsynth.models.generators.dpcgan.trainer.sanitized_gradient",
         canaries=dpsgd_pair_note(m),
-        calls_per_input=calls,
-        background_rows=background_rows,
-        canary_norm=canary_norm,
-        exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
     )
 
 

@@ -4,11 +4,6 @@ is `dpfedctgan`."""
 
 from dpsynth.models.generator_registry import Registration
 
-GENERATOR = Registration(
-    name="dpfedctgan",
-    section="dpfedctgan",
-    config="dpsynth.models.generators.dpfedctgan.config:DPFedCTGANConfig",
-    adapter="dpsynth.models.generators.dpfedctgan.adapter:DPFedCTGAN",
-    sampler="dpsynth.models.generators.dpfedctgan.sampler:DPFedCTGANSampler",
-    audits="dpsynth.models.generators.dpfedctgan.audit:CALIBRATION_AUDITS",
+GENERATOR = Registration.in_package(
+    __name__, "dpfedctgan", config="DPFedCTGANConfig", adapter="DPFedCTGAN", sampler="DPFedCTGANSampler"
 )

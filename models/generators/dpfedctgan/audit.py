@@ -16,26 +16,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
-from dpsynth.models.privacy.audit import audit_secret, calibration_result, gaussian_epsilon, noise_run
+from dpsynth.models.privacy.audit import UpdateAudit
 from dpsynth.models.privacy.dpsgd_accountant import Phase
 
 CONDITION_WIDTH = 2  # a binary condition column's one-hot block
 
 
-def client_update_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 2.14,
-    clip: float = 1.0,
-    delta: float = 1e-5,
-    canaries_per_call: int = 384,
-    background_rows: int = 31,
-    canary_norm: float = 100.0,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+def client_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0) -> dict:
     """`sanitized_gradient` of a site's update, `canaries_per_call` canaries per call (see the module
     notes), `background_rows` public real rows and as many fakes plus one, all given."""
     from dpsynth.models.generators.dpfedctgan.local_training import sanitized_gradient
@@ -43,55 +33,47 @@ def client_update_audit(
     from dpsynth.models.generators.dpfedctgan.privacy import site_epsilon
 
     started = time.perf_counter()
-    m, extra = canaries_per_call, 4
+    audit = UpdateAudit(trials, halve_noise, seed, canaries_per_call=384)
+    m, extra, n = audit.canaries_per_call, 4, audit.background_rows
     public = torch.Generator().manual_seed(seed)
     disc = ConditionalDiscriminator(m + extra, (), CONDITION_WIDTH)
     with torch.no_grad():
         for p in disc.parameters():
             p.zero_()
 
-    def conditions(n: int) -> torch.Tensor:
+    def conditions(count: int) -> torch.Tensor:
         return torch.nn.functional.one_hot(
-            torch.randint(CONDITION_WIDTH, (n,), generator=public), CONDITION_WIDTH
+            torch.randint(CONDITION_WIDTH, (count,), generator=public), CONDITION_WIDTH
         ).float()
 
-    background = torch.zeros(background_rows, m + extra)
-    background[:, m:] = torch.rand(background_rows, extra, generator=public) * 2 - 1
-    fake = torch.zeros(background_rows + 1, m + extra)
-    fake[:, m:] = torch.rand(background_rows + 1, extra, generator=public) * 2 - 1
-    real_cond = torch.cat([conditions(m), conditions(background_rows)])
-    fake_cond = conditions(background_rows + 1)
-    expected_batch = float(m + background_rows)
-    calls = -(-trials // m)
-    sigma = noise_run(noise_multiplier, halve_noise)
-    scores = {}
-    for first in (True, False):
-        canaries = torch.eye(m, m + extra) * (2.0 * canary_norm * clip * (-1.0 if first else 1.0))
+    background = torch.zeros(n, m + extra)
+    background[:, m:] = torch.rand(n, extra, generator=public) * 2 - 1
+    fake = torch.zeros(n + 1, m + extra)
+    fake[:, m:] = torch.rand(n + 1, extra, generator=public) * 2 - 1
+    real_cond = torch.cat([conditions(m), conditions(n)])
+    fake_cond = conditions(n + 1)
+    expected_batch = float(m + n)
+
+    def scores(first: bool) -> np.ndarray:
+        canaries = torch.eye(m, m + extra) * (2.0 * audit.canary_norm * audit.clip * (-1.0 if first else 1.0))
         real = torch.cat([canaries, background])
-        noise_rng = audit_secret(seed, "fedctgan", first, halve_noise).torch("dpfedctgan-noise")
-        out = torch.empty(calls, m, dtype=torch.float64)
-        for c in range(calls):
-            parts = sanitized_gradient(disc, real, real_cond, fake, fake_cond, clip, sigma, expected_batch, noise_rng)
-            out[c] = parts.total["body.0.weight"][0, :m]
-        scores[first] = out.reshape(-1)[:trials].numpy() * expected_batch / clip
-    exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
-    return calibration_result(
+        noise_rng = audit.secret("fedctgan", first).torch("dpfedctgan-noise")
+
+        def release(call: int) -> torch.Tensor:
+            parts = sanitized_gradient(
+                disc, real, real_cond, fake, fake_cond, audit.clip, audit.sigma, expected_batch, noise_rng
+            )
+            return parts.total["body.0.weight"][0, :m]
+
+        return audit.gathered(release, scale=expected_batch)
+
+    return audit.update_result(
         "dpfedctgan-client-update",
-        scores[True],
-        scores[False],
-        exact,
-        site_epsilon([Phase(1.0, noise_multiplier, 1)], 0.0, delta),
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
+        scores,
+        site_epsilon([Phase(1.0, audit.noise_multiplier, 1)], 0.0, audit.delta),
         started,
         function="dpsynth.models.generators.dpfedctgan.local_training.sanitized_gradient (on given fakes)",
         canaries=f"{m} canaries per call, each in its own input column",
-        calls_per_input=calls,
-        background_rows=background_rows,
-        canary_norm=canary_norm,
-        exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
     )
 
 

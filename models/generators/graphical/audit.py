@@ -66,7 +66,7 @@ def counts_audit(
         delta,
         std,
         halve_noise,
-        0.6 * exact if required is None else required,
+        required,
         started,
         function="dpsynth.models.generators.graphical.mechanisms.gaussian_counts",
         rho_charged=rho_charged,
@@ -121,7 +121,7 @@ def selection_audit(
         delta,
         2.0 * sensitivity / epsilon,  # the Gumbel noise's scale, in score units
         halve_noise,
-        0.6 * exact if required is None else required,
+        required,
         started,
         function="dpsynth.models.generators.graphical.mechanisms.exponential_mechanism",
         selection_epsilon=epsilon,

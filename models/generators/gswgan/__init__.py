@@ -3,11 +3,6 @@ through the sanitised gradients of the critics its rows query. Its profile secti
 
 from dpsynth.models.generator_registry import Registration
 
-GENERATOR = Registration(
-    name="gswgan",
-    section="gan",
-    config="dpsynth.models.generators.gswgan.config:GanConfig",
-    adapter="dpsynth.models.generators.gswgan.adapter:GSWGAN",
-    sampler="dpsynth.models.generators.gswgan.sampler:GSWGANSampler",
-    audits="dpsynth.models.generators.gswgan.audit:CALIBRATION_AUDITS",
+GENERATOR = Registration.in_package(
+    __name__, "gswgan", config="GanConfig", adapter="GSWGAN", sampler="GSWGANSampler", section="gan"
 )

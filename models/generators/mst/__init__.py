@@ -4,11 +4,4 @@ private-pgm (`mbi`), sampled without it. Its profile section is `mst`."""
 
 from dpsynth.models.generator_registry import Registration
 
-GENERATOR = Registration(
-    name="mst",
-    section="mst",
-    config="dpsynth.models.generators.mst.config:MSTConfig",
-    adapter="dpsynth.models.generators.mst.adapter:MST",
-    sampler="dpsynth.models.generators.mst.sampler:MSTSampler",
-    audits="dpsynth.models.generators.mst.audit:CALIBRATION_AUDITS",
-)
+GENERATOR = Registration.in_package(__name__, "mst", config="MSTConfig", adapter="MST", sampler="MSTSampler")

@@ -3,11 +3,6 @@ the decoder's output. Its profile section is `rdpcgan`."""
 
 from dpsynth.models.generator_registry import Registration
 
-GENERATOR = Registration(
-    name="rdpcgan",
-    section="rdpcgan",
-    config="dpsynth.models.generators.rdpcgan.config:RDPCGANConfig",
-    adapter="dpsynth.models.generators.rdpcgan.adapter:RDPCGAN",
-    sampler="dpsynth.models.generators.rdpcgan.sampler:RDPCGANSampler",
-    audits="dpsynth.models.generators.rdpcgan.audit:CALIBRATION_AUDITS",
+GENERATOR = Registration.in_package(
+    __name__, "rdpcgan", config="RDPCGANConfig", adapter="RDPCGAN", sampler="RDPCGANSampler"
 )

@@ -16,9 +16,6 @@ from pathlib import Path
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.generators.base import (
-    DPSGD_ADJACENCY,
-    DPSGD_CONVERSION,
-    NO_DONORS,
     FitResult,
     PrivacyFacts,
     Progress,
@@ -28,10 +25,9 @@ from dpsynth.models.generators.base import (
 from dpsynth.models.generators.two_phase.adapter import (
     AUTOENCODER_LABELS,
     TwoPhaseGenerator,
-    autoencoder_and_critic_phases,
-    gan_checkpoint_steps,
+    autoencoder_parameters,
+    critic_parameters,
 )
-from dpsynth.models.privacy.dpsgd_accountant import Phase
 
 # What a reader calls each public parameter (the release notes' labels).
 LABELS = {
@@ -43,25 +39,9 @@ LABELS = {
 }
 
 
-def phases_at(profile: Profile, step: int) -> list[Phase]:
-    """The private updates of both phases after `step` steps, as the trainer's accountant counts them."""
-    return autoencoder_and_critic_phases(profile.rdpcgan, step)
-
-
-def checkpoint_steps(profile: Profile) -> list[int]:
-    """Steps the trainer checkpoints at that selection sees: 0, the end of phase 1, every checkpoint after."""
-    return gan_checkpoint_steps(profile.rdpcgan)
-
-
 class RDPCGAN(TwoPhaseGenerator):
     name = "rdpcgan"
     label = "RDP-CGAN"
-
-    def phases_at(self, profile: Profile, step: int) -> list[Phase]:
-        return phases_at(profile, step)
-
-    def checkpoint_steps(self, profile: Profile) -> list[int]:
-        return checkpoint_steps(profile)
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
         import torch  # here: planning a release (its budget, the refusals) needs no torch
@@ -84,36 +64,15 @@ class RDPCGAN(TwoPhaseGenerator):
 
     def training_facts(self, profile: Profile, setting: Setting) -> PrivacyFacts:
         c = profile.rdpcgan
-        return PrivacyFacts(
-            generator=self.label,
+        return self.critic_phase_facts(
+            c,
             mechanism=(
                 "Poisson-subsampled Gaussian (DP-SGD) in two phases: the convolutional autoencoder (encoder "
                 "and decoder clipped together), then the convolutional WGAN critic reading rows and decoded "
                 "fakes (each real row's pair gradient clipped)"
             ),
-            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
-            "order (RDP composition), one composition per private update",
-            conversion=DPSGD_CONVERSION,
-            sampling=(
-                f"each training row joins an autoencoder batch with probability q1 = {c.autoencoder_rate:g} "
-                f"and a critic batch with probability q2 = {c.critic_rate:g}, independently"
-            ),
-            adjacency=DPSGD_ADJACENCY,
-            sanitised=(
-                "each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
-                "to the sum; the released decoder and generator read the data only through them; the "
-                "Poisson batches and the noise come from a secret drawn for the run"
-            ),
-            imputation=NO_DONORS,
-            parameters={
-                "q1": c.autoencoder_rate,
-                "sigma1": c.autoencoder_noise,
-                "C1": c.autoencoder_clip,
-                "autoencoder_steps": c.autoencoder_steps,
-                "q2": c.critic_rate,
-                "sigma2": c.critic_noise,
-                "C2": c.critic_clip,
-                "updates_per_generator_step": c.critic_steps,
-            },
+            composition="RDP composition",
+            critic="2",
+            parameters={**autoencoder_parameters(c), **critic_parameters(c, "2")},
             labels=LABELS,
         )

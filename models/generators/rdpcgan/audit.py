@@ -13,10 +13,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
-from dpsynth.models.privacy.audit import audit_secret, calibration_result, gaussian_epsilon, noise_run
-from dpsynth.models.privacy.dpsgd_accountant import Phase, replace_one_epsilon
+from dpsynth.models.privacy.audit import UpdateAudit, replace_one_claim
 
 # A small encoded layout (a continuous, a binary and a 3-level column) and critic: the pair gradients are
 # planted, so only the critic's parameter count matters (465 here: room for 256 canaries and background).
@@ -46,18 +46,7 @@ def planted_pair_gradients(
     return out
 
 
-def critic_update_audit(
-    trials: int = 1_000_000,
-    halve_noise: bool = False,
-    noise_multiplier: float = 2.14,
-    clip: float = 1.0,
-    delta: float = 1e-5,
-    canaries_per_call: int = 256,
-    background_rows: int = 31,
-    canary_norm: float = 100.0,
-    required: float | None = None,
-    seed: int = 0,
-) -> dict:
+def critic_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0) -> dict:
     """`RDPCGANTrainer.critic_update` on a table of `canaries_per_call` + `background_rows` rows, every
     row in every batch (the trainer's rate set to 1 after it is built: no subsampling, as every
     calibration audit), the pairs' gradients planted (`planted_pair_gradients`): one call, that many
@@ -66,11 +55,11 @@ def critic_update_audit(
     from dpsynth.models.generators.rdpcgan.trainer import RDPCGANTrainer
 
     started = time.perf_counter()
-    m, rows = canaries_per_call, canaries_per_call + background_rows
-    calls = -(-trials // m)
+    audit = UpdateAudit(trials, halve_noise, seed)
+    m, rows = audit.canaries_per_call, audit.canaries_per_call + audit.background_rows
     config = RDPCGANConfig(
-        critic_clip=clip,
-        critic_noise=noise_run(noise_multiplier, halve_noise),
+        critic_clip=audit.clip,
+        critic_noise=audit.sigma,
         autoencoder_steps=1,
         generator_steps=1,
         checkpoint_every=1,
@@ -78,51 +67,38 @@ def critic_update_audit(
         latent_dim=8,
         channels=CHANNELS,
     )
-    scores = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for first in (True, False):
-            secret = audit_secret(seed, "rdpcgan", first, halve_noise)
+
+        def scores(first: bool) -> np.ndarray:
             data = torch.zeros(rows, 5)
-            trainer = RDPCGANTrainer(data, GROUPS, config, seed, secret, tmp, delta=delta, target=(1, 2))
+            trainer = RDPCGANTrainer(
+                data, GROUPS, config, seed, audit.secret("rdpcgan", first), tmp, delta=audit.delta, target=(1, 2)
+            )
             trainer.critic_rate, trainer.critic_divisor = 1.0, float(rows)
             planted = planted_pair_gradients(
-                trainer.critic, m, background_rows, 1.0 if first else -1.0, canary_norm * clip, seed
+                trainer.critic, m, audit.background_rows, 1.0 if first else -1.0, audit.canary_norm * audit.clip, seed
             )
 
-            def pair_gradients(
-                real: torch.Tensor,
-                fake: torch.Tensor,
-                mix: torch.Tensor,
-                planted: dict[str, torch.Tensor] = planted,
-            ) -> dict[str, torch.Tensor]:
+            def pair_gradients(real: torch.Tensor, fake: torch.Tensor, mix: torch.Tensor) -> dict[str, torch.Tensor]:
                 assert real.shape[0] == rows, "every row is in every batch at rate 1"
                 return {k: v.clone() for k, v in planted.items()}
 
             trainer.critic_pair_gradients = pair_gradients  # type: ignore[method-assign]
-            out = torch.empty(calls, m, dtype=torch.float64)
-            for c in range(calls):
-                _, parts = trainer.critic_update(c)
-                out[c] = torch.cat([g.reshape(-1) for g in parts.total.values()])[:m]
-            scores[first] = out.reshape(-1)[:trials].numpy() * rows / clip
-    exact = gaussian_epsilon(2.0 / noise_multiplier, delta)
-    return calibration_result(
-        "rdpcgan-critic-update",
-        scores[True],
-        scores[False],
-        exact,
-        replace_one_epsilon(Phase(1.0, noise_multiplier, 1), delta),
-        delta,
-        noise_multiplier,
-        halve_noise,
-        0.6 * exact if required is None else required,
-        started,
-        function="dpsynth.models.generators.rdpcgan.trainer.RDPCGANTrainer.critic_update (pair gradients planted)",
-        canaries=f"{m} canaries per call, each on its own critic coordinate",
-        calls_per_input=calls,
-        background_rows=background_rows,
-        canary_norm=canary_norm,
-        exact_of="the Gaussian mechanism, mu = 2C / (sigma C)",
-    )
+
+            def release(call: int) -> torch.Tensor:
+                _, parts = trainer.critic_update(call)
+                return torch.cat([g.reshape(-1) for g in parts.total.values()])[:m]
+
+            return audit.gathered(release, scale=rows)
+
+        return audit.update_result(
+            "rdpcgan-critic-update",
+            scores,
+            replace_one_claim(audit.noise_multiplier, audit.delta),
+            started,
+            function="dpsynth.models.generators.rdpcgan.trainer.RDPCGANTrainer.critic_update (pair gradients planted)",
+            canaries=f"{m} canaries per call, each on its own critic coordinate",
+        )
 
 
 # Each called as audit(trials=..., halve_noise=..., seed=...); listed in the audit table through

@@ -5,14 +5,17 @@ measured marginals' add/remove-one curve added before the conversion."""
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.base import (
+    DPSGD_ADJACENCY,
+    DPSGD_CONVERSION,
+    NO_DONORS,
     FitResult,
     GeneratorType,
+    PrivacyFacts,
     Progress,
     Schedule,
     TrainingPlan,
@@ -32,6 +35,26 @@ AUTOENCODER_LABELS = {
     "C1": "autoencoder clipping norm C1",
     "autoencoder_steps": "autoencoder steps",
 }
+
+
+def autoencoder_parameters(config: TwoPhaseConfig) -> dict[str, Any]:
+    """Phase 1's public parameters, as AUTOENCODER_LABELS names them."""
+    return {
+        "q1": config.autoencoder_rate,
+        "sigma1": config.autoencoder_noise,
+        "C1": config.autoencoder_clip,
+        "autoencoder_steps": config.autoencoder_steps,
+    }
+
+
+def critic_parameters(config: TwoPhaseConfig, phase: str) -> dict[str, Any]:
+    """Phase 2's public parameters when it is the critic's DP-SGD, numbered `phase` as its paper does."""
+    return {
+        f"q{phase}": config.critic_rate,
+        f"sigma{phase}": config.critic_noise,
+        f"C{phase}": config.critic_clip,
+        "updates_per_generator_step": config.critic_steps,
+    }
 
 
 def autoencoder_and_critic_phases(config: TwoPhaseConfig, step: int) -> list[Phase]:
@@ -70,13 +93,47 @@ class TwoPhaseGenerator(GeneratorType):
     def section_of(self, profile: Profile) -> Any:
         return profile.section(self.name)
 
-    @abstractmethod
     def phases_at(self, profile: Profile, step: int) -> list[Phase]:
-        """The private updates of both phases after `step` steps, as the accountant composes them."""
+        """The private updates of both phases after `step` steps, as the accountant composes them (a
+        generator whose phase 2 is not the critic's DP-SGD says otherwise)."""
+        return autoencoder_and_critic_phases(self.section_of(profile), step)
 
-    @abstractmethod
     def checkpoint_steps(self, profile: Profile) -> list[int]:
-        """The steps selection sees."""
+        """The steps selection sees: 0, the end of phase 1, every checkpoint after it."""
+        return gan_checkpoint_steps(self.section_of(profile))
+
+    def critic_phase_facts(
+        self,
+        config: TwoPhaseConfig,
+        mechanism: str,
+        composition: str,
+        critic: str,
+        parameters: dict[str, Any],
+        labels: dict[str, str],
+    ) -> PrivacyFacts:
+        """The privacy facts when phase 2 is the critic's DP-SGD: both phases Poisson-subsampled Gaussian
+        updates, composed by `composition` (the paper's name for adding their RDP), the critic's rate
+        called q`critic` (each paper numbers its phases its own way)."""
+        return PrivacyFacts(
+            generator=self.label,
+            mechanism=mechanism,
+            accountant="RDP of the sampled Gaussian mechanism (Opacus's analysis), both phases added order by "
+            f"order ({composition}), one composition per private update",
+            conversion=DPSGD_CONVERSION,
+            sampling=(
+                f"each training row joins an autoencoder batch with probability q1 = {config.autoencoder_rate:g} "
+                f"and a critic batch with probability q{critic} = {config.critic_rate:g}, independently"
+            ),
+            adjacency=DPSGD_ADJACENCY,
+            sanitised=(
+                "each autoencoder and each critic update clips every row's gradient and adds Gaussian noise "
+                "to the sum; the released decoder and generator read the data only through them; the "
+                "Poisson batches and the noise come from a secret drawn for the run"
+            ),
+            imputation=NO_DONORS,
+            parameters=parameters,
+            labels=labels,
+        )
 
     def replace_one_epsilon_at(self, profile: Profile, step: int) -> float:
         return replace_one_epsilon_of(self.phases_at(profile, step), profile)
