@@ -112,6 +112,28 @@ def check_store(timeout_seconds: int = 10) -> None:
         ) from None
 
 
+@contextlib.contextmanager
+def mlflow_process_uris_kept() -> Iterator[None]:
+    """MLflow's process-wide tracking and registry URIs, and the environment variables it writes them
+    into, as they were before the block. `use_experiment` points MLflow at the home's store, and MLflow
+    copies that into os.environ, where `tracking_uri` reads an explicit store first: a Python caller's
+    next release from another home would log its internal runs to this one's store."""
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    saved_env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    saved = (tracking_utils._tracking_uri, registry_utils._registry_uri)
+    try:
+        yield
+    finally:
+        tracking_utils._tracking_uri, registry_utils._registry_uri = saved
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def use_experiment(name: str) -> str:
     """Point MLflow at the store and return the id of experiment `name` (created if needed). A local
     store holds real-data metrics and internal artifacts: it is made owner-only."""

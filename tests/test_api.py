@@ -7,6 +7,7 @@ condition. The two releases run a Prefect flow (`flow`)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -248,8 +249,12 @@ def test_trial_from_python_spends_nothing_and_takes_the_test_secret(prefect_back
     from dpsynth.models.privacy.secret import load as load_secret
     from dpsynth.tasks.ledger import entries
 
+    store_before = os.environ.get("MLFLOW_TRACKING_URI")
     with pytest.warns(UserWarning, match="trial on a real table"):
         rel = dpsynth.release(demo_frame, dpsynth.Schema.from_yaml(CARDIO_SCHEMA), profile="smoke", secret=test_secret)
+    # MLflow writes the store it was pointed at into os.environ, where the next release (from another home,
+    # say) would read it first: the caller's environment comes back as it was.
+    assert os.environ.get("MLFLOW_TRACKING_URI") == store_before
     assert not rel.published and rel.bundle is None and rel.model_uri is None
     assert rel.epsilon > 0 and "Epsilon does NOT cover" in rel.statement
     assert load_secret(rel.run_dir) == test_secret

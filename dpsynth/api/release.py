@@ -171,8 +171,9 @@ def release(
         from dpsynth.flows import prefect_server
         from dpsynth.flows.cli import preflight
         from dpsynth.flows.console import flow_console
+        from dpsynth.tasks.tracking import mlflow_process_uris_kept
 
-        with flow_console(json_output=not progress, verbose=verbose):
+        with mlflow_process_uris_kept(), flow_console(json_output=not progress, verbose=verbose):
             # As the command line: Prefect's server (one per process) starts only once the preflight passed.
             ctx, server = preflight(args, "release")
             if secret is not None:
