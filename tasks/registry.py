@@ -69,7 +69,13 @@ from dpsynth.tasks.home import home
 from dpsynth.tasks.private_files import restrict, restrict_tree
 from dpsynth.tasks.public_release import PublicRelease, code_version
 from dpsynth.tasks.table_io import PARQUET_SUFFIXES, write_table
-from dpsynth.tasks.tracking import local_artifacts, local_store_lock, rounded_epsilon, tracking_uri
+from dpsynth.tasks.tracking import (
+    local_artifacts,
+    local_store_lock,
+    mlflow_process_uris_kept,
+    rounded_epsilon,
+    tracking_uri,
+)
 
 CHAMPION = "champion"
 MODEL_ARTIFACT = "synthetic-table-model"
@@ -173,23 +179,11 @@ def registry_as_default() -> Iterator[None]:
     """MLflow's process-wide URIs on the registry store for the block (so `models:/NAME@champion` loads
     from it), then back as they were. MLflow writes them into os.environ too, where the internal store's
     URI is read: leaving them would send internal runs to the registry."""
-    from mlflow.tracking._model_registry import utils as registry_utils
-    from mlflow.tracking._tracking_service import utils as tracking_utils
-
-    saved_env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
-    saved = (tracking_utils._tracking_uri, registry_utils._registry_uri)
-    registry_client()  # creates the store's folder
-    mlflow.set_tracking_uri(registry_uri())
-    mlflow.set_registry_uri(registry_uri())
-    try:
+    with mlflow_process_uris_kept():
+        registry_client()  # creates the store's folder
+        mlflow.set_tracking_uri(registry_uri())
+        mlflow.set_registry_uri(registry_uri())
         yield
-    finally:
-        tracking_utils._tracking_uri, registry_utils._registry_uri = saved
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def load_released_model(model_uri: str) -> PyFuncModel:
