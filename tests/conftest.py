@@ -165,6 +165,28 @@ SLOW_TESTS = (
 CONFORMANCE = "tests/models/test_generator_conformance.py"
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (absent under -p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """addopts' `--dist loadscope --no-loadscope-reorder`: each module's tests go to one worker as one unit (its
+    module-scoped fixtures made once), the units in collection order: tests/flows/ first (few tests, each a
+    release or more), the many short tests after, so the last units handed out are short and both workers end
+    together (xdist's default order, the units with the most tests first, handed the releases out last). The
+    generator checks are split further, one unit per generator (its checks share one training, the
+    module-scoped `trained`): one module of every generator's trainings would keep one worker busy alone."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGeneratorInTheChecks(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            if scope == CONFORMANCE and nodeid.endswith("]"):  # test_generator_check[CHECK-GENERATOR]
+                return f"{scope}::{nodeid[:-1].rsplit('-', 1)[1]}"
+            return scope
+
+    return ByGeneratorInTheChecks(config, log)
+
+
 def _in_tier(path: str, name: str, listed: tuple[str, ...]) -> bool:
     return path in listed or f"{path}::{name.split('[')[0]}" in listed
 

@@ -15,10 +15,11 @@ from dpsynth.models.generators import names
 from tests.conftest import CONFORMANCE, FAST_FLOWS, ROOT, SLOW_TESTS
 
 
-def _collected(*args: str) -> list[str]:
-    # addopts' -q: one node id a line
+def _collected() -> dict[str, str]:
+    """Every test's node id and its tier, from one collection of the whole suite (tests/tier_listing.py)."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-n", "0", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "--collect-only", "-n", "0"]
+        + ["-p", "no:cacheprovider", "-p", "tests.tier_listing"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -26,13 +27,16 @@ def _collected(*args: str) -> list[str]:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [line for line in done.stdout.splitlines() if "::" in line]
+    listed = [line.split(" ", 2)[1:] for line in done.stdout.splitlines() if line.startswith("tier: ")]
+    return {test: tier for tier, test in listed}
 
 
-@pytest.mark.slow  # two collections of the whole suite
+@pytest.mark.slow  # a collection of the whole suite
 def test_the_fast_tier_runs_every_stage_once_and_leaves_the_rest_to_the_whole_suite():
-    fast = _collected("-m", "fast")
-    everything = _collected()
+    tiers = _collected()
+    everything = list(tiers)
+    assert set(tiers.values()) == {"fast", "slow"}  # each test in exactly one tier (`-m fast` selects the first)
+    fast = [test for test, tier in tiers.items() if tier == "fast"]
     assert set(fast) < set(everything)
     # One release: the session's smoke trial, shared by the tests that read it.
     released = [test for test in fast if test.startswith("tests/flows/test_trial_release.py::")]

@@ -44,6 +44,9 @@ LINKED = (
     "setup.py",
 )
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+# Every wait below is a guard against a hang, not a claim of speed: long enough for a machine saturated by other
+# work (the server's start, `prefect deploy`, a flow run on a worker each took minutes at load 15 and more).
+HANG_GUARD_S = 1800.0
 
 
 def _free_port() -> int:
@@ -73,7 +76,7 @@ def _env(prefect_home: Path, api_url: str, project: Path, dpsynth_home: Path) ->
     return env
 
 
-def _prefect(*args: str, env: dict, cwd: Path, timeout: float = 120) -> str:
+def _prefect(*args: str, env: dict, cwd: Path, timeout: float = HANG_GUARD_S) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "prefect", *args],
         check=False,
@@ -117,7 +120,7 @@ def _stop(proc: subprocess.Popen | None) -> None:
             continue
 
 
-def _wait_healthy(api: httpx.Client, server: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+def _wait_healthy(api: httpx.Client, server: subprocess.Popen, log: Path, timeout: float = HANG_GUARD_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert server.poll() is None, f"prefect server exited:\n{log.read_text()[-3000:]}"
@@ -152,7 +155,7 @@ def deployed(tmp_path_factory):
     env = _env(tmp / "prefect-home", api_url, project, home)
     server_log = tmp / "server.log"
     server = None
-    api = httpx.Client(base_url=api_url, timeout=30)
+    api = httpx.Client(base_url=api_url, timeout=300)  # one request to a busy local server: a hang guard too
     try:
         # The API alone: the tests create their runs themselves, so the scheduler and other services can rest.
         server = _start(
@@ -175,7 +178,7 @@ def deployed(tmp_path_factory):
         )
         _wait_healthy(api, server, server_log)
         _prefect("work-pool", "create", POOL, "--type", "process", env=env, cwd=project)
-        _prefect("--no-prompt", "deploy", "--all", env=env, cwd=project, timeout=240)
+        _prefect("--no-prompt", "deploy", "--all", env=env, cwd=project)
         by_name = {d["name"]: d for d in api.post("/deployments/filter", json={}).json()}
         yield {
             "api": api,
@@ -208,7 +211,7 @@ def _run_deployment(deployed, name: str, parameters: dict, worker_log: Path) -> 
             deployed["project"],
             worker_log,
         )
-        state, deadline = None, time.monotonic() + 300
+        state, deadline = None, time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
             state = api.get(f"/flow_runs/{run_id}").json()["state"]["type"]
             if state in TERMINAL:
@@ -217,7 +220,7 @@ def _run_deployment(deployed, name: str, parameters: dict, worker_log: Path) -> 
                 break  # the worker left without picking the run up
             time.sleep(2)
         assert state == "COMPLETED", f"flow run ended {state}:\n{_tail(worker_log)}"
-        worker.wait(timeout=60)
+        worker.wait(timeout=HANG_GUARD_S)
         assert worker.returncode == 0, _tail(worker_log)
     finally:
         _stop(worker)

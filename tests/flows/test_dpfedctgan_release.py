@@ -91,17 +91,18 @@ def _assert_processes_ended(federation: Path) -> None:
 
 class MidRoundKiller(threading.Thread):
     """SIGKILLs site `site`'s SuperNode once it has received training round `round_index` and before it
-    replies (its log has one training request per round), and records whether it did."""
+    replies (its log has one training request per round), and records whether it did. It watches until
+    `stop` is set (the release has ended), however long the stages before the round take on a busy machine:
+    a release that ends without the kill leaves `killed_mid_round` None, and the test fails on it."""
 
-    def __init__(self, workdir: Path, site: int, round_index: int, timeout_s: float = 120.0):
+    def __init__(self, workdir: Path, site: int, round_index: int):
         super().__init__(daemon=True)
-        self.workdir, self.site, self.round_index, self.timeout_s = workdir, site, round_index, timeout_s
+        self.workdir, self.site, self.round_index = workdir, site, round_index
         self.stop = threading.Event()
         self.killed_mid_round: bool | None = None  # None: never killed
 
     def run(self) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while not self.stop.is_set() and time.monotonic() < deadline:
+        while not self.stop.is_set():
             logs = list(self.workdir.glob(f"runs/release/*/train-k10/federation/logs/site-{self.site}.log"))
             text = logs[0].read_text(errors="replace") if logs else ""
             if text.count(RECEIVED) >= self.round_index:

@@ -148,7 +148,11 @@ def _dpsynth(workdir: Path, argv: list[str], kill_inside: str | None = None, **e
     )
 
 
-def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_release(isolated_workdir, demo_csv):
+def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_release(
+    isolated_workdir, demo_csv, capfd, monkeypatch
+):
+    """One release killed in each long stage in turn, each kill a process of its own (a SIGKILL ends it); its
+    rerun to the end and the reference (the same run, never interrupted) run in the test's process."""
     argv = _argv(demo_csv, "--json")
     reference = isolated_workdir.parent / "reference"
     for stage, unfinished in (
@@ -167,15 +171,17 @@ def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_
             shutil.copytree(run, reference)
             shutil.rmtree(reference / "pretrain-k10")
         assert not _versions() and ledger_entries("cardio") == [], stage  # nothing published, nothing spent
-    done = _dpsynth(isolated_workdir, argv)
-    assert done.returncode == 0, done.stderr[-3000:]
-    resumed = json.loads(done.stdout.strip().splitlines()[-1])
+    capfd.readouterr()
+    assert main(argv) == 0, capfd.readouterr().err[-3000:]
+    resumed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
 
     elsewhere = isolated_workdir.parent / "reference-store"
     elsewhere.mkdir()
-    whole = _dpsynth(elsewhere, argv[:-1] + ["--out", str(reference), "--json"])
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    uninterrupted = json.loads(whole.stdout.strip().splitlines()[-1])
+    with monkeypatch.context() as there:  # as a process started in `elsewhere` with its own MLflow store
+        there.chdir(elsewhere)
+        there.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{elsewhere / 'mlflow.db'}")
+        assert main(argv[:-1] + ["--out", str(reference), "--json"]) == 0, capfd.readouterr().err[-3000:]
+    uninterrupted = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     for key in ("iteration", "epsilon", "auc", "release_id"):
         assert resumed[key] == uninterrupted[key], key
     a = torch.load(run / "bundle" / "generator.pt", weights_only=True)["state_dict"]

@@ -47,6 +47,7 @@ from tests.models.two_phase_tables import (
     WIDTH,
     assert_ledger_counts_both_phases,
     assert_resume_equals_uninterrupted,
+    assert_row_gradients,
     assert_states_equal,
     flat,
     toy_table,
@@ -105,18 +106,12 @@ def test_per_example_gradients_match_one_row_at_a_time(weights):
     batched_d = critic_per_pair(critic, rows, fakes)
     assert any(k.startswith("encoder.") for k in batched_ae) and any(k.startswith("decoder.") for k in batched_ae)
     for i in range(rows.shape[0]):
-        ae.zero_grad()
         plain = reconstruction_loss(ae(rows[i : i + 1]), rows[i : i + 1], None)
         weighted = reconstruction_loss(ae(rows[i : i + 1]), rows[i : i + 1], w)
         if weights is not None:  # the weights reach the loss: it is not the plain sum
             assert not torch.allclose(plain, weighted)
-        weighted.sum().backward()
-        for name, p in ae.named_parameters():
-            torch.testing.assert_close(batched_ae[name][i], p.grad, rtol=1e-4, atol=1e-6)
-        critic.zero_grad()
-        (critic(fakes[i : i + 1]) - critic(rows[i : i + 1])).sum().backward()
-        for name, p in critic.named_parameters():
-            torch.testing.assert_close(batched_d[name][i], p.grad, rtol=1e-4, atol=1e-6)
+        assert_row_gradients(ae, batched_ae, i, weighted)
+        assert_row_gradients(critic, batched_d, i, critic(fakes[i : i + 1]) - critic(rows[i : i + 1]))
 
 
 def test_bad_configuration_is_refused(tmp_path, test_secret):

@@ -27,16 +27,8 @@ from dpsynth.models.marginals.release import ADD_REMOVE_ONE, marginals_rho
 from dpsynth.models.privacy.dpsgd_accountant import ORDERS, Phase, epsilon, rdp_curve, replace_one_epsilon
 from dpsynth.models.privacy.exact_loss import epsilon_at
 from dpsynth.models.privacy.secret import PrivacySecret
-from tests.models.two_phase_tables import (
-    DELTA,
-    GROUPS,
-    SMALL_SCHEDULE,
-    WIDTH,
-    assert_ledger_counts_both_phases,
-    assert_resume_equals_uninterrupted,
-    flat,
-    toy_table,
-)
+from tests.models import two_phase_tables
+from tests.models.two_phase_tables import DELTA, GROUPS, SMALL_SCHEDULE, WIDTH, flat, toy_table
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: threads cost more than they give
 
@@ -100,14 +92,9 @@ def test_per_example_gradients_match_one_row_at_a_time(loss, predicted):
     batched_d = critic_per_pair(critic, rows, fakes)
     assert any(k.startswith("encoder.") for k in batched_ae) and any(k.startswith("decoder.") for k in batched_ae)
     for i in range(rows.shape[0]):
-        ae.zero_grad()
-        reconstruction_loss(ae(rows[i : i + 1]), rows[i : i + 1], loss).sum().backward()
-        for name, p in ae.named_parameters():
-            torch.testing.assert_close(batched_ae[name][i], p.grad, rtol=1e-4, atol=1e-6)
-        critic.zero_grad()
-        (critic(fakes[i : i + 1]) - critic(rows[i : i + 1])).sum().backward()
-        for name, p in critic.named_parameters():
-            torch.testing.assert_close(batched_d[name][i], p.grad, rtol=1e-4, atol=1e-6)
+        loss_of_row = reconstruction_loss(ae(rows[i : i + 1]), rows[i : i + 1], loss)
+        two_phase_tables.assert_row_gradients(ae, batched_ae, i, loss_of_row)
+        two_phase_tables.assert_row_gradients(critic, batched_d, i, critic(fakes[i : i + 1]) - critic(rows[i : i + 1]))
     with pytest.raises(ValueError, match="one fake per real"):
         critic_per_pair(critic, rows, fakes[:3])
 
@@ -231,7 +218,7 @@ def test_accountant_covers_the_exact_one_step_loss_of_the_update_the_trainer_run
 def test_accountant_counts_exactly_the_private_updates_of_both_phases(tmp_path, test_secret):
     cfg = small_config()
     trainer = make_trainer(toy_table(60), cfg, 0, test_secret, tmp_path)
-    assert_ledger_counts_both_phases(trainer, cfg, tmp_path)
+    two_phase_tables.assert_ledger_counts_both_phases(trainer, cfg, tmp_path)
 
 
 def _profile(**section) -> Profile:
@@ -328,7 +315,7 @@ NETS = ("autoencoder", "generator", "critic")  # the networks a checkpoint resto
 @pytest.mark.parametrize("stop_after", [3, 6], ids=["in-phase-1", "in-phase-2"])
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, test_secret, stop_after):
     cfg = small_config(autoencoder_steps=5, generator_steps=4)
-    assert_resume_equals_uninterrupted(make_trainer, cfg, test_secret, tmp_path, stop_after, NETS)
+    two_phase_tables.assert_resume_equals_uninterrupted(make_trainer, cfg, test_secret, tmp_path, stop_after, NETS)
     other = make_trainer(toy_table(60), small_config(critic_clip=2.0), 5, test_secret, tmp_path / "cut")
     with pytest.raises(ConfigError, match="another configuration"):
         other.run()

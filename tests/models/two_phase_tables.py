@@ -46,6 +46,17 @@ def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads.values()])
 
 
+def assert_row_gradients(
+    module: torch.nn.Module, batched: dict[str, torch.Tensor], row: int, loss: torch.Tensor
+) -> None:
+    """The per-example gradients `batched` (by parameter name) hold at `row` the gradient of `loss`, that one
+    row's loss through `module`, taken the plain way (one backward pass)."""
+    module.zero_grad()
+    loss.sum().backward()
+    for name, p in module.named_parameters():
+        torch.testing.assert_close(batched[name][row], p.grad, rtol=1e-4, atol=1e-6)
+
+
 def assert_states_equal(a: Any, b: Any, nets: tuple[str, ...]) -> None:
     """Two trainers' networks `nets` hold the same weights, tensor for tensor."""
     for net in nets:

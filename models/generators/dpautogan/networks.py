@@ -11,13 +11,13 @@ groups are valid distributions.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from dpsynth.models.generators.networks import LEAKY_SLOPE
-from dpsynth.models.generators.two_phase.networks import HeadedDecoder
+from dpsynth.models.generators.two_phase.networks import HeadedDecoder, LatentReleaseSpec
 
 
 def _mlp(width: int, hidden: tuple[int, ...], out: int) -> list[nn.Module]:
@@ -100,12 +100,10 @@ class Critic(nn.Module):
 
 
 @dataclass(frozen=True)
-class ReleaseSpec:
-    """Everything needed to rebuild the released decoder and generator, stored beside their weights."""
+class ReleaseSpec(LatentReleaseSpec):
+    """Everything needed to rebuild the released decoder and latent model, stored beside their weights: the
+    shared fields (width, latent_dim, z_dim), then DP-auto-GAN's."""
 
-    width: int
-    latent_dim: int
-    z_dim: int
     decoder_hidden: tuple[int, ...]
     generator_hidden: tuple[int, ...]
     head: str
@@ -122,21 +120,10 @@ class ReleaseSpec:
         )
         return Decoder(self.latent_dim, self.decoder_hidden, self.width, self.head, self.groups), latent
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(
-            decoder_hidden=list(self.decoder_hidden),
-            generator_hidden=list(self.generator_hidden),
-            groups=[list(g) for g in self.groups],
-        )
-        return d
-
     @classmethod
     def from_dict(cls, d: dict) -> ReleaseSpec:
         return cls(
-            int(d["width"]),
-            int(d["latent_dim"]),
-            int(d["z_dim"]),
+            *cls.shared_fields(d),
             tuple(d["decoder_hidden"]),
             tuple(d["generator_hidden"]),
             d["head"],

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,7 +29,7 @@ from torch import nn
 
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.networks import apply_head, binary_columns
-from dpsynth.models.generators.two_phase.networks import Group, HeadedDecoder
+from dpsynth.models.generators.two_phase.networks import Group, HeadedDecoder, LatentReleaseSpec
 
 # The transposed convolutions' kernel, stride and padding: exactly doubles a length.
 UP_KERNEL, UP_STRIDE, UP_PADDING = 4, 2, 1
@@ -183,12 +183,10 @@ def init_from_(module: nn.Module, rng: torch.Generator) -> None:
 
 
 @dataclass(frozen=True)
-class ReleaseSpec:
-    """Everything needed to rebuild the released decoder and generator, stored beside their weights."""
+class ReleaseSpec(LatentReleaseSpec):
+    """Everything needed to rebuild the released decoder and generator, stored beside their weights: the
+    shared fields (width, latent_dim, z_dim), then RDP-CGAN's."""
 
-    width: int
-    latent_dim: int
-    z_dim: int
     channels: tuple[int, ...]
     head: str
     groups: tuple[Group, ...]
@@ -200,17 +198,10 @@ class ReleaseSpec:
             Generator(self.z_dim, self.channels, self.latent_dim),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(channels=list(self.channels), groups=[list(g) for g in self.groups])
-        return d
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReleaseSpec:
         return cls(
-            int(d["width"]),
-            int(d["latent_dim"]),
-            int(d["z_dim"]),
+            *cls.shared_fields(d),
             tuple(int(c) for c in d["channels"]),
             str(d["head"]),
             tuple((int(a), int(b), str(c)) for a, b, c in d["groups"]),

@@ -6,7 +6,8 @@ release decodes levels. Each generator's networks.py builds the bodies (fully co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -21,6 +22,31 @@ HEADS = ("tanh", "typed")
 # from the decoder's probabilities. Argmax loses every level that is never the most likely one for any
 # latent (rare levels of a wide column); drawing keeps each level at the share the decoder gives it.
 LEVEL_DECODINGS = ("argmax", "sample")
+
+
+@dataclass(frozen=True)
+class LatentReleaseSpec:
+    """The fields every two-phase release stores first to rebuild its decoder and latent model: the encoded
+    width, the latent width and the noise width. Each generator's ReleaseSpec adds its own after them (a
+    dataclass lists its base class's fields first), so the stored order, written into the release files,
+    is these three, then the generator's."""
+
+    width: int
+    latent_dim: int
+    z_dim: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: the fields in their order, every tuple (nested ones too) a list."""
+        return {key: _as_lists(value) for key, value in asdict(self).items()}
+
+    @staticmethod
+    def shared_fields(d: Mapping[str, Any]) -> tuple[int, int, int]:
+        """width, latent_dim and z_dim of a stored spec (`to_dict`'s form), for a ReleaseSpec's from_dict."""
+        return int(d["width"]), int(d["latent_dim"]), int(d["z_dim"])
+
+
+def _as_lists(value: Any) -> Any:
+    return [_as_lists(item) for item in value] if isinstance(value, tuple) else value
 
 
 def check_groups(groups: Sequence[Sequence[Any]], width: int) -> tuple[Group, ...]:
