@@ -77,7 +77,7 @@ class MarginalsConfig:
     selection_share: float = 0.1
     bins: int = 20
     # Share of rho spent on every continuous column's fine 1-way histogram (dpsynth.models.marginals.shapes):
-    # the calibration places a value it moves inside its new cell as the column's rows lie there. 0: uniform.
+    # the calibration places every value inside its cell as the column's rows lie there. 0: uniform.
     shape_share: float = 0.2
     # The sampler draws this many times the rows asked for and calibrates down to them (fewer duplicates).
     oversample: int = 3

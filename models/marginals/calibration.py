@@ -23,8 +23,11 @@ A changed value is drawn inside its new cell with `binning.cell_values` (a point
 itself, a bin's value uniformly among the bin's values on the column's decimals), or, for a continuous
 column whose fine histogram was measured (`MeasuredMarginals.shapes`), where that histogram puts it. A drawn value that
 `cell_codes` puts in another cell or that lies off the decimal grid (float edge cases of columns with
-decimals, e.g. 0.6 drawn for [0.55, 0.6)) is redrawn (`_values_in_cells`). Values the calibration did not
-move keep their exact synthetic value. Targets leave out cells of a continuous column that hold no value on the column's
+decimals, e.g. 0.6 drawn for [0.55, 0.6)) is redrawn (`_values_in_cells`). In a column without a measured
+fine histogram, values the calibration did not move keep their exact synthetic value. In a column with one,
+every row's value is then re-placed inside its cell by it, the rows' order inside the cell kept
+(`_placed_by_rank`): a row left in its cell would otherwise keep the generator's shape there (a heap at a
+round value spread over its cell). Targets leave out cells of a continuous column that hold no value on the column's
 decimal grid (public: such a cell cannot be written), spreading their share over the rest.
 """
 
@@ -36,7 +39,15 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dpsynth.models.data.binning import cell_codes, cell_count, cell_values, decimal_grid, writable_cells
+from dpsynth.models.data.binning import (
+    cell_codes,
+    cell_count,
+    cell_values,
+    decimal_grid,
+    fine_cell_values,
+    fine_parents,
+    writable_cells,
+)
 from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.marginals.measure import MeasuredMarginals, counts_of_cells, flat_cells, frame_codes
@@ -324,17 +335,63 @@ def _write(
     measured: MeasuredMarginals,
     rng: np.random.Generator,
 ) -> pd.DataFrame:
-    """The picked rows, with new values drawn only where a row's cell changed (placed by the column's
-    measured shape when there is one)."""
+    """The picked rows, with new values drawn only where a row's cell changed; then, in every column with
+    a measured fine histogram, every row's value re-placed inside its cell by it (`_placed_by_rank`)."""
     out = synthetic.iloc[picks].reset_index(drop=True)
+    shapes = measured.shapes
     for j, name in enumerate(names):
         changed = codes[:, j] != original[name][picks]
         if changed.any():
-            values = _values_in_cells(columns[name], codes[changed, j], rng, measured.bins, measured.shapes)
+            values = _values_in_cells(columns[name], codes[changed, j], rng, measured.bins, shapes)
             out[name] = _merged(out[name].to_numpy(), changed, values)
+        if shapes is not None and name in shapes.counts:
+            current = pd.to_numeric(out[name], errors="coerce").to_numpy(np.float64)
+            placed = _placed_by_rank(columns[name], codes[:, j], current, shapes, rng, measured.bins)
+            out[name] = _merged(out[name].to_numpy(), np.ones(len(out), dtype=bool), placed)
     if schema.id_column and schema.id_column in out.columns:
         out[schema.id_column] = np.arange(len(out), dtype=np.int64)
     return out
+
+
+def _placed_by_rank(
+    col: Column, codes: np.ndarray, values: np.ndarray, shapes: ColumnShapes, rng: np.random.Generator, bins: int
+) -> np.ndarray:
+    """Every row's value of a continuous column re-placed inside its cell (`codes`) by the column's measured
+    fine histogram (`ColumnShapes.shape`: denoised), keeping the rows' order inside each cell.
+
+    Why every row: a row the value updates left keeps the generator's value, which follows the
+    generator's shape inside the cell, not the measured one (a heap at 120 stays a plateau over its
+    cell). Within a cell, rows in the order of their current value (ties at random) take the cell's fine
+    cells by systematic allocation: the rank r of n takes the fine cell whose cumulative share passes
+    (r + u) / n, one u per cell, so each fine cell gets floor or ceil of n times its share and a fine
+    cell that is one value (a heap) comes out as that value repeated. Values are then drawn inside their
+    fine cells (`binning.fine_cell_values`; one that does not code back to its cell or lies off the decimal
+    grid is drawn in the cell as `_values_in_cells` does) and handed out in sorted order, so a row's value
+    never falls below that of a row the generator put lower in the same cell: the order, hence the
+    dependence on other columns, is kept. Reads the released noisy counts and `rng` only. A cell with no
+    fine cell (a point mass off the decimal grid) keeps its values."""
+    parents = fine_parents(col, bins)
+    weights = shapes.shape(col)
+    placed = np.asarray(values, dtype=np.float64).copy()
+    rows = np.flatnonzero(codes >= 0)
+    order = rows[np.lexsort((rng.random(len(rows)), placed[rows], codes[rows]))]
+    cells = codes[order]
+    for cell in np.unique(cells):
+        members = np.flatnonzero(parents == cell)
+        if len(members) == 0:
+            continue
+        at = np.flatnonzero(cells == cell)
+        share = weights[members] if weights[members].sum() > 0 else np.ones(len(members))
+        cumulative = np.cumsum(share) / share.sum()
+        points = (np.arange(len(at)) + rng.random()) / len(at)
+        fine = members[np.minimum(np.searchsorted(cumulative, points, side="right"), len(members) - 1)]
+        drawn = np.asarray(fine_cell_values(col, fine, rng, bins), dtype=np.float64)
+        in_cell = np.full(len(at), cell, dtype=np.int64)
+        bad = ~_in_cell(col, drawn, in_cell, bins)
+        if bad.any():
+            drawn[bad] = _values_in_cells(col, in_cell[bad], rng, bins)
+        placed[order[at]] = np.sort(drawn)
+    return placed
 
 
 def _values_in_cells(

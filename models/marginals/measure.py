@@ -37,7 +37,7 @@ DP-SGD accountant's add/remove curves.
 
 Shapes: a declared share of rho (`shape_share`) measures every continuous column's fine 1-way histogram
 (dpsynth.models.marginals.shapes, the same Gaussian mechanism and sensitivity, noise purpose
-"<purpose>-shapes"); the calibration places a value it moves inside its new cell by them.
+"<purpose>-shapes"); the calibration places every value inside its cell by them.
 
 Everything after the noise is post-processing (`consistent_shares`): one total, non-negative counts,
 marginals that agree on every column they share. Only noisy values leave this module.
