@@ -3,9 +3,10 @@
 
 For each number of rows a census-shape table is generated (`dpsynth demo-data --shape hard`, made by
 code, no real row), then each profile's `dpsynth release` runs on it in a child process with a scratch
-home. The resident memory of the release's whole process tree is sampled every `--interval` seconds;
-each stage's wall time and start come from its manifest in the run folder, and its peak is the largest
-sample inside it. "preflight" is the time before the first stage, "decision, report, bundle" the time
+home. The memory of the release's whole process tree (the sum of its processes' proportional set sizes,
+PSS: shared pages counted once) is sampled every `--interval` seconds, and each process's own peak is
+listed; each stage's wall time and start come from its manifest in the run folder, and its peak is the
+largest sample inside it. "preflight" is the time before the first stage, "decision, report, bundle" the time
 after the last stage's end (the DP decision, the report, the bundle and the registration).
 
 The counting pass (what the marginal generators read of the rows) is also measured both ways, each in a
@@ -40,11 +41,16 @@ MB = 1024 * 1024
 
 @dataclass
 class MemorySampler:
-    """Resident memory of a process and all its descendants, sampled in a thread: (time, bytes)."""
+    """Memory of a process and all its descendants, sampled in a thread: (time, bytes). Each sample sums
+    the processes' proportional set size (PSS: a page shared by k processes counts 1/k in each), the
+    memory the tree takes from the machine; summing their resident sizes (RSS) would count the shared
+    libraries and the pages a fork shares once per process. Each process's own largest PSS is kept too,
+    by its command line (`by_process`): what each holds."""
 
     pid: int
     interval: float
     samples: list[tuple[float, int]] = field(default_factory=list)
+    by_process: dict[str, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -61,9 +67,12 @@ class MemorySampler:
             try:
                 for proc in [root, *root.children(recursive=True)]:
                     try:
-                        total += proc.memory_info().rss
+                        pss = proc.memory_full_info().pss
+                        label = f"{proc.pid} {' '.join(proc.cmdline()[:4])[:90]}"
                     except psutil.Error:
-                        pass  # a child that ended between the listing and the reading
+                        continue  # a child that ended between the listing and the reading
+                    total += pss
+                    self.by_process[label] = max(self.by_process.get(label, 0), pss)
             except psutil.NoSuchProcess:
                 break
             self.samples.append((time.time(), total))
@@ -143,6 +152,7 @@ def run_release(data: Path, profile: str, interval: float, extra: list[str]) -> 
         "epsilon": summary.get("epsilon"),
         "auc": summary.get("auc"),
         "cpu_seconds": cpu,
+        "processes": dict(sorted(sampler.by_process.items(), key=lambda item: -item[1])),
     }
 
 
@@ -207,6 +217,8 @@ def table(n_rows: int, result: dict) -> str:
             f"| {row['stage']} | {row['seconds']:.1f} | {row['seconds'] / n_rows * 1e6:.1f} | "
             f"{row['peak'] / MB:.0f} | {row['peak'] / n_rows:.0f} |"
         )
+    lines.append("each process's largest PSS (MB):")
+    lines.extend(f"  {pss / MB:6.0f}  {label}" for label, pss in result["processes"].items())
     return "\n".join(lines)
 
 

@@ -280,11 +280,10 @@ def _json_safe(value):
 
 def cmd_validate(args) -> None:
     from dpsynth.models.data.schema import DatasetSchema
-    from dpsynth.tasks.table_io import read_table
-    from dpsynth.tasks.validate import check_table
+    from dpsynth.tasks.validate import check_table_chunks
 
     schema = DatasetSchema.from_yaml(args.config)
-    report = check_table(schema, read_table(args.data, schema))
+    report = check_table_chunks(schema, args.data)
     print(report.summary_text())
     if args.json:
         emit_json(report.to_public_dict())
@@ -322,7 +321,6 @@ def preflight_checks(args, kind: str):
     status("reading the profile")
     from dpsynth.tasks.context import finished_summary, load_context
     from dpsynth.tasks.decision import planned_cost
-    from dpsynth.tasks.table_io import read_table
     from dpsynth.tasks.validate import check_table_file
 
     ctx = load_context(
@@ -345,7 +343,7 @@ def preflight_checks(args, kind: str):
     for setting in settings:  # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     status("checking the table")
-    report = check_table_file(ctx.schema, ctx.data_path, read_table(ctx.data_path, ctx.schema))
+    report = check_table_file(ctx.schema, ctx.data_path)
     from dpsynth.tasks.validate import check_repairs, repairs_text
 
     check_repairs(report, prof.input.max_repaired_share)

@@ -29,6 +29,7 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.selection import Candidate, regularisation_grid, select_model
 from dpsynth.models.generators import get
 from dpsynth.models.privacy.release_choice import ValidationFacts
+from dpsynth.tasks.encoded_rows import EncodedRows
 from dpsynth.tasks.progress import Progress
 from dpsynth.tasks.split import evaluation_train
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
@@ -66,7 +67,7 @@ def validation_facts(schema: DatasetSchema, encoded_path: Path, split_path: Path
     encoder = TableEncoder(schema)
     split = dict(np.load(split_path))
     rows = complete_validation_rows(split, np.load(complete_rows_path(encoded_path)))
-    _, y = features_target(encoder, np.load(encoded_path, mmap_mode="r")[rows])
+    _, y = features_target(encoder, EncodedRows(encoded_path)[rows])
     positives = int(y.sum())
     return ValidationFacts(rows=len(split["val"]), positives=positives, negatives=len(y) - positives)
 
@@ -97,7 +98,7 @@ def features_target(encoder: TableEncoder, matrix: np.ndarray) -> tuple[np.ndarr
 
 
 def real_splits(
-    split: dict, encoded: np.ndarray, encoder: TableEncoder, protocol: str, index: int, seed: int
+    split: dict, encoded: np.ndarray | EncodedRows, encoder: TableEncoder, protocol: str, index: int, seed: int
 ) -> dict[str, np.ndarray]:
     """Row indices of the real train/val/test sets for evaluation `index`.
 
@@ -175,7 +176,7 @@ def synthetic_split(y: np.ndarray, n_train: int, n_val: int, seed: int) -> tuple
 def evaluate_synthetic(
     schema: DatasetSchema,
     synthetic_path: Path,
-    encoded: np.ndarray,
+    encoded: np.ndarray | EncodedRows,
     split: dict,
     profile: Profile,
     index: int,
@@ -217,7 +218,9 @@ def level_share_columns(schema: DatasetSchema, frame: pd.DataFrame) -> dict[str,
     return out
 
 
-def evaluate_real(schema: DatasetSchema, encoded: np.ndarray, split: dict, profile: Profile, index: int) -> dict:
+def evaluate_real(
+    schema: DatasetSchema, encoded: np.ndarray | EncodedRows, split: dict, profile: Profile, index: int
+) -> dict:
     encoder = TableEncoder(schema)
     real = real_splits(split, encoded, encoder, profile.protocol, index, profile.seed)
     X_tr, y_tr = features_target(encoder, encoded[real["train"]])
@@ -251,7 +254,7 @@ def selection_run_stage(
     with no synthetic table, index `index` of the real-vs-real baseline."""
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
-        encoded = np.load(encoded_path, mmap_mode="r")  # only the rows evaluation reads come into memory
+        encoded = EncodedRows(encoded_path)  # only the rows evaluation reads come into memory
         split = dict(np.load(split_path))
         if synthetic_path is None:
             record = evaluate_real(schema, encoded, split, profile, index)

@@ -14,6 +14,7 @@ from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.evaluation.membership import membership_report
 from dpsynth.tasks.decision import statement_for
+from dpsynth.tasks.encoded_rows import EncodedRows
 from dpsynth.tasks.privacy_summary import privacy_summary
 from dpsynth.tasks.report import build_internal_report, build_release_notes, write_public_release_notes
 from dpsynth.tasks.report.internal import fidelity_figures
@@ -53,7 +54,12 @@ def compare_generators(
 
 
 def membership_of(
-    encoder: TableEncoder, encoded: np.ndarray, gan_rows: np.ndarray, split: dict, synthetic: dict, seed: int
+    encoder: TableEncoder,
+    encoded: np.ndarray | EncodedRows,
+    gan_rows: np.ndarray,
+    split: dict,
+    synthetic: dict,
+    seed: int,
 ) -> dict:
     """Membership inference against each chosen checkpoint's synthetic table (models/evaluation/membership.py):
     members are the generator's training rows, non-members the test rows, the reference the validation
@@ -97,7 +103,7 @@ def report_stage(
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         results = pd.read_parquet(results_path)
-        encoded = np.load(paths["encoded"], mmap_mode="r")  # only the rows evaluation reads come into memory
+        encoded = EncodedRows(paths["encoded"])  # only the rows evaluation reads come into memory
         split = dict(np.load(paths["split"]))
         # The generator's training rows as evaluation reads them (all, or their bounded subsample).
         train_rows = np.load(paths["gan_rows"]) if profile.protocol == "thesis" else evaluation_train(split)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +61,32 @@ def read_table(path: str | Path, schema: DatasetSchema) -> pd.DataFrame:
     readable table (empty, header only, wrong separator, binary, duplicated column names, ragged rows).
     Whether the contents conform to the schema is for `dpsynth.tasks.validate` to judge.
     """
+    path = _readable_file(path)
+    if is_parquet(path):
+        df = _read_parquet(path)
+    else:
+        df = _read_csv(path, schema)
+    if len(df) == 0:
+        raise InvalidTableError(_no_rows(path))
+    return normalize_columns(df, schema)
+
+
+def iter_table(path: str | Path, schema: DatasetSchema, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    """`read_table` in chunks of at most `chunk_rows` rows, each normalised on its own (`normalize_column`):
+    what validation reads when the table need not fit in memory. The same refusals as `read_table`, some
+    raised only when the chunk that shows them is reached (a ragged row far down a CSV)."""
+    path = _readable_file(path)
+    chunks = _iter_parquet(path, chunk_rows) if is_parquet(path) else _iter_csv(path, schema, chunk_rows)
+    any_rows = False
+    for chunk in chunks:
+        if len(chunk):
+            any_rows = True
+            yield normalize_columns(chunk, schema)
+    if not any_rows:
+        raise InvalidTableError(_no_rows(path))
+
+
+def _readable_file(path: str | Path) -> Path:
     path = Path(path)
     if not path.exists():
         raise MissingInputError(f"The input table {str(path)!r} does not exist.")
@@ -66,15 +94,11 @@ def read_table(path: str | Path, schema: DatasetSchema) -> pd.DataFrame:
         raise MissingInputError(f"The input table {str(path)!r} is not a file.")
     if path.stat().st_size == 0:
         raise InvalidTableError(f"The input table {str(path)!r} is empty (0 bytes): it has no header and no rows.")
-    if is_parquet(path):
-        df = _read_parquet(path)
-    else:
-        df = _read_csv(path, schema)
-    if len(df) == 0:
-        raise InvalidTableError(
-            f"The input table {str(path)!r} has a header but no rows: there is nothing to synthesise from."
-        )
-    return normalize_columns(df, schema)
+    return path
+
+
+def _no_rows(path: Path) -> str:
+    return f"The input table {str(path)!r} has a header but no rows: there is nothing to synthesise from."
 
 
 def write_table(df: pd.DataFrame, path: str | Path, separator: str = ",") -> Path:
@@ -92,6 +116,31 @@ def write_table(df: pd.DataFrame, path: str | Path, separator: str = ",") -> Pat
 
 
 def _read_csv(path: Path, schema: DatasetSchema) -> pd.DataFrame:
+    _check_csv(path, schema)
+    with _csv_errors(path, schema.separator):
+        return pd.read_csv(path, **_csv_options(schema))
+
+
+def _iter_csv(path: Path, schema: DatasetSchema, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    _check_csv(path, schema)
+    with _csv_errors(path, schema.separator):
+        with pd.read_csv(path, chunksize=chunk_rows, **_csv_options(schema)) as reader:
+            yield from reader
+
+
+def _csv_options(schema: DatasetSchema) -> dict:
+    return {
+        "sep": schema.separator,
+        "dtype": str,
+        "encoding": "utf-8-sig",
+        "skipinitialspace": True,
+        "engine": "c",
+        # A quoted field may span lines, so "no rows" is judged on the parsed result, not line count.
+    }
+
+
+def _check_csv(path: Path, schema: DatasetSchema) -> None:
+    """The refusals judged before any row is parsed: binary or non-UTF-8 bytes, the header."""
     sep = schema.separator
     where = str(path)
     with open(path, "rb") as handle:
@@ -117,16 +166,13 @@ def _read_csv(path: Path, schema: DatasetSchema) -> pd.DataFrame:
     _check_separator(header, schema, where)
     _check_duplicates(header, where)
 
+
+@contextmanager
+def _csv_errors(path: Path, sep: str) -> Iterator[None]:
+    """pandas' parsing errors as `InvalidTableError`s that name the file, never a cell value."""
+    where = str(path)
     try:
-        df = pd.read_csv(
-            path,
-            sep=sep,
-            dtype=str,
-            encoding="utf-8-sig",
-            skipinitialspace=True,
-            engine="c",
-            # A quoted field may span lines, so "no rows" is judged on the parsed result, not line count.
-        )
+        yield
     except UnicodeDecodeError as exc:
         raise InvalidTableError(
             f"The input table {where!r} is not UTF-8 text (undecodable byte at offset {exc.start})."
@@ -140,7 +186,6 @@ def _read_csv(path: Path, schema: DatasetSchema) -> pd.DataFrame:
         ) from None
     except (ValueError, OSError) as exc:
         raise InvalidTableError(f"The input table {where!r} cannot be read as CSV: {_first_line(exc)}") from None
-    return df
 
 
 def _read_header(path: Path, sep: str) -> list[str]:
@@ -195,26 +240,44 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    where = str(path)
-    try:
-        names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InvalidTableError(
-            f"The input table {where!r} is not a readable Parquet file: {_first_line(exc)}"
-        ) from None
-    _check_duplicates([str(n) for n in names], where)
-    try:
-        table = pq.read_table(path)
-        df = table.to_pandas()
-    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
-        raise InvalidTableError(
-            f"The input table {where!r} is not a readable Parquet file: {_first_line(exc)}"
-        ) from None
+    _check_parquet(path)
+    with _parquet_errors(path):
+        df = pq.read_table(path).to_pandas()
     df.columns = [str(c) for c in df.columns]
     return df
+
+
+def _iter_parquet(path: Path, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    import pyarrow.parquet as pq
+
+    _check_parquet(path)
+    with _parquet_errors(path):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
+            df = batch.to_pandas()
+            df.columns = [str(c) for c in df.columns]
+            yield df
+
+
+def _check_parquet(path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    with _parquet_errors(path):
+        names = pq.read_schema(path).names
+    _check_duplicates([str(n) for n in names], str(path))
+
+
+@contextmanager
+def _parquet_errors(path: Path) -> Iterator[None]:
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        raise InvalidTableError(
+            f"The input table {str(path)!r} is not a readable Parquet file: {_first_line(exc)}"
+        ) from None
 
 
 # ----------------------------------------------------------------------------------- column types

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,13 +29,15 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
+import numpy as np
 import pandas as pd
 from great_expectations.data_context.types.base import ProgressBarsConfig
 from great_expectations.expectations.metadata_types import FailureSeverity
 
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError, InvalidTableError
-from dpsynth.tasks.table_io import normalize_columns
+from dpsynth.tasks.suite_results import SuiteResultSum
+from dpsynth.tasks.table_io import iter_table, normalize_columns
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuiteValidationResult, ExpectationValidationResult
@@ -180,6 +184,8 @@ class ValidationReport:
     suite_name: str = ""
     # GX's full result (JSON-able): holds samples of unexpected values. Internal storage only.
     internal_result: dict = field(default_factory=dict, repr=False, compare=False)
+    # Each kept column's dtype in the whole table (chunks may differ: int64 beside float64), for writing it.
+    dtypes: dict[str, np.dtype] = field(default_factory=dict, repr=False, compare=False)
 
     def summary_text(self) -> str:
         head = (
@@ -273,19 +279,40 @@ def validate_table(
     suite: gx.ExpectationSuite | None = None,
 ) -> ValidationReport:
     """Validate `df` against the suite of `schema` (or the given `suite`, e.g. from `load_suite`)."""
+    return validate_chunks(schema, [df], min_rows=min_rows, suite=suite)
+
+
+def validate_chunks(
+    schema: DatasetSchema,
+    chunks: Iterable[pd.DataFrame],
+    *,
+    min_rows: int = 2,
+    suite: gx.ExpectationSuite | None = None,
+) -> ValidationReport:
+    """`validate_table` of the table made of `chunks` (consecutive rows, e.g. `table_io.iter_table`), one
+    chunk in memory at a time: the suite runs on each and the results combine into the verdicts of the
+    whole table (tasks/suite_results.py says how)."""
     if min_rows < 1:
         raise ValueError("min_rows must be at least 1")
-    if not df.columns.is_unique:
-        duplicated = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
-        raise InvalidTableError(f"The table has duplicated column names: {', '.join(map(repr, duplicated))}.")
     suite = suite if suite is not None else build_suite(schema)
-    table, dropped, warnings = conform_table(schema, df)
-    rows = len(table)
+    combined = SuiteResultSum()
+    dropped: list[str] = []
+    warnings: list[str] = []
+    present: set[str] = set()
+    dtypes: dict[str, list[np.dtype]] = {}
+    with _suite_runner(suite, min_rows) as run_suite:
+        for df in chunks:
+            if not df.columns.is_unique:
+                duplicated = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+                raise InvalidTableError(f"The table has duplicated column names: {', '.join(map(repr, duplicated))}.")
+            table, dropped, warnings = conform_table(schema, df)
+            present = set(table.columns)
+            for column in table.columns:
+                dtypes.setdefault(column, []).append(table[column].dtype)
+            combined.add(_jsonable(run_suite(table).to_json_dict()), table)
+    rows = combined.rows
+    internal = combined.result(min_rows)
 
-    result = _run_suite(suite, table, min_rows)
-    internal = _jsonable(result.to_json_dict())
-
-    present = set(table.columns)
     problems: list[tuple[str, str, int]] = []
     will_impute: dict[str, int] = {}
     outside_bounds: dict[str, int] = {}
@@ -339,6 +366,7 @@ def validate_table(
         warnings=warnings,
         suite_name=suite.name,
         internal_result=internal,
+        dtypes={column: _whole_column_dtype(seen) for column, seen in dtypes.items()},
     )
 
 
@@ -346,7 +374,18 @@ def check_table(
     schema: DatasetSchema, df: pd.DataFrame, *, min_rows: int = 2, suite: gx.ExpectationSuite | None = None
 ) -> ValidationReport:
     """`validate_table`, raising `InvalidTableError` (with the problems, counts only) when it failed."""
-    report = validate_table(schema, df, min_rows=min_rows, suite=suite)
+    return _checked(schema, validate_table(schema, df, min_rows=min_rows, suite=suite))
+
+
+def check_table_chunks(schema: DatasetSchema, data_path: str | Path, *, min_rows: int = 2) -> ValidationReport:
+    """`check_table` of the table file at `data_path`, read and validated one chunk (a row group's worth
+    of rows) at a time: memory does not grow with the table."""
+    from dpsynth.tasks.cell_counting import ROW_GROUP_ROWS
+
+    return _checked(schema, validate_chunks(schema, iter_table(data_path, schema, ROW_GROUP_ROWS), min_rows=min_rows))
+
+
+def _checked(schema: DatasetSchema, report: ValidationReport) -> ValidationReport:
     if not report.passed:
         raise InvalidTableError(
             f"The input table ({report.rows} rows) does not conform to the schema {schema.name!r} "
@@ -362,19 +401,17 @@ def check_table(
 _PASSED: dict[tuple[str, str, int], ValidationReport] = {}
 
 
-def check_table_file(
-    schema: DatasetSchema, data_path: str | Path, df: pd.DataFrame, *, min_rows: int = 2
-) -> ValidationReport:
-    """`check_table` of `df`, read from `data_path`; a table file this process has already seen pass
+def check_table_file(schema: DatasetSchema, data_path: str | Path, *, min_rows: int = 2) -> ValidationReport:
+    """`check_table_chunks` of the file at `data_path`; a table file this process has already seen pass
     (the same bytes, schema and row floor) is not validated again: the same report."""
     from dpsynth.tasks.stage import sha256_file
 
     if not schema.source_hash:  # a schema built in code: nothing identifies it
-        return check_table(schema, df, min_rows=min_rows)
+        return check_table_chunks(schema, data_path, min_rows=min_rows)
     key = (sha256_file(Path(data_path)), schema.source_hash, min_rows)
     if key not in _PASSED:
         _PASSED.clear()  # one table at a time: a report holds the suite's full result
-        _PASSED[key] = check_table(schema, df, min_rows=min_rows)
+        _PASSED[key] = check_table_chunks(schema, data_path, min_rows=min_rows)
     return _PASSED[key]
 
 
@@ -415,15 +452,32 @@ def _raised(res: dict) -> bool:
     return any(isinstance(v, dict) and v.get("raised_exception") for v in info.values())
 
 
-def _run_suite(
-    suite: gx.ExpectationSuite, table: pd.DataFrame, min_rows: int
-) -> ExpectationSuiteValidationResult | ExpectationValidationResult:
+@contextmanager
+def _suite_runner(
+    suite: gx.ExpectationSuite, min_rows: int
+) -> Iterator[Callable[[pd.DataFrame], ExpectationSuiteValidationResult | ExpectationValidationResult]]:
+    """A function running `suite` on a frame, with one GX context for every chunk of a table."""
     with _GX_LOCK:
         context = gx.get_context(mode="ephemeral")
         context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         asset = context.data_sources.add_pandas("dpsynth").add_dataframe_asset("table")
-        batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": table})
-        return batch.validate(suite, result_format="SUMMARY", expectation_parameters={MIN_ROWS_PARAMETER: min_rows})
+        whole = asset.add_batch_definition_whole_dataframe("whole")
+
+        def run(table: pd.DataFrame) -> ExpectationSuiteValidationResult | ExpectationValidationResult:
+            batch = whole.get_batch(batch_parameters={"dataframe": table})
+            return batch.validate(suite, result_format="SUMMARY", expectation_parameters={MIN_ROWS_PARAMETER: min_rows})
+
+        yield run
+
+
+def _whole_column_dtype(seen: list[np.dtype]) -> np.dtype:
+    """The dtype `normalize_column` gives the whole column when its chunks gave `seen`: a chunk of floats
+    (a gap, a fraction) makes the whole column float; text anywhere makes it object."""
+    if all(d == seen[0] for d in seen):
+        return seen[0]
+    if all(d.kind in "iuf" for d in seen):
+        return np.result_type(*seen)
+    return np.dtype(object)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -463,19 +517,14 @@ def validate_stage(
 ) -> StageResult:
     """Stage 1: validate the input table (and refuse it above `max_repaired_share`, `check_repairs`); keep
     the conformed table and GX's full result internally."""
-    from dpsynth.tasks.cell_counting import ROW_GROUP_ROWS
     from dpsynth.tasks.stage import run_stage, write_json
-    from dpsynth.tasks.table_io import read_table
 
     schema = DatasetSchema.from_yaml(schema_path)
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
-        df = read_table(data_path, schema)
-        report = check_table_file(schema, data_path, df, min_rows=min_rows)
+        report = check_table_file(schema, data_path, min_rows=min_rows)
         check_repairs(report, max_repaired_share)
-        table, _, _ = conform_table(schema, df)
-        # In row groups: the later stages' one-pass counting reads one at a time (tasks/cell_counting.py).
-        table.to_parquet(directory / "table.parquet", index=False, row_group_size=ROW_GROUP_ROWS)
+        write_conformed_parquet(schema, data_path, report, directory / "table.parquet")
         write_json(report.to_public_dict(), directory / "summary.json")
         # GX's result lists unexpected values: it stays in the internal run folder only.
         write_json(report.internal_result, directory / "internal_result.json")
@@ -492,3 +541,37 @@ def validate_stage(
     if max_repaired_share is not None:  # only then: a run folder validated before the key existed resumes
         config["max_repaired_share"] = max_repaired_share
     return run_stage(run_dir, "validate", {"data": Path(data_path), "schema": Path(schema_path)}, config, work)
+
+
+def write_conformed_parquet(schema: DatasetSchema, data_path: str | Path, report: ValidationReport, path: Path) -> Path:
+    """The validated table's declared columns as Parquet, read and written one row group at a time, each
+    column typed as in the whole table (`report.dtypes`): the same file as writing the whole conformed
+    frame with `to_parquet`, without holding it. The later stages' one-pass counting reads its row groups
+    one at a time (tasks/cell_counting.py)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpsynth.tasks.cell_counting import ROW_GROUP_ROWS
+
+    writer: pq.ParquetWriter | None = None
+    arrow_schema: pa.Schema | None = None
+    try:
+        for chunk in iter_table(data_path, schema, ROW_GROUP_ROWS):
+            table, _, _ = conform_table(schema, chunk)
+            table = table.astype(report.dtypes).reset_index(drop=True)
+            if arrow_schema is None:
+                # Text columns are strings even where this chunk holds only gaps (arrow would say null).
+                fields = [
+                    pa.field(c, pa.string() if table[c].dtype == object else pa.from_numpy_dtype(table[c].dtype))
+                    for c in table.columns
+                ]
+                arrow_schema = pa.schema(fields).with_metadata(
+                    pa.Schema.from_pandas(table, preserve_index=False).metadata
+                )
+                writer = pq.ParquetWriter(path, arrow_schema)
+            assert writer is not None
+            writer.write_table(pa.Table.from_pandas(table, schema=arrow_schema, preserve_index=False))
+    finally:
+        if writer is not None:
+            writer.close()
+    return path

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dpsynth.models.data.demo import make_demo_table
 from dpsynth.tasks import validate
-from dpsynth.tasks.table_io import read_table
 from tests.conftest import CARDIO_SCHEMA
 
 
@@ -13,14 +12,14 @@ def test_the_validate_stage_reuses_the_preflight_report_of_the_same_file(tmp_pat
     data = tmp_path / "table.csv"
     make_demo_table(cardio_schema, 300, seed=2).to_csv(data, sep=cardio_schema.separator, index=False)
     runs = []
-    real = validate.validate_table
+    real = validate.validate_chunks
 
     def counted(*args, **kwargs):
         runs.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(validate, "validate_table", counted)
-    first = validate.check_table_file(cardio_schema, data, read_table(data, cardio_schema))
+    monkeypatch.setattr(validate, "validate_chunks", counted)
+    first = validate.check_table_file(cardio_schema, data)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
     stage = validate.validate_stage(run_dir, CARDIO_SCHEMA, data)
@@ -28,5 +27,5 @@ def test_the_validate_stage_reuses_the_preflight_report_of_the_same_file(tmp_pat
     # Other bytes: validated again.
     with data.open("a") as handle:
         handle.write(data.read_text().splitlines()[1] + "\n")
-    validate.check_table_file(cardio_schema, data, read_table(data, cardio_schema))
+    validate.check_table_file(cardio_schema, data)
     assert len(runs) == 2
