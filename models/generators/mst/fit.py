@@ -130,8 +130,8 @@ def measure_counts(
     def joint(a: int, b: int) -> np.ndarray:
         return counts.mapped((a, b), maps, sizes).astype(np.float64)
 
-    shares = [one_way_estimate(m.y, m.w, float(n)) / n for m in one_way]
-    scores = scores_of_pairs(joint, n, len(columns), shares, budget.two_way_std if noise_penalty else 0.0)
+    level_shares = [one_way_estimate(m.y, m.w, float(n)) / n for m in one_way]
+    scores = scores_of_pairs(joint, n, len(columns), level_shares, budget.two_way_std if noise_penalty else 0.0)
     tree = select_tree(scores, len(columns), budget.selection_epsilon, noise(SELECTION_NOISE))
     rng = noise(TWO_WAY_NOISE)
     two_way = [((a, b), gaussian_counts(joint(a, b), budget.two_way_std, rng)) for a, b in tree]
