@@ -64,7 +64,7 @@ def test_release_with_mst(isolated_workdir, demo_csv, demo_frame, capfd, tmp_pat
     assert parameters["mst_gaussian_sensitivity"] == 2**0.5 and parameters["mst_score_sensitivity"] == 2.0
     notes = (out / "bundle" / "RELEASE_NOTES.md").read_text()
     assert "MST's zCDP rho (replace-one)" in notes
-    assert "rho of the tree's selection rounds (a third of the rest)" in notes
+    assert "rho of the tree's selection rounds (mst.selection_share of the rest)" in notes
     released = torch.load(out / "bundle" / "generator.pt", weights_only=True)
     assert released["generator_type"] == "mst" and released["epsilon"] == summary["epsilon"]
 

@@ -128,6 +128,54 @@ def test_the_starting_scales_spend_rho_in_t_rounds_and_the_last_round_takes_what
         AIMBudget(0.02, 1, 16)
 
 
+def test_a_one_way_share_spends_that_share_on_the_1_way_marginals_and_plans_the_rounds_on_the_rest():
+    budget = AIMBudget(0.02, 15, 240, one_way_share=0.3)
+    # d 1-way marginals at s1 cost d / s1^2 = 0.3 rho together; T rounds at the starting scales the rest.
+    assert 15 / budget.one_way_std**2 == pytest.approx(0.3 * 0.02, rel=1e-12)
+    assert 240 * round_rho(budget.initial_std, budget.initial_epsilon) == pytest.approx(0.7 * 0.02, rel=1e-12)
+    assert budget.one_way_std < AIMBudget(0.02, 15, 240).one_way_std  # less noise than at the first rounds' std
+    # Share 0 is the paper's: each 1-way marginal at the first rounds' std, the rounds planned on all of rho.
+    paper = AIMBudget(0.02, 15, 240)
+    assert paper.one_way_std == paper.initial_std and paper.rounds_rho == 0.02
+    assert AIMBudget(0.02, 15, 15, one_way_share=0.3).rounds == 15  # the 1-ways no longer share the T rounds
+    with pytest.raises(ConfigError, match="one_way_share"):
+        AIMBudget(0.02, 15, 240, one_way_share=1.0)
+
+
+def test_at_a_one_way_share_the_1_way_marginals_run_at_its_std_and_everything_adds_up_to_rho():
+    calls: list[float] = []
+
+    def measuring(counts, std, rng):
+        calls.append(std)
+        return gaussian_counts(counts, std, rng)
+
+    ledgers: list[RhoLedger] = []
+    original = mechanism.RhoLedger
+
+    def keep(rho):
+        ledgers.append(original(rho))
+        return ledgers[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mechanism, "gaussian_counts", measuring)
+        patch.setattr(mechanism, "RhoLedger", keep)
+        result = fit(
+            _table(), SCHEMA.columns, SCHEMA.target, RHO, SECRET.numpy, bins=BINS, rounds=ROUNDS,
+            max_model_mb=1.0, round_iterations=50, iterations=100, workload="pairs-and-target-triples",
+            one_way_share=0.4,
+        )  # fmt: skip
+    d = len(SCHEMA.columns)
+    budget = AIMBudget(RHO, d, ROUNDS, one_way_share=0.4)
+    entries = ledgers[0].entries
+    assert calls[:d] == [budget.one_way_std] * d
+    assert [e["std"] for e in entries[:d]] == [budget.one_way_std] * d
+    assert math.fsum(e["rho"] for e in entries[:d]) == pytest.approx(0.4 * RHO, rel=1e-12)
+    assert result.info["rounds"][0]["std"] == budget.initial_std
+    assert math.fsum(e["rho"] for e in entries) == pytest.approx(RHO, rel=1e-12)
+    assert result.info["rho_spent"] == pytest.approx(RHO, rel=1e-12)
+    assert result.info["budget"]["one_way_share"] == 0.4
+
+
 def test_the_ledger_refuses_a_spend_past_rho():
     ledger = RhoLedger(1.0)
     ledger.measure((0,), 1.5)  # 1 / 2.25

@@ -127,6 +127,38 @@ def test_the_thirds_add_up_to_rho_at_the_noise_scales_it_implies():
         MSTBudget(rho, 1)
 
 
+def test_declared_shares_split_rho_between_the_phases_and_still_add_up_to_it():
+    d, rho = 15, 0.0208
+    budget = MSTBudget(rho, d, one_way_share=0.45, selection_share=0.1)
+    assert budget.phase_rho == pytest.approx((0.45 * rho, 0.1 * rho, 0.45 * rho), rel=1e-12)
+    assert budget.one_way_std == pytest.approx(math.sqrt(d / (0.45 * rho)), rel=1e-12)
+    assert budget.two_way_std == pytest.approx(math.sqrt((d - 1) / (0.45 * rho)), rel=1e-12)
+    assert budget.selection_epsilon == pytest.approx(math.sqrt(8 * 0.1 * rho / (d - 1)), rel=1e-12)
+    assert budget.spent() == pytest.approx(rho, rel=1e-12)
+    for one_way, selection in ((0.6, 0.4), (0.0, 0.5), (0.5, 0.0), (1.2, 0.1)):
+        with pytest.raises(ConfigError, match="one_way_share"):
+            MSTBudget(rho, d, one_way, selection)
+    with pytest.raises(ConfigError, match="add up"):
+        MSTConfig(one_way_share=0.6, selection_share=0.4)
+
+
+def test_the_fit_draws_every_gaussian_at_the_scales_of_its_declared_shares(table):
+    recorded: list[float] = []
+
+    def recording(counts, std, rng):
+        recorded.append(std)
+        return gaussian_counts(counts, std, rng)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mst_fit, "gaussian_counts", recording)
+        result = mst_fit.fit(table, SCHEMA.columns, RHO, SECRET.numpy, BINS, iterations=50, shares=(0.5, 0.1))
+    d = len(SCHEMA.columns)
+    budget = MSTBudget(RHO, d, 0.5, 0.1)
+    assert recorded == [budget.one_way_std] * d + [budget.two_way_std] * (d - 1)
+    assert result.info["budget"]["phase_rho"] == pytest.approx([0.5 * RHO, 0.1 * RHO, 0.4 * RHO], rel=1e-12)
+    assert result.info["budget"]["rho_spent"] == pytest.approx(RHO, rel=1e-12)
+
+
 def test_gaussian_counts_have_the_std_rho_implies():
     std = gaussian_std(0.01)
     assert std == pytest.approx(10.0)

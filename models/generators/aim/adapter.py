@@ -26,6 +26,7 @@ LABELS = {
     "aim_rho": "AIM's zCDP rho (replace-one)",
     "aim_rounds": "rounds the budget is first split into (T)",
     "aim_selection_share": "share of each round's rho spent on its selection",
+    "aim_one_way_share": "share of rho spent on the 1-way marginals together (0: at the first rounds' std)",
     "aim_bins": "bins per continuous column (AIM)",
     "aim_shape_share": "share of rho spent on the continuous columns' fine 1-way histograms",
     "aim_workload": "marginals AIM's selection scores",
@@ -57,7 +58,7 @@ class AIM(ZCDPModelGenerator):
         require_private(self, setting)
         rho = training_rho(profile, setting)
         if schema is not None:
-            AIMBudget(rho, len(schema.columns), rounds(profile.aim, len(schema.columns)))
+            AIMBudget(rho, len(schema.columns), rounds(profile.aim, len(schema.columns)), profile.aim.one_way_share)
 
     def cliques(self, profile: Profile, schema: DatasetSchema) -> list[tuple[int, ...]]:
         from dpsynth.models.generators.aim.fit import counted_cliques
@@ -86,6 +87,7 @@ class AIM(ZCDPModelGenerator):
             workload=config.workload,
             numeric_pair_weight=config.numeric_pair_weight,
             numeric_pair_groups=config.numeric_pair_groups,
+            one_way_share=config.one_way_share,
         )
         return fitted.model, fitted.info, fitted.seconds, {"aim_estimator_final_loss": fitted.loss}
 
@@ -110,8 +112,9 @@ class AIM(ZCDPModelGenerator):
                 "zCDP: each Gaussian measurement at noise std s costs 1 / s^2, each selection at epsilon e "
                 "costs e^2 / 8 (bounded range); the first rounds run at s and e that would spend rho in T "
                 f"rounds ({1 - SELECTION_SHARE:g} on measurements, {SELECTION_SHARE:g} on selections), the 1-way "
-                "marginals at the same s; the rounds' costs add up to rho less the share aim.shape_share spent "
-                "on the fine histograms (c of them at noise std s3, c / s3^2); RDP order x rho"
+                "marginals at the same s, or, at aim.one_way_share u > 0, d of them at s1 with d / s1^2 = u rho "
+                "and the T rounds planned on the rest; the rounds' costs add up to rho less the share "
+                "aim.shape_share spent on the fine histograms (c of them at noise std s3, c / s3^2); RDP order x rho"
             ),
             conversion="classic: epsilon = min over orders a of a x rho + log(1/delta)/(a - 1)",
             sampling="every training row counts once in every measured marginal and in every selection score",
@@ -130,6 +133,7 @@ class AIM(ZCDPModelGenerator):
                 "aim_rho": training_rho(profile, setting),
                 "aim_rounds": config.rounds if config.rounds is not None else "16 per column",
                 "aim_selection_share": SELECTION_SHARE,
+                "aim_one_way_share": config.one_way_share,
                 "aim_bins": config.bins,
                 "aim_shape_share": config.shape_share,
                 "aim_workload": config.workload,

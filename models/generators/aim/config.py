@@ -36,6 +36,10 @@ class AIMConfig(SectionConfig):
     # Share of rho spent on every continuous column's fine 1-way histogram (dpsynth.models.marginals.shapes),
     # which places a decoded value inside its cell as the column's rows lie there; the rest runs AIM's rounds.
     shape_share: Beta = 0.1
+    # Share of rho (after the shapes) spent on the d 1-way marginals together, before the rounds; the rounds
+    # are planned on the rest. 0: each 1-way marginal at the first rounds' std (the paper's: at epsilon 1
+    # and T = 16 d that std is about 2.5 times MST's, and the categorical level shares show it).
+    one_way_share: Beta = 0.0
     # The rounds the budget is first split into (the paper's T); null: 16 per column. Annealing spends
     # faster when the model stops improving, so fewer rounds run.
     rounds: Count | None = None

@@ -53,18 +53,22 @@ def fit(
     workload: str,
     numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
     numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
+    one_way_share: float = 0.0,
 ) -> Fitted:
     """AIM at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed)."""
     columns = tuple(columns)
     if len(table) < 1:
         raise ConfigError("AIM needs at least one training row")
-    AIMBudget(float(rho), len(columns), rounds if rounds is not None else 16 * len(columns))  # refused before counting
+    AIMBudget(
+        float(rho), len(columns), rounds if rounds is not None else 16 * len(columns), one_way_share
+    )  # refused before counting
     cliques = counted_cliques(columns, target, workload, numeric_pair_weight)
     counts = count_frame(table, columns, bins, cliques, reader="AIM")
     return fit_counts(
         counts, columns, target, rho, noise, bins=bins, rounds=rounds, max_model_mb=max_model_mb,
         round_iterations=round_iterations, iterations=iterations, workload=workload,
         numeric_pair_weight=numeric_pair_weight, numeric_pair_groups=numeric_pair_groups,
+        one_way_share=one_way_share,
     )  # fmt: skip
 
 
@@ -91,6 +95,7 @@ def fit_counts(
     workload: str,
     numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
     numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
+    one_way_share: float = 0.0,
 ) -> Fitted:
     """`fit` on the training rows' exact cell counts over `counted_cliques` (however they were counted):
     the rows are never read here, and every noise draw follows the complete counts."""
@@ -98,7 +103,7 @@ def fit_counts(
     columns = tuple(columns)
     if counts.total < 1:
         raise ConfigError("AIM needs at least one training row")
-    budget = AIMBudget(float(rho), len(columns), rounds if rounds is not None else 16 * len(columns))
+    budget = AIMBudget(float(rho), len(columns), rounds if rounds is not None else 16 * len(columns), one_way_share)
     maps = [writable_map(col, bins) for col in columns]
     for j, col in enumerate(columns):
         if counts.unmapped_rows((j,), maps):

@@ -5,7 +5,8 @@ cells; models/generators/aim/privacy.py says what each step costs.
    the workload columns it covers: weight(c) = sum over workload cliques w of weight(w) x |c & w|, where
    weight(w) is 1 except for a pair of two continuous columns, which weighs `numeric_pair_weight` (public
    configuration: it lifts the pairs whose dependence Spearman measures against the target's cliques).
-2. Every column's 1-way marginal, Gaussian at the starting std; a first estimate. From it (noisy outputs
+2. Every column's 1-way marginal, Gaussian at the budget's 1-way std (the starting std unless a share of
+   rho is declared for them: privacy.py); a first estimate. From it (noisy outputs
    only), each pair of two continuous columns gets a few groups of adjacent cells per column
    (`numeric_pair_groups`, models/generators/aim/coarse.py) and becomes a second candidate over those
    groups, at the pair's weight: on its fine cells such a pair's own noise outweighs any error at
@@ -158,9 +159,12 @@ def run(
     std, epsilon = budget.initial_std, budget.initial_epsilon
 
     measurements: list[Measurement] = []
+    one_way_std = budget.one_way_std
     for j in range(len(sizes)):
-        measurements.append(Measurement((j,), gaussian_counts(answers[(j,)], std, measurement_rng), std))
-        ledger.measure((j,), std)
+        measurements.append(
+            Measurement((j,), gaussian_counts(answers[(j,)], one_way_std, measurement_rng), one_way_std)
+        )
+        ledger.measure((j,), one_way_std)
     model = estimator.round_fit(measurements, round_iterations).marginals()
     # Cut from the noisy 1-way estimate (post-processing), then fixed for every round.
     groups = pair_groups(candidates, continuous, sizes, model, numeric_pair_groups)

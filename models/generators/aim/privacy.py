@@ -3,7 +3,11 @@
 With rho the whole budget, d columns and T rounds (`rounds`, the paper's 16 d by default):
 
 * every column's 1-way marginal first, by the Gaussian mechanism at std s: a replaced row moves a count
-  vector by L2 sqrt(2) (MST's `L2_SENSITIVITY`), so each costs 1 / s^2 (MST's `gaussian_rho`);
+  vector by L2 sqrt(2) (MST's `L2_SENSITIVITY`), so each costs 1 / s^2 (MST's `gaussian_rho`). By default
+  (the paper) s is the first rounds' std below; with a declared `one_way_share` u > 0 the d 1-way
+  marginals spend u rho together, s1 = sqrt(d / (u rho)), and the rounds below share the rest (1 - u) rho
+  in place of rho (at epsilon 1 the first rounds' std leaves the 1-way counts, and so every categorical
+  column's level shares, far noisier than MST's, which spends a third of its rho on them);
 * then rounds, each an exponential-mechanism selection at epsilon e (e-bounded-range: e^2 / 8, as MST's
   tree selection) and a Gaussian measurement of the chosen marginal at std s. The first rounds run at
   s = sqrt(2) / sqrt(2 x 0.9 rho / T) and e = sqrt(8 x 0.1 rho / T): T rounds would spend 0.9 rho on
@@ -82,34 +86,55 @@ class AIMBudget:
     rho: float
     columns: int
     rounds: int
+    # Share of rho spent on the 1-way marginals together (0: each at the first rounds' std, the paper's).
+    one_way_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.rho > 0 or not math.isfinite(self.rho):
             raise ConfigError(f"AIM's rho must be a finite number > 0, got {self.rho!r}")
         if self.columns < 2:
             raise ConfigError(f"AIM measures marginals of column sets: it needs two columns, got {self.columns}")
+        if not 0.0 <= self.one_way_share < 1.0:
+            raise ConfigError(f"aim.one_way_share must be in [0, 1), got {self.one_way_share!r}")
+        # The rounds' rho must hold two rounds: 2 rho_r / T <= rho_r.
+        if self.one_way_share > 0 and self.rounds < 2:
+            raise ConfigError(f"aim.rounds {self.rounds} is too few: at least two rounds follow the 1-way marginals")
         # The 1-way marginals and two rounds must fit: d x 0.9 rho / T + 2 rho / T <= rho.
-        if self.rounds < (1.0 - SELECTION_SHARE) * self.columns + 2.0:
+        if self.one_way_share == 0 and self.rounds < (1.0 - SELECTION_SHARE) * self.columns + 2.0:
             raise ConfigError(
                 f"aim.rounds {self.rounds} is too few for {self.columns} columns: the 1-way marginals and two "
                 f"rounds would spend more than rho (at least {math.ceil(0.9 * self.columns + 2)} rounds)."
             )
 
     @property
+    def rounds_rho(self) -> float:
+        """The rho the T rounds are planned on: all of it, or what the 1-way share leaves."""
+        return (1.0 - self.one_way_share) * self.rho
+
+    @property
     def initial_std(self) -> float:
-        """Noise std of the 1-way marginals and of the first rounds' measurements."""
-        return gaussian_std((1.0 - SELECTION_SHARE) * self.rho / self.rounds)
+        """Noise std of the first rounds' measurements (and of the 1-way marginals at share 0)."""
+        return gaussian_std((1.0 - SELECTION_SHARE) * self.rounds_rho / self.rounds)
+
+    @property
+    def one_way_std(self) -> float:
+        """Noise std of each 1-way marginal: d of them spend `one_way_share` of rho (at share 0, `initial_std`)."""
+        if self.one_way_share == 0:
+            return self.initial_std
+        return gaussian_std(self.one_way_share * self.rho / self.columns)
 
     @property
     def initial_epsilon(self) -> float:
         """Epsilon of the first rounds' selections."""
-        return math.sqrt(8.0 * SELECTION_SHARE * self.rho / self.rounds)
+        return math.sqrt(8.0 * SELECTION_SHARE * self.rounds_rho / self.rounds)
 
     def to_dict(self) -> dict:
         return {
             "rho": self.rho,
             "columns": self.columns,
             "rounds": self.rounds,
+            "one_way_share": self.one_way_share,
+            "one_way_std": self.one_way_std,
             "initial_std": self.initial_std,
             "initial_epsilon": self.initial_epsilon,
         }

@@ -29,9 +29,9 @@ __all__ = ["LABELS", "MST", "generator_file", "training_rho"]
 LABELS = {
     "mst_rho": "MST's zCDP rho (replace-one)",
     "mst_rho_shapes": "rho of the continuous columns' fine 1-way histograms (mst.shape_share of it)",
-    "mst_rho_one_way": "rho of the 1-way marginals (a third of the rest)",
-    "mst_rho_selection": "rho of the tree's selection rounds (a third of the rest)",
-    "mst_rho_two_way": "rho of the tree's 2-way marginals (a third of the rest)",
+    "mst_rho_one_way": "rho of the 1-way marginals (mst.one_way_share of the rest)",
+    "mst_rho_selection": "rho of the tree's selection rounds (mst.selection_share of the rest)",
+    "mst_rho_two_way": "rho of the tree's 2-way marginals (the rest of the rest)",
     "mst_bins": "bins per continuous column (MST)",
     "mst_gaussian_sensitivity": "L2 sensitivity of each marginal (replace-one)",
     "mst_score_sensitivity": "sensitivity of each selection score (replace-one)",
@@ -67,7 +67,7 @@ class MST(ZCDPModelGenerator):
         config: MSTConfig = job.profile.mst
         fitted = fit_counts(
             self.cell_counts(job), tuple(job.schema.columns), rho, job.secret.numpy, config.bins, config.iterations,
-            config.noise_penalty,
+            config.noise_penalty, (config.one_way_share, config.selection_share),
         )  # fmt: skip
         return fitted.model, fitted.info, fitted.seconds, {"mst_estimator_final_loss": fitted.loss}
 
@@ -88,8 +88,9 @@ class MST(ZCDPModelGenerator):
             ),
             accountant=(
                 "zCDP: d 1-way marginals at noise std s1, d - 1 selection rounds at epsilon e (e^2 / 8 each) and "
-                "d - 1 2-way marginals at noise std s2 add up to rho = d / s1^2 + (d - 1)(e^2 / 8 + 1 / s2^2), a "
-                "third on each phase, after the share mst.shape_share of rho spent on the fine histograms (c "
+                "d - 1 2-way marginals at noise std s2 add up to rho = d / s1^2 + (d - 1)(e^2 / 8 + 1 / s2^2), "
+                "mst.one_way_share on the first phase, mst.selection_share on the second, the rest on the third, "
+                "after the share mst.shape_share of rho spent on the fine histograms (c "
                 "of them at noise std s3, c / s3^2); RDP order x rho"
             ),
             conversion="classic: epsilon = min over orders a of a x rho + log(1/delta)/(a - 1)",
@@ -105,9 +106,9 @@ class MST(ZCDPModelGenerator):
             parameters={
                 "mst_rho": rho,
                 "mst_rho_shapes": rho - fitted,
-                "mst_rho_one_way": fitted / 3.0,
-                "mst_rho_selection": fitted / 3.0,
-                "mst_rho_two_way": fitted / 3.0,
+                "mst_rho_one_way": fitted * config.one_way_share,
+                "mst_rho_selection": fitted * config.selection_share,
+                "mst_rho_two_way": fitted * (1.0 - config.one_way_share - config.selection_share),
                 "mst_bins": config.bins,
                 "mst_gaussian_sensitivity": L2_SENSITIVITY,
                 "mst_score_sensitivity": SCORE_SENSITIVITY,

@@ -43,6 +43,8 @@ from dpsynth.models.generators.mst.privacy import MSTBudget, select_tree
 SUPPORT_THRESHOLD = 3.0
 # The purposes of the run secret's noise streams, one per phase.
 ONE_WAY_NOISE, SELECTION_NOISE, TWO_WAY_NOISE = "mst-one-way", "mst-selection", "mst-two-way"
+# The shares of rho for the 1-way marginals and the selection (the 2-way marginals take the rest): MST's thirds.
+DEFAULT_SHARES = (1.0 / 3.0, 1.0 / 3.0)
 
 Noise = Callable[[str], np.random.Generator]
 
@@ -87,15 +89,16 @@ def measure(
     noise: Noise,
     bins: int,
     noise_penalty: bool = False,
+    shares: tuple[float, float] = DEFAULT_SHARES,
 ) -> Measured:
     """MST's private steps (1-4 above) at zCDP `rho` (replace-one) on `table`'s `columns`, every value
-    already in a cell (imputed); `noise_penalty` as in `fit`."""
+    already in a cell (imputed); `noise_penalty` and `shares` as in `fit`."""
     columns = tuple(columns)
     if len(table) < 1:
         raise ConfigError("MST needs at least one training row")
-    MSTBudget(float(rho), len(columns))  # a bad rho is refused before the rows are read
+    MSTBudget(float(rho), len(columns), *shares)  # a bad rho is refused before the rows are read
     counts = count_frame(table, columns, bins, one_and_two_way(len(columns)), reader="MST")
-    return measure_counts(counts, columns, rho, noise, bins, noise_penalty)
+    return measure_counts(counts, columns, rho, noise, bins, noise_penalty, shares)
 
 
 def measure_counts(
@@ -105,6 +108,7 @@ def measure_counts(
     noise: Noise,
     bins: int,
     noise_penalty: bool = False,
+    shares: tuple[float, float] = DEFAULT_SHARES,
 ) -> Measured:
     """`measure` on the training rows' exact cell counts (every column and every pair: `one_and_two_way`),
     however they were counted: the rows themselves are never read here, and the noise is drawn from
@@ -114,7 +118,7 @@ def measure_counts(
     n = counts.total
     if n < 1:
         raise ConfigError("MST needs at least one training row")
-    budget = MSTBudget(float(rho), len(columns))
+    budget = MSTBudget(float(rho), len(columns), *shares)
 
     rng, s1 = noise(ONE_WAY_NOISE), budget.one_way_std
     one_way = [
@@ -126,8 +130,8 @@ def measure_counts(
     def joint(a: int, b: int) -> np.ndarray:
         return counts.mapped((a, b), maps, sizes).astype(np.float64)
 
-    shares = [one_way_estimate(m.y, m.w, float(n)) / n for m in one_way]
-    scores = scores_of_pairs(joint, n, len(columns), shares, budget.two_way_std if noise_penalty else 0.0)
+    level_shares = [one_way_estimate(m.y, m.w, float(n)) / n for m in one_way]
+    scores = scores_of_pairs(joint, n, len(columns), level_shares, budget.two_way_std if noise_penalty else 0.0)
     tree = select_tree(scores, len(columns), budget.selection_epsilon, noise(SELECTION_NOISE))
     rng = noise(TWO_WAY_NOISE)
     two_way = [((a, b), gaussian_counts(joint(a, b), budget.two_way_std, rng)) for a, b in tree]
@@ -142,15 +146,17 @@ def fit(
     bins: int,
     iterations: int,
     noise_penalty: bool = False,
+    shares: tuple[float, float] = DEFAULT_SHARES,
 ) -> Fitted:
     """MST at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed):
     `measure`, then `estimate` from its outputs alone.
 
     `noise_penalty` (not MST's): each pair's score less sqrt(2 / pi) s2 times its cells, the expected L1
-    error its own measurement would add (public, so the score's sensitivity stays 2)."""
+    error its own measurement would add (public, so the score's sensitivity stays 2). `shares`: the shares
+    of rho for the 1-way marginals and the selection (`MSTBudget`; thirds by default)."""
     started = time.perf_counter()
     columns = tuple(columns)
-    released = measure(table, columns, rho, noise, bins, noise_penalty)
+    released = measure(table, columns, rho, noise, bins, noise_penalty, shares)
     return _estimated(released, columns, bins, len(table), iterations, started)
 
 
@@ -162,11 +168,12 @@ def fit_counts(
     bins: int,
     iterations: int,
     noise_penalty: bool = False,
+    shares: tuple[float, float] = DEFAULT_SHARES,
 ) -> Fitted:
     """`fit` on the training rows' exact cell counts (`measure_counts`)."""
     started = time.perf_counter()
     columns = tuple(columns)
-    released = measure_counts(counts, columns, rho, noise, bins, noise_penalty)
+    released = measure_counts(counts, columns, rho, noise, bins, noise_penalty, shares)
     return _estimated(released, columns, bins, counts.total, iterations, started)
 
 

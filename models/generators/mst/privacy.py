@@ -1,7 +1,9 @@
 """How MST spends its zCDP budget under REPLACE-ONE adjacency (its two mechanisms, shared with AIM:
 models/generators/graphical/mechanisms.py).
 
-With rho the whole budget and d columns (d >= 2), a third of rho goes to each phase:
+With rho the whole budget and d columns (d >= 2), a third of rho goes to each phase by default (MST as
+published); `one_way_share` u1 and `selection_share` u2 move the split to u1 rho, u2 rho and the rest
+(the formulas below with rho / 3 replaced by each phase's rho):
 
 * d 1-way marginals, each by the Gaussian mechanism at noise std s1: a replaced row takes one count from
   one cell and gives one to another, so a count vector moves by L2 sqrt(2) (`L2_SENSITIVITY`) and one
@@ -35,10 +37,19 @@ class MSTBudget:
 
     rho: float
     columns: int
+    # Shares of rho for the 1-way marginals and for the selection; the 2-way marginals take the rest.
+    one_way_share: float = 1.0 / 3.0
+    selection_share: float = 1.0 / 3.0
 
     def __post_init__(self) -> None:
         if not self.rho > 0 or not math.isfinite(self.rho):
             raise ConfigError(f"MST's rho must be a finite number > 0, got {self.rho!r}")
+        shares = (self.one_way_share, self.selection_share)
+        if not all(0.0 < u < 1.0 for u in shares) or sum(shares) >= 1.0:
+            raise ConfigError(
+                f"mst.one_way_share and mst.selection_share must each be in (0, 1) and leave a share for the "
+                f"2-way marginals, got {self.one_way_share!r} and {self.selection_share!r}"
+            )
         if self.columns < 2:
             raise ConfigError(f"MST builds a tree of column pairs: it needs at least two columns, got {self.columns}")
 
@@ -49,8 +60,9 @@ class MSTBudget:
 
     @property
     def phase_rho(self) -> tuple[float, float, float]:
-        """(1-way measurements, selection, 2-way measurements): thirds."""
-        return self.rho / 3.0, self.rho / 3.0, self.rho / 3.0
+        """(1-way measurements, selection, 2-way measurements): the shares of rho (thirds by default)."""
+        one_way, selection = self.one_way_share * self.rho, self.selection_share * self.rho
+        return one_way, selection, self.rho - one_way - selection
 
     @property
     def one_way_std(self) -> float:
