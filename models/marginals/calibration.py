@@ -45,7 +45,6 @@ from dpsynth.models.data.binning import (
     cell_values,
     decimal_grid,
     fine_cell_values,
-    fine_codes,
     fine_parents,
     writable_cells,
 )
@@ -347,7 +346,7 @@ def _write(
             out[name] = _merged(out[name].to_numpy(), changed, values)
         if shapes is not None and name in shapes.counts:
             current = pd.to_numeric(out[name], errors="coerce").to_numpy(np.float64)
-            placed = _placed_by_rank(columns[name], codes[:, j], current, ~changed, shapes, rng, measured.bins)
+            placed = _placed_by_rank(columns[name], codes[:, j], current, shapes, rng, measured.bins)
             out[name] = _merged(out[name].to_numpy(), np.ones(len(out), dtype=bool), placed)
     if schema.id_column and schema.id_column in out.columns:
         out[schema.id_column] = np.arange(len(out), dtype=np.int64)
@@ -355,13 +354,7 @@ def _write(
 
 
 def _placed_by_rank(
-    col: Column,
-    codes: np.ndarray,
-    values: np.ndarray,
-    generated: np.ndarray,
-    shapes: ColumnShapes,
-    rng: np.random.Generator,
-    bins: int,
+    col: Column, codes: np.ndarray, values: np.ndarray, shapes: ColumnShapes, rng: np.random.Generator, bins: int
 ) -> np.ndarray:
     """Every row's value of a continuous column re-placed inside its cell (`codes`) by the column's measured
     fine histogram (`ColumnShapes.shape`: denoised), keeping the rows' order inside each cell.
@@ -375,18 +368,10 @@ def _placed_by_rank(
     fine cells (`binning.fine_cell_values`; one that does not code back to its cell or lies off the decimal
     grid is drawn in the cell as `_values_in_cells` does) and handed out in sorted order, so a row's value
     never falls below that of a row the generator put lower in the same cell: the order, hence the
-    dependence on other columns, is kept. The histogram is denoised towards the generator's own fine shape
-    (the rows `generated` marks: those whose value the generator drew, not this calibration), so a cell
-    whose measured fine counts are within noise of the generator's keeps the generator's shape rather
-    than a flat one (a smooth, wide column such as a survey weight has fewer rows per fine cell than one
-    noise std). Reads the released noisy counts, the synthetic values and `rng` only. A cell with no fine
-    cell (a point mass off the decimal grid) keeps its values."""
+    dependence on other columns, is kept. Reads the released noisy counts and `rng` only. A cell with no
+    fine cell (a point mass off the decimal grid) keeps its values."""
     parents = fine_parents(col, bins)
-    kept = generated & (codes >= 0) & np.isfinite(values)
-    prior = np.bincount(np.clip(fine_codes(col, values[kept], bins), -1, None) + 1, minlength=len(parents) + 1)[
-        1:
-    ].astype(np.float64)
-    weights = shapes.shape(col, prior)
+    weights = shapes.shape(col)
     placed = np.asarray(values, dtype=np.float64).copy()
     rows = np.flatnonzero(codes >= 0)
     order = rows[np.lexsort((rng.random(len(rows)), placed[rows], codes[rows]))]

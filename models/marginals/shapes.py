@@ -69,11 +69,10 @@ class ColumnShapes:
     def noise_std(self) -> float:
         return self.noise_multiplier * math.sqrt(2.0)  # the marginals' convention: std = sigma x sensitivity
 
-    def shape(self, col: Column, prior: np.ndarray | None = None) -> np.ndarray:
-        """The column's weights per fine cell: its noisy counts `denoised` within each coarse cell (towards
-        `prior` where given)."""
+    def shape(self, col: Column) -> np.ndarray:
+        """The column's weights per fine cell: its noisy counts `denoised` within each coarse cell."""
         return denoised(
-            np.asarray(self.counts[col.name], dtype=np.float64), fine_parents(col, self.bins), self.noise_std, prior
+            np.asarray(self.counts[col.name], dtype=np.float64), fine_parents(col, self.bins), self.noise_std
         )
 
     def values(self, col: Column, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -99,25 +98,19 @@ class ColumnShapes:
         )
 
 
-def denoised(noisy: np.ndarray, parents: np.ndarray, std: float, prior: np.ndarray | None = None) -> np.ndarray:
-    """Fine counts shrunk, within each coarse cell (`parents`), towards a target by the positive-part
-    James-Stein factor max(0, 1 - max(m - 3, 1) std^2 / SS) (m fine cells, SS their squared deviations
-    from the target), then clipped at 0. The target is the cell's mean count, or, given a `prior` (weights
-    per fine cell from something other than these counts, e.g. where a generator puts its rows), the prior
-    scaled to the cell's noisy total; a cell where the prior is all zero falls back to the mean. Where the
-    counts differ from the target by no more than noise would, the target is what remains: a prior keeps
-    its own shape there instead of a flat one. Post-processing of the noisy counts and the public std."""
+def denoised(noisy: np.ndarray, parents: np.ndarray, std: float) -> np.ndarray:
+    """Fine counts shrunk, within each coarse cell (`parents`), towards the cell's mean count by the
+    positive-part James-Stein factor max(0, 1 - max(m - 3, 1) std^2 / SS) (m fine cells, SS their squared
+    deviations from the mean), then clipped at 0. Post-processing of the noisy counts and the public std."""
     weights = np.asarray(noisy, dtype=np.float64).copy()
     for cell in np.unique(parents):
         members = np.flatnonzero(parents == cell)
         if len(members) < 2:
             continue
-        target = np.full(len(members), weights[members].mean())
-        if prior is not None and prior[members].sum() > 0:
-            target = prior[members] / prior[members].sum() * weights[members].sum()
-        spread = float(((weights[members] - target) ** 2).sum())
+        mean = weights[members].mean()
+        spread = float(((weights[members] - mean) ** 2).sum())
         shrink = max(0.0, 1.0 - max(len(members) - 3, 1) * std**2 / spread) if spread > 0 else 0.0
-        weights[members] = target + shrink * (weights[members] - target)
+        weights[members] = mean + shrink * (weights[members] - mean)
     return np.clip(weights, 0.0, None)
 
 

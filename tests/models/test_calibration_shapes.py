@@ -4,7 +4,6 @@ as one repeated value, the generator's order inside a cell is kept, and only rel
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -140,21 +139,3 @@ def test_placed_values_stay_in_their_cells_on_the_grid_and_point_masses_exact():
         assert (np.bincount(codes, minlength=22) == np.bincount(cell_codes(col, without[col.name]), minlength=22)).all()
     gain = out["gain"].to_numpy()
     assert ((cell_codes(schema.column("gain"), gain) == 20) == (gain == 0)).all() and (gain == 0).any()
-
-
-def test_a_cell_measured_within_noise_keeps_the_generators_shape(heaped, measured):
-    """Where a cell's measured fine counts are no further from the generator's own fine shape than noise
-    would put them, the placement keeps the generator's shape, not a flat one: a smooth wide column
-    (a survey weight) has fewer rows per fine cell than one noise std. Told the counts carry huge noise,
-    the calibration leaves the generator's heap at 40 hours where it is."""
-    shapes = measured.shapes
-    assert shapes is not None
-    drowned = dataclasses.replace(measured, shapes=dataclasses.replace(shapes, noise_multiplier=1e6))
-    synthetic = heaped.copy()  # a generator whose rows carry the heap
-    out = calibrate(synthetic, CENSUS, drowned, np.random.default_rng(8))
-    generator_heap = (synthetic["hours_per_week"] == 40).mean()
-    assert abs((out["hours_per_week"] == 40).mean() - generator_heap) < 0.03
-    # And a generator without the heap is not given one by counts that noise could explain.
-    spread = _spread_in_cells(heaped, 5)
-    flat = calibrate(spread, CENSUS, drowned, np.random.default_rng(8))
-    assert abs((flat["hours_per_week"] == 40).mean() - (spread["hours_per_week"] == 40).mean()) < 0.03
