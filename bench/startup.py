@@ -36,15 +36,18 @@ def naive_release(argv: list[str]) -> None:
     """`dpsynth release` in the naive ordering (see the module's docstring), run in a child process."""
     import mlflow  # noqa: F401  (the console imported both libraries before anything else)
     import prefect  # noqa: F401
+    import torch  # noqa: F401  (and the flow loaded torch, before its first stage)
 
-    from dpsynth.flows.cli import build_parser, open_store_and_run, preflight_checks
+    from dpsynth.flows.cli import build_parser, check_store_now, preflight_checks
     from dpsynth.flows.console import flow_console, quiet_mlflow
+    from dpsynth.tasks.context import open_run
 
     args = build_parser().parse_args(["release", *argv])
     with flow_console(json_output=False, verbose=False):
         quiet_mlflow()
         ctx = preflight_checks(args, "release")
-        open_store_and_run(ctx)
+        check_store_now()  # the store was always asked, and made, before the flow
+        open_run(ctx)
         from dpsynth.flows.release import release
 
         # Prefect starts its temporary server here, on the flow's first call, and waits for it.

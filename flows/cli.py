@@ -366,17 +366,27 @@ def preflight_checks(args, kind: str):
 
 
 def open_store_and_run(ctx) -> None:
-    """The MLflow store must answer; then the run folder (its record and its secret) exists from here on."""
-    from dpsynth.flows.console import quiet_mlflow
+    """The MLflow store must answer; then the run folder (its record and its secret) exists from here on.
+    A release in the home's own store (no MLFLOW_TRACKING_URI) asks nothing here: its flow imports MLflow
+    and creates the store alongside its first stages, before anything is logged (flows/release.py), since
+    that takes seconds and a local file cannot be down. A store the user named may be, and is asked now."""
     from dpsynth.tasks.context import open_run
+    from dpsynth.tasks.tracking import named_store
+
+    if ctx.kind != "release" or named_store():
+        check_store_now()
+    open_run(ctx)
+
+
+def check_store_now() -> None:
+    """Ask the MLflow store whether it answers (StorageError if not), with MLflow's own logs off."""
+    from dpsynth.flows.console import quiet_mlflow
     from dpsynth.tasks.progress import status
+    from dpsynth.tasks.tracking import check_store
 
     status("opening the MLflow store")
     quiet_mlflow()
-    from dpsynth.tasks.tracking import check_store
-
     check_store()
-    open_run(ctx)
 
 
 def cmd_release(args) -> None:

@@ -194,13 +194,16 @@ def use(server: TemporaryServer | None) -> Iterator[None]:
 
 
 def serve_when_told() -> None:
-    """The server's process (`TemporaryServer.prepare`): Prefect's server code loads at once; then a port
-    on standard input has it serve there, as Prefect's own temporary server does (uvicorn serving its app,
-    exit status 3 if the port is taken), while the end of the input (the command was refused, or ended)
-    ends it having served nothing: no port bound, no database opened."""
-    import prefect.server.api.server  # noqa: F401  (the seconds of loading, before being told)
+    """The server's process (`TemporaryServer.prepare`): Prefect's server code loads, and its app is built,
+    at once; then a port on standard input has it serve there, as Prefect's own temporary server does
+    (uvicorn serving its app, exit status 3 if the port is taken), while the end of the input (the command
+    was refused, or ended) ends it having served nothing: no port bound, no database opened."""
     import uvicorn
+    from prefect.server.api.server import create_app
 
+    # The app too (routes, middleware; no database, no port): Prefect keeps it, and uvicorn's call of the
+    # factory below gets this one, so that serving starts with the app built (bench/startup.py).
+    create_app()
     line = sys.stdin.readline().strip()
     if not line:
         return
