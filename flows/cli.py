@@ -293,7 +293,7 @@ def cmd_validate(args) -> None:
 def preflight(args, kind: str):
     """Every refusal first (`preflight_checks`): meanwhile a process loads Prefect's server code, serving
     nothing, and a refusal ends it unused. Once the preflight has passed, the server starts serving while
-    this process opens the MLflow store and the run folder (flows/prefect_server.py; bench/startup.py
+    this process opens the run folder and loads the flow (flows/prefect_server.py; bench/startup.py
     measures the gain). Returns the run's context and the server (None: a run that already finished, which
     runs no flow work, or a Prefect API the user configured), for `prefect_server.use` around the flow."""
     from dpsynth.flows import prefect_server

@@ -5,8 +5,8 @@ Left to Prefect, the server starts when the flow is first called: after the pref
 and the libraries have loaded one after another, and the command waits for it (about 10 s, most of it
 loading Prefect's server code). Here its process starts with the command and loads that code while the
 preflight runs (on the other core), serving nothing: no port is bound and no database opened until the
-preflight has passed, and a refusal ends it unused (`discard`). Then it serves (`start`) while this
-process opens the MLflow store and imports the flow; `wait` finds it ready, or nearly. It is the same
+preflight has passed (it builds Prefect's app meanwhile), and a refusal ends it unused (`discard`).
+Then it serves (`start`) while this process imports the flow; `wait` finds it ready, or nearly. It is the same
 server Prefect would start (uvicorn serving Prefect's app, without the UI, on 127.0.0.1), stopped when
 the command ends.
 
