@@ -322,8 +322,6 @@ def preflight_checks(args, kind: str):
     status("reading the profile")
     from dpsynth.tasks.context import finished_summary, load_context
     from dpsynth.tasks.decision import planned_cost
-    from dpsynth.tasks.table_io import read_table
-    from dpsynth.tasks.validate import check_table_file
 
     ctx = load_context(
         args.config,
@@ -345,6 +343,10 @@ def preflight_checks(args, kind: str):
     for setting in settings:  # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     status("checking the table")
+    # Great Expectations (seconds to import) only now: a refusal by the profile or the budget needs none.
+    from dpsynth.tasks.table_io import read_table
+    from dpsynth.tasks.validate import check_table_file
+
     report = check_table_file(ctx.schema, ctx.data_path, read_table(ctx.data_path, ctx.schema))
     from dpsynth.tasks.validate import check_repairs, repairs_text
 

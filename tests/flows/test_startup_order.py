@@ -26,7 +26,8 @@ from dpsynth.flows import cli, prefect_server
 code = cli.main(sys.argv[1:])
 servers = [{"serving": s.serving, "ended": s.process is None} for s in getattr(prefect_server, "_process_server", [])]
 loaded = sorted(m for m in ("torch", "prefect", "mlflow") if m in sys.modules)
-print(json.dumps({"code": code, "loaded": loaded, "servers": servers}))
+gx = "great_expectations" in sys.modules
+print(json.dumps({"code": code, "loaded": loaded, "servers": servers, "great_expectations": gx}))
 """
 
 
@@ -42,16 +43,18 @@ def refused_in_a_fresh_process(argv: list[str], home, prefect_home) -> dict:
 
 
 @pytest.mark.parametrize(
-    "command, refusal, code",
+    "command, refusal, code, reads_table",
     [
         # The lifetime budget: the accountant plans the release's cost (no torch needed for that).
-        ("release", {"privacy": {"lifetime_budget": 0.001}}, 5),
+        ("release", {"privacy": {"lifetime_budget": 0.001}}, 5, True),
         # The table fails its schema: `experiment` used to load its flow (Prefect, torch) before this.
-        ("experiment", None, 4),
+        ("experiment", None, 4, True),
+        # The profile's own budget, checked before the table is read.
+        ("release", {"privacy": {"epsilon_budget": 0.01}}, 5, False),
     ],
 )
 def test_a_refusal_loads_no_torch_prefect_or_mlflow_and_its_server_never_serves(
-    tmp_path, demo_csv, command, refusal, code
+    tmp_path, demo_csv, command, refusal, code, reads_table
 ):
     data = demo_csv
     if refusal is None:
@@ -67,6 +70,8 @@ def test_a_refusal_loads_no_torch_prefect_or_mlflow_and_its_server_never_serves(
     assert result["servers"] == [{"serving": False, "ended": True}]
     assert not (prefect_home / "prefect.db").exists()
     assert not (tmp_path / "home" / "runs").exists()
+    # Refused before its table is read, a command loads no Great Expectations (seconds to import).
+    assert result["great_expectations"] is reads_table
 
 
 class RecordingServer:
