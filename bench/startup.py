@@ -3,15 +3,18 @@ against the naive ordering it replaced (`python -m bench.startup --repeats 3`).
 
 Naive (the ordering before flows/prefect_server.py): Prefect and MLflow imported first, then the
 preflight, the MLflow store and the run folder, then the flow, whose first call starts Prefect's temporary
-server and waits for it. Now: a process loading Prefect's server code (serving nothing) while the
-preflight runs, so that a refusal starts nothing and loads neither torch, Prefect nor MLflow; once the
-preflight has passed, that process serves while this one opens the MLflow store and loads the flow.
+server and waits for it; the flow loaded torch (as the naive child still does). Now: a process loading
+Prefect's server code and building its app (serving nothing) while the preflight runs, so that a refusal
+starts nothing and loads neither torch, Prefect nor MLflow; once the preflight has passed, that process
+serves while this one loads the flow, without torch, scikit-learn or MLflow (flows/stages.py); the flow
+opens the MLflow run, and a new home's store, in a thread beside its first stages (flows/release.py).
 
 Each run is a fresh process with its own home (a new MLflow store, as a first release has) on a generated
 table with the smoke trial profile, run until its first stage starts and then stopped (its process group:
 the server too). The two orderings alternate, run after run, so that a machine busy with other work
-slows both alike; the summary gives each one's median and their ratio. A machine shared with other
-work gives larger figures than an idle one: say which it was.
+slows both alike; the summary gives each one's median and their ratio, and the CPU seconds the command's
+processes used until the first stage (the server's included). A machine shared with other work gives
+larger figures than an idle one, its wall times much more than its CPU seconds: say which it was.
 """
 
 from __future__ import annotations
@@ -36,15 +39,18 @@ def naive_release(argv: list[str]) -> None:
     """`dpsynth release` in the naive ordering (see the module's docstring), run in a child process."""
     import mlflow  # noqa: F401  (the console imported both libraries before anything else)
     import prefect  # noqa: F401
+    import torch  # noqa: F401  (and the flow loaded torch, before its first stage)
 
-    from dpsynth.flows.cli import build_parser, open_store_and_run, preflight_checks
+    from dpsynth.flows.cli import build_parser, check_store_now, preflight_checks
     from dpsynth.flows.console import flow_console, quiet_mlflow
+    from dpsynth.tasks.context import open_run
 
     args = build_parser().parse_args(["release", *argv])
     with flow_console(json_output=False, verbose=False):
         quiet_mlflow()
         ctx = preflight_checks(args, "release")
-        open_store_and_run(ctx)
+        check_store_now()  # the store was always asked, and made, before the flow
+        open_run(ctx)
         from dpsynth.flows.release import release
 
         # Prefect starts its temporary server here, on the flow's first call, and waits for it.
@@ -58,8 +64,31 @@ def command(ordering: str, data: Path) -> list[str]:
     return [sys.executable, "-m", "dpsynth.flows.cli", "release", *argv]
 
 
-def seconds_to_first_stage(ordering: str, data: Path, timeout: float) -> float:
-    """Seconds from starting the command to its first stage's line; the process group is then stopped."""
+def cpu_seconds_of_tree(root: int) -> float:
+    """User and system CPU seconds of process `root` and all its descendants so far (Linux's /proc; 0
+    elsewhere): on a machine busy with other work, wall time grows with the load and this much less."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])  # after the command's name: state, ppid, ... utime (12th), stime (13th)
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(used.get(pid, 0.0) for pid in tree)
+
+
+def seconds_to_first_stage(ordering: str, data: Path, timeout: float) -> tuple[float, float]:
+    """Seconds from starting the command to its first stage's line, and the CPU seconds its processes
+    (the command's and the server's) used until then; the process group is then stopped."""
     home = Path(tempfile.mkdtemp(prefix=f"startup-{ordering}-"))
     env = {
         **os.environ,
@@ -87,7 +116,7 @@ def seconds_to_first_stage(ordering: str, data: Path, timeout: float) -> float:
         assert process.stderr is not None
         for line in process.stderr:
             if line.strip() == FIRST_STAGE:
-                return time.monotonic() - started
+                return time.monotonic() - started, cpu_seconds_of_tree(process.pid)
             seen.append(line.rstrip())
             if time.monotonic() - started > timeout:
                 break
@@ -120,11 +149,14 @@ def main(argv: list[str] | None = None) -> dict:
     data = write_table(table, Path(tempfile.mkdtemp()) / "demo.csv", separator=schema.separator)
     write_demo_sidecar(data, {"schema": schema.name, "rows": args.rows, "seed": 0, "shape": "plain"})
     times: dict[str, list[float]] = {"naive": [], "now": []}
+    cpu: dict[str, list[float]] = {"naive": [], "now": []}
     for _ in range(args.repeats):
         for ordering in times:
-            times[ordering].append(seconds_to_first_stage(ordering, data, args.timeout))
+            wall, used = seconds_to_first_stage(ordering, data, args.timeout)
+            times[ordering].append(wall)
+            cpu[ordering].append(used)
             if not args.json:
-                print(f"{ordering}: {times[ordering][-1]:.1f} s to the first stage", flush=True)
+                print(f"{ordering}: {wall:.1f} s to the first stage, {used:.1f} CPU seconds", flush=True)
     naive, now = statistics.median(times["naive"]), statistics.median(times["now"])
     summary = {
         "naive_seconds": times["naive"],
@@ -132,11 +164,19 @@ def main(argv: list[str] | None = None) -> dict:
         "naive_median": naive,
         "now_median": now,
         "speedup": naive / now,
+        "naive_cpu_seconds": cpu["naive"],
+        "now_cpu_seconds": cpu["now"],
+        "naive_cpu_median": statistics.median(cpu["naive"]),
+        "now_cpu_median": statistics.median(cpu["now"]),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg()[0],
     }
     if not args.json:
         print(f"median: naive {naive:.1f} s, now {now:.1f} s: {naive / now:.2f}x faster to the first stage")
+        print(
+            f"median CPU seconds (command and server): naive {summary['naive_cpu_median']:.1f}, "
+            f"now {summary['now_cpu_median']:.1f}"
+        )
     print(json.dumps(summary))
     return summary
 

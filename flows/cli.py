@@ -292,7 +292,7 @@ def cmd_validate(args) -> None:
 def preflight(args, kind: str):
     """Every refusal first (`preflight_checks`): meanwhile a process loads Prefect's server code, serving
     nothing, and a refusal ends it unused. Once the preflight has passed, the server starts serving while
-    this process opens the MLflow store and the run folder (flows/prefect_server.py; bench/startup.py
+    this process opens the run folder and loads the flow (flows/prefect_server.py; bench/startup.py
     measures the gain). Returns the run's context and the server (None: a run that already finished, which
     runs no flow work, or a Prefect API the user configured), for `prefect_server.use` around the flow."""
     from dpsynth.flows import prefect_server
@@ -321,7 +321,6 @@ def preflight_checks(args, kind: str):
     status("reading the profile")
     from dpsynth.tasks.context import finished_summary, load_context
     from dpsynth.tasks.decision import planned_cost
-    from dpsynth.tasks.validate import check_table_file
 
     ctx = load_context(
         args.config,
@@ -343,6 +342,9 @@ def preflight_checks(args, kind: str):
     for setting in settings:  # the generator's and the budget's refusals, before reading the table
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     status("checking the table")
+    # Great Expectations (seconds to import) only now: a refusal by the profile or the budget needs none.
+    from dpsynth.tasks.validate import check_table_file
+
     report = check_table_file(ctx.schema, ctx.data_path)
     from dpsynth.tasks.validate import check_repairs, repairs_text
 
@@ -364,17 +366,27 @@ def preflight_checks(args, kind: str):
 
 
 def open_store_and_run(ctx) -> None:
-    """The MLflow store must answer; then the run folder (its record and its secret) exists from here on."""
-    from dpsynth.flows.console import quiet_mlflow
+    """The MLflow store must answer; then the run folder (its record and its secret) exists from here on.
+    A release in the home's own store (no MLFLOW_TRACKING_URI) asks nothing here: its flow imports MLflow
+    and creates the store alongside its first stages, before anything is logged (flows/release.py), since
+    that takes seconds and a local file cannot be down. A store the user named may be, and is asked now."""
     from dpsynth.tasks.context import open_run
+    from dpsynth.tasks.tracking import named_store
+
+    if ctx.kind != "release" or named_store():
+        check_store_now()
+    open_run(ctx)
+
+
+def check_store_now() -> None:
+    """Ask the MLflow store whether it answers (StorageError if not), with MLflow's own logs off."""
+    from dpsynth.flows.console import quiet_mlflow
     from dpsynth.tasks.progress import status
+    from dpsynth.tasks.tracking import check_store
 
     status("opening the MLflow store")
     quiet_mlflow()
-    from dpsynth.tasks.tracking import check_store
-
     check_store()
-    open_run(ctx)
 
 
 def cmd_release(args) -> None:

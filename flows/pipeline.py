@@ -9,7 +9,6 @@ import numpy as np
 from dpsynth.flows import stages
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.tasks.evaluate import synthetic_rows
 
 
 def prepare(run_dir: Path, schema_path: Path, schema: DatasetSchema, data_path: Path, profile: Profile) -> dict:
@@ -51,6 +50,8 @@ def train_chain(
         released = stages.attach_marginals(
             run_dir, schema, trained["checkpoints"], trained["ledger"], paths["marginals"], profile, setting
         )
+    from dpsynth.tasks.evaluate import synthetic_rows  # scikit-learn: loaded once training is done
+
     n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
     samples = stages.sample_checkpoints(
         run_dir, schema, released["checkpoints"], released["ledger"], n_rows, profile, setting

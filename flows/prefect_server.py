@@ -5,8 +5,8 @@ Left to Prefect, the server starts when the flow is first called: after the pref
 and the libraries have loaded one after another, and the command waits for it (about 10 s, most of it
 loading Prefect's server code). Here its process starts with the command and loads that code while the
 preflight runs (on the other core), serving nothing: no port is bound and no database opened until the
-preflight has passed, and a refusal ends it unused (`discard`). Then it serves (`start`) while this
-process opens the MLflow store and imports the flow; `wait` finds it ready, or nearly. It is the same
+preflight has passed (it builds Prefect's app meanwhile), and a refusal ends it unused (`discard`).
+Then it serves (`start`) while this process imports the flow; `wait` finds it ready, or nearly. It is the same
 server Prefect would start (uvicorn serving Prefect's app, without the UI, on 127.0.0.1), stopped when
 the command ends.
 
@@ -194,13 +194,16 @@ def use(server: TemporaryServer | None) -> Iterator[None]:
 
 
 def serve_when_told() -> None:
-    """The server's process (`TemporaryServer.prepare`): Prefect's server code loads at once; then a port
-    on standard input has it serve there, as Prefect's own temporary server does (uvicorn serving its app,
-    exit status 3 if the port is taken), while the end of the input (the command was refused, or ended)
-    ends it having served nothing: no port bound, no database opened."""
-    import prefect.server.api.server  # noqa: F401  (the seconds of loading, before being told)
+    """The server's process (`TemporaryServer.prepare`): Prefect's server code loads, and its app is built,
+    at once; then a port on standard input has it serve there, as Prefect's own temporary server does
+    (uvicorn serving its app, exit status 3 if the port is taken), while the end of the input (the command
+    was refused, or ended) ends it having served nothing: no port bound, no database opened."""
     import uvicorn
+    from prefect.server.api.server import create_app
 
+    # The app too (routes, middleware; no database, no port): Prefect keeps it, and uvicorn's call of the
+    # factory below gets this one, so that serving starts with the app built (bench/startup.py).
+    create_app()
     line = sys.stdin.readline().strip()
     if not line:
         return

@@ -16,23 +16,22 @@ from __future__ import annotations
 import math
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import torch
 from prefect import flow, get_run_logger
 
 from dpsynth.flows import stages
+from dpsynth.flows.console import quiet_mlflow
 from dpsynth.flows.pipeline import log_training, prepare, publish_report, setting_chain
-from dpsynth.models.checkpoint_files import load_verified
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.defaults import DEFAULT_RELEASE_PROFILE
 from dpsynth.models.errors import ReleaseNotApprovedError
-from dpsynth.models.generators.samplers import FORMAT_VERSION_KEY, GENERATOR_FORMAT_VERSION
 from dpsynth.models.privacy.release_choice import ReleaseDecision
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.tasks import ledger as ledger_mod
 from dpsynth.tasks import tracking
-from dpsynth.tasks.bundle import record_model_uri
+from dpsynth.tasks.background import Background
 from dpsynth.tasks.context import (
     REAL_TABLE_TRIAL,
     RunContext,
@@ -51,13 +50,15 @@ from dpsynth.tasks.ledger import (
     check_release_window,
     require_lifetime_budget,
 )
-from dpsynth.tasks.marginals import released_parameters
 from dpsynth.tasks.progress import stage, status
-from dpsynth.tasks.public_release import PublicRelease, build_public_release
-from dpsynth.tasks.registry import release_description, release_registered, release_tags
 from dpsynth.tasks.stage import StageResult, read_json, write_json
-from dpsynth.tasks.training import sample_generator_file
 from dpsynth.tasks.validate import repairs_of
+
+if TYPE_CHECKING:
+    from dpsynth.tasks.public_release import PublicRelease
+
+# What only the stages after training use (torch, scikit-learn, MLflow's registry) is imported where it is
+# used: loading this flow then loads none of them, and its first stage starts sooner (bench/startup.py).
 
 
 @flow(name="release")
@@ -98,25 +99,35 @@ def release(
         log.warning("%s", REAL_TABLE_TRIAL)
     open_run(ctx)
     entered = False
-    status("opening the MLflow run")
-    run_id = tracking.start_run(
-        f"{ctx.schema.name}-release",
-        ctx.run_id,
-        {
-            "dpsynth.kind": "release",
-            "dpsynth.run_id": ctx.run_id,
-            "dpsynth.data_sha256": ctx.data_hash,
-            "dpsynth.profile": prof.name,
-            "dpsynth.trial": str(trial).lower(),
-        },
-        resume=(read_run_record(ctx.run_dir) or {}).get("mlflow_run_id"),
-    )
-    remember(ctx, mlflow_run_id=run_id)
+    resume = (read_run_record(ctx.run_dir) or {}).get("mlflow_run_id")
+
+    def open_mlflow_run() -> str:
+        quiet_mlflow()  # the command's quiet console: MLflow's own logs off, before it is first used
+        run_id = tracking.start_run(
+            f"{ctx.schema.name}-release",
+            ctx.run_id,
+            {
+                "dpsynth.kind": "release",
+                "dpsynth.run_id": ctx.run_id,
+                "dpsynth.data_sha256": ctx.data_hash,
+                "dpsynth.profile": prof.name,
+                "dpsynth.trial": str(trial).lower(),
+            },
+            resume=resume,
+        )
+        remember(ctx, mlflow_run_id=run_id)  # at once: a rerun after a crash resumes this MLflow run
+        return run_id
+
+    # Importing MLflow and creating a new home's store take seconds: they run alongside the first stages
+    # (which log nothing), and the run is waited for before anything is logged or trained.
+    mlflow_run = Background(open_mlflow_run, "dpsynth-mlflow-run")
     try:
+        paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
+        if not mlflow_run.done:
+            status("opening the MLflow run")
+        run_id = mlflow_run.result()
         tracking.log_params(run_id, {"profile": prof.to_dict(), "schema_version": ctx.schema.version})
         tracking.log_artifact(run_id, ctx.schema_path, "config")
-
-        paths = prepare(ctx.run_dir, ctx.schema_path, ctx.schema, ctx.data_path, prof)
         tracking.log_artifact(run_id, paths["validation_summary"], "validation")
         tracking.log_artifact(run_id, paths["imputation"], "internal")
         log.info("validation: %s", paths["validation_info"])
@@ -283,16 +294,22 @@ def release(
     except ReleaseNotApprovedError:
         # The DP decision's answer is final for this run (rerunning it would draw no new noise).
         close_run(ctx, "trial-refused" if trial else "refused")
-        tracking.end_run(run_id, "FAILED")
+        tracking.end_run(mlflow_run.result(), "FAILED")
         raise
     except BaseException:
-        if entered and not release_registered(ctx.model_name, ctx.run_id):
-            # Nothing was registered: no bundle may lie around to be copied out uncounted, and the
-            # release costs nothing.
-            shutil.rmtree(ctx.run_dir / "bundle", ignore_errors=True)
-            ledger_mod.withdraw(ctx.run_id)
+        if entered:
+            from dpsynth.tasks.registry import release_registered
+
+            if not release_registered(ctx.model_name, ctx.run_id):
+                # Nothing was registered: no bundle may lie around to be copied out uncounted, and the
+                # release costs nothing.
+                shutil.rmtree(ctx.run_dir / "bundle", ignore_errors=True)
+                ledger_mod.withdraw(ctx.run_id)
+        # The MLflow run, if it opened (a first stage may fail before it has): its record is written first.
+        opened = mlflow_run.settled()
         close_run(ctx, "failed")
-        tracking.end_run(run_id, "FAILED")
+        if opened is not None:
+            tracking.end_run(opened, "FAILED")
         raise
 
 
@@ -302,6 +319,11 @@ def released_generator_file(
     """The chosen checkpoint's generator, stamped with the whole release's epsilon (the checkpoint file
     records training's epsilon at that iteration only), in the run folder's `folder` (a trial's: trial/,
     so that nothing in it looks published)."""
+    import torch
+
+    from dpsynth.models.checkpoint_files import load_verified
+    from dpsynth.models.generators.samplers import FORMAT_VERSION_KEY, GENERATOR_FORMAT_VERSION
+
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
     source = Path(chain["checkpoints"]) / entry["generator"]
     blob = load_verified(source, entry.get("sha256"), map_location="cpu", weights_only=False)
@@ -331,6 +353,9 @@ def public_record(
 ) -> PublicRelease:
     """The release's public record, from the DP decision, the profile and the chosen checkpoint's file
     (the measured marginals' public numbers: the released generator carries the same)."""
+    from dpsynth.tasks.marginals import released_parameters
+    from dpsynth.tasks.public_release import build_public_release
+
     entry = next(e for e in ledger if e["iteration"] == decision.iteration)
     measured = released_parameters(Path(chain["checkpoints"]) / entry["generator"])
     return build_public_release(
@@ -356,6 +381,10 @@ def publish_release(
 ) -> dict:
     """Register the chosen generator (refused over budget) and write the published bundle, both rendered
     from the release's public record."""
+    from dpsynth.tasks.bundle import record_model_uri
+    from dpsynth.tasks.registry import release_description, release_tags
+    from dpsynth.tasks.training import sample_generator_file
+
     generator_file = released_generator_file(ctx, chain, ledger, decision)
     # A public number of rows, sampled afresh: the checkpoint's own sample has as many rows as the training
     # split, a count epsilon does not cover.

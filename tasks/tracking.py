@@ -20,14 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import mlflow
-from mlflow.tracking import MlflowClient
-
 from dpsynth.tasks.environment import environment
 from dpsynth.tasks.home import home, require_explicit_home_for
 
 if TYPE_CHECKING:
     import pandas as pd
+    from mlflow.tracking import MlflowClient
 
     from dpsynth.tasks.public_release import PublicRelease
 
@@ -47,12 +45,21 @@ def tracking_uri() -> str:
     return f"sqlite:///{home() / 'mlflow.db'}"
 
 
+def named_store() -> bool:
+    """Whether the store is one the user named (MLFLOW_TRACKING_URI), not the home's own SQLite file."""
+    return bool(os.environ.get("MLFLOW_TRACKING_URI"))
+
+
 def local_artifacts(uri: str) -> Path | None:
     """Where a local (SQLite) store keeps its artifacts: `mlartifacts/` beside its database."""
     return Path(uri[len("sqlite:///") :]).parent / DEFAULT_ARTIFACTS if uri.startswith("sqlite:///") else None
 
 
 def _client() -> MlflowClient:
+    # MLflow is imported on first use, not with this module: a release's flow loads it in the background,
+    # alongside its first stages (flows/release.py), not before them.
+    from mlflow.tracking import MlflowClient
+
     # Always the store named now: the environment may point elsewhere than at import time.
     return MlflowClient(tracking_uri=tracking_uri())
 
@@ -94,6 +101,8 @@ def check_store(timeout_seconds: int = 10) -> None:
     """Raise StorageError unless the tracking store answers now: asked before any work, so that a release
     never trains for an hour and then cannot register. One quick try (MLflow would otherwise retry an
     HTTP store for minutes)."""
+    from mlflow.tracking import MlflowClient
+
     from dpsynth.models.errors import StorageError
 
     uri = tracking_uri()
@@ -137,6 +146,8 @@ def mlflow_process_uris_kept() -> Iterator[None]:
 def use_experiment(name: str) -> str:
     """Point MLflow at the store and return the id of experiment `name` (created if needed). A local
     store holds real-data metrics and internal artifacts: it is made owner-only."""
+    import mlflow
+
     from dpsynth.tasks.private_files import owner_only, restrict
 
     owner_only()
@@ -178,13 +189,15 @@ def finite(value: float) -> float | None:
 def start_run(experiment: str, run_name: str, tags: dict[str, str], resume: str | None = None) -> str:
     """A new MLflow run, or the run `resume` (an interrupted attempt's) marked running again, so that
     a resumed dpsynth run stays one MLflow run with one copy of its artifacts."""
+    from mlflow.exceptions import MlflowException
+
     client = _client()
     experiment_id = use_experiment(experiment)
     if resume:
         try:
             client.update_run(resume, status="RUNNING")
             return resume
-        except mlflow.exceptions.MlflowException:
+        except MlflowException:
             pass  # gone from the store (or another store): start a new one
     run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     return run.info.run_id
@@ -195,23 +208,29 @@ def end_run(run_id: str, status: str = "FINISHED") -> None:
 
 
 def log_params(run_id: str, params: dict) -> None:
+    from mlflow.entities import Param
+
     client = _client()
     items = list(flat_params("", params).items())
     for start in range(0, len(items), 100):
-        batch = [mlflow.entities.Param(k, v) for k, v in items[start : start + 100]]
+        batch = [Param(k, v) for k, v in items[start : start + 100]]
         client.log_batch(run_id, params=batch)
 
 
 def log_metrics(run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+    from mlflow.entities import Metric
+
     client = _client()
-    batch = [mlflow.entities.Metric(k, float(v), 0, step) for k, v in metrics.items() if finite(v) is not None]
+    batch = [Metric(k, float(v), 0, step) for k, v in metrics.items() if finite(v) is not None]
     if batch:
         client.log_batch(run_id, metrics=batch)
 
 
 def log_metric_series(run_id: str, name: str, points: list[tuple[int, float]]) -> None:
+    from mlflow.entities import Metric
+
     client = _client()
-    batch = [mlflow.entities.Metric(name, float(v), 0, int(s)) for s, v in points if finite(v) is not None]
+    batch = [Metric(name, float(v), 0, int(s)) for s, v in points if finite(v) is not None]
     for start in range(0, len(batch), 1000):
         client.log_batch(run_id, metrics=batch[start : start + 1000])
 

@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
 
 import pytest
 
-from dpsynth.flows import cli, prefect_server
+from dpsynth.flows import cli, prefect_server, stages
 from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 
 # Runs the command line in a fresh process (so that its imports are its own), with no Prefect API
@@ -25,7 +26,8 @@ from dpsynth.flows import cli, prefect_server
 code = cli.main(sys.argv[1:])
 servers = [{"serving": s.serving, "ended": s.process is None} for s in getattr(prefect_server, "_process_server", [])]
 loaded = sorted(m for m in ("torch", "prefect", "mlflow") if m in sys.modules)
-print(json.dumps({"code": code, "loaded": loaded, "servers": servers}))
+gx = "great_expectations" in sys.modules
+print(json.dumps({"code": code, "loaded": loaded, "servers": servers, "great_expectations": gx}))
 """
 
 
@@ -41,16 +43,18 @@ def refused_in_a_fresh_process(argv: list[str], home, prefect_home) -> dict:
 
 
 @pytest.mark.parametrize(
-    "command, refusal, code",
+    "command, refusal, code, reads_table",
     [
         # The lifetime budget: the accountant plans the release's cost (no torch needed for that).
-        ("release", {"privacy": {"lifetime_budget": 0.001}}, 5),
+        ("release", {"privacy": {"lifetime_budget": 0.001}}, 5, True),
         # The table fails its schema: `experiment` used to load its flow (Prefect, torch) before this.
-        ("experiment", None, 4),
+        ("experiment", None, 4, True),
+        # The profile's own budget, checked before the table is read.
+        ("release", {"privacy": {"epsilon_budget": 0.01}}, 5, False),
     ],
 )
 def test_a_refusal_loads_no_torch_prefect_or_mlflow_and_its_server_never_serves(
-    tmp_path, demo_csv, command, refusal, code
+    tmp_path, demo_csv, command, refusal, code, reads_table
 ):
     data = demo_csv
     if refusal is None:
@@ -66,6 +70,8 @@ def test_a_refusal_loads_no_torch_prefect_or_mlflow_and_its_server_never_serves(
     assert result["servers"] == [{"serving": False, "ended": True}]
     assert not (prefect_home / "prefect.db").exists()
     assert not (tmp_path / "home" / "runs").exists()
+    # Refused before its table is read, a command loads no Great Expectations (seconds to import).
+    assert result["great_expectations"] is reads_table
 
 
 class RecordingServer:
@@ -165,3 +171,109 @@ def test_a_run_already_finished_stops_its_prepared_server_unused(monkeypatch, re
     monkeypatch.setattr("dpsynth.tasks.context.finished_summary", lambda ctx: {"reused": True})
     ctx, server = cli.preflight(SimpleNamespace(), "release")
     assert server is None and recorded_order == ["server prepared", "server stopped"]
+
+
+# What loading the release flow imports, in a fresh process; then the stage tasks it makes on first use.
+FLOW_LOAD_PROBE = """
+import json, sys
+from dpsynth.flows import release, stages
+loaded = sorted(m for m in ("torch", "sklearn", "matplotlib", "mlflow", "opacus") if m in sys.modules)
+tasks = {name: getattr(stages, name).name for name in stages.STAGE_FUNCTIONS}
+print(json.dumps({"loaded": loaded, "tasks": tasks, "after": "torch" in sys.modules}))
+"""
+
+
+def test_loading_the_release_flow_loads_no_torch_scikit_learn_matplotlib_or_mlflow():
+    """Its first stage (validate) needs none of them: each later stage imports its own module as it starts,
+    and MLflow loads in the background (bench/startup.py measures the seconds this saves)."""
+    proc = subprocess.run([sys.executable, "-c", FLOW_LOAD_PROBE], capture_output=True, text=True, cwd=ROOT, check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == []
+    # Every stage task is made on first use, with its Prefect task name; training's module brings torch.
+    assert result["tasks"]["validate_table"] == "validate" and result["tasks"]["train_generator"] == "train-generator"
+    assert set(result["tasks"]) == set(stages.STAGE_FUNCTIONS) and result["after"] is True
+
+
+STORE_PROBE = """
+import json, os, sys
+from types import SimpleNamespace
+import dpsynth.tasks.context
+from dpsynth.flows import cli
+opened = []
+dpsynth.tasks.context.open_run = lambda ctx: opened.append(ctx.kind)
+cli.open_store_and_run(SimpleNamespace(kind=sys.argv[1]))
+print(json.dumps({"mlflow": "mlflow" in sys.modules, "opened": opened}))
+"""
+
+
+@pytest.mark.parametrize(
+    "kind, named_store, asked",
+    [
+        ("release", False, False),  # the home's own store: made by the flow, alongside its first stages
+        ("release", True, True),  # a store the user named may be down: asked before any work
+        ("experiment", False, True),
+    ],
+)
+def test_only_a_release_in_the_homes_own_store_leaves_the_store_to_its_flow(tmp_path, kind, named_store, asked):
+    env = {**os.environ, "DPSYNTH_HOME": str(tmp_path / "home")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    if named_store:
+        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'named.db'}"
+    proc = subprocess.run(
+        [sys.executable, "-c", STORE_PROBE, kind], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"mlflow": asked, "opened": [kind]}
+    created = (tmp_path / "named.db") if named_store else (tmp_path / "home" / "mlflow.db")
+    assert created.exists() is asked
+
+
+def test_the_mlflow_run_opens_alongside_the_first_stages_and_a_store_failure_stops_before_training(
+    isolated_workdir, demo_csv, capfd, monkeypatch
+):
+    from mlflow.exceptions import MlflowException
+
+    from dpsynth.tasks import tracking
+    from dpsynth.tasks.ledger import entries as ledger_entries
+
+    validating = threading.Event()
+    real_stage = stages.stage
+
+    @contextlib.contextmanager
+    def stage(label):
+        if label == "validate":
+            validating.set()
+        with real_stage(label):
+            yield
+
+    waited: list[bool] = []
+
+    def start_run(*args, **kwargs):
+        # Run before the first stage (in the flow's own thread), this would wait in vain.
+        waited.append(validating.wait(timeout=60))
+        raise MlflowException("API request to http://tracking:5000 failed: connection refused")
+
+    monkeypatch.setattr(stages, "stage", stage)
+    monkeypatch.setattr(tracking, "start_run", start_run)
+    profile = publishing_smoke(demo_csv.parent / "profiles")
+    argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", profile]
+    assert cli.main(argv) == 7
+    err = capfd.readouterr().err
+    assert waited == [True]
+    assert "tracking store failed" in err and "connection refused" in err and "Traceback" not in err
+    (run,) = (isolated_workdir / "runs" / "release").iterdir()
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    assert not list(run.glob("train-*")) and not (run / "bundle").exists() and ledger_entries("cardio") == []
+
+
+def test_the_prepared_server_builds_prefects_app_before_it_is_told_to_serve(monkeypatch):
+    """Building the app (routes, middleware; no database) happens while the preflight runs, not after."""
+    import io
+
+    import prefect.server.api.server
+
+    built: list[str] = []
+    monkeypatch.setattr(prefect.server.api.server, "create_app", lambda *a, **k: built.append("app"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # the command was refused: told nothing
+    prefect_server.serve_when_told()
+    assert built == ["app"]
