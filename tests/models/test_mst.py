@@ -78,8 +78,7 @@ def table() -> pd.DataFrame:
     return _table()
 
 
-@pytest.fixture(scope="module")
-def fitted(table):
+def _recorded_fit(table: pd.DataFrame, **options) -> tuple:
     """A fit at RHO, with the noise std of every Gaussian mechanism it ran, in order."""
     recorded: list[float] = []
 
@@ -89,8 +88,13 @@ def fitted(table):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mst_fit, "gaussian_counts", recording)
-        result = mst_fit.fit(table, SCHEMA.columns, RHO, SECRET.numpy, BINS, iterations=300)
+        result = mst_fit.fit(table, SCHEMA.columns, RHO, SECRET.numpy, BINS, **options)
     return result, recorded
+
+
+@pytest.fixture(scope="module")
+def fitted(table):
+    return _recorded_fit(table, iterations=300)
 
 
 def _profile(rho: float | None = None, budget: float | None = 1.0, marginals: bool = True, **privacy) -> Profile:
@@ -143,15 +147,7 @@ def test_declared_shares_split_rho_between_the_phases_and_still_add_up_to_it():
 
 
 def test_the_fit_draws_every_gaussian_at_the_scales_of_its_declared_shares(table):
-    recorded: list[float] = []
-
-    def recording(counts, std, rng):
-        recorded.append(std)
-        return gaussian_counts(counts, std, rng)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mst_fit, "gaussian_counts", recording)
-        result = mst_fit.fit(table, SCHEMA.columns, RHO, SECRET.numpy, BINS, iterations=50, shares=(0.5, 0.1))
+    result, recorded = _recorded_fit(table, iterations=50, shares=(0.5, 0.1))
     d = len(SCHEMA.columns)
     budget = MSTBudget(RHO, d, 0.5, 0.1)
     assert recorded == [budget.one_way_std] * d + [budget.two_way_std] * (d - 1)
