@@ -9,7 +9,7 @@ the release process, Prefect's included). It gets the stage's arguments pickled 
 what a stage writes goes to its run folder as before, and its randomness comes from the seed and the run's
 secret file, so the outputs are the same files. An error in the child comes back as the same exception (a
 `DpsynthError` still reads as its message, without a traceback); a child that dies (killed, out of memory)
-is a `StageProcessDied` error, a readable message, and the stages completed before it keep their manifests.
+raises `BrokenProcessPool` in the release, and the stages completed before it keep their manifests.
 """
 
 from __future__ import annotations
@@ -17,28 +17,13 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import ParamSpec, TypeVar
-
-from dpsynth.models.errors import DpsynthError
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class StageProcessDied(DpsynthError):
-    """The child process of a stage ended without finishing it (killed, or out of memory)."""
-
-    exit_code = 1
-
-
 def in_child_process(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """`fn(*args, **kwargs)` in a fresh child process: its result, or its exception raised here."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        try:
-            return pool.submit(fn, *args, **kwargs).result()
-        except BrokenProcessPool:
-            raise StageProcessDied(
-                f"the process running {getattr(fn, '__name__', 'a stage')} ended before it finished (killed, or "
-                "out of memory). Completed stages are kept: rerun the same command to resume."
-            ) from None
+        return pool.submit(fn, *args, **kwargs).result()

@@ -16,7 +16,7 @@ from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.privacy.secret import PrivacySecret, store
-from dpsynth.tasks.child_process import StageProcessDied, in_child_process
+from dpsynth.tasks.child_process import in_child_process
 from dpsynth.tasks.evaluate import evaluate_real_stage
 from dpsynth.tasks.preprocess import preprocess_stage
 from dpsynth.tasks.split import split_stage
@@ -36,11 +36,6 @@ def test_an_error_in_the_child_is_the_same_readable_error(tmp_path):
     missing = tmp_path / "missing.yaml"
     with pytest.raises(ConfigError, match=f"^Schema file '{missing}' does not exist.$"):
         in_child_process(DatasetSchema.from_yaml, missing)
-
-
-def test_a_child_that_dies_is_a_readable_error():
-    with pytest.raises(StageProcessDied, match="ended before it finished .* rerun the same command to resume"):
-        in_child_process(os.abort)
 
 
 def test_preprocess_and_evaluation_in_a_child_write_the_same_files(tmp_path, cardio_schema, demo_csv):
