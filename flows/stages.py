@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
-from dpsynth.tasks.child_process import in_child_process
 from dpsynth.tasks.private_files import owner_only
 from dpsynth.tasks.progress import stage
 
@@ -39,18 +38,6 @@ STAGE_LABELS = {
     "write-bundle": "bundle",
 }
 
-# Stages run in a child process (tasks/child_process.py): the memory-heavy ones whose work is self-contained
-# (files in, files out), so that their memory goes back to the machine when they end instead of staying with
-# the release process for the stages after them. A child draws no progress bar, only the stage's line, so
-# training (long, with its bar) stays in the release process.
-CHILD_PROCESS_STAGES = {
-    "preprocess",
-    "prepare-training",
-    "sample-checkpoints",
-    "select-models",
-    "select-models-real",
-}
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -63,8 +50,6 @@ def _task(fn: Callable[P, R], name: str) -> Task[P, R]:
         # A task may run in a worker process (process pool, Dask) that never passed through the CLI.
         owner_only()
         with stage(STAGE_LABELS[name]):
-            if name in CHILD_PROCESS_STAGES:
-                return in_child_process(fn, *args, **kwargs)
             return fn(*args, **kwargs)
 
     return task(name=name, cache_policy=NO_CACHE, persist_result=False, log_prints=True)(owner_only_stage)

@@ -18,11 +18,6 @@ def _arm(stage: str) -> None:
     import dpsynth.models.generators.gswgan.sampler
     import dpsynth.models.generators.gswgan.trainer
     import dpsynth.tasks.evaluate
-    from dpsynth.flows import stages
-
-    # The release process itself is what is killed: the stages a release runs in a child process
-    # (flows/stages.py CHILD_PROCESS_STAGES) run in it here, where the patches below are.
-    stages.in_child_process = lambda fn, *args, **kwargs: fn(*args, **kwargs)
 
     if stage == "pretrain":
         real = dpsynth.models.generators.gswgan.pretraining.pretrain_critics
