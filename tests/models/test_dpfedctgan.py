@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -289,3 +291,58 @@ def test_the_server_averages_by_noisy_size_in_site_order_and_refuses_a_miscounte
     with pytest.raises(FederationError, match=r"one reply from each of sites 0..1, got \[1, 1\]"):
         take_round(state, [SiteReply(1, ones, {"steps": 3}), SiteReply(1, fives, {"steps": 3})])
     assert state.round == 1 and [a.steps for a in state.accountants] == [3, 3]
+
+
+class _SlowSites:
+    """A Grid's push and pull (the two calls the ServerApp uses), with every site's reply arriving
+    `after_s` after the push, or never for the sites in `silent`."""
+
+    def __init__(self, after_s: float, silent: tuple[int, ...] = ()):
+        self.after_s, self.silent = after_s, silent
+        self.pushed: dict[str, tuple[int, float]] = {}
+
+    def push_messages(self, messages):
+        for message in messages:
+            self.pushed[f"m{message.metadata.dst_node_id}"] = (message.metadata.dst_node_id, time.monotonic())
+        return list(self.pushed)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        """Flower's own loop (flwr/superlink/grid/grpc_grid.py): a pull, then 3 s asleep, until done."""
+        waiting, end, replies = set(self.push_messages(messages)), time.time() + (timeout or 0.0), []
+        while timeout is None or time.time() < end:
+            pulled = self.pull_messages(waiting)
+            replies.extend(pulled)
+            waiting.difference_update(r.metadata.reply_to_message_id for r in pulled)
+            if not waiting:
+                break
+            time.sleep(3)
+        return replies
+
+    def pull_messages(self, message_ids):
+        now, replies = time.monotonic(), []
+        for mid in message_ids:
+            node, at = self.pushed[mid]
+            if node not in self.silent and now - at >= self.after_s:
+                metadata = SimpleNamespace(reply_to_message_id=mid)
+                replies.append(
+                    SimpleNamespace(metadata=metadata, has_error=lambda: False, content={"metrics": {"site": node}})
+                )
+        return replies
+
+
+def test_the_server_takes_a_rounds_replies_as_they_arrive_not_after_flowers_fixed_3_s_sleep():
+    """Flower's Grid.send_and_receive sleeps 3 s between pulls; the ServerApp polls itself, briefly,
+    under the same timeout: a site that does not reply within it fails the round."""
+    from flwr.app import RecordDict
+
+    from dpsynth.models.generators.dpfedctgan.federation.server import FederationError
+    from dpsynth.models.generators.dpfedctgan.federation.server_app import ask
+
+    start = time.monotonic()
+    replies = ask(_SlowSites(after_s=0.3), [0, 1], "train", RecordDict(), "round 1", timeout_s=30)  # type: ignore[arg-type]
+    assert sorted(r.site for r in replies) == [0, 1] and time.monotonic() - start < 2.5  # Flower's loop: 3 s
+
+    start = time.monotonic()
+    with pytest.raises(FederationError, match=r"round 2: 1 of 2 sites failed \(1 did not reply within 0.5 s\)"):
+        ask(_SlowSites(after_s=0.0, silent=(1,)), [0, 1], "train", RecordDict(), "round 2", timeout_s=0.5)  # type: ignore[arg-type]
+    assert 0.5 <= time.monotonic() - start < 2.5

@@ -27,6 +27,9 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 NODES_POLL_SECONDS = 0.2
+# Flower's Grid.send_and_receive sleeps 3 s between its pulls of the replies: on a small job most of a
+# round's wall time. The ServerApp pushes and pulls itself (the Grid's public calls), polling this often.
+REPLIES_POLL_SECONDS = 0.05
 COUNTS, TRAIN = "query", "train"  # Flower's message types: the counts' request, a training round
 
 app = ServerApp()
@@ -55,6 +58,21 @@ def wait_for_sites(grid: Grid, sites: int, timeout_s: float) -> list[int]:
         time.sleep(NODES_POLL_SECONDS)
 
 
+def exchange(grid: Grid, messages: list[Message], timeout_s: float) -> list[Message]:
+    """Push `messages` and pull their replies until all have come or `timeout_s` has passed (the replies
+    in hand then): Grid.send_and_receive's contract, polled every REPLIES_POLL_SECONDS."""
+    waiting = set(grid.push_messages(messages))
+    deadline = time.monotonic() + timeout_s
+    replies: list[Message] = []
+    while True:
+        pulled = list(grid.pull_messages(waiting))
+        replies.extend(pulled)
+        waiting.difference_update(reply.metadata.reply_to_message_id for reply in pulled)
+        if not waiting or time.monotonic() >= deadline:
+            return replies
+        time.sleep(REPLIES_POLL_SECONDS)
+
+
 def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, what: str, timeout_s: float) -> list[Any]:
     """Send `content` to every node and return the sites' replies (server.SiteReply), unordered;
     FederationError when a site failed or did not reply within `timeout_s`."""
@@ -62,7 +80,7 @@ def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, what: str,
     from dpsynth.models.generators.dpfedctgan.federation.server import FederationError, SiteReply
 
     messages = [Message(content, dst_node_id=node, message_type=kind) for node in nodes]
-    replies = list(grid.send_and_receive(messages, timeout=timeout_s))
+    replies = exchange(grid, messages, timeout_s)
     failed = [f"{r.error.reason} (code {r.error.code})" for r in replies if r.has_error()]
     if failed or len(replies) < len(nodes):
         missing = len(nodes) - len(replies)
