@@ -29,7 +29,7 @@ from flwr.serverapp import Grid, ServerApp
 NODES_POLL_SECONDS = 0.2
 # Flower's Grid.send_and_receive sleeps 3 s between its pulls of the replies: on a small job most of a
 # round's wall time. The ServerApp pushes and pulls itself (the Grid's public calls), polling this often.
-REPLIES_POLL_SECONDS = 0.05
+REPLIES_POLL_SECONDS = 0.2  # as NODES_POLL_SECONDS: each pull is a gRPC call to the SuperLink
 COUNTS, TRAIN = "query", "train"  # Flower's message types: the counts' request, a training round
 
 app = ServerApp()
