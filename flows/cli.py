@@ -249,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dpsynth {args.command}: interrupted; completed stages are kept and a rerun resumes.", file=sys.stderr)
         return 130
+    finally:
+        from dpsynth.tasks.run_lock import unlock_all
+
+        unlock_all()  # a run the command held but never ran (a refusal after its preflight took the lock)
     return 0
 
 
@@ -333,6 +337,9 @@ def preflight_checks(args, kind: str):
     )
     if finished_summary(ctx) is not None:
         return ctx  # already published, tried or completed: the flow reuses everything and starts nothing
+    from dpsynth.tasks.run_lock import refuse_if_running
+
+    refuse_if_running(ctx.run_dir, ctx.run_id)  # before the table is read: a run in progress is refused fast
     prof = ctx.profile
     if kind == "release":
         from dpsynth.tasks.ledger import require_lifetime_budget

@@ -52,3 +52,10 @@ class StorageError(DpsynthError):
     checkpoint) or the tracking store cannot be reached. Completed work is kept; a rerun resumes."""
 
     exit_code = 7
+
+
+class RunInProgressError(DpsynthError):
+    """Another process is running the same run (the same folder) now: two processes must never run one
+    run's stages at once. Nothing was done; the same command after it ends reuses or resumes that run."""
+
+    exit_code = 9

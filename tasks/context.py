@@ -31,8 +31,9 @@ from pathlib import Path
 
 from dpsynth.models.config import Profile
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.errors import ConfigError, MissingInputError
+from dpsynth.models.errors import ConfigError, MissingInputError, RunInProgressError
 from dpsynth.models.profiles import load_named
+from dpsynth.tasks.run_lock import lock_run, unlock_run
 from dpsynth.tasks.stage import read_json, sha256_file, sha256_json, write_json
 
 RUN_RECORD = "run.json"
@@ -164,7 +165,23 @@ def open_run(ctx: RunContext) -> bool:
         private_dir(default_base.parent)
         private_dir(default_base)
     private_dir(ctx.run_dir)
+    # Before the record is read or written: a second process on this run is refused here, having written
+    # nothing (tasks/run_lock.py). The lock is let go of in close_run.
+    lock_run(ctx.run_dir, ctx.run_id)
     record = read_run_record(ctx.run_dir)
+    if record is not None and record.get("run_id") != ctx.run_id:
+        # Another process started a new run in this folder between our look at it and our lock.
+        unlock_run(ctx.run_dir)
+        raise RunInProgressError(
+            f"Another process started the run {record.get('run_id')} in {str(ctx.run_dir)!r} while this one "
+            "was starting; this one did nothing. Wait for it to end, then run the same command again."
+        )
+    if finished_summary(ctx) is not None:
+        unlock_run(ctx.run_dir)
+        raise RunInProgressError(
+            f"The run {ctx.run_id} ended while this command was starting (another process ran it); this one "
+            "did nothing. Run the same command again to see its result."
+        )
     resumed = record is not None
     if resumed:
         # A run continues with the secret it started with, or not at all: a new secret would pair
@@ -206,9 +223,9 @@ def close_run(ctx: RunContext, status: str) -> None:
     if status not in FINAL + ("failed",):
         raise ValueError(f"unknown run status {status!r}")
     record = read_run_record(ctx.run_dir)
-    if record is None:
-        return
-    write_json({**record, "status": status, "updated": datetime.now(UTC).isoformat()}, ctx.run_dir / RUN_RECORD)
+    if record is not None:
+        write_json({**record, "status": status, "updated": datetime.now(UTC).isoformat()}, ctx.run_dir / RUN_RECORD)
+    unlock_run(ctx.run_dir)
 
 
 def demo_sidecar(data_path: str | Path) -> Path:

@@ -171,6 +171,7 @@ def release(
         from dpsynth.flows import prefect_server
         from dpsynth.flows.cli import preflight
         from dpsynth.flows.console import flow_console
+        from dpsynth.tasks.run_lock import unlock_run
         from dpsynth.tasks.tracking import mlflow_process_uris_kept
 
         with mlflow_process_uris_kept(), flow_console(json_output=not progress, verbose=verbose):
@@ -181,17 +182,20 @@ def release(
             _warn_real_table_trial(ctx)
             from dpsynth.flows.release import release as release_flow
 
-            with prefect_server.use(server):
-                summary = release_flow(
-                    config=args.config,
-                    data=args.data,
-                    profile=profile_arg,
-                    out=str(ctx.run_dir),
-                    generator=generator,
-                    publish=publish,
-                    allow_same_input=allow_same_input,
-                    cluster=cluster,
-                )
+            try:
+                with prefect_server.use(server):
+                    summary = release_flow(
+                        config=args.config,
+                        data=args.data,
+                        profile=profile_arg,
+                        out=str(ctx.run_dir),
+                        generator=generator,
+                        publish=publish,
+                        allow_same_input=allow_same_input,
+                        cluster=cluster,
+                    )
+            finally:
+                unlock_run(ctx.run_dir)  # held since the preflight; this process may live on (a notebook)
         return _release_of(ctx, summary)
 
 
@@ -346,8 +350,9 @@ def _plant_secret(ctx: RunContext, secret: PrivacySecret) -> None:
     used its secret (resumed, or reused) keeps it, and must be that one."""
     from dpsynth.models.privacy import secret as secrets_mod
     from dpsynth.tasks.context import RUN_RECORD
+    from dpsynth.tasks.run_lock import LOCK_FILE
 
-    untouched = {p.name for p in ctx.run_dir.iterdir()} <= {RUN_RECORD, secrets_mod.SECRET_FILE}
+    untouched = {p.name for p in ctx.run_dir.iterdir()} <= {RUN_RECORD, secrets_mod.SECRET_FILE, LOCK_FILE}
     if untouched:
         secrets_mod.secret_path(ctx.run_dir).unlink()
         secrets_mod.store(ctx.run_dir, secret)

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -166,6 +167,7 @@ def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_
         (run,) = (isolated_workdir / "runs" / "release").iterdir()  # the same run, resumed each time
         assert not (run / unfinished / "manifest.json").exists(), stage
         assert json.loads((run / "run.json").read_text())["status"] == "running"
+        assert (run / "run.lock").exists()  # left behind by the killed process; its lock went with it
         if stage == "pretrain":
             # The reference: the same run (its record and secret) from here on, never interrupted.
             shutil.copytree(run, reference)
@@ -211,6 +213,45 @@ def test_two_releases_of_the_same_table_at_once_both_publish_and_both_count(isol
     ids = sorted(json.loads(out.strip().splitlines()[-1])["release_id"] for out, _ in outputs)
     assert ids[0] != ids[1] and len(_versions()) == 2
     assert sorted((e.release_id, e.status) for e in ledger_entries("cardio")) == [(i, "published") for i in ids]
+
+
+def test_the_same_command_while_its_run_is_in_progress_is_refused_and_the_first_publishes_untouched(
+    isolated_workdir, demo_csv, capfd
+):
+    """A scheduled release and a steward's rerun of it at once: both find the same run folder. The second is
+    refused at once (exit 9) and writes nothing there; the first, paused meanwhile, publishes as usual."""
+    argv = _argv(demo_csv, "--json")
+    paused, go = isolated_workdir.parent / "paused", isolated_workdir.parent / "go"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tests.flows.pause_inside", *argv],
+        cwd=isolated_workdir,
+        env=_subprocess_env(isolated_workdir, DPSYNTH_TEST_PAUSED=str(paused), DPSYNTH_TEST_GO=str(go)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not paused.exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+            time.sleep(0.2)
+        (run,) = (isolated_workdir / "runs" / "release").iterdir()
+        files = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in run.rglob("*")}
+        capfd.readouterr()
+        assert main(argv) == 9
+        refusal = capfd.readouterr().err
+        assert run.name in refusal and f"pid {first.pid}" in refusal and "Traceback" not in refusal
+        assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in run.rglob("*")} == files
+        assert json.loads((run / "run.json").read_text())["status"] == "running"
+        assert not _versions() and ledger_entries("cardio") == []
+    finally:
+        go.touch()
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["release_id"] == run.name
+    assert json.loads((run / "run.json").read_text())["status"] == "published"
+    assert len(_versions()) == 1
+    assert [(e.release_id, e.status) for e in ledger_entries("cardio")] == [(run.name, "published")]
 
 
 @pytest.mark.parametrize("generator, failing_file", [("dpcgan", "generator_000040"), ("dpautogan", "release_000030")])
