@@ -89,9 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "--cluster",
                 default=None,
                 metavar="ADDRESS",
-                help="count a marginal generator's (MST, AIM) training rows on this Dask scheduler's workers "
-                "(e.g. tcp://10.0.0.5:8786; they must read the run folder's Parquet from shared storage); the "
-                "secret, the noise and the ledger stay on this machine",
+                help="count a marginal generator's (MST, AIM) training rows, or pretrain GS-WGAN's critics, on "
+                "this Dask scheduler's workers (e.g. tcp://10.0.0.5:8786; for the counting they read the run "
+                "folder's Parquet from shared storage); the same result as here: the secret, the partition, the "
+                "noise and the ledger stay on this machine",
             )
             p.add_argument(
                 "--allow-same-input",

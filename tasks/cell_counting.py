@@ -26,6 +26,7 @@ from dpsynth.models.data.cell_counts import CellCounts, Clique, add_up, count_fr
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from dpsynth.models.data.schema import DatasetSchema
+from dpsynth.tasks.cluster import ClusterMap
 
 # Rows per row group of the validated table's Parquet file: the unit one counting step holds in memory
 # (about 50 MB of frames for a census-width table) and the unit of work of a cluster's workers.
@@ -116,15 +117,8 @@ def count_training_cells(
     if cluster is None:
         parts = (count_row_group(str(table_path), group, local, *arguments) for group, local in jobs)
         return add_up(parts, columns, bins, cliques, fine)
-    return add_up(_on_cluster(cluster, str(table_path), jobs, arguments), columns, bins, cliques, fine)
-
-
-def _on_cluster(cluster: str, table_path: str, jobs: list[tuple[int, np.ndarray]], arguments: tuple) -> list:
-    """Each row group's counts, computed by the cluster's workers (exact integers, summed by the caller)."""
-    from distributed import Client
-
-    with Client(cluster) as client:
-        futures = [
-            client.submit(count_row_group, table_path, group, local, *arguments, pure=False) for group, local in jobs
-        ]
-        return client.gather(futures)
+    # Each row group's exact counts on the cluster's workers, summed here.
+    counted = ClusterMap(cluster)(
+        count_row_group, [(str(table_path), group, local, *arguments) for group, local in jobs]
+    )
+    return add_up(counted, columns, bins, cliques, fine)

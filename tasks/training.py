@@ -25,6 +25,7 @@ from dpsynth.models.generators.base import GeneratorType, TrainingJob
 from dpsynth.models.generators.samplers import sample_rows
 from dpsynth.models.privacy.secret import load as load_secret
 from dpsynth.tasks.cell_counting import count_training_cells
+from dpsynth.tasks.cluster import cluster_map
 from dpsynth.tasks.progress import Progress, note
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
@@ -111,8 +112,9 @@ def prepare_stage(
     cluster: str | None = None,
 ) -> StageResult:
     """Impute the training rows within the groups the generator allows, then its own preparation; for a
-    generator that reads only cell counts, count them instead (on the Dask cluster at `cluster`, if any:
-    the same counts, so not part of the stage's configuration)."""
+    generator that reads only cell counts, count them instead. With `cluster` (a Dask scheduler's address)
+    the counting, or GS-WGAN's pretraining chunks, run on its workers: the same counts and the same
+    critics, so not part of the stage's configuration."""
     generator = generator_for(profile, setting)
 
     counted = generator.counted_cells(profile, setting, schema) if profile.protocol != "thesis" else None
@@ -135,7 +137,7 @@ def prepare_stage(
         encoded = np.load(encoded_path, mmap_mode="r")  # read by the thesis protocol only
         matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, encoded)
         np.save(directory / "train_rows.npy", matrix)
-        job = TrainingJob(profile, setting, schema, matrix, secret, directory)
+        job = TrainingJob(profile, setting, schema, matrix, secret, directory, task_map=cluster_map(cluster))
         units = generator.prepare_units(profile)
         if units:
             with Progress(f"{generator.prepare_name}ing {setting.name}", units) as shown:

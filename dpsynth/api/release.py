@@ -139,7 +139,8 @@ def release(
     (ledger, stores, run folders) for this process and the ones it starts (default $DPSYNTH_HOME, else
     ~/.dpsynth). `publish=False`: a trial. `out`: the run folder (default `<home>/runs/release/<run id>`;
     an interrupted run of the same inputs resumes). `cluster`: a Dask scheduler's address, as
-    `dpsynth release --cluster` (the marginal generators' counting on its workers, to the same counts).
+    `dpsynth release --cluster` (the marginal generators' counting, or GS-WGAN's pretraining, on its
+    workers, to the same counts and critics).
     `secret`: a fixed privacy secret, for tests of trials only (a publishing release always draws its
     own: ConfigError otherwise). `progress`: the progress display on standard error; `verbose`: the
     libraries' logs too."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -76,6 +76,18 @@ class SummaryEntry:
     value: object
 
 
+class TaskMap(Protocol):
+    """Runs `fn(*arguments)` for each tuple of `arguments` somewhere else (a cluster's workers) and returns
+    the results in order; `done(i)` is called as task i completes."""
+
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        arguments: Sequence[tuple],
+        done: Callable[[int], None] | None = None,
+    ) -> list: ...
+
+
 @dataclass
 class TrainingJob:
     """One setting's training, as the train stage hands it to a generator."""
@@ -89,6 +101,9 @@ class TrainingJob:
     # The training rows' exact cell counts, for a generator that reads nothing else (`counted_cells`):
     # counted out of core by the prepare stage, so that no n x columns matrix is held.
     counts: CellCounts | None = None
+    # Where independent units of the preparation may run (a cluster's workers, tasks/cluster.py), to the
+    # same result as here; None: in this process.
+    task_map: TaskMap | None = None
 
 
 @dataclass

@@ -128,6 +128,7 @@ class GSWGAN(GeneratorType):
             device,
             progress=None if progress is None else (lambda it: progress(it, "")),
             condition=self._condition(job),
+            task_map=job.task_map,
         )
         torch.save(critics.state_dict(), job.directory / "critics.pt")
         sizes = subset_sizes(partition)

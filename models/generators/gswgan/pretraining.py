@@ -10,6 +10,9 @@ Speed (bench/pretrain.py). A cache-sized chunk of pairs trains at a time with ha
 forward/backward passes (models/generators/networks.py), fused Adam, reused output buffers
 (`Workspace`), and one worker thread per core, each on its own chunks with one intra-op thread; the
 throwaway generators' products may run in bfloat16 and the critic updates in C (devices.py).
+
+Elsewhere. Given a `task_map` (tasks/cluster.py: a Dask cluster's workers), each chunk is a task that
+carries only its own subsets' rows, so the critics are the same bits as in this process.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from dpsynth.models.generators.base import TaskMap
 from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.devices import intra_op_threads, pretrain_matmul_dtype
 from dpsynth.models.generators.gswgan.partition import sample_local_rows, subset_sizes
@@ -184,6 +188,7 @@ def pretrain_critics(
     chunk_size: int | None = None,
     workers: int | None = None,
     condition: tuple[int, float] | None = None,
+    task_map: TaskMap | None = None,
 ) -> CriticStack:
     """Pretrain K critics, each against its own throwaway generator on its own subset (official GS-WGAN;
     no privacy cost: nothing of this reaches the released generator except through the sanitised
@@ -197,6 +202,7 @@ def pretrain_critics(
     each with one intra-op thread (also with one worker, so the result is the same for any `workers`).
     `progress(i)` is called as the work of i iterations of all K pairs completes. With a `condition`
     the throwaway generators are conditional like the released one (generator_files.py `target_condition`).
+    With a `task_map` each chunk runs as a task there (`pretrain_chunk_task`), to the same critics.
     """
     device = torch.device(device)
     k = partition.shape[0]
@@ -230,11 +236,69 @@ def pretrain_critics(
         rng = chunk_generator(seed, index, rng_device)
         return _pretrain_chunk(data, part[start:stop], gan, groups, rng, device, iterations, tick, condition)
 
-    with intra_op_threads(1 if device.type == "cpu" else None):
-        if workers > 1:
-            with ThreadPoolExecutor(workers) as pool:
-                results = list(pool.map(work, range(len(chunks))))
-        else:
-            results = [work(i) for i in range(len(chunks))]
+    if task_map is not None:
+        args = (data, part, chunks, gan, groups, seed, device, iterations, tick, condition)
+        results = _pretrain_elsewhere(task_map, *args)
+    else:
+        with intra_op_threads(1 if device.type == "cpu" else None):
+            if workers > 1:
+                with ThreadPoolExecutor(workers) as pool:
+                    results = list(pool.map(work, range(len(chunks))))
+            else:
+                results = [work(i) for i in range(len(chunks))]
     params = [torch.cat(parts) for parts in zip(*results, strict=False)]
     return CriticStack.from_params(params, gan.critic_batchnorm)
+
+
+def _pretrain_elsewhere(
+    task_map: TaskMap,
+    data: torch.Tensor,
+    part: torch.Tensor,
+    chunks: list[tuple[int, int]],
+    gan: GanConfig,
+    groups: Sequence[HeadGroup],
+    seed: int,
+    device: torch.device,
+    iterations: int,
+    tick: Callable[[int], None],
+    condition: tuple[int, float] | None,
+) -> list[list[torch.Tensor]]:
+    arguments = []
+    for index, (start, stop) in enumerate(chunks):
+        rows, local = chunk_rows(data, part[start:stop])
+        arguments.append((rows, local, gan, list(groups), seed, index, str(device), iterations, condition))
+    return task_map(pretrain_chunk_task, arguments, done=lambda i: tick((chunks[i][1] - chunks[i][0]) * iterations))
+
+
+def chunk_rows(data: torch.Tensor, part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Only the rows a chunk's subsets hold, and its partition re-indexed into them (padding stays -1): a
+    chunk reads the same values through either, so a task ships its own subsets, not the table."""
+    members = part.reshape(-1)
+    rows = data[members.clamp(min=0)].cpu()
+    local = torch.arange(members.numel(), device=part.device).reshape(part.shape)
+    return rows, torch.where(part >= 0, local, torch.full_like(local, -1)).cpu()
+
+
+def pretrain_chunk_task(
+    rows: torch.Tensor,
+    part: torch.Tensor,
+    gan: GanConfig,
+    groups: Sequence[HeadGroup],
+    seed: int,
+    index: int,
+    device: str,
+    iterations: int,
+    condition: tuple[int, float] | None,
+) -> list[torch.Tensor]:
+    """Chunk `index` of `pretrain_critics`, on a worker: its own stream, one intra-op thread (as the local
+    path: the result must not depend on the worker's thread count). The thread count is left at one,
+    not restored: tasks run side by side in a worker's threads, and a restore by one would raise the count
+    under another."""
+    target = torch.device(device)
+    if target.type == "cpu" and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    rng = chunk_generator(seed, index, target if target.type == "cuda" else "cpu")
+    params = _pretrain_chunk(
+        rows.to(target), part.to(target), gan, groups, rng, target, iterations, lambda _: None, condition
+    )
+    return [p.cpu() for p in params]
