@@ -74,6 +74,31 @@ def read_rows(table_path: Path, rows: np.ndarray) -> pd.DataFrame:
     return pd.concat(pieces)
 
 
+def write_public_training_matrix(
+    schema: DatasetSchema, table_path: Path, rows: np.ndarray, knn_neighbors: int, out: Path
+) -> None:
+    """The encoded training rows `rows` (global indices, kept in their order) when no row imputes another
+    (`publicly_filled_rows`' values before decoding), written to the .npy file `out` one row group at a
+    time: the same array as the in-memory `training.training_matrix`, without the table in memory."""
+    import pyarrow.parquet as pq
+
+    rows = np.asarray(rows, dtype=np.int64)
+    encoder = TableEncoder(schema)
+    matrix = np.lib.format.open_memmap(out, mode="w+", dtype=np.float32, shape=(len(rows), encoder.width))
+    order = np.argsort(rows, kind="stable")
+    ascending = rows[order]
+    parquet = pq.ParquetFile(table_path)
+    for group, (first, n) in enumerate(row_group_layout(table_path)):
+        lo, hi = np.searchsorted(ascending, [first, first + n])
+        if hi > lo:
+            frame = parquet.read_row_group(group).to_pandas().iloc[ascending[lo:hi] - first]
+            numeric, _ = invalid_to_missing(schema, frame)
+            filled = UnitScaledImputer(schema, knn_neighbors).fill_public(numeric)
+            matrix[order[lo:hi]] = encoder.encode(typed_frame(schema, filled)).astype(np.float32)
+    matrix.flush()
+    del matrix
+
+
 def count_row_group(
     table_path: str,
     group: int,

@@ -24,7 +24,7 @@ from dpsynth.models.generators import generator_for, registration
 from dpsynth.models.generators.base import GeneratorType, TrainingJob
 from dpsynth.models.generators.samplers import sample_rows
 from dpsynth.models.privacy.secret import load as load_secret
-from dpsynth.tasks.cell_counting import count_training_cells
+from dpsynth.tasks.cell_counting import count_training_cells, write_public_training_matrix
 from dpsynth.tasks.cluster import cluster_map
 from dpsynth.tasks.progress import Progress, note
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
@@ -134,9 +134,14 @@ def prepare_stage(
             job = TrainingJob(profile, setting, schema, _no_rows(schema), secret, directory, counts=counts)
             files, info = generator.prepare(job)
             return {"cell_counts": directory / COUNTS_FILE, **files}, {"generator": generator.name, **info}
-        encoded = np.load(encoded_path, mmap_mode="r")  # read by the thesis protocol only
-        matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, encoded)
-        np.save(directory / "train_rows.npy", matrix)
+        if groups is None and profile.protocol != "thesis":
+            # No row imputes another: the matrix is written one row group at a time, no table in memory.
+            write_public_training_matrix(schema, table_path, rows, profile.knn_neighbors, directory / "train_rows.npy")
+            matrix = np.load(directory / "train_rows.npy")
+        else:
+            encoded = np.load(encoded_path, mmap_mode="r")  # read by the thesis protocol only
+            matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, encoded)
+            np.save(directory / "train_rows.npy", matrix)
         job = TrainingJob(profile, setting, schema, matrix, secret, directory, task_map=cluster_map(cluster))
         units = generator.prepare_units(profile)
         if units:

@@ -24,7 +24,7 @@ from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.mst.fit import measure, measure_counts
 from dpsynth.models.privacy.secret import PrivacySecret, store
 from dpsynth.tasks import training
-from dpsynth.tasks.cell_counting import count_training_cells, read_rows
+from dpsynth.tasks.cell_counting import count_training_cells, read_rows, write_public_training_matrix
 from tests.conftest import ROOT
 
 CENSUS = ROOT / "configs" / "census-demo.yaml"
@@ -68,6 +68,18 @@ def test_row_group_counts_equal_the_whole_matrix_counts(schema, table, parquet):
     counted = count_training_cells(schema, parquet, rows, 5, 16, cliques, fine)
     assert counted.total == len(rows)
     assert counted.digest() == _matrix_counts(schema, table, rows, 16, cliques, fine).digest()
+
+
+def test_the_training_matrix_written_by_row_groups_is_the_in_memory_one(schema, table, parquet, tmp_path):
+    """The DP-SGD generators' training rows (no row imputes another) written one row group at a time:
+    the same float32 array as encoding the whole table in memory, in the order of the rows asked for."""
+    rows = np.random.default_rng(1).permutation(len(table))[:2200]  # every row group, not in order
+    profile = load_profile("eps1", CENSUS)
+    write_public_training_matrix(schema, parquet, rows, profile.knn_neighbors, tmp_path / "train_rows.npy")
+    written = np.load(tmp_path / "train_rows.npy")
+    expected = training.training_matrix(schema, table, rows, None, profile, np.zeros(0))
+    assert written.dtype == np.float32 and written.shape == expected.shape
+    assert np.array_equal(written, expected)
 
 
 def test_counts_on_a_local_dask_cluster_give_the_same_noisy_marginals(schema, table, parquet):
@@ -142,7 +154,7 @@ MEMORY_CHILD = textwrap.dedent(
     import numpy as np
     from dpsynth.models.data.cell_counts import one_and_two_way
     from dpsynth.models.data.schema import DatasetSchema
-    from dpsynth.tasks.cell_counting import count_training_cells, read_rows
+    from dpsynth.tasks.cell_counting import count_training_cells, read_rows, write_public_training_matrix
     schema = DatasetSchema.from_yaml(sys.argv[1])
     rows = np.arange(int(sys.argv[3]))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
