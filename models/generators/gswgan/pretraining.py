@@ -43,6 +43,10 @@ DEFAULT_CHUNK_CPU = 32
 DEFAULT_CHUNK_CUDA = 512
 
 
+class PretrainingStopped(Exception):
+    """Raised inside a chunk's thread once the pretraining was interrupted elsewhere."""
+
+
 def critic_chunks(discriminators: int, chunk_size: int) -> list[tuple[int, int]]:
     """The ranges [start, stop) of critics trained together, in order."""
     return [(s, min(s + chunk_size, discriminators)) for s in range(0, discriminators, chunk_size)]
@@ -220,8 +224,11 @@ def pretrain_critics(
 
     lock = threading.Lock()
     done = [0, 0]  # critic-iterations, iterations reported
+    stopped = threading.Event()
 
     def tick(pairs: int) -> None:
+        if stopped.is_set():
+            raise PretrainingStopped
         if progress is None:
             return
         with lock:
@@ -242,8 +249,15 @@ def pretrain_critics(
     else:
         with intra_op_threads(1 if device.type == "cpu" else None):
             if workers > 1:
-                with ThreadPoolExecutor(workers) as pool:
+                pool = ThreadPoolExecutor(workers)
+                try:
                     results = list(pool.map(work, range(len(chunks))))
+                finally:
+                    # When this thread is interrupted (SIGTERM, Ctrl-C, a failing chunk), the chunks still
+                    # running stop at their next iteration and the queued ones never start; a plain
+                    # `with` would wait for every chunk's whole pretraining (hours at K = 1000).
+                    stopped.set()
+                    pool.shutdown(wait=True, cancel_futures=True)
             else:
                 results = [work(i) for i in range(len(chunks))]
     params = [torch.cat(parts) for parts in zip(*results, strict=False)]
