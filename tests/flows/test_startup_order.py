@@ -274,6 +274,62 @@ def test_the_prepared_server_builds_prefects_app_before_it_is_told_to_serve(monk
 
     built: list[str] = []
     monkeypatch.setattr(prefect.server.api.server, "create_app", lambda *a, **k: built.append("app"))
+    monkeypatch.setattr(prefect_server, "load_serving_code", lambda: built.append("serving code"))
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # the command was refused: told nothing
     prefect_server.serve_when_told()
-    assert built == ["app"]
+    assert built == ["app", "serving code"]
+
+
+def test_the_prepared_server_serves_the_app_it_built(monkeypatch):
+    """uvicorn gets the app built while the preflight ran, not Prefect's factory to call again (which sets
+    up logging and hashes every setting before finding the same app in its cache)."""
+    import io
+
+    import prefect.server.api.server
+    import uvicorn
+
+    app = object()
+    built: list[str] = []
+    served: list[tuple] = []
+
+    def create_app(*args, **kwargs):
+        built.append("app")
+        return app
+
+    monkeypatch.setattr(prefect.server.api.server, "create_app", create_app)
+    monkeypatch.setattr(prefect_server, "load_serving_code", lambda: built.append("serving code"))
+    monkeypatch.setattr(uvicorn, "run", lambda served_app, **kwargs: served.append((served_app, kwargs["port"])))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("4242\n"))  # the preflight passed: told a port
+    prefect_server.serve_when_told()
+    assert built == ["app", "serving code"] and served == [(app, 4242)]
+
+
+# The prepared server's process, told nothing (a refusal): what it had loaded, and whether a database exists.
+PREPARED_PROBE = """
+import io, json, sys
+from dpsynth.flows import prefect_server
+sys.stdin = io.StringIO("")
+prefect_server.serve_when_told()
+wanted = ("alembic.command", "aiosqlite", "prefect_dask", "uvicorn.protocols.http.auto", "uvicorn.lifespan.on")
+print(json.dumps({"loaded": sorted(m for m in wanted if m in sys.modules)}))
+"""
+
+
+def test_the_prepared_server_loads_what_serving_imports_and_opens_no_database(tmp_path):
+    """The modules the app's start imports (migrations, block registration, Prefect's collections) and
+    uvicorn's protocols load before the command tells the server to serve: serving, after the preflight,
+    is left its database work (bench/startup.py); a refusal still leaves no Prefect database."""
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), **prefect_server.SERVER_ENVIRONMENT}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", PREPARED_PROBE], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == [
+        "aiosqlite",
+        "alembic.command",
+        "prefect_dask",
+        "uvicorn.lifespan.on",
+        "uvicorn.protocols.http.auto",
+    ]
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()
