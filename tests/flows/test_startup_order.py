@@ -97,7 +97,8 @@ def recorded_order(monkeypatch):
     server = RecordingServer(order)
 
     def prepared():
-        order.append("server prepared")
+        if "server prepared" not in order:  # as `prepared_server`: a second call gets the process's server
+            order.append("server prepared")
         return server
 
     checks = cli.preflight_checks
@@ -164,6 +165,36 @@ def test_the_python_api_serves_prefect_after_its_preflight_and_runs_its_flow_on_
         "flow uses the server",
         "flow called",
     ]
+
+
+@pytest.mark.parametrize(
+    "argv, prepared",
+    [
+        (["release", "--config", "c.yaml", "--data", "d.csv"], True),
+        (["--home", "h", "experiment", "--config", "c.yaml", "--data", "d.csv"], True),
+        (["--home", "release", "validate", "--config", "c.yaml", "--data", "d.csv"], False),  # a home named release
+        (["experiment", "--config", "c.yaml", "--data", "d.csv", "--dry-run"], False),
+        (["ledger", "--config", "c.yaml"], False),
+    ],
+)
+def test_a_flow_command_prepares_its_server_before_its_arguments_are_parsed(
+    recorded_order, monkeypatch, tmp_path, argv, prepared
+):
+    """The server's process loads Prefect's server code from the command's first moment, not after the
+    parser (and what its choices import) has run; a command that runs no flow prepares none."""
+    parser = cli.build_parser
+
+    def build_parser():
+        recorded_order.append("arguments parsed")
+        return parser()
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    for name in ("cmd_release", "cmd_experiment", "cmd_validate", "cmd_ledger"):
+        monkeypatch.setattr(cli, name, lambda args: recorded_order.append("command ran"))
+    assert cli.main(argv) == 0
+    expected = ["arguments parsed", "command ran"]
+    assert recorded_order == (["server prepared", *expected] if prepared else expected)
 
 
 def test_a_run_already_finished_stops_its_prepared_server_unused(monkeypatch, recorded_order):
