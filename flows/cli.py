@@ -204,7 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     from dpsynth.tasks.private_files import owner_only
 
-    owner_only()
+    owner_only()  # before any process starts: the server's files too are the owner's only
+    argv = sys.argv[1:] if argv is None else argv
+    if runs_a_flow(argv):
+        # Prefect's server code takes seconds to load: its process starts now, before the arguments are
+        # parsed (`preflight` takes it up); a command ending without a flow (a usage error, a refusal)
+        # ends it having served nothing (flows/prefect_server.py).
+        from dpsynth.flows import prefect_server
+
+        prefect_server.prepared_server()
     args = build_parser().parse_args(argv)
     handler = {
         "validate": cmd_validate,
@@ -255,6 +263,23 @@ def main(argv: list[str] | None = None) -> int:
 
         unlock_all()  # a run the command held but never ran (a refusal after its preflight took the lock)
     return 0
+
+
+FLOW_COMMANDS = ("release", "experiment")
+
+
+def runs_a_flow(argv: list[str]) -> bool:
+    """Whether `argv` names a command that runs a Prefect flow (not its help or its dry run), read before
+    the parser: the first word that is no option, skipping the value of `--home`."""
+    if any(word in ("-h", "--help", "--dry-run") for word in argv):
+        return False
+    words = iter(argv)
+    for word in words:
+        if word == "--home":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word in FLOW_COMMANDS
+    return False
 
 
 def _tracking_errors() -> tuple[type[BaseException], ...]:

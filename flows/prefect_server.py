@@ -5,7 +5,8 @@ Left to Prefect, the server starts when the flow is first called: after the pref
 and the libraries have loaded one after another, and the command waits for it (about 10 s, most of it
 loading Prefect's server code). Here its process starts with the command and loads that code while the
 preflight runs (on the other core), serving nothing: no port is bound and no database opened until the
-preflight has passed (it builds Prefect's app meanwhile), and a refusal ends it unused (`discard`).
+preflight has passed (it builds Prefect's app, and imports what serving it imports, meanwhile), and a
+refusal ends it unused (`discard`).
 Then it serves (`start`) while this process imports the flow; `wait` finds it ready, or nearly. It is the same
 server Prefect would start (uvicorn serving Prefect's app, without the UI, on 127.0.0.1), stopped when
 the command ends.
@@ -193,28 +194,54 @@ def use(server: TemporaryServer | None) -> Iterator[None]:
         yield
 
 
+# What the app's start (its lifespan: the database's migrations, the block types' registration) and
+# uvicorn's serving import only once told to serve: 500 modules, about 0.5 CPU s. Imported while the
+# preflight runs instead, they leave serving its database work alone (bench/startup.py).
+SERVING_MODULES = (
+    "aiosqlite",
+    "alembic.command",
+    "alembic.config",
+    "alembic.runtime.migration",
+    "alembic.autogenerate",
+    "prefect.server.database.alembic_commands",
+    "prefect.server.models.block_registration",
+    "uvicorn.loops.auto",
+    "uvicorn.protocols.http.auto",
+    "uvicorn.protocols.websockets.auto",
+    "uvicorn.lifespan.on",
+)
+
+
+def load_serving_code() -> None:
+    """Import what serving will import, opening nothing: Prefect's installed collections (prefect-dask,
+    which loads Dask), which the app's start loads to see whether its block types changed, and
+    `SERVING_MODULES`."""
+    import importlib
+
+    import prefect.plugins
+
+    prefect.plugins.load_prefect_collections()
+    for module in SERVING_MODULES:
+        importlib.import_module(module)
+
+
 def serve_when_told() -> None:
-    """The server's process (`TemporaryServer.prepare`): Prefect's server code loads, and its app is built,
-    at once; then a port on standard input has it serve there, as Prefect's own temporary server does
-    (uvicorn serving its app, exit status 3 if the port is taken), while the end of the input (the command
-    was refused, or ended) ends it having served nothing: no port bound, no database opened."""
+    """The server's process (`TemporaryServer.prepare`): Prefect's server code loads, its app is built and
+    what serving imports is loaded, at once; then a port on standard input has it serve there, as Prefect's
+    own temporary server does (uvicorn serving its app, exit status 3 if the port is taken), while the end
+    of the input (the command was refused, or ended) ends it having served nothing: no port bound, no
+    database opened."""
     import uvicorn
     from prefect.server.api.server import create_app
 
-    # The app too (routes, middleware; no database, no port): Prefect keeps it, and uvicorn's call of the
-    # factory below gets this one, so that serving starts with the app built (bench/startup.py).
-    create_app()
+    # The app too (routes, middleware; no database, no port), served below as it is: uvicorn calling
+    # Prefect's factory again would get the same app, after setting up logging and hashing every setting.
+    app = create_app()
+    load_serving_code()
     line = sys.stdin.readline().strip()
     if not line:
         return
-    uvicorn.run(
-        "prefect.server.api.server:create_app",
-        factory=True,
-        host="127.0.0.1",
-        port=int(line),
-        log_level="error",
-        lifespan="on",
-    )
+    uvicorn.run(app, host="127.0.0.1", port=int(line), log_level="error", lifespan="on")
 
 
 if __name__ == "__main__":

@@ -97,7 +97,8 @@ def recorded_order(monkeypatch):
     server = RecordingServer(order)
 
     def prepared():
-        order.append("server prepared")
+        if "server prepared" not in order:  # as `prepared_server`: a second call gets the process's server
+            order.append("server prepared")
         return server
 
     checks = cli.preflight_checks
@@ -164,6 +165,36 @@ def test_the_python_api_serves_prefect_after_its_preflight_and_runs_its_flow_on_
         "flow uses the server",
         "flow called",
     ]
+
+
+@pytest.mark.parametrize(
+    "argv, prepared",
+    [
+        (["release", "--config", "c.yaml", "--data", "d.csv"], True),
+        (["--home", "h", "experiment", "--config", "c.yaml", "--data", "d.csv"], True),
+        (["--home", "release", "validate", "--config", "c.yaml", "--data", "d.csv"], False),  # a home named release
+        (["experiment", "--config", "c.yaml", "--data", "d.csv", "--dry-run"], False),
+        (["ledger", "--config", "c.yaml"], False),
+    ],
+)
+def test_a_flow_command_prepares_its_server_before_its_arguments_are_parsed(
+    recorded_order, monkeypatch, tmp_path, argv, prepared
+):
+    """The server's process loads Prefect's server code from the command's first moment, not after the
+    parser (and what its choices import) has run; a command that runs no flow prepares none."""
+    parser = cli.build_parser
+
+    def build_parser():
+        recorded_order.append("arguments parsed")
+        return parser()
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    for name in ("cmd_release", "cmd_experiment", "cmd_validate", "cmd_ledger"):
+        monkeypatch.setattr(cli, name, lambda args: recorded_order.append("command ran"))
+    assert cli.main(argv) == 0
+    expected = ["arguments parsed", "command ran"]
+    assert recorded_order == (["server prepared", *expected] if prepared else expected)
 
 
 def test_a_run_already_finished_stops_its_prepared_server_unused(monkeypatch, recorded_order):
@@ -274,6 +305,62 @@ def test_the_prepared_server_builds_prefects_app_before_it_is_told_to_serve(monk
 
     built: list[str] = []
     monkeypatch.setattr(prefect.server.api.server, "create_app", lambda *a, **k: built.append("app"))
+    monkeypatch.setattr(prefect_server, "load_serving_code", lambda: built.append("serving code"))
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # the command was refused: told nothing
     prefect_server.serve_when_told()
-    assert built == ["app"]
+    assert built == ["app", "serving code"]
+
+
+def test_the_prepared_server_serves_the_app_it_built(monkeypatch):
+    """uvicorn gets the app built while the preflight ran, not Prefect's factory to call again (which sets
+    up logging and hashes every setting before finding the same app in its cache)."""
+    import io
+
+    import prefect.server.api.server
+    import uvicorn
+
+    app = object()
+    built: list[str] = []
+    served: list[tuple] = []
+
+    def create_app(*args, **kwargs):
+        built.append("app")
+        return app
+
+    monkeypatch.setattr(prefect.server.api.server, "create_app", create_app)
+    monkeypatch.setattr(prefect_server, "load_serving_code", lambda: built.append("serving code"))
+    monkeypatch.setattr(uvicorn, "run", lambda served_app, **kwargs: served.append((served_app, kwargs["port"])))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("4242\n"))  # the preflight passed: told a port
+    prefect_server.serve_when_told()
+    assert built == ["app", "serving code"] and served == [(app, 4242)]
+
+
+# The prepared server's process, told nothing (a refusal): what it had loaded, and whether a database exists.
+PREPARED_PROBE = """
+import io, json, sys
+from dpsynth.flows import prefect_server
+sys.stdin = io.StringIO("")
+prefect_server.serve_when_told()
+wanted = ("alembic.command", "aiosqlite", "prefect_dask", "uvicorn.protocols.http.auto", "uvicorn.lifespan.on")
+print(json.dumps({"loaded": sorted(m for m in wanted if m in sys.modules)}))
+"""
+
+
+def test_the_prepared_server_loads_what_serving_imports_and_opens_no_database(tmp_path):
+    """The modules the app's start imports (migrations, block registration, Prefect's collections) and
+    uvicorn's protocols load before the command tells the server to serve: serving, after the preflight,
+    is left its database work (bench/startup.py); a refusal still leaves no Prefect database."""
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), **prefect_server.SERVER_ENVIRONMENT}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", PREPARED_PROBE], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == [
+        "aiosqlite",
+        "alembic.command",
+        "prefect_dask",
+        "uvicorn.lifespan.on",
+        "uvicorn.protocols.http.auto",
+    ]
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()
