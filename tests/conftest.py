@@ -165,26 +165,66 @@ SLOW_TESTS = (
 CONFORMANCE = "tests/models/test_generator_conformance.py"
 
 
+# The scheduling units (below) that take longest: seconds on one worker in a run of the whole suite on 2 workers
+# (`--durations=0`, setup and teardown included, commit 8c659ee; the machine shared, load 10-20, about 3x a quiet
+# run's). They go out first, longest first (LPT), so the units left for the end are short and both workers end
+# together; the units not listed follow, in collection order. Rough figures do: the order moves idle time only.
+LONGEST_UNITS = {
+    "tests/flows/test_faults.py": 679,
+    "tests/models/test_audit.py": 473,
+    "tests/flows/test_experiment_flow.py": 393,
+    "tests/flows/test_dpfedctgan_release.py": 315,
+    "tests/flows/test_scale_bench.py": 292,
+    f"{CONFORMANCE}::dpfedctgan": 278,
+    "tests/flows/test_startup_order.py": 232,
+    "tests/flows/test_deployment.py": 229,
+    "tests/test_api.py": 209,
+    "tests/flows/test_wide_release.py": 202,
+    "tests/flows/test_trial_release.py": 191,
+    "tests/flows/test_release_flow.py": 183,
+    "tests/flows/test_generators_release.py": 157,
+}
+
+
+def scheduling_unit(nodeid: str) -> str:
+    """The unit of work a worker takes whole (addopts' `--dist loadscope`): the test's module (or class), its
+    module-scoped fixtures made once; the generator checks split further, one unit per generator (its checks share
+    one training, the module-scoped `trained`): one module of every generator's trainings would keep one worker
+    busy alone."""
+    scope = nodeid.rsplit("::", 1)[0]
+    if scope == CONFORMANCE and nodeid.endswith("]"):  # test_generator_check[CHECK-GENERATOR]
+        return f"{scope}::{nodeid[:-1].rsplit('-', 1)[1]}"
+    return scope
+
+
+def longest_first(units: list[str]) -> list[str]:
+    """`units` (in collection order) in the order they are handed out: LONGEST_UNITS' longest first, then the rest
+    in collection order (tests/flows/ first: few tests, each a release or more; the many short tests last)."""
+    return sorted(units, key=lambda unit: -LONGEST_UNITS.get(unit, 0))  # stable: the rest keep their order
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (absent under -p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
-    """addopts' `--dist loadscope --no-loadscope-reorder`: each module's tests go to one worker as one unit (its
-    module-scoped fixtures made once), the units in collection order: tests/flows/ first (few tests, each a
-    release or more), the many short tests after, so the last units handed out are short and both workers end
-    together (xdist's default order, the units with the most tests first, handed the releases out last). The
-    generator checks are split further, one unit per generator (its checks share one training, the
-    module-scoped `trained`): one module of every generator's trainings would keep one worker busy alone."""
+    """addopts' `--dist loadscope --no-loadscope-reorder`: each `scheduling_unit` goes to one worker whole, the
+    units in the order `longest_first` gives (xdist's default order, the units with the most tests first, would
+    hand the releases out last)."""
     if config.getoption("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class ByGeneratorInTheChecks(LoadScopeScheduling):
+    class LongestFirst(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            if scope == CONFORMANCE and nodeid.endswith("]"):  # test_generator_check[CHECK-GENERATOR]
-                return f"{scope}::{nodeid[:-1].rsplit('-', 1)[1]}"
-            return scope
+            return scheduling_unit(nodeid)
 
-    return ByGeneratorInTheChecks(config, log)
+        def _assign_work_unit(self, node) -> None:
+            # The queue is built in collection order (--no-loadscope-reorder) just before the first unit goes out.
+            if not getattr(self, "_ordered", False):
+                for unit in longest_first(list(self.workqueue)):
+                    self.workqueue.move_to_end(unit)
+                self._ordered = True
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
 
 
 def _in_tier(path: str, name: str, listed: tuple[str, ...]) -> bool:
