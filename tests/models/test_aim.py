@@ -451,6 +451,9 @@ def _paired_fit(config: AIMConfig, selections: list | None = None, ledgers: list
             workload=config.workload,
             numeric_pair_weight=config.numeric_pair_weight,
             numeric_pair_groups=config.numeric_pair_groups,
+            one_way_share=config.one_way_share,
+            numeric_pair_share=config.numeric_pair_share,
+            pair_round_groups=config.pair_round_groups,
         )
 
 
@@ -561,3 +564,73 @@ def test_a_grouped_measurement_is_fitted_by_both_estimators():
     assert float(np.abs(coarse.aggregate(rounds.marginal((0, 1)), groups) - truth).sum()) < 0.05 * start
     final = estimator.final_fit(measured, 200).marginals()
     assert float(np.abs(coarse.aggregate(final.marginal((0, 1)), groups) - truth).sum()) < 0.05 * start
+
+
+# ------------------------------------------------- pair rounds: aim.numeric_pair_share (issue 41 item 3)
+
+
+def test_a_numeric_pair_share_pays_for_c_minus_1_pair_rounds_and_the_shares_add_up_to_rho():
+    # 15 columns, 6 of them continuous: five pair rounds spend 0.2 rho together, the 1-way marginals 0.3
+    # rho, and the T rounds are planned on the other half.
+    budget = AIMBudget(0.02, 15, 240, one_way_share=0.3, numeric_pair_share=0.2, continuous=6)
+    assert budget.pair_rounds == 5 and budget.pair_rho == pytest.approx(0.2 * 0.02, rel=1e-12)
+    assert 5 * round_rho(budget.pair_std, budget.pair_epsilon) == pytest.approx(0.2 * 0.02, rel=1e-12)
+    assert 5 / budget.pair_std**2 == pytest.approx(0.9 * 0.2 * 0.02, rel=1e-12)  # the split of each pair round
+    assert 15 / budget.one_way_std**2 == pytest.approx(0.3 * 0.02, rel=1e-12)
+    assert 240 * round_rho(budget.initial_std, budget.initial_epsilon) == pytest.approx(0.5 * 0.02, rel=1e-12)
+    # Share 0 (the default, the paper's) or fewer than two continuous columns: no pair round, nothing spent.
+    for unpaired in (AIMBudget(0.02, 15, 240, 0.3, 0.0, 6), AIMBudget(0.02, 15, 240, 0.3, 0.2, 1)):
+        assert unpaired.pair_rounds == 0 and unpaired.pair_rho == 0.0
+        assert unpaired.rounds_rho == pytest.approx(0.7 * 0.02, rel=1e-12)
+    assert AIMConfig().numeric_pair_share == 0.0
+    with pytest.raises(ConfigError, match="numeric_pair_share"):
+        AIMBudget(0.02, 15, 240, one_way_share=0.6, numeric_pair_share=0.4, continuous=6)
+
+
+def _ledgered_paired_fit(config: AIMConfig):
+    """`_paired_fit` with every Gaussian's std the fit drew, in order, and its rho ledger."""
+    stds: list[float] = []
+
+    def measuring(counts, std, rng):
+        stds.append(std)
+        return gaussian_counts(counts, std, rng)
+
+    ledgers: list[RhoLedger] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mechanism, "gaussian_counts", measuring)
+        result = _paired_fit(config, ledgers=ledgers)
+    return result, stds, ledgers[0]
+
+
+def test_at_epsilon_1_a_numeric_pair_share_measures_the_monotone_pair_and_its_rho_adds_up():
+    # The generated table's upper and lower pressures rise together (rank correlation about 0.7): at
+    # epsilon 1 the paper's rounds measure no pair of continuous columns; with the share, the first pair
+    # round chooses that pair and measures it over groups of cells.
+    paper, _, _ = _ledgered_paired_fit(AIMConfig())
+    assert _continuous_pairs(paper) == [] and paper.info["pair_rounds"] == []
+    config = AIMConfig(one_way_share=0.33, numeric_pair_share=0.2)
+    result, stds, ledger = _ledgered_paired_fit(config)
+    pair_rounds = result.info["pair_rounds"]
+    assert pair_rounds[0]["clique"] == ["upper", "lower"] and pair_rounds[0]["grouped"]
+    continuous = {c.name for c in PAIRED.columns if c.is_continuous}
+    assert all(len(r["clique"]) == 2 and set(r["clique"]) <= continuous for r in pair_rounds)
+    assert len({tuple(r["clique"]) for r in pair_rounds}) == len(pair_rounds)  # never the same pair twice
+    # The ledger holds what ran: the 1-way marginals at their share, the pair rounds (select, measure) at
+    # the budget's pair scales, spending the pair share exactly, then the rounds; all of it adds up to rho.
+    rho = rho_for_epsilon(1.0, 1e-5)
+    budget = AIMBudget(rho, 6, 96, 0.33, 0.2, continuous=4)
+    assert budget.pair_rounds == 3 == len(pair_rounds)
+    entries, d = ledger.entries, len(PAIRED.columns)
+    assert [e["std"] for e in entries[:d]] == [budget.one_way_std] * d
+    paired = entries[d : d + 2 * budget.pair_rounds]
+    assert [e["kind"] for e in paired] == ["select", "measure"] * budget.pair_rounds
+    names = PAIRED.column_names
+    assert [e["clique"] for e in paired[::2]] == [[names.index(n) for n in r["clique"]] for r in pair_rounds]
+    assert all(e["epsilon"] == budget.pair_epsilon and e["sensitivity"] == 2.0 for e in paired[::2])
+    assert all(e["std"] == budget.pair_std for e in paired[1::2])
+    assert math.fsum(e["rho"] for e in paired) == pytest.approx(0.2 * rho, rel=1e-12)
+    assert stds[: d + budget.pair_rounds] == [budget.one_way_std] * d + [budget.pair_std] * budget.pair_rounds
+    assert result.info["rounds"][0]["std"] == budget.initial_std
+    assert math.fsum(e["rho"] for e in entries) == pytest.approx(rho, rel=1e-12)
+    assert result.info["rho_spent"] == pytest.approx(rho, rel=1e-12)
+    assert result.info["budget"]["pair_rounds"] == 3 and result.info["budget"]["numeric_pair_share"] == 0.2

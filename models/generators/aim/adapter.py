@@ -8,7 +8,7 @@ from typing import Any
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.generators.aim.config import AIMConfig
-from dpsynth.models.generators.aim.privacy import L1_SENSITIVITY, L2_SENSITIVITY, SELECTION_SHARE, AIMBudget
+from dpsynth.models.generators.aim.privacy import L1_SENSITIVITY, L2_SENSITIVITY, SELECTION_SHARE
 from dpsynth.models.generators.base import (
     ADJACENCY,
     NO_DONORS,
@@ -32,6 +32,8 @@ LABELS = {
     "aim_workload": "marginals AIM's selection scores",
     "aim_numeric_pair_weight": "workload weight of each pair of two continuous columns (others 1)",
     "aim_numeric_pair_groups": "groups of cells per column a pair of continuous columns is also scored on",
+    "aim_numeric_pair_share": "share of rho spent on pair rounds among the pairs of continuous columns",
+    "aim_pair_round_groups": "groups of cells per column a pair round measures a pair over",
     "aim_max_model_mb": "largest model a round may grow to (MB)",
     "aim_gaussian_sensitivity": "L2 sensitivity of each marginal (replace-one)",
     "aim_score_sensitivity": "sensitivity of each selection score per unit of weight (replace-one)",
@@ -58,7 +60,11 @@ class AIM(ZCDPModelGenerator):
         require_private(self, setting)
         rho = training_rho(profile, setting)
         if schema is not None:
-            AIMBudget(rho, len(schema.columns), rounds(profile.aim, len(schema.columns)), profile.aim.one_way_share)
+            from dpsynth.models.generators.aim.fit import budget
+
+            config: AIMConfig = profile.aim
+            budget(tuple(schema.columns), rho, rounds(config, len(schema.columns)), config.one_way_share,
+                   config.numeric_pair_share)  # fmt: skip
 
     def cliques(self, profile: Profile, schema: DatasetSchema) -> list[tuple[int, ...]]:
         from dpsynth.models.generators.aim.fit import counted_cliques
@@ -88,6 +94,8 @@ class AIM(ZCDPModelGenerator):
             numeric_pair_weight=config.numeric_pair_weight,
             numeric_pair_groups=config.numeric_pair_groups,
             one_way_share=config.one_way_share,
+            numeric_pair_share=config.numeric_pair_share,
+            pair_round_groups=config.pair_round_groups,
         )
         return fitted.model, fitted.info, fitted.seconds, {"aim_estimator_final_loss": fitted.loss}
 
@@ -105,6 +113,9 @@ class AIM(ZCDPModelGenerator):
                 "double the selection's epsilon when a measurement changed the estimate less than its noise, "
                 "and the last round spends what is left; a graphical model estimated from the noisy "
                 "marginals (private-pgm) is released; "
+                "at aim.numeric_pair_share > 0, before the rounds, pair rounds choose by the exponential "
+                "mechanism among the pairs of continuous columns (over groups of cells cut from the noisy "
+                "1-way estimate) the one worst estimated and measure it by the Gaussian mechanism; "
                 "the Gaussian mechanism on every continuous column's fine 1-way histogram (one cell per value, "
                 "or 16 sub-cells per cell), which places each sampled value inside its cell"
             ),
@@ -113,7 +124,9 @@ class AIM(ZCDPModelGenerator):
                 "costs e^2 / 8 (bounded range); the first rounds run at s and e that would spend rho in T "
                 f"rounds ({1 - SELECTION_SHARE:g} on measurements, {SELECTION_SHARE:g} on selections), the 1-way "
                 "marginals at the same s, or, at aim.one_way_share u > 0, d of them at s1 with d / s1^2 = u rho "
-                "and the T rounds planned on the rest; the rounds' costs add up to rho less the share "
+                "and the T rounds planned on the rest; at aim.numeric_pair_share u2 > 0, c - 1 pair rounds "
+                "(c continuous columns) each at s2 and e2 with 1 / s2^2 + e2^2 / 8 = u2 rho / (c - 1), the rounds "
+                "planned on what the shares leave; the rounds' costs add up to rho less the share "
                 "aim.shape_share spent on the fine histograms (c of them at noise std s3, c / s3^2); RDP order x rho"
             ),
             conversion="classic: epsilon = min over orders a of a x rho + log(1/delta)/(a - 1)",
@@ -139,6 +152,8 @@ class AIM(ZCDPModelGenerator):
                 "aim_workload": config.workload,
                 "aim_numeric_pair_weight": config.numeric_pair_weight,
                 "aim_numeric_pair_groups": config.numeric_pair_groups,
+                "aim_numeric_pair_share": config.numeric_pair_share,
+                "aim_pair_round_groups": config.pair_round_groups,
                 "aim_max_model_mb": config.max_model_mb,
                 "aim_gaussian_sensitivity": L2_SENSITIVITY,
                 "aim_score_sensitivity": L1_SENSITIVITY,

@@ -19,6 +19,9 @@ DEFAULT_NUMERIC_PAIR_WEIGHT = 1.0
 # census table) but every such trial released a lower AUC (0.811 against 0.841-0.850), and a profile's
 # AUC must not fall; a steward who needs the numeric pairs sets it (5 measured them best).
 DEFAULT_NUMERIC_PAIR_GROUPS = 0
+# Off by default (the paper's AIM); `aim-eps1` sets it (docs/utility-study.md section 12).
+DEFAULT_NUMERIC_PAIR_SHARE = 0.0
+DEFAULT_PAIR_ROUND_GROUPS = 5
 
 
 class AIMConfig(SectionConfig):
@@ -62,3 +65,12 @@ class AIMConfig(SectionConfig):
     # fine cells such a pair's own noise outweighs any error at epsilon 1, so no round would choose it.
     # 0: none (the paper's candidates only).
     numeric_pair_groups: Annotated[int, Strict(), Field(ge=0, le=1000)] = DEFAULT_NUMERIC_PAIR_GROUPS
+    # Share of rho (after the shapes) spent on pair rounds before the rounds: one per edge of a tree over
+    # the c continuous columns (c - 1), each choosing by the exponential mechanism the pair of continuous
+    # columns the model estimates worst and measuring it over `pair_round_groups` groups of cells per
+    # column (models/generators/aim/privacy.py). At epsilon 1 the rounds go to the target's cliques and
+    # no such pair is measured otherwise. 0: none (the paper's AIM).
+    numeric_pair_share: Beta = DEFAULT_NUMERIC_PAIR_SHARE
+    # Groups of adjacent cells per column a pair round measures a pair over, cut at equal shares of the
+    # noisy 1-way estimate (models/generators/aim/coarse.py); below 2: the pair's own cells.
+    pair_round_groups: Annotated[int, Strict(), Field(ge=0, le=1000)] = DEFAULT_PAIR_ROUND_GROUPS

@@ -17,7 +17,12 @@ from dpsynth.models.data.cell_counts import CellCounts, Clique, count_frame
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.aim import mechanism
-from dpsynth.models.generators.aim.config import DEFAULT_NUMERIC_PAIR_GROUPS, DEFAULT_NUMERIC_PAIR_WEIGHT
+from dpsynth.models.generators.aim.config import (
+    DEFAULT_NUMERIC_PAIR_GROUPS,
+    DEFAULT_NUMERIC_PAIR_SHARE,
+    DEFAULT_NUMERIC_PAIR_WEIGHT,
+    DEFAULT_PAIR_ROUND_GROUPS,
+)
 from dpsynth.models.generators.aim.privacy import AIMBudget
 from dpsynth.models.generators.graphical.model import MSTModel, released_cliques
 
@@ -54,22 +59,31 @@ def fit(
     numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
     numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
     one_way_share: float = 0.0,
+    numeric_pair_share: float = DEFAULT_NUMERIC_PAIR_SHARE,
+    pair_round_groups: int = DEFAULT_PAIR_ROUND_GROUPS,
 ) -> Fitted:
     """AIM at zCDP `rho` (replace-one) on `table`'s `columns`, every value already in a cell (imputed)."""
     columns = tuple(columns)
     if len(table) < 1:
         raise ConfigError("AIM needs at least one training row")
-    AIMBudget(
-        float(rho), len(columns), rounds if rounds is not None else 16 * len(columns), one_way_share
-    )  # refused before counting
+    budget(columns, rho, rounds, one_way_share, numeric_pair_share)  # refused before counting
     cliques = counted_cliques(columns, target, workload, numeric_pair_weight)
     counts = count_frame(table, columns, bins, cliques, reader="AIM")
     return fit_counts(
         counts, columns, target, rho, noise, bins=bins, rounds=rounds, max_model_mb=max_model_mb,
         round_iterations=round_iterations, iterations=iterations, workload=workload,
         numeric_pair_weight=numeric_pair_weight, numeric_pair_groups=numeric_pair_groups,
-        one_way_share=one_way_share,
+        one_way_share=one_way_share, numeric_pair_share=numeric_pair_share, pair_round_groups=pair_round_groups,
     )  # fmt: skip
+
+
+def budget(
+    columns: Sequence[Column], rho: float, rounds: int | None, one_way_share: float, numeric_pair_share: float
+) -> AIMBudget:
+    """AIM's budget on `columns` (their count and how many are continuous: public schema facts)."""
+    continuous = sum(1 for col in columns if col.is_continuous)
+    t = rounds if rounds is not None else 16 * len(columns)
+    return AIMBudget(float(rho), len(columns), t, one_way_share, numeric_pair_share, continuous)
 
 
 def counted_cliques(columns: Sequence[Column], target: str, workload: str, numeric_pair_weight: float) -> list[Clique]:
@@ -96,6 +110,8 @@ def fit_counts(
     numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
     numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
     one_way_share: float = 0.0,
+    numeric_pair_share: float = DEFAULT_NUMERIC_PAIR_SHARE,
+    pair_round_groups: int = DEFAULT_PAIR_ROUND_GROUPS,
 ) -> Fitted:
     """`fit` on the training rows' exact cell counts over `counted_cliques` (however they were counted):
     the rows are never read here, and every noise draw follows the complete counts."""
@@ -103,7 +119,7 @@ def fit_counts(
     columns = tuple(columns)
     if counts.total < 1:
         raise ConfigError("AIM needs at least one training row")
-    budget = AIMBudget(float(rho), len(columns), rounds if rounds is not None else 16 * len(columns), one_way_share)
+    plan = budget(columns, rho, rounds, one_way_share, numeric_pair_share)
     maps = [writable_map(col, bins) for col in columns]
     for j, col in enumerate(columns):
         if counts.unmapped_rows((j,), maps):
@@ -118,7 +134,7 @@ def fit_counts(
         answers,
         counts.total,
         sizes,
-        budget,
+        plan,
         work,
         weights,
         noise,
@@ -127,16 +143,18 @@ def fit_counts(
         iterations,
         continuous=continuous,
         numeric_pair_groups=numeric_pair_groups,
+        pair_round_groups=pair_round_groups,
     )
     tree = result.tree
     cliques, tables, parents = released_cliques(
         tree.graph(), lambda node: tuple(node), lambda node: tree.tables[tree.cliques.index(node)]
     )
     info = {
-        "budget": budget.to_dict(),
+        "budget": plan.to_dict(),
         "rho_spent": result.ledger.spent,
         "workload_cliques": len(work),
         "rounds": [r | {"clique": [names[j] for j in r["clique"]]} for r in result.rounds],
+        "pair_rounds": [r | {"clique": [names[j] for j in r["clique"]]} for r in result.pair_rounds],
         "model_cliques": [[names[j] for j in c] for c in cliques],
     }
     model = MSTModel(columns, bins, maps, cliques, tables, parents)

@@ -11,6 +11,13 @@ cells; models/generators/aim/privacy.py says what each step costs.
    (`numeric_pair_groups`, models/generators/aim/coarse.py) and becomes a second candidate over those
    groups, at the pair's weight: on its fine cells such a pair's own noise outweighs any error at
    epsilon 1, so without the groups no round measures the continuous columns' dependence.
+   With a declared `numeric_pair_share` (privacy.py), pair rounds follow, one per edge of a tree over
+   the continuous columns: each chooses by the exponential mechanism, among the pairs of two continuous
+   columns not yet measured that keep the model within the size cap, the one whose model estimate over
+   groups of cells (`pair_round_groups` per column, cut as above) is worst, and measures it over those
+   groups (Gaussian), at scales fixed by the share; the model is re-estimated after each. At epsilon 1
+   the rounds below go to the target's cliques, and no pair of continuous columns would otherwise be
+   measured (docs/utility-study.md section 7).
 3. Rounds: the candidates whose junction tree would stay within the size cap (which grows with the share
    of rho spent; a clique inside the model's is always allowed) are scored by weight x (L1 distance
    between their real counts and the model's - sqrt(2 / pi) std x cells: the error the measurement's own
@@ -128,6 +135,7 @@ class AIMRun:
     tree: JunctionTree  # the final estimate's junction tree and clique counts
     ledger: RhoLedger  # every mechanism run, with its rho
     rounds: list[dict]  # per round: the clique chosen, its std and epsilon, whether it annealed
+    pair_rounds: list[dict]  # per pair round (numeric_pair_share): the pair chosen, its std and epsilon
     loss: float  # the final estimate's loss on the noisy measurements (internal)
     seconds: dict
 
@@ -145,11 +153,13 @@ def run(
     iterations: int,
     continuous: Collection[int] = (),
     numeric_pair_groups: int = 0,
+    pair_round_groups: int = 0,
 ) -> AIMRun:
     """AIM at `budget` on `total` rows whose exact counts over every candidate (`candidate_weights` of the
     workload; each column coded in [0, size)) are `answers` (`counts`, or counted out of core), its
     workload `work` weighted by `weights` (`workload_weights`); each pair of two `continuous` columns is
-    also a candidate over `numeric_pair_groups` groups of cells per column (`pair_groups`; below 2: none).
+    also a candidate over `numeric_pair_groups` groups of cells per column (`pair_groups`; below 2: none);
+    the budget's pair rounds measure pairs of them over `pair_round_groups` groups per column.
     Every noise draw happens here, after the counts are complete."""
     started = time.perf_counter()
     candidates = candidate_weights(work, weights)
@@ -169,6 +179,18 @@ def run(
     # Cut from the noisy 1-way estimate (post-processing), then fixed for every round.
     groups = pair_groups(candidates, continuous, sizes, model, numeric_pair_groups)
     grouped = {c: coarse.aggregate(answers[c].reshape(sizes[c[0]], sizes[c[1]]), g).ravel() for c, g in groups.items()}
+    pair_history: list[dict] = []
+    if budget.pair_rounds:
+        pair_cells = pair_groups(candidates, continuous, sizes, model, pair_round_groups)
+        for _ in range(budget.pair_rounds):
+            picked = pair_round(
+                answers, sizes, candidates, continuous, pair_cells, measurements, model, budget, ledger,
+                selection_rng, measurement_rng, max_model_mb, estimator.model_megabytes,
+            )  # fmt: skip
+            if picked is None:  # every pair measured or past the cap: the rounds get what is left
+                break
+            pair_history.append(picked)
+            model = estimator.round_fit(measurements, round_iterations).marginals()
 
     history: list[dict] = []
     spent_selecting = spent_estimating = 0.0
@@ -214,7 +236,51 @@ def run(
         "round_estimates": spent_estimating,
         "final_estimate": time.perf_counter() - rounds_done,
     }
-    return AIMRun(tree, ledger, history, estimator.loss, seconds)
+    return AIMRun(tree, ledger, history, pair_history, estimator.loss, seconds)
+
+
+def pair_round(
+    answers: Mapping[Clique, np.ndarray],
+    sizes: Sequence[int],
+    candidates: Mapping[Clique, float],
+    continuous: Collection[int],
+    cells: Mapping[Clique, tuple[np.ndarray, ...]],
+    measurements: list[Measurement],
+    model: TreeMarginals,
+    budget: AIMBudget,
+    ledger: RhoLedger,
+    selection_rng: np.random.Generator,
+    measurement_rng: np.random.Generator,
+    max_model_mb: float,
+    megabytes: Callable[[Sequence[Clique]], float],
+) -> dict | None:
+    """One pair round (privacy.py): among the pairs of two `continuous` columns not yet measured whose
+    junction tree stays within the cap, each over its groups of `cells` (its fine cells if it has none),
+    the exponential mechanism at the budget's `pair_epsilon` chooses the worst estimated (every pair
+    weighs 1); the Gaussian measures it at `pair_std` and `measurements` gains it. None, spending
+    nothing, when no pair is left."""
+    measured = {m.clique for m in measurements}
+    pairs = {c: 1.0 for c in candidates if len(c) == 2 and set(c) <= set(continuous) and c not in measured}
+    cap = max_model_mb * (ledger.spent + budget.pair_rho / budget.pair_rounds) / budget.rho
+    allowed = within_cap(pairs, sorted(measured), cap, megabytes)
+    if not allowed:
+        return None
+    std, epsilon = budget.pair_std, budget.pair_epsilon
+    fine = {c: w for c, w in allowed.items() if c not in cells}
+    grouped_pairs = {c: w for c, w in allowed.items() if c in cells}
+    grouped = {
+        c: coarse.aggregate(answers[c].reshape(sizes[c[0]], sizes[c[1]]), cells[c]).ravel() for c in grouped_pairs
+    }
+    pool = [*fine, *grouped_pairs]
+    scored = np.concatenate([scores(fine, answers, model, std), scores(grouped_pairs, grouped, model, std, cells)])
+    sensitivity = score_sensitivity(allowed.values())
+    chosen = pool[exponential_mechanism(scored, epsilon, selection_rng, sensitivity)]
+    ledger.select(chosen, epsilon, sensitivity)
+    chosen_cells = cells.get(chosen)
+    answer = answers[chosen] if chosen_cells is None else grouped[chosen]
+    measurements.append(Measurement(chosen, gaussian_counts(answer, std, measurement_rng), std, chosen_cells))
+    ledger.measure(chosen, std)
+    return {"clique": list(chosen), "grouped": chosen_cells is not None, "std": std, "epsilon": epsilon}
 
 
 def within_cap(

@@ -8,6 +8,11 @@ With rho the whole budget, d columns and T rounds (`rounds`, the paper's 16 d by
   marginals spend u rho together, s1 = sqrt(d / (u rho)), and the rounds below share the rest (1 - u) rho
   in place of rho (at epsilon 1 the first rounds' std leaves the 1-way counts, and so every categorical
   column's level shares, far noisier than MST's, which spends a third of its rho on them);
+* with a declared `numeric_pair_share` u2 > 0 and c >= 2 continuous columns, c - 1 pair rounds follow the
+  1-way marginals, before the rounds below: each an exponential-mechanism selection among the pairs of two
+  continuous columns (over groups of their cells) at e2 and a Gaussian measurement at s2, with
+  e2^2 / 8 = 0.1 u2 rho / (c - 1) and 1 / s2^2 = 0.9 u2 rho / (c - 1): u2 rho together. The rounds
+  below then share (1 - u1 - u2) rho. With fewer than two continuous columns nothing is spent on pairs;
 * then rounds, each an exponential-mechanism selection at epsilon e (e-bounded-range: e^2 / 8, as MST's
   tree selection) and a Gaussian measurement of the chosen marginal at std s. The first rounds run at
   s = sqrt(2) / sqrt(2 x 0.9 rho / T) and e = sqrt(8 x 0.1 rho / T): T rounds would spend 0.9 rho on
@@ -88,6 +93,10 @@ class AIMBudget:
     rounds: int
     # Share of rho spent on the 1-way marginals together (0: each at the first rounds' std, the paper's).
     one_way_share: float = 0.0
+    # Share of rho spent on the pair rounds among the pairs of continuous columns (0: none, the paper's).
+    numeric_pair_share: float = 0.0
+    # How many columns are continuous (public: the schema's types); pair rounds need two.
+    continuous: int = 0
 
     def __post_init__(self) -> None:
         if not self.rho > 0 or not math.isfinite(self.rho):
@@ -96,6 +105,11 @@ class AIMBudget:
             raise ConfigError(f"AIM measures marginals of column sets: it needs two columns, got {self.columns}")
         if not 0.0 <= self.one_way_share < 1.0:
             raise ConfigError(f"aim.one_way_share must be in [0, 1), got {self.one_way_share!r}")
+        if not 0.0 <= self.numeric_pair_share < 1.0 or self.one_way_share + self.numeric_pair_share >= 1.0:
+            raise ConfigError(
+                f"aim.numeric_pair_share must be in [0, 1) and leave rho for the rounds with aim.one_way_share, "
+                f"got {self.numeric_pair_share!r} and {self.one_way_share!r}"
+            )
         # The rounds' rho must hold two rounds: 2 rho_r / T <= rho_r.
         if self.one_way_share > 0 and self.rounds < 2:
             raise ConfigError(f"aim.rounds {self.rounds} is too few: at least two rounds follow the 1-way marginals")
@@ -107,9 +121,29 @@ class AIMBudget:
             )
 
     @property
+    def pair_rounds(self) -> int:
+        """How many pair rounds run before the rounds: one per edge of a tree over the continuous columns."""
+        return self.continuous - 1 if self.numeric_pair_share > 0 and self.continuous >= 2 else 0
+
+    @property
+    def pair_rho(self) -> float:
+        """The rho the pair rounds spend together (0 without them)."""
+        return self.numeric_pair_share * self.rho if self.pair_rounds else 0.0
+
+    @property
+    def pair_std(self) -> float:
+        """Noise std of each pair round's measurement."""
+        return gaussian_std((1.0 - SELECTION_SHARE) * self.pair_rho / self.pair_rounds)
+
+    @property
+    def pair_epsilon(self) -> float:
+        """Epsilon of each pair round's selection."""
+        return math.sqrt(8.0 * SELECTION_SHARE * self.pair_rho / self.pair_rounds)
+
+    @property
     def rounds_rho(self) -> float:
-        """The rho the T rounds are planned on: all of it, or what the 1-way share leaves."""
-        return (1.0 - self.one_way_share) * self.rho
+        """The rho the T rounds are planned on: all of it, or what the 1-way share and the pair rounds leave."""
+        return (1.0 - self.one_way_share) * self.rho - self.pair_rho
 
     @property
     def initial_std(self) -> float:
@@ -135,9 +169,11 @@ class AIMBudget:
             "rounds": self.rounds,
             "one_way_share": self.one_way_share,
             "one_way_std": self.one_way_std,
+            "numeric_pair_share": self.numeric_pair_share,
+            "pair_rounds": self.pair_rounds,
             "initial_std": self.initial_std,
             "initial_epsilon": self.initial_epsilon,
-        }
+        } | ({"pair_std": self.pair_std, "pair_epsilon": self.pair_epsilon} if self.pair_rounds else {})
 
 
 @dataclass
