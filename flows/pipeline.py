@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from dpsynth.flows import stages
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
@@ -51,8 +49,9 @@ def train_chain(
             run_dir, schema, trained["checkpoints"], trained["ledger"], paths["marginals"], profile, setting
         )
     from dpsynth.tasks.evaluate import synthetic_rows  # scikit-learn: loaded once training is done
+    from dpsynth.tasks.split import SplitFile
 
-    n_rows = synthetic_rows(profile, dict(np.load(paths["split"])))
+    n_rows = synthetic_rows(profile, SplitFile(paths["split"]))
     samples = stages.sample_checkpoints(
         run_dir, schema, released["checkpoints"], released["ledger"], n_rows, profile, setting
     )

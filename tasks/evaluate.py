@@ -14,6 +14,7 @@ stay in the run folder and the internal MLflow run.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from dpsynth.models.generators import get
 from dpsynth.models.privacy.release_choice import ValidationFacts
 from dpsynth.tasks.encoded_rows import EncodedRows
 from dpsynth.tasks.progress import Progress
-from dpsynth.tasks.split import evaluation_train
+from dpsynth.tasks.split import SplitFile, evaluation_train
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 
 RESULT_COLUMNS = [
@@ -58,14 +59,14 @@ def complete_rows_path(encoded_path: Path) -> Path:
     return Path(encoded_path).parent / "complete.npy"
 
 
-def complete_validation_rows(split: dict, complete: np.ndarray) -> np.ndarray:
+def complete_validation_rows(split: Mapping[str, np.ndarray], complete: np.ndarray) -> np.ndarray:
     return split["val"][complete[split["val"]]]
 
 
 def validation_facts(schema: DatasetSchema, encoded_path: Path, split_path: Path) -> ValidationFacts:
     """The validation facts of the release's DP decision (see models/privacy/release_choice.py)."""
     encoder = TableEncoder(schema)
-    split = dict(np.load(split_path))
+    split = SplitFile(split_path)
     rows = complete_validation_rows(split, np.load(complete_rows_path(encoded_path)))
     _, y = features_target(encoder, EncodedRows(encoded_path)[rows])
     positives = int(y.sum())
@@ -98,7 +99,12 @@ def features_target(encoder: TableEncoder, matrix: np.ndarray) -> tuple[np.ndarr
 
 
 def real_splits(
-    split: dict, encoded: np.ndarray | EncodedRows, encoder: TableEncoder, protocol: str, index: int, seed: int
+    split: Mapping[str, np.ndarray],
+    encoded: np.ndarray | EncodedRows,
+    encoder: TableEncoder,
+    protocol: str,
+    index: int,
+    seed: int,
 ) -> dict[str, np.ndarray]:
     """Row indices of the real train/val/test sets for evaluation `index`.
 
@@ -177,7 +183,7 @@ def evaluate_synthetic(
     schema: DatasetSchema,
     synthetic_path: Path,
     encoded: np.ndarray | EncodedRows,
-    split: dict,
+    split: Mapping[str, np.ndarray],
     profile: Profile,
     index: int,
     complete: np.ndarray,
@@ -219,7 +225,11 @@ def level_share_columns(schema: DatasetSchema, frame: pd.DataFrame) -> dict[str,
 
 
 def evaluate_real(
-    schema: DatasetSchema, encoded: np.ndarray | EncodedRows, split: dict, profile: Profile, index: int
+    schema: DatasetSchema,
+    encoded: np.ndarray | EncodedRows,
+    split: Mapping[str, np.ndarray],
+    profile: Profile,
+    index: int,
 ) -> dict:
     encoder = TableEncoder(schema)
     real = real_splits(split, encoded, encoder, profile.protocol, index, profile.seed)
@@ -232,7 +242,7 @@ def evaluate_real(
     return selection_run(X_tr, y_tr, X_va, y_va, X_te, y_te, X_va, y_va, candidates)
 
 
-def synthetic_rows(profile: Profile, split: dict) -> int:
+def synthetic_rows(profile: Profile, split: Mapping[str, np.ndarray]) -> int:
     """Algorithm 3 samples 0.9 n synthetic rows: as many as the real training and validation sets (those
     evaluation reads: bounded on a large table, tasks/split.py)."""
     return len(evaluation_train(split)) + len(split["val"])
@@ -255,7 +265,7 @@ def selection_run_stage(
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         encoded = EncodedRows(encoded_path)  # only the rows evaluation reads come into memory
-        split = dict(np.load(split_path))
+        split = SplitFile(split_path)
         if synthetic_path is None:
             record = evaluate_real(schema, encoded, split, profile, index)
         else:

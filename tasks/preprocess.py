@@ -16,6 +16,7 @@ Imputation is where one row could reach others, so who imputes whom is part of t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -26,18 +27,19 @@ from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.preprocessing import UnitScaledImputer, invalid_to_missing, typed_frame
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.tasks.cell_counting import read_rows, row_group_layout
-from dpsynth.tasks.split import evaluation_train
+from dpsynth.tasks.encoded_rows import write_rows
+from dpsynth.tasks.split import SplitFile, evaluation_train
 from dpsynth.tasks.stage import StageResult, run_stage, write_json
 
 
-def gan_rows(split: dict, protocol: str) -> np.ndarray:
+def gan_rows(split: Mapping[str, np.ndarray], protocol: str) -> np.ndarray:
     """Rows that train the generator: the training split (honest), or every row (thesis protocol)."""
     if protocol == "thesis":
         return np.sort(split["rows"])
     return np.sort(split["train"])
 
 
-def imputation_scopes(split: dict, protocol: str) -> list[np.ndarray]:
+def imputation_scopes(split: Mapping[str, np.ndarray], protocol: str) -> list[np.ndarray]:
     """Groups of rows imputed from each other for evaluation (see the module notes): on a large table,
     the training rows evaluation reads (tasks/split.py `evaluation_train`)."""
     if protocol == "thesis":
@@ -49,7 +51,7 @@ def preprocess_stage(
     run_dir: Path, schema: DatasetSchema, table_path: Path, split_path: Path, profile: Profile
 ) -> StageResult:
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
-        split = dict(np.load(split_path))
+        split = SplitFile(split_path)
         # The rows evaluation reads: every row of the run, or its bounded parts on a large table, read
         # row group by row group (never the whole table).
         rows = np.sort(np.concatenate(imputation_scopes(split, profile.protocol)))
@@ -63,13 +65,11 @@ def preprocess_stage(
         scopes = [position[part].to_numpy() for part in imputation_scopes(split, profile.protocol)]
         filled = typed_frame(schema, imputer.impute_groups(numeric, scopes))
         encoder = TableEncoder(schema)
-        # Written through a memory map: the rows no evaluation reads stay zeros on disk, never in memory.
-        encoded = np.lib.format.open_memmap(
-            directory / "encoded.npy", mode="w+", dtype=np.float32, shape=(n_rows, encoder.width)
+        # Encoded (row-local) and written block by block: the rows no evaluation reads stay zeros on disk,
+        # and neither the whole encoded matrix nor the file's pages are ever held (tasks/encoded_rows.py).
+        write_rows(
+            directory / "encoded.npy", n_rows, encoder.width, rows, lambda block: encoder.encode(filled.iloc[block])
         )
-        encoded[rows] = encoder.encode(filled)
-        encoded.flush()
-        del encoded
         np.save(directory / "complete.npy", complete)
         np.save(directory / "gan_rows.npy", gan_rows(split, profile.protocol))
         # Counts of imputed values are real-data statistics: internal report only.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from dpsynth.tasks.encoded_rows import EncodedRows
 from dpsynth.tasks.privacy_summary import privacy_summary
 from dpsynth.tasks.report import build_internal_report, build_release_notes, write_public_release_notes
 from dpsynth.tasks.report.internal import fidelity_figures
-from dpsynth.tasks.split import evaluation_train
+from dpsynth.tasks.split import SplitFile, evaluation_train
 from dpsynth.tasks.stage import StageResult, read_json, run_stage, write_json
 from dpsynth.tasks.training import sample_generator_file
 from dpsynth.tasks.validate import repairs_of
@@ -57,7 +58,7 @@ def membership_of(
     encoder: TableEncoder,
     encoded: np.ndarray | EncodedRows,
     gan_rows: np.ndarray,
-    split: dict,
+    split: Mapping[str, np.ndarray],
     synthetic: dict,
     seed: int,
 ) -> dict:
@@ -104,7 +105,7 @@ def report_stage(
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         results = pd.read_parquet(results_path)
         encoded = EncodedRows(paths["encoded"])  # only the rows evaluation reads come into memory
-        split = dict(np.load(paths["split"]))
+        split = SplitFile(paths["split"])
         # The generator's training rows as evaluation reads them (all, or their bounded subsample).
         train_rows = np.load(paths["gan_rows"]) if profile.protocol == "thesis" else evaluation_train(split)
         real_frame = encoder.decode(encoded[train_rows])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynth.models.checkpoint_files import sha256_of
+from dpsynth.tasks.memory import return_freed_memory
 
 MANIFEST = "manifest.json"
 
@@ -116,6 +117,8 @@ def run_stage(
     started = time.time()
     outputs, info = work(directory)
     seconds = time.time() - started
+    # What the stage freed goes back to the machine before the next stage (tasks/memory.py).
+    return_freed_memory()
     write_json(
         {
             "stage": name,

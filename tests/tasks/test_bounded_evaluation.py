@@ -53,3 +53,25 @@ def test_a_large_table_is_evaluated_on_a_bounded_secret_subsample_and_trains_on_
         DatasetSchema.from_yaml(CENSUS), np.array(["x"] * 1000), profile, PrivacySecret(bytes(32))
     ).evaluation_train
     assert other is not None and not np.array_equal(other, drawn.evaluation_train)
+
+
+def test_a_stage_reads_only_the_split_parts_it_uses(tmp_path, monkeypatch):
+    """Evaluation reads the bounded parts; the table-sized `rows` and `train` stay on disk (SplitFile)."""
+    path = tmp_path / "split.npz"
+    parts = {"rows": np.arange(1000), "train": np.arange(800), "val": np.arange(800, 900), "test": np.arange(900, 1000)}
+    np.savez(path, eval_train=np.arange(0, 800, 10), **parts)
+    read = []
+    npz = np.lib.npyio.NpzFile
+    original = npz.__getitem__
+
+    def spied(self, key):
+        read.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(npz, "__getitem__", spied)
+    split = split_mod.SplitFile(path)
+    assert set(split) == {"rows", "train", "val", "test", "eval_train"} and len(split) == 5
+    assert synthetic_rows(load_profile("mst-eps1", CENSUS), split) == 80 + 100
+    assert np.array_equal(split["test"], parts["test"])
+    assert np.array_equal(split["val"], parts["val"]) and np.array_equal(split["val"], parts["val"])
+    assert sorted(read) == ["eval_train", "test", "val"]  # each part read once, the others never

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsynth.tasks.encoded_rows import EncodedRows
+from dpsynth.tasks.encoded_rows import EncodedRows, write_rows
 
 ROLLUP = Path("/proc/self/smaps_rollup")
 
@@ -53,3 +53,24 @@ def test_rows_spread_over_the_file_keep_only_themselves_in_memory(encoded):
     before = _pss_kb()
     kept = mapped[rows]
     assert _pss_kb() - before > kept.nbytes // 1024 + 60_000
+
+
+@pytest.mark.skipif(not ROLLUP.exists(), reason="reads Linux's /proc/self/smaps_rollup")
+def test_written_rows_equal_a_memory_maps_and_their_pages_are_not_held(tmp_path):
+    n_rows, rows = 300_000, np.arange(0, 300_000, 7)  # 17 MB of rows on every page of a 120 MB file
+    values = np.random.default_rng(2).random((len(rows), 100), dtype=np.float32)
+    expected = np.lib.format.open_memmap(tmp_path / "mapped.npy", mode="w+", dtype=np.float32, shape=(n_rows, 100))
+    expected[rows] = values
+    expected.flush()
+    del expected
+    before = _pss_kb()
+    held = []
+
+    def encode(block: slice) -> np.ndarray:
+        held.append(_pss_kb() - before)  # while the file is being written
+        return values[block]
+
+    write_rows(tmp_path / "written.npy", n_rows, 100, rows, encode)
+    assert (tmp_path / "written.npy").read_bytes() == (tmp_path / "mapped.npy").read_bytes()
+    # About one block's pages (32 MB at most) at any time; holding every page written would reach 120 MB.
+    assert max(held) < 40_000, max(held)

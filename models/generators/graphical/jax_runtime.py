@@ -32,3 +32,11 @@ def _absl_on_process_stderr() -> None:
     except ImportError:  # a later mbi without absl
         return
     absl_logging.get_absl_handler().python_handler.setStream(sys.__stderr__)
+
+
+def drop_compiled_programs() -> None:
+    """Forget the programs jax has compiled (private-pgm's: hundreds of MB, kept for the life of the
+    process); a later fit compiles what it needs again, to the same results."""
+    import jax
+
+    jax.clear_caches()

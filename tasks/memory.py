@@ -1,0 +1,50 @@
+"""What a stage leaves behind in memory, handed back to the machine when the stage ends.
+
+A release runs its stages one after another in one process, so the process's peak is the largest stage's
+working set plus whatever the earlier stages left held. Measured at 1,000,000 census rows (`mst-eps1`,
+docs/measurements.md) that was two things, neither of them rows:
+
+* freed memory glibc keeps: the allocator returns a heap's free pages to the system only from its top,
+  so the many small objects of a stage (frames of text columns, scikit-learn's and Prefect's objects)
+  leave free pages behind the live ones, held for good (about 250 MB after training);
+  `malloc_trim(0)` hands every free page back (glibc only; elsewhere nothing is done);
+* jax's compiled programs: private-pgm (MST, AIM) compiles many small programs, kept by jax for the
+  life of the process (about 300 MB) though no later stage runs them (sampling is numpy). They are
+  dropped; a later fit in the same process compiles again, to the same results.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import gc
+import sys
+
+
+@functools.cache
+def _glibc_malloc_trim():
+    """glibc's `malloc_trim`, or None on another C library."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # musl, macOS: no malloc_trim
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def return_freed_memory() -> None:
+    """Drop jax's compiled programs (if jax is loaded), collect cycles, and hand the allocator's free
+    pages back to the system (see the module notes). Results never change: only caches and free memory go."""
+    if "jax" in sys.modules:
+        from dpsynth.models.generators.graphical.jax_runtime import drop_compiled_programs
+
+        drop_compiled_programs()
+    gc.collect()
+    trim = _glibc_malloc_trim()
+    if trim is not None:
+        trim(0)
