@@ -260,7 +260,9 @@ def pair_round(
     weighs 1); the Gaussian measures it at `pair_std` and `measurements` gains it. None, spending
     nothing, when no pair is left."""
     measured = {m.clique for m in measurements}
-    pairs = {c: 1.0 for c in candidates if len(c) == 2 and set(c) <= set(continuous) and c not in measured}
+    pairs: dict[Clique, float] = {
+        c: 1.0 for c in candidates if len(c) == 2 and set(c) <= set(continuous) and c not in measured
+    }
     cap = max_model_mb * (ledger.spent + budget.pair_rho / budget.pair_rounds) / budget.rho
     allowed = within_cap(pairs, sorted(measured), cap, megabytes)
     if not allowed:
