@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,12 +166,25 @@ def train_for_checks(name: str, profile: Profile, setting: Setting, schema: Data
     each table, and on the first a fit stopped at a middle checkpoint, then resumed to the end)."""
     first, second = (make_demo_table(schema, ROWS, seed=seed) for seed in (11, 12))
     # The three fits are independent once table A is prepared (folders of their own, randomness from the fixed
-    # secret, never a global generator), so table B's run and the resumed fit go beside table A's stages: a
-    # federated generator's fit mostly waits on its processes and Flower's polling, and the three waits overlap.
-    with ThreadPoolExecutor(max_workers=2) as beside:
-        other_run = beside.submit(_train, folder / "other", schema, second, profile, setting)
+    # secret, never a global generator). A fit that waits on processes of its own (a federation's) runs beside the
+    # others, so that their waits overlap; any other runs alone, one after another.
+    beside = (
+        ThreadPoolExecutor(max_workers=2)
+        if type(profile.sections[registration(name).section]).fit_waits_on_processes
+        else None
+    )
+
+    def start(fn: Callable[..., Any], *args: Any) -> Future:
+        if beside is not None:
+            return beside.submit(fn, *args)
+        done: Future = Future()
+        done.set_result(fn(*args))
+        return done
+
+    try:
         prepared = _prepare(folder / "run", schema, first, profile, setting)
-        resumed_fit = beside.submit(
+        other_run = start(_train, folder / "other", schema, second, profile, setting)
+        resumed_fit = start(
             _fit_halfway_then_to_the_end, name, profile, setting, schema, prepared.directory, folder / "resumed"
         )
         trained = training.train_stage(folder / "run", schema, prepared.directory, profile, setting)
@@ -179,6 +192,9 @@ def train_for_checks(name: str, profile: Profile, setting: Setting, schema: Data
             folder / "run", schema, trained["checkpoints"], trained["ledger"], SAMPLED_ROWS, profile, setting
         )
         resumed, (_, other) = resumed_fit.result(), other_run.result()
+    finally:
+        if beside is not None:
+            beside.shutdown()
     plan = get(name).plan(profile, setting)
     return Trained(
         name,
