@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,12 +104,31 @@ def _stage_inputs(folder: Path, schema: DatasetSchema, frame: pd.DataFrame) -> t
     return table, encoded, rows
 
 
-def _train(run_dir: Path, schema: DatasetSchema, frame: pd.DataFrame, profile: Profile, setting: Setting):
+def _prepare(run_dir: Path, schema: DatasetSchema, frame: pd.DataFrame, profile: Profile, setting: Setting):
     run_dir.mkdir(parents=True, mode=0o700)
     store(run_dir, SECRET)
     table, encoded, rows = _stage_inputs(run_dir / "inputs", schema, frame)
-    prepared = training.prepare_stage(run_dir, schema, table, encoded, rows, profile, setting)
+    return training.prepare_stage(run_dir, schema, table, encoded, rows, profile, setting)
+
+
+def _train(run_dir: Path, schema: DatasetSchema, frame: pd.DataFrame, profile: Profile, setting: Setting):
+    prepared = _prepare(run_dir, schema, frame, profile, setting)
     return prepared, training.train_stage(run_dir, schema, prepared.directory, profile, setting)
+
+
+def _fit_halfway_then_to_the_end(
+    name: str, profile: Profile, setting: Setting, schema: DatasetSchema, prepared_dir: Path, folder: Path
+) -> list[dict]:
+    """The ledger of a fit in `folder` stopped at a middle checkpoint of the plan, then resumed to its end."""
+    generator, plan = get(name), get(name).plan(profile, setting)
+    rows, counts = training.prepared_rows(prepared_dir, schema)
+    middle = len(plan.iterations) // 2 + 1
+    halfway = TrainingPlan(plan.iterations[:middle], plan.epsilons[:middle])
+    folder.mkdir()
+    generator.fit(TrainingJob(profile, setting, schema, rows, SECRET, folder, counts=counts), prepared_dir, halfway)
+    return generator.fit(
+        TrainingJob(profile, setting, schema, rows, SECRET, folder, counts=counts), prepared_dir, plan
+    ).ledger
 
 
 def _ledger(path: Path) -> list[dict]:
@@ -145,23 +165,37 @@ def train_for_checks(name: str, profile: Profile, setting: Setting, schema: Data
     """Everything the checks read, for generator `name` under `profile` (two tables, three runs: the stages on
     each table, and on the first a fit stopped at a middle checkpoint, then resumed to the end)."""
     first, second = (make_demo_table(schema, ROWS, seed=seed) for seed in (11, 12))
-    prepared, trained = _train(folder / "run", schema, first, profile, setting)
-    samples = training.sample_stage(
-        folder / "run", schema, trained["checkpoints"], trained["ledger"], SAMPLED_ROWS, profile, setting
+    # The three fits are independent once table A is prepared (folders of their own, randomness from the fixed
+    # secret, never a global generator). A fit that waits on processes of its own (a federation's) runs beside the
+    # others, so that their waits overlap; any other runs alone, one after another.
+    beside = (
+        ThreadPoolExecutor(max_workers=2)
+        if type(profile.sections[registration(name).section]).fit_waits_on_processes
+        else None
     )
-    generator, plan = get(name), get(name).plan(profile, setting)
-    rows, counts = training.prepared_rows(prepared.directory, schema)
-    middle = len(plan.iterations) // 2 + 1
-    halfway = TrainingPlan(plan.iterations[:middle], plan.epsilons[:middle])
-    resumed_dir = folder / "resumed"
-    resumed_dir.mkdir()
-    generator.fit(
-        TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir, counts=counts), prepared.directory, halfway
-    )
-    resumed = generator.fit(
-        TrainingJob(profile, setting, schema, rows, SECRET, resumed_dir, counts=counts), prepared.directory, plan
-    ).ledger
-    _, other = _train(folder / "other", schema, second, profile, setting)
+
+    def start(fn: Callable[..., Any], *args: Any) -> Future:
+        if beside is not None:
+            return beside.submit(fn, *args)
+        done: Future = Future()
+        done.set_result(fn(*args))
+        return done
+
+    try:
+        prepared = _prepare(folder / "run", schema, first, profile, setting)
+        other_run = start(_train, folder / "other", schema, second, profile, setting)
+        resumed_fit = start(
+            _fit_halfway_then_to_the_end, name, profile, setting, schema, prepared.directory, folder / "resumed"
+        )
+        trained = training.train_stage(folder / "run", schema, prepared.directory, profile, setting)
+        samples = training.sample_stage(
+            folder / "run", schema, trained["checkpoints"], trained["ledger"], SAMPLED_ROWS, profile, setting
+        )
+        resumed, (_, other) = resumed_fit.result(), other_run.result()
+    finally:
+        if beside is not None:
+            beside.shutdown()
+    plan = get(name).plan(profile, setting)
     return Trained(
         name,
         profile,

@@ -50,6 +50,10 @@ class SectionConfig(BaseModel, metaclass=_ConfigErrors):
     # Further values, over `smoke`, for the generator checks' runs only (dpsynth.generator_checks), which
     # train each generator several times: most generators need none.
     checks_smoke: ClassVar[Mapping[str, Any]] = {}
+    # Whether its fit mostly waits on processes of its own (a federation's): the generator checks then run their
+    # independent fits side by side, so that the waits overlap. A fit that computes in this process runs alone
+    # (threads would only contend for the interpreter).
+    fit_waits_on_processes: ClassVar[bool] = False
 
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes`, validated (as `dataclasses.replace` for the other profile sections)."""

@@ -175,13 +175,13 @@ LONGEST_UNITS = {
     "tests/flows/test_experiment_flow.py": 393,
     "tests/flows/test_dpfedctgan_release.py": 315,
     "tests/flows/test_scale_bench.py": 292,
-    f"{CONFORMANCE}::dpfedctgan": 278,
     "tests/flows/test_startup_order.py": 232,
     "tests/flows/test_deployment.py": 229,
     "tests/test_api.py": 209,
     "tests/flows/test_wide_release.py": 202,
     "tests/flows/test_trial_release.py": 191,
     "tests/flows/test_release_flow.py": 183,
+    f"{CONFORMANCE}::dpfedctgan": 172,  # 278 before its fits ran side by side (x0.62, measured alone, loaded)
     "tests/flows/test_generators_release.py": 157,
 }
 

@@ -114,8 +114,9 @@ def test_settings_start_largest_k_first_one_after_another_on_one_worker(isolated
     profile = yaml.safe_load((ROOT / "configs" / "profiles" / "smoke.yaml").read_text())
     profile["settings"] = [
         {"name": "baseline", "discriminators": 1, "private": False},
-        {"name": "k5", "discriminators": 5, "private": True},
-        {"name": "k10", "discriminators": 10, "private": True},
+        # Three and two critics: the order is what is checked, and a setting's pretraining grows with its K.
+        {"name": "k2", "discriminators": 2, "private": True},
+        {"name": "k3", "discriminators": 3, "private": True},
     ]
     profile["workers"] = 1
     profile["evaluation"]["real_baseline"] = False
@@ -145,7 +146,7 @@ def test_settings_start_largest_k_first_one_after_another_on_one_worker(isolated
         start = datetime.fromisoformat(manifest["started"]).timestamp()
         return start, start + manifest["seconds"]
 
-    order = ["k10", "k5", "baseline"]
+    order = ["k3", "k2", "baseline"]
     for earlier, later in itertools.pairwise(order):
         assert span(f"train-{earlier}")[1] <= span(f"pretrain-{later}")[0]
 

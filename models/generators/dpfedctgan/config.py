@@ -91,6 +91,8 @@ class DPFedCTGANConfig(SectionConfig):
         "generator_hidden": (16,),
         "discriminator_hidden": (16,),
     }
+    # Its fit starts a SuperLink and a SuperNode per site and mostly waits on them and on Flower's polling.
+    fit_waits_on_processes = True
     sites: SiteSplit = SiteSplit(iid=3)
     by_column_bins: Sites = 3
     rounds: Count = 40
