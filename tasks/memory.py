@@ -11,15 +11,23 @@ docs/measurements.md) that was two things, neither of them rows:
 * jax's compiled programs: private-pgm (MST, AIM) compiles many small programs, kept by jax for the
   life of the process (about 300 MB) though no later stage runs them (sampling is numpy). They are
   dropped; a later fit in the same process compiles again, to the same results.
+
+The cycle collection at a stage's end scans only the objects the stage made: what was alive when the
+stage began (every imported module's objects: Prefect's, MLflow's, Great Expectations', torch's) is
+frozen (`gc.freeze`) while the stage runs. A full collection of that heap costs about half a second of
+CPU, and a release ends about 40 stages (each model-selection run is one): 19 s of a 62 s smoke release.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import gc
 import sys
+import threading
+from collections.abc import Iterator
 
 
 @functools.cache
@@ -35,6 +43,30 @@ def _glibc_malloc_trim():
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return trim
+
+
+_frozen_lock = threading.Lock()
+_stages_running = 0  # stages that run now, in this process (nested or side by side in threads)
+
+
+@contextlib.contextmanager
+def heap_frozen_during_stage() -> Iterator[None]:
+    """Freeze what is alive when the first running stage begins; thaw it when the last one ends, so that
+    `return_freed_memory` inside collects among the stage's own objects only (see the module notes).
+    Frozen objects are never freed in between; they were alive at the start, and a stage that drops one
+    leaves it to the next ordinary collection after the thaw."""
+    global _stages_running
+    with _frozen_lock:
+        if _stages_running == 0:
+            gc.freeze()
+        _stages_running += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _stages_running -= 1
+            if _stages_running == 0:
+                gc.unfreeze()
 
 
 def return_freed_memory() -> None:

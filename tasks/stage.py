@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsynth.models.checkpoint_files import sha256_of
-from dpsynth.tasks.memory import return_freed_memory
+from dpsynth.tasks.memory import heap_frozen_during_stage, return_freed_memory
 
 MANIFEST = "manifest.json"
 
@@ -115,10 +115,11 @@ def run_stage(
         directory.mkdir(parents=True)
     write_json(pending, pending_path)
     started = time.time()
-    outputs, info = work(directory)
-    seconds = time.time() - started
-    # What the stage freed goes back to the machine before the next stage (tasks/memory.py).
-    return_freed_memory()
+    with heap_frozen_during_stage():
+        outputs, info = work(directory)
+        seconds = time.time() - started
+        # What the stage freed goes back to the machine before the next stage (tasks/memory.py).
+        return_freed_memory()
     write_json(
         {
             "stage": name,

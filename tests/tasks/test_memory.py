@@ -55,3 +55,48 @@ def test_a_stage_end_drops_jax_compiled_programs(tmp_path):
     run_stage(tmp_path, "fit", {}, {}, work)
     assert doubled._cache_size() == 0
     assert float(doubled(jax.numpy.ones(3))[0]) == 2.0  # compiled again when used again
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_stage_end_collects_its_own_cycles_without_scanning_the_heap_it_started_with(tmp_path):
+    import gc
+    import weakref
+
+    made: list[weakref.ref] = []
+    frozen_inside: list[int] = []
+
+    def inner(directory: Path) -> tuple[dict, dict]:
+        frozen_inside.append(gc.get_freeze_count())
+        return {}, {}
+
+    def work(directory: Path) -> tuple[dict, dict]:
+        frozen_inside.append(gc.get_freeze_count())
+        made.append(weakref.ref(_Cycle()))  # garbage only a cycle collection frees
+        run_stage(tmp_path / "inner", "inner", {}, {}, inner)  # a stage inside a stage keeps the heap frozen
+        frozen_inside.append(gc.get_freeze_count())
+        made.append(weakref.ref(_Cycle()))
+        return {}, {}
+
+    gc.disable()  # no automatic collection: only the stage's own may free the cycles
+    try:
+        run_stage(tmp_path, "outer", {}, {}, work)
+        assert all(ref() is None for ref in made)
+    finally:
+        gc.enable()
+    assert min(frozen_inside) > 1000, frozen_inside  # the modules' objects, at least
+    assert gc.get_freeze_count() == 0  # thawed when the last stage ended
+
+
+def test_a_failed_stage_thaws_the_heap(tmp_path):
+    import gc
+
+    def work(directory: Path) -> tuple[dict, dict]:
+        raise RuntimeError("stage failed")
+
+    with pytest.raises(RuntimeError):
+        run_stage(tmp_path, "failing", {}, {}, work)
+    assert gc.get_freeze_count() == 0
