@@ -583,7 +583,10 @@ def test_pretraining_is_deterministic_and_independent_of_workers():
 
 
 INTERRUPTED_PRETRAINING = """
-import sys, torch
+import signal, sys, torch
+# Ctrl-C as in a terminal: a process started with SIGINT ignored (a test worker's child can be) never
+# installs Python's KeyboardInterrupt handler by itself.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from dpsynth.models.generators.gswgan.config import GanConfig
 from dpsynth.models.generators.gswgan.partition import make_partition
 from dpsynth.models.generators.gswgan.pretraining import pretrain_critics
