@@ -22,8 +22,8 @@ SECRET = PrivacySecret(bytes(range(32)))
 def _split(n_rows: int):
     schema = DatasetSchema.from_yaml(CENSUS)
     profile = load_profile("mst-eps1", CENSUS)
-    target = np.array([schema.column(schema.target).levels[i % 2] for i in range(n_rows)])
-    return profile, split_mod.secret_split(schema, target, profile, SECRET)
+    target_codes = np.arange(n_rows) % 2  # the target's first and second levels, in turn
+    return profile, split_mod.secret_split(schema, target_codes, profile, SECRET)
 
 
 def test_a_table_whose_parts_fit_is_split_and_evaluated_on_every_row(monkeypatch):
@@ -50,7 +50,7 @@ def test_a_large_table_is_evaluated_on_a_bounded_secret_subsample_and_trains_on_
     again = _split(1000)[1]
     assert np.array_equal(again.evaluation_train, drawn.evaluation_train)
     other = split_mod.secret_split(
-        DatasetSchema.from_yaml(CENSUS), np.array(["x"] * 1000), profile, PrivacySecret(bytes(32))
+        DatasetSchema.from_yaml(CENSUS), np.full(1000, -1), profile, PrivacySecret(bytes(32))
     ).evaluation_train
     assert other is not None and not np.array_equal(other, drawn.evaluation_train)
 
@@ -75,3 +75,22 @@ def test_a_stage_reads_only_the_split_parts_it_uses(tmp_path, monkeypatch):
     assert np.array_equal(split["test"], parts["test"])
     assert np.array_equal(split["val"], parts["val"]) and np.array_equal(split["val"], parts["val"])
     assert sorted(read) == ["eval_train", "test", "val"]  # each part read once, the others never
+
+
+def test_the_target_codes_are_read_one_row_group_at_a_time_as_from_the_whole_column(tmp_path):
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpsynth.models.data.encoding import level_codes
+
+    schema = DatasetSchema.from_yaml(CENSUS)
+    column = schema.column(schema.target)
+    values = [column.levels[i % len(column.levels)] for i in range(2_500)]
+    values[7] = "not a level"
+    path = tmp_path / "table.parquet"
+    pq.write_table(pa.table({schema.target: values}), path, row_group_size=1_000)
+    assert pq.ParquetFile(path).num_row_groups == 3
+    codes = split_mod.target_level_codes(schema, path)
+    assert codes.dtype == np.int32 and codes[7] == -1
+    assert np.array_equal(codes, level_codes(column, pd.Series(values)))

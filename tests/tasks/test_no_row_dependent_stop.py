@@ -24,7 +24,8 @@ from tests.conftest import TEST_SECRET_HEX, publishing_smoke
 
 
 def _rare_target(n_rows: int, rare: int) -> np.ndarray:
-    """A 0/1 target with `rare` rows of level 1, spread over the table."""
+    """A 0/1 target with `rare` rows of level 1, spread over the table (Cardio's levels are 0 and 1, so
+    the values are also the level codes `secret_split` takes)."""
     target = np.zeros(n_rows, dtype=np.int64)
     target[np.linspace(0, n_rows - 1, rare, dtype=np.int64)] = 1 if rare else 0
     return target
