@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,27 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # them loads (and inherited by the processes a test starts), so the workers do not fight over the cores.
     for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_threads, "1")
+
+
+def _temporary_files_in_memory(shm: Path = Path("/dev/shm"), min_free: int = 4 * 1024**3) -> None:
+    """Temporary files (pytest's tmp_path, Prefect's test database, every temporary folder of the processes a
+    test starts) in a memory-backed folder when the machine has one with room, unless TMPDIR names another.
+    The SQLite stores a release writes (MLflow's, Prefect's, the ledger) commit with fsync, and on a disk each
+    commit waits: a fresh MLflow store's migrations alone wait about 4 s on this machine's disk, next to
+    nothing in memory. No test's claim depends on the disk (the full-disk faults are simulated)."""
+    if "TMPDIR" in os.environ or not shm.is_dir() or not os.access(shm, os.W_OK):
+        return
+    if shutil.disk_usage(shm).free < min_free:
+        return
+    folder = shm / f"dpsynth-tests-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.stat().st_uid != os.getuid():  # a folder someone else made: not ours to write in
+        return
+    os.environ["TMPDIR"] = str(folder)  # inherited by the xdist workers and every process a test starts
+    tempfile.tempdir = str(folder)  # this process may have read TMPDIR already (pytest's capture files)
+
+
+_temporary_files_in_memory()
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDIO_SCHEMA = ROOT / "configs" / "cardio.yaml"

@@ -9,7 +9,12 @@ import json
 from bench.scale import main
 
 
-def test_scale_bench_times_every_stage_and_compares_the_counting_pass(tmp_path, capsys):
+def test_scale_bench_times_every_stage_and_compares_the_counting_pass(tmp_path, capsys, monkeypatch):
+    from prefect.settings import PREFECT_API_URL
+
+    # The release's child process uses the session's Prefect API (tests/flows/conftest.py), as the smoke trial's
+    # does, instead of starting a server of its own: what the test checks is the bench's table, not that start.
+    monkeypatch.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
     figures = tmp_path / "figures.json"
     assert main(["--rows", "3000", "--profiles", "mst-eps1", "--folder", str(tmp_path), "--json", str(figures)]) == 0
     printed = capsys.readouterr().out
