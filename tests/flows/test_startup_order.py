@@ -25,7 +25,7 @@ import json, sys
 from dpsynth.flows import cli, prefect_server
 code = cli.main(sys.argv[1:])
 servers = [{"serving": s.serving, "ended": s.process is None} for s in getattr(prefect_server, "_process_server", [])]
-loaded = sorted(m for m in ("torch", "prefect", "mlflow") if m in sys.modules)
+loaded = sorted(m for m in ("torch", "prefect", "mlflow", "sklearn") if m in sys.modules)
 gx = "great_expectations" in sys.modules
 print(json.dumps({"code": code, "loaded": loaded, "servers": servers, "great_expectations": gx}))
 """
@@ -53,7 +53,7 @@ def refused_in_a_fresh_process(argv: list[str], home, prefect_home) -> dict:
         ("release", {"privacy": {"epsilon_budget": 0.01}}, 5, False),
     ],
 )
-def test_a_refusal_loads_no_torch_prefect_or_mlflow_and_its_server_never_serves(
+def test_a_refusal_loads_no_torch_prefect_mlflow_or_scikit_learn_and_its_server_never_serves(
     tmp_path, demo_csv, command, refusal, code, reads_table
 ):
     data = demo_csv
