@@ -346,11 +346,13 @@ def preflight(args, kind: str):
 def preflight_checks(args, kind: str):
     """The refusals a run can meet before any work (the profile, the budgets and the ledger, the table
     and how much of it needs repair), with nothing started: no server, no store, no run folder."""
+    from dpsynth.flows.import_pause import collection_paused
     from dpsynth.tasks.progress import status
 
     status("reading the profile")
-    from dpsynth.tasks.context import finished_summary, load_context
-    from dpsynth.tasks.decision import planned_cost
+    with collection_paused():  # the accountant's SciPy, pandas
+        from dpsynth.tasks.context import finished_summary, load_context
+        from dpsynth.tasks.decision import planned_cost
 
     ctx = load_context(
         args.config,
@@ -376,7 +378,8 @@ def preflight_checks(args, kind: str):
         planned_cost(prof, setting, release=kind == "release", schema=ctx.schema)
     status("checking the table")
     # Great Expectations (seconds to import) only now: a refusal by the profile or the budget needs none.
-    from dpsynth.tasks.validate import check_table_file
+    with collection_paused():
+        from dpsynth.tasks.validate import check_table_file
 
     report = check_table_file(ctx.schema, ctx.data_path)
     from dpsynth.tasks.validate import check_repairs, repairs_text
@@ -431,7 +434,10 @@ def cmd_release(args) -> None:
     if ctx.profile.trial and finished_summary(ctx) is None and not is_demo_table(ctx.data_path, ctx.data_hash):
         print(f"dpsynth release: {REAL_TABLE_TRIAL}", file=sys.stderr, flush=True)
     status("loading the flow")
-    from dpsynth.flows.release import release
+    from dpsynth.flows.import_pause import collection_paused
+
+    with collection_paused():
+        from dpsynth.flows.release import release
 
     status("starting Prefect")
     with prefect_server.use(server):
@@ -517,7 +523,10 @@ def cmd_experiment(args) -> None:
         # store opens (its worker processes inherit the server's address from `use`).
         ctx, server = preflight(args, "experiment")
         status("loading the flow")
-        from dpsynth.flows.experiment import experiment_for_profile
+        from dpsynth.flows.import_pause import collection_paused
+
+        with collection_paused():
+            from dpsynth.flows.experiment import experiment_for_profile
 
         status("starting Prefect")
         with prefect_server.use(server):

@@ -231,13 +231,16 @@ def serve_when_told() -> None:
     own temporary server does (uvicorn serving its app, exit status 3 if the port is taken), while the end
     of the input (the command was refused, or ended) ends it having served nothing: no port bound, no
     database opened."""
-    import uvicorn
-    from prefect.server.api.server import create_app
+    from dpsynth.flows.import_pause import collection_paused
 
-    # The app too (routes, middleware; no database, no port), served below as it is: uvicorn calling
-    # Prefect's factory again would get the same app, after setting up logging and hashing every setting.
-    app = create_app()
-    load_serving_code()
+    with collection_paused():
+        import uvicorn
+        from prefect.server.api.server import create_app
+
+        # The app too (routes, middleware; no database, no port), served below as it is: uvicorn calling
+        # Prefect's factory again would get the same app, after setting up logging and hashing every setting.
+        app = create_app()
+        load_serving_code()
     line = sys.stdin.readline().strip()
     if not line:
         return

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.impute import KNNImputer
-from sklearn.model_selection import train_test_split
 
 from dpsynth.models.data.encoding import level_codes
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.privacy.secret import PrivacySecret
+
+# scikit-learn (about a second to import) is imported by the functions that use it: the command line's
+# preflight reads the table in row groups sized by tasks/cell_counting.py, which imports this module, and
+# uses none of it (bench/startup.py).
 
 
 def invalid_to_missing(schema: DatasetSchema, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -85,6 +87,8 @@ def row_local_bound(n_rows: int, rows: np.ndarray, keep: int, secret: PrivacySec
 
 def stratified_split(y: np.ndarray, fractions: tuple[float, float, float], seed: int) -> dict[str, np.ndarray]:
     """Row indices of train/validation/test, stratified by the target, fixed by the seed."""
+    from sklearn.model_selection import train_test_split
+
     index = np.arange(len(y))
     _, val_frac, test_frac = fractions
     n_test = round(test_frac * len(y))
@@ -109,6 +113,8 @@ class UnitScaledImputer:
     neighbors: int = 3
 
     def __post_init__(self) -> None:
+        from sklearn.impute import KNNImputer
+
         self._imputer = KNNImputer(n_neighbors=self.neighbors)
 
     def _to_unit(self, frame: pd.DataFrame) -> np.ndarray:
@@ -177,6 +183,8 @@ class UnitScaledImputer:
             block[:, empty] = 0.5
             incomplete = np.isnan(block).any(axis=1)
             if incomplete.any():
+                from sklearn.impute import KNNImputer
+
                 imputer = KNNImputer(n_neighbors=self.neighbors).fit(block)
                 block[incomplete] = imputer.transform(block[incomplete])
             unit[members] = block

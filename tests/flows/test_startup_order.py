@@ -20,15 +20,34 @@ from tests.conftest import CARDIO_SCHEMA, ROOT, publishing_smoke
 # Runs the command line in a fresh process (so that its imports are its own), with no Prefect API
 # configured (so that the command prepares its own server), and reports what it loaded and what became of
 # the server process it prepared.
-REFUSAL_PROBE = """
+# Counts the cycle collections that run while a module of the given packages executes its top level (is
+# being imported): flows/import_pause.py pauses the collector there.
+COLLECTIONS_PROBE = """
+import gc, sys
+collections_in_imports = []
+def _count(phase, info, packages={packages!r}):
+    frame = sys._getframe().f_back
+    while phase == "start" and frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__", "").split(".")[0] in packages:
+            collections_in_imports.append(frame.f_globals["__name__"])
+            return
+        frame = frame.f_back
+gc.callbacks.append(_count)
+"""
+
+REFUSAL_PROBE = (
+    COLLECTIONS_PROBE.format(packages=("great_expectations", "scipy"))
+    + """
 import json, sys
 from dpsynth.flows import cli, prefect_server
 code = cli.main(sys.argv[1:])
 servers = [{"serving": s.serving, "ended": s.process is None} for s in getattr(prefect_server, "_process_server", [])]
-loaded = sorted(m for m in ("torch", "prefect", "mlflow") if m in sys.modules)
+loaded = sorted(m for m in ("torch", "prefect", "mlflow", "sklearn") if m in sys.modules)
 gx = "great_expectations" in sys.modules
-print(json.dumps({"code": code, "loaded": loaded, "servers": servers, "great_expectations": gx}))
+print(json.dumps({"code": code, "loaded": loaded, "servers": servers, "great_expectations": gx,
+                  "collections_in_imports": len(collections_in_imports)}))
 """
+)
 
 
 def refused_in_a_fresh_process(argv: list[str], home, prefect_home) -> dict:
@@ -53,7 +72,7 @@ def refused_in_a_fresh_process(argv: list[str], home, prefect_home) -> dict:
         ("release", {"privacy": {"epsilon_budget": 0.01}}, 5, False),
     ],
 )
-def test_a_refusal_loads_no_torch_prefect_or_mlflow_and_its_server_never_serves(
+def test_a_refusal_loads_no_torch_prefect_mlflow_or_scikit_learn_and_its_server_never_serves(
     tmp_path, demo_csv, command, refusal, code, reads_table
 ):
     data = demo_csv
@@ -72,6 +91,9 @@ def test_a_refusal_loads_no_torch_prefect_or_mlflow_and_its_server_never_serves(
     assert not (tmp_path / "home" / "runs").exists()
     # Refused before its table is read, a command loads no Great Expectations (seconds to import).
     assert result["great_expectations"] is reads_table
+    # Great Expectations and the accountant's SciPy load with the cycle collector paused (a fifth of their
+    # CPU seconds otherwise went to scanning their new objects again and again).
+    assert result["collections_in_imports"] == 0
 
 
 class RecordingServer:
@@ -336,14 +358,17 @@ def test_the_prepared_server_serves_the_app_it_built(monkeypatch):
 
 
 # The prepared server's process, told nothing (a refusal): what it had loaded, and whether a database exists.
-PREPARED_PROBE = """
+PREPARED_PROBE = (
+    COLLECTIONS_PROBE.format(packages=("prefect", "uvicorn", "fastapi", "sqlalchemy"))
+    + """
 import io, json, sys
 from dpsynth.flows import prefect_server
 sys.stdin = io.StringIO("")
 prefect_server.serve_when_told()
 wanted = ("alembic.command", "aiosqlite", "prefect_dask", "uvicorn.protocols.http.auto", "uvicorn.lifespan.on")
-print(json.dumps({"loaded": sorted(m for m in wanted if m in sys.modules)}))
+print(json.dumps({"loaded": sorted(m for m in wanted if m in sys.modules), "collections": len(collections_in_imports)}))
 """
+)
 
 
 def test_the_prepared_server_loads_what_serving_imports_and_opens_no_database(tmp_path):
@@ -364,3 +389,26 @@ def test_the_prepared_server_loads_what_serving_imports_and_opens_no_database(tm
         "uvicorn.protocols.http.auto",
     ]
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()
+    # Prefect's server code loads with the cycle collector paused (flows/import_pause.py).
+    assert result["collections"] == 0
+
+
+def test_collection_is_paused_for_the_block_and_what_it_loaded_is_frozen():
+    import gc
+
+    from dpsynth.flows.import_pause import collection_paused
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        with collection_paused():
+            assert not gc.isenabled()
+            kept = [[object()] for _ in range(100)]
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+        gc.disable()  # a caller's own choice is kept
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
