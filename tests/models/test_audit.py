@@ -169,16 +169,17 @@ def test_discrete_epsilon_of_randomised_response_is_its_log_odds():
 
 
 def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatch, _one_thread):
-    """DP-SGD's clip is one norm over all parameters. A sanitiser that clipped each parameter to C on its
-    own would let the canary (spread over several parameters) move the sum by more than 2C."""
-    from dpsynth.models.generators import dpsgd
+    """DP-SGD's clip is one norm over all parameters. A sanitiser that clipped each layer to C on its own
+    would let the canary (spread over several layers) move the sum by more than 2C."""
+    from dpsynth.models.generators import ghost_clipping
     from dpsynth.models.generators.dpautogan.audit import dpautogan_update_audit
-    from dpsynth.models.generators.dpsgd import clipped_sum
 
-    def per_parameter(per_sample, clip):
-        return {k: clipped_sum({k: g}, clip)[k] for k, g in per_sample.items()}
+    joint = ghost_clipping.clip_factors
 
-    monkeypatch.setattr(dpsgd, "clipped_sum", per_parameter)
+    def per_layer(squared, finite, clip):
+        return {name: joint({name: sq}, finite, clip)[name] for name, sq in squared.items()}
+
+    monkeypatch.setattr(ghost_clipping, "clip_factors", per_layer)
     audit = dpautogan_update_audit(trials=100_000, seed=1)
     assert audit["epsilon_lower_bound"] > audit["epsilon_exact"] and not audit["passed"]
 

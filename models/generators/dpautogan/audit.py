@@ -1,6 +1,6 @@
 """DP-auto-GAN's calibration audits (`bench/audit.py --mode calibration`; the statistics are
-models/privacy/audit.py's): one sanitised autoencoder update, the Gaussian latent model's one fit and its
-decoded-moment query, each on a canary pair, without subsampling."""
+models/privacy/audit.py's): one sanitised update as training computes it (ghost clipping), the Gaussian
+latent model's one fit and its decoded-moment query, each on a canary pair, without subsampling."""
 
 from __future__ import annotations
 
@@ -10,21 +10,42 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch import nn
 
 from dpsynth.models.privacy.audit import Calibration, UpdateAudit, dpsgd_pair_note, gaussian_epsilon, replace_one_claim
 
 SPREAD = 4  # the parameters each canary's gradient spreads over (the joint clip must act across them)
 
 
+class CanaryNetwork(nn.Module):
+    """A network whose row gradients are the audit's inputs, so that the audit runs the clipping training
+    runs (models/generators/ghost_clipping.py) rather than being handed per-row gradients: `SPREAD`
+    bias-free linear maps of a row's first `width` entries and one of its last 8, all summed into the row's
+    loss, so row i's gradient is its first part in every one of the `SPREAD` layers and its last part in
+    the "background" layer."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.width = width
+        self.layers = nn.ModuleList(nn.Linear(width, 1, bias=False) for _ in range(SPREAD))
+        self.background = nn.Linear(8, 1, bias=False)
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        head, tail = rows[:, : self.width], rows[:, self.width :]
+        return sum((layer(head) for layer in self.layers), self.background(tail)).squeeze(1)
+
+
 def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0) -> dict:
-    """One DP-SGD update of DP-auto-GAN (`sanitize`, what `autoencoder_update` and `critic_update` call),
-    fed per-example gradients: canary i's is +-(n C / sqrt s) (e_i, ..., e_i) over s = `SPREAD`
-    parameters (norm n C, n = `canary_norm`). The clip is one joint norm over all parameters, so the
-    clipped canary projects to +-C on (e_i, ..., e_i) / sqrt s; clipping each parameter on its own would
-    give sqrt s C. The background rows' gradients (norms 0.5 C to 3 C) lie in one more parameter. Trial
-    i: the released gradient's projection on (e_i, ..., e_i) / sqrt s. Exact: the Gaussian mechanism with
+    """One DP-SGD update of DP-auto-GAN as `autoencoder_update` and `critic_update` make it: the rows' clipped
+    sum by `ghost_clipped_sum` (never forming per-row gradients), then `noisy_mean`. The rows are fed to
+    `CanaryNetwork`, so canary i's gradient is +-(n C / sqrt s) (e_i, ..., e_i) over s = `SPREAD` parameters
+    (norm n C, n = `canary_norm`). The clip is one joint norm over all parameters, so the clipped canary
+    projects to +-C on (e_i, ..., e_i) / sqrt s; clipping each parameter on its own would give sqrt s C.
+    The background rows' gradients (norms 0.5 C to 3 C) lie in one more parameter. Trial i: the released
+    gradient's projection on (e_i, ..., e_i) / sqrt s. Exact: the Gaussian mechanism with
     mu = 2C / (sigma C)."""
-    from dpsynth.models.generators.dpsgd import sanitize
+    from dpsynth.models.generators.dpsgd import noisy_mean
+    from dpsynth.models.generators.ghost_clipping import ghost_clipped_sum
 
     started = time.perf_counter()
     audit = UpdateAudit(trials, halve_noise, seed)
@@ -33,18 +54,18 @@ def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, s
     background = torch.randn(n, 8, generator=public)
     norms = torch.rand(n, 1, generator=public) * 2.5 + 0.5
     background = background / background.norm(dim=1, keepdim=True) * norms * clip
-    names = [f"layer{j}.weight" for j in range(SPREAD)]
+    network = CanaryNetwork(m)
+    names = [f"layers.{j}.weight" for j in range(SPREAD)]
 
     def scores(first: bool) -> np.ndarray:
         canary = torch.eye(m) * (audit.canary_norm * clip / math.sqrt(SPREAD) * (1.0 if first else -1.0))
-        canary = torch.cat([canary, torch.zeros(n, m)])
-        per_example = {name: canary.clone() for name in names}
-        per_example["background.weight"] = torch.cat([torch.zeros(m, 8), background])
+        rows = torch.cat([torch.cat([canary, torch.zeros(m, 8)], 1), torch.cat([torch.zeros(n, m), background], 1)])
         noise_rng = audit.secret("dpautogan", first).torch("dpautogan-noise")
 
         def release(call: int) -> torch.Tensor:
-            total = sanitize(per_example, clip, audit.sigma, float(n + 1), noise_rng).total
-            return torch.stack([total[name] for name in names]).double().sum(0) / math.sqrt(SPREAD)
+            summed = ghost_clipped_sum(network, lambda: network(rows), clip)
+            total = noisy_mean(summed, clip, audit.sigma, float(n + 1), noise_rng).total
+            return torch.stack([total[name].squeeze(0) for name in names]).double().sum(0) / math.sqrt(SPREAD)
 
         return audit.gathered(release)
 
@@ -53,7 +74,7 @@ def dpautogan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, s
         scores,
         replace_one_claim(audit.noise_multiplier, delta=audit.delta),
         started,
-        function="dpsynth.models.generators.dpsgd.sanitize",
+        function="dpsynth.models.generators.ghost_clipping.ghost_clipped_sum, then dpsgd.noisy_mean",
         canaries=dpsgd_pair_note(m),
         parameters_per_canary=SPREAD,
     )

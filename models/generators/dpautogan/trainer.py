@@ -102,7 +102,7 @@ import torch
 from torch import nn
 
 from dpsynth.models.errors import ConfigError
-from dpsynth.models.generators.dpautogan.autoencoder import autoencoder_per_example
+from dpsynth.models.generators.dpautogan.autoencoder import autoencoder_clipped_sum, autoencoder_per_example
 from dpsynth.models.generators.dpautogan.config import DPAutoGANConfig
 from dpsynth.models.generators.dpautogan.latent_gaussian import (
     fit_gaussian_latent,
@@ -119,7 +119,7 @@ from dpsynth.models.generators.dpautogan.networks import (
 )
 from dpsynth.models.generators.networks import binary_columns, init_generator_
 from dpsynth.models.generators.two_phase.networks import check_groups
-from dpsynth.models.generators.two_phase.pairs import critic_per_pair, position_latents
+from dpsynth.models.generators.two_phase.pairs import critic_pair_clipped_sum, critic_per_pair, position_latents
 from dpsynth.models.generators.two_phase.trainer import TwoPhaseTrainer, UpdateInfo
 from dpsynth.models.privacy.secret import PrivacySecret
 
@@ -194,6 +194,10 @@ class DPAutoGANTrainer(TwoPhaseTrainer):
     def autoencoder_gradients(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
         return autoencoder_per_example(self.autoencoder, rows, self.loss_weights)
 
+    def autoencoder_clipped_sum(self, rows: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+        # The same clipped sum as from autoencoder_gradients, without rows x parameters of per-row gradients.
+        return autoencoder_clipped_sum(self.autoencoder, rows, clip, self.loss_weights)
+
     # -- phase 2 ---------------------------------------------------------------------------------
     def fake_latents(self, n_rows: int) -> torch.Tensor:
         out: torch.Tensor = self.generator(torch.randn(n_rows, self.config.z_dim, generator=self.rng))
@@ -209,11 +213,18 @@ class DPAutoGANTrainer(TwoPhaseTrainer):
             real = ae.encoder(real_rows)
         return real, fake_latents
 
-    def pair_gradients(self, update: int, index: torch.Tensor) -> dict[str, torch.Tensor]:
+    def pair_inputs(self, update: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Critic update `update`'s (real, fake) pairs as the critic reads them, for the sampled rows `index`."""
         with torch.no_grad():
             fake_latents = self.generator(position_latents(self.fake_key, update, index, self.config.z_dim))
-            real, fake = self.critic_inputs(self.data[index], fake_latents)
-        return critic_per_pair(self.critic, real, fake)
+            return self.critic_inputs(self.data[index], fake_latents)
+
+    def pair_gradients(self, update: int, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        return critic_per_pair(self.critic, *self.pair_inputs(update, index))
+
+    def pair_clipped_sum(self, update: int, index: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+        # pair_gradients' pairs, clipped and summed without per-pair gradients (the critic is fully connected).
+        return critic_pair_clipped_sum(self.critic, *self.pair_inputs(update, index), clip)
 
     def generator_fakes(self) -> torch.Tensor:
         _, fake = self.critic_inputs(self.data[:0], self.fake_latents(self.config.generator_batch))

@@ -11,6 +11,7 @@ from torch import nn
 from torch.func import functional_call
 
 from dpsynth.models.generators.dpsgd import per_example_gradients
+from dpsynth.models.generators.ghost_clipping import ghost_clipped_sum
 from dpsynth.models.privacy.counter_random import normals, stream_base
 
 
@@ -29,6 +30,18 @@ def critic_per_pair(critic: nn.Module, real: torch.Tensor, fake: torch.Tensor) -
         return scores[1] - scores[0]
 
     return per_example_gradients(critic, loss_one, real, fake.detach())
+
+
+def critic_pair_clipped_sum(
+    critic: nn.Module, real: torch.Tensor, fake: torch.Tensor, clip: float
+) -> dict[str, torch.Tensor]:
+    """The sum of `critic_per_pair`'s pair gradients, each clipped to `clip` as one vector, computed without
+    writing them out (models/generators/ghost_clipping.py): the critic runs once on the real rows and once
+    on the fakes, and each layer's two uses in a pair enter its norm together. For critics built of Linear,
+    LayerNorm and row-local activations only (DP-auto-GAN's)."""
+    check_pairs(real, fake)
+    fake = fake.detach()
+    return ghost_clipped_sum(critic, lambda: critic(fake) - critic(real), clip)
 
 
 def position_latents(key: int, update: int, positions: torch.Tensor, z_dim: int) -> torch.Tensor:

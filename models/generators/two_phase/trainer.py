@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from dpsynth.models.checkpoint_files import resume_state, save_training_state, save_verified, write_text_atomic
-from dpsynth.models.generators.dpsgd import SanitizedGradient, apply_gradient, poisson_batch, sanitize
+from dpsynth.models.generators.dpsgd import SanitizedGradient, apply_gradient, clipped_sum, noisy_mean, poisson_batch
 from dpsynth.models.generators.two_phase.config import TwoPhaseConfig
 from dpsynth.models.privacy.secret import PrivacySecret
 
@@ -136,6 +136,15 @@ class TwoPhaseTrainer(ABC):
         """Each sampled real row's (real, fake) pair gradient of the critic's loss in critic update
         `update` (`index`: the Poisson batch's row positions)."""
 
+    def autoencoder_clipped_sum(self, rows: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+        """The sum of the rows' `autoencoder_gradients`, each clipped to `clip` (one joint norm). A generator
+        whose networks allow it computes the same sum without per-row gradients (ghost_clipping.py)."""
+        return clipped_sum(self.autoencoder_gradients(rows), clip)
+
+    def pair_clipped_sum(self, update: int, index: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+        """The sum of the pairs' `pair_gradients`, each clipped to `clip` as one vector (as above)."""
+        return clipped_sum(self.pair_gradients(update, index), clip)
+
     @abstractmethod
     def generator_fakes(self) -> torch.Tensor:
         """A generator step's fakes as the critic reads them (draws from the seed's stream only)."""
@@ -159,8 +168,8 @@ class TwoPhaseTrainer(ABC):
         """One private autoencoder update (encoder and decoder clipped and noised together)."""
         cfg = self.config
         index = poisson_batch(self.data.shape[0], self.ae_rate, self.sampling_rng)
-        per_example = self.autoencoder_gradients(self.data[index])
-        parts = sanitize(per_example, cfg.autoencoder_clip, cfg.autoencoder_noise, self.ae_divisor, self.noise_rng)
+        summed = self.autoencoder_clipped_sum(self.data[index], cfg.autoencoder_clip)
+        parts = noisy_mean(summed, cfg.autoencoder_clip, cfg.autoencoder_noise, self.ae_divisor, self.noise_rng)
         apply_gradient(self.autoencoder, parts.total, self.opt_ae)
         return int(index.numel()), parts
 
@@ -171,9 +180,8 @@ class TwoPhaseTrainer(ABC):
         advances no stream), each pair's gradient clipped as one vector, one noise draw on the sum."""
         cfg = self.config
         index = poisson_batch(self.data.shape[0], self.critic_rate, self.sampling_rng)
-        parts = sanitize(
-            self.pair_gradients(update, index), cfg.critic_clip, cfg.critic_noise, self.critic_divisor, self.noise_rng
-        )
+        summed = self.pair_clipped_sum(update, index, cfg.critic_clip)
+        parts = noisy_mean(summed, cfg.critic_clip, cfg.critic_noise, self.critic_divisor, self.noise_rng)
         apply_gradient(self.critic, parts.total, self.opt_critic)
         self.after_critic_update()
         return int(index.numel()), parts
