@@ -197,3 +197,16 @@ class _LayerPieces:
         if self.layer.bias is not None and self.layer.bias.requires_grad:
             out["bias"] = sum(d.sum(0) for d in deltas)
         return out  # type: ignore[return-value]
+
+
+def discriminator_clipped_sum(
+    disc: nn.Module, rows: torch.Tensor, condition: torch.Tensor, real: bool, clip: float
+) -> dict[str, torch.Tensor]:
+    """A conditional discriminator's clipped sum (DP-CGAN's and DP-Fed-CTGAN's, real or generated rows
+    clipped on their own): each row's gradient of its own loss, -log D for a real row and -log(1 - D) for a
+    generated one (binary cross entropy on the row's logit `disc(rows, condition)`), scaled to at most
+    `clip`."""
+    target = torch.full((rows.shape[0],), 1.0 if real else 0.0, dtype=rows.dtype)
+    return ghost_clipped_sum(
+        disc, lambda: F.binary_cross_entropy_with_logits(disc(rows, condition), target, reduction="none"), clip
+    )

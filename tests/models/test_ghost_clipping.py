@@ -133,3 +133,28 @@ def test_a_training_update_releases_the_per_example_clipped_sum_of_its_poisson_b
         _, parts = trainer.critic_update(0)
     assert_same_sums(parts.clipped_sum, expected)
     assert float(torch.cat([v.reshape(-1) for v in expected.values()]).abs().max()) > 0
+
+
+@pytest.mark.parametrize("real", [True, False])
+def test_the_conditional_discriminators_ghost_sums_are_the_per_example_clipped_sums(real):
+    """DP-CGAN's and DP-Fed-CTGAN's discriminators (real and generated rows clipped on their own)."""
+    from dpsynth.models.generators.dpcgan import networks as cgan
+    from dpsynth.models.generators.dpcgan.trainer import per_sample_gradients as cgan_rows
+    from dpsynth.models.generators.dpfedctgan import networks as fed
+    from dpsynth.models.generators.dpfedctgan.local_training import per_sample_gradients as fed_rows
+    from dpsynth.models.generators.ghost_clipping import discriminator_clipped_sum
+
+    torch.manual_seed(2)
+    rows = toy_table(25)
+    rows[4, 0] = 200.0
+    labels = torch.randint(0, 2, (25,))
+    condition = torch.nn.functional.one_hot(torch.randint(0, 3, (25,)), 3).float()
+    for disc, cond, reference in (
+        (cgan.ConditionalDiscriminator(WIDTH, (8, 4)), labels, cgan_rows),
+        (fed.ConditionalDiscriminator(WIDTH, (8,), 3), condition, fed_rows),
+    ):
+        for clip in (0.01, 0.7, 1e4):
+            assert_same_sums(
+                discriminator_clipped_sum(disc, rows, cond, real, clip),
+                clipped_sum(reference(disc, rows, cond, real=real), clip),
+            )

@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from dpsynth.models.generators.dpautogan.latent_gaussian import fit_gaussian_latent, private_moments
-from dpsynth.models.generators.dpcgan.trainer import clipped_sum
-from dpsynth.models.generators.dpsgd import sanitize
+from dpsynth.models.generators.dpsgd import clipped_sum, sanitize
 from dpsynth.models.generators.sanitizer import clip_rows, sanitize_rows, zero_nonfinite_rows
 
 BAD = [float("nan"), float("inf"), float("-inf")]

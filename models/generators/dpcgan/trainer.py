@@ -85,11 +85,11 @@ from dpsynth.models.generators.dpcgan.networks import (
 )
 from dpsynth.models.generators.dpsgd import (
     apply_gradient,
-    clipped_sum,
     gaussian_noise,
     per_example_gradients,
     poisson_batch,
 )
+from dpsynth.models.generators.ghost_clipping import discriminator_clipped_sum
 from dpsynth.models.generators.networks import init_generator_
 from dpsynth.models.privacy.secret import PrivacySecret
 
@@ -142,8 +142,9 @@ def sanitized_gradient(
     """The discriminator's gradient: real and fake per-example gradients clipped separately to `clip`,
     Gaussian noise of standard deviation noise_multiplier * clip on the real sum only (drawn from
     `noise_rng`, in the order of `disc.named_parameters()`), all divided by `expected_batch`."""
-    real_sum = clipped_sum(per_sample_gradients(disc, real, real_labels, real=True), clip)
-    fake_sum = clipped_sum(per_sample_gradients(disc, fake.detach(), fake_labels, real=False), clip)
+    # Each row's gradient (per_sample_gradients) clipped and summed without forming it: ghost_clipping.py.
+    real_sum = discriminator_clipped_sum(disc, real, real_labels, True, clip)
+    fake_sum = discriminator_clipped_sum(disc, fake.detach(), fake_labels, False, clip)
     noise = gaussian_noise(real_sum, noise_multiplier * clip, noise_rng)
     total = {k: (real_sum[k] + noise[k] + fake_sum[k]) / expected_batch for k in real_sum}
     return SanitizedGradient(real_sum, noise, fake_sum, total)

@@ -41,11 +41,11 @@ from dpsynth.models.generators.dpfedctgan.networks import (
 )
 from dpsynth.models.generators.dpsgd import (
     apply_gradient,
-    clipped_sum,
     gaussian_noise,
     per_example_gradients,
     poisson_batch,
 )
+from dpsynth.models.generators.ghost_clipping import discriminator_clipped_sum
 from dpsynth.models.privacy.secret import PrivacySecret
 
 
@@ -84,8 +84,9 @@ def sanitized_gradient(
     expected_batch: float,
     noise_rng: torch.Generator | None,
 ) -> SanitizedGradient:
-    real_sum = clipped_sum(per_sample_gradients(disc, real, real_cond, real=True), clip)
-    fake_sum = clipped_sum(per_sample_gradients(disc, fake.detach(), fake_cond, real=False), clip)
+    # Each row's gradient (per_sample_gradients) clipped and summed without forming it: ghost_clipping.py.
+    real_sum = discriminator_clipped_sum(disc, real, real_cond, True, clip)
+    fake_sum = discriminator_clipped_sum(disc, fake.detach(), fake_cond, False, clip)
     noise = gaussian_noise(real_sum, noise_multiplier * clip, noise_rng)
     total = {k: (real_sum[k] + noise[k] + fake_sum[k]) / expected_batch for k in real_sum}
     return SanitizedGradient(real_sum, noise, fake_sum, total)
