@@ -118,27 +118,26 @@ def ghost_clipped_sum(
         deltas[name].append(d.detach())
 
     pieces = {name: _LayerPieces(layers[name], uses[name].inputs, deltas[name]) for name in layers if deltas[name]}
-    finite = torch.ones(n, dtype=torch.bool)
-    for piece in pieces.values():
-        finite = finite & piece.finite_rows()
-    factors = clip_factors({name: piece.squared_norms() for name, piece in pieces.items()}, finite, clip)
+    factors = clip_factors({name: piece.squared_norms() for name, piece in pieces.items()}, clip) if pieces else {}
 
     summed: dict[str, torch.Tensor] = {}
     for name, layer in layers.items():
-        sums = pieces[name].weighted_sums(factors[name], finite) if name in pieces else {}
+        sums = pieces[name].weighted_sums(factors[name]) if name in pieces else {}
         for suffix, param in layer.named_parameters(recurse=False):
             # A layer the loss never ran through has a zero gradient in every row.
             summed[f"{name}.{suffix}" if name else suffix] = sums.get(suffix, torch.zeros_like(param))
     return {k: summed[k] for k in params}
 
 
-def clip_factors(squared: dict[str, torch.Tensor], finite: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+def clip_factors(squared: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
     """Each layer's factor per row (`squared`: each layer's squared row norms): the same for every layer,
     min(1, C / ||g_i||) with ||g_i|| the row's norm over ALL layers together, since DP-SGD's sensitivity is
     that of the whole gradient (clipping each layer to C on its own would let a row move the sum by C times
-    the square root of the layer count); 0 for a row outside `finite` or whose norm overflows."""
-    total = sum(squared.values(), torch.zeros(finite.shape[0]))
-    ok = finite & torch.isfinite(total)
+    the square root of the layer count). A row whose norm is not a number or infinite gets 0: every input
+    and output gradient entry the sums read enters the norm squared, so a NaN or an infinity anywhere in
+    the row shows there (0 x inf is NaN), as does a norm that overflows."""
+    total = sum(squared.values(), torch.zeros(next(iter(squared.values())).shape[0]))
+    ok = torch.isfinite(total)
     factor = torch.where(ok, (clip / (torch.where(ok, total, 0.0).sqrt() + NORM_EPS)).clamp(max=1.0), 0.0)
     return {name: factor for name in squared}
 
@@ -163,12 +162,6 @@ class _LayerPieces:
     def linear(self) -> bool:
         return isinstance(self.layer, nn.Linear)
 
-    def finite_rows(self) -> torch.Tensor:
-        ok = torch.ones(self.deltas[0].shape[0], dtype=torch.bool)
-        for t in (*self.inputs, *self.deltas):
-            ok = ok & torch.isfinite(t).all(dim=1)
-        return ok
-
     def squared_norms(self) -> torch.Tensor:
         n = self.deltas[0].shape[0]
         if not self.linear:
@@ -184,16 +177,20 @@ class _LayerPieces:
             total = total + sum(self.deltas).square().sum(1)  # type: ignore[union-attr]
         return total
 
-    def weighted_sums(self, factors: torch.Tensor, finite: torch.Tensor) -> dict[str, torch.Tensor]:
-        """sum_i factor_i g_i per parameter, rows outside `finite` zeroed first (0 x inf would be NaN)."""
-        keep = finite[:, None]
+    def weighted_sums(self, factors: torch.Tensor) -> dict[str, torch.Tensor]:
+        """sum_i factor_i g_i per parameter. Rows of factor 0 are zeroed first where there are any: such a
+        row may hold a NaN or an infinity, and 0 x inf is NaN."""
+        zeroed = bool((factors == 0).any())
+
+        def kept(t: torch.Tensor) -> torch.Tensor:
+            return torch.where((factors != 0)[:, None], t, 0.0) if zeroed else t
+
         if not self.linear:
-            return {k: (factors[:, None] * torch.where(keep, g, 0.0)).sum(0) for k, g in self.rows.items()}
+            return {k: (factors[:, None] * kept(g)).sum(0) for k, g in self.rows.items()}
         out = {}
-        deltas = [torch.where(keep, d, 0.0) * factors[:, None] for d in self.deltas]
+        deltas = [kept(d) * factors[:, None] for d in self.deltas]
         if self.layer.weight.requires_grad:
-            inputs = [torch.where(keep, a, 0.0) for a in self.inputs]
-            out["weight"] = sum(d.T @ a for d, a in zip(deltas, inputs, strict=True))
+            out["weight"] = sum(d.T @ kept(a) for d, a in zip(deltas, self.inputs, strict=True))
         if self.layer.bias is not None and self.layer.bias.requires_grad:
             out["bias"] = sum(d.sum(0) for d in deltas)
         return out  # type: ignore[return-value]

@@ -176,8 +176,8 @@ def test_calibration_audit_catches_clipping_each_parameter_on_its_own(monkeypatc
 
     joint = ghost_clipping.clip_factors
 
-    def per_layer(squared, finite, clip):
-        return {name: joint({name: sq}, finite, clip)[name] for name, sq in squared.items()}
+    def per_layer(squared, clip):
+        return {name: joint({name: sq}, clip)[name] for name, sq in squared.items()}
 
     monkeypatch.setattr(ghost_clipping, "clip_factors", per_layer)
     audit = dpautogan_update_audit(trials=100_000, seed=1)

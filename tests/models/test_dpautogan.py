@@ -669,3 +669,22 @@ def test_critic_phase_sampling_moves_no_other_pair_and_no_seeded_draw(tmp_path, 
         sizes.append([u.real_rows for u in infos if u.phase == "critic"])
     assert sizes[0] != sizes[1]
     assert torch.equal(states[0], states[1])
+
+
+def test_the_gaussian_fit_and_moment_sums_are_summed_in_chunks_as_over_all_rows(monkeypatch):
+    """The fit and the moment query sum their statistics a chunk of rows at a time (their memory must not
+    grow with the rows): the sums are the one-shot sums, whatever the chunk."""
+    from dpsynth.models.generators.dpautogan import latent_gaussian
+
+    rows = torch.rand(1000, 4, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    binary = [False, True, False, False]
+    whole_fit = fit_gaussian_latent(rows, 2.0, torch.Generator().manual_seed(9))
+    whole_moments = private_moments(rows, binary, 2.0, torch.Generator().manual_seed(9))
+    monkeypatch.setattr(latent_gaussian, "CHUNK_ROWS", 64)
+    for chunked, whole in zip(fit_gaussian_latent(rows, 2.0, torch.Generator().manual_seed(9)), whole_fit, strict=True):
+        torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(
+        private_moments(rows, binary, 2.0, torch.Generator().manual_seed(9)), whole_moments, rtol=1e-12, atol=1e-12
+    )
+    stats = latent_gaussian.summed_statistics(rows.double(), latent_gaussian.latent_statistics)
+    torch.testing.assert_close(stats, latent_gaussian.latent_statistics(rows.double()).sum(0), rtol=1e-12, atol=1e-12)

@@ -105,6 +105,7 @@ from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.dpautogan.autoencoder import autoencoder_clipped_sum, autoencoder_per_example
 from dpsynth.models.generators.dpautogan.config import DPAutoGANConfig
 from dpsynth.models.generators.dpautogan.latent_gaussian import (
+    CHUNK_ROWS,
     fit_gaussian_latent,
     match_decoded_moments,
     moment_spread_from,
@@ -233,8 +234,9 @@ class DPAutoGANTrainer(TwoPhaseTrainer):
     def gaussian_fit(self) -> int:
         """The "gaussian" latent model's one private query: every training row's latent (the frozen
         encoder's) into the Gaussian mechanism (`fit_gaussian_latent`), noise from the run's secret."""
-        with torch.no_grad():
-            latents = self.autoencoder.encoder(self.data)
+        with torch.no_grad():  # chunked: the hidden layers of every row at once would grow with the rows
+            parts = self.data.split(CHUNK_ROWS) or (self.data,)
+            latents = torch.cat([self.autoencoder.encoder(part) for part in parts])
         mean, scale = fit_gaussian_latent(latents, self.config.latent_noise, self.noise_rng)
         self.gaussian.mean.copy_(mean)
         self.gaussian.scale.copy_(scale)
