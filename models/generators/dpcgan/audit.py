@@ -13,8 +13,8 @@ from dpsynth.models.privacy.audit import UpdateAudit, dpsgd_pair_note, replace_o
 
 
 def dpcgan_update_audit(trials: int = 1_000_000, halve_noise: bool = False, seed: int = 0) -> dict:
-    """One DP-SGD update of DP-CGAN's discriminator (`sanitized_gradient`: per-example gradients of a
-    real network, clipped, summed, N(0, (sigma C)^2) on the real sum, from a torch.Generator). The
+    """One DP-SGD update of DP-CGAN's discriminator (`sanitized_gradient`: each row's gradient of a
+    real network clipped by its ghost norm, summed, N(0, (sigma C)^2) on the real sum, from a torch.Generator). The
     discriminator has no hidden layer and zero weights, so D = 1/2 everywhere and a real row x's
     gradient is -(x, one-hot label, 1) / 2. Canary i is the row -2 n C e_i on the first input and
     +2 n C e_i on the neighbour (norm about n C, n = `canary_norm`): its clipped gradient puts +-C on
