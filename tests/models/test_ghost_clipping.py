@@ -158,3 +158,14 @@ def test_the_conditional_discriminators_ghost_sums_are_the_per_example_clipped_s
                 discriminator_clipped_sum(disc, rows, cond, real, clip),
                 clipped_sum(reference(disc, rows, cond, real=real), clip),
             )
+
+
+def test_the_clipping_benchmark_runs_at_a_tiny_size_and_compares_both_paths(capsys):
+    """bench/clipping.py at a tiny batch: it still imports what it times, and both sums agree."""
+    from bench.clipping import main
+
+    summary = main(["--rows", "40", "--repeats", "1"])
+    (result,) = summary["results"]
+    assert result["rows"] == 40 and result["ghost_cpu_s"] > 0 and result["naive_cpu_s"] > 0
+    assert result["largest_relative_difference"] < 1e-4
+    assert '"benchmark": "clipping"' in capsys.readouterr().out.splitlines()[-1]
