@@ -164,7 +164,11 @@ def test_the_clipping_benchmark_runs_at_a_tiny_size_and_compares_both_paths(caps
     """bench/clipping.py at a tiny batch: it still imports what it times, and both sums agree."""
     from bench.clipping import main
 
-    summary = main(["--rows", "40", "--repeats", "1"])
+    before = torch.get_num_threads()
+    try:
+        summary = main(["--rows", "40", "--repeats", "1"])
+    finally:
+        torch.set_num_threads(before)
     (result,) = summary["results"]
     assert result["rows"] == 40 and result["ghost_cpu_s"] > 0 and result["naive_cpu_s"] > 0
     assert result["largest_relative_difference"] < 1e-4
