@@ -103,6 +103,17 @@ def smoke_release(tmp_path) -> str:
     return publishing_smoke(tmp_path / "publishing")
 
 
+@pytest.fixture(scope="session")
+def prefect_backend():
+    """One temporary Prefect API (SQLite) for the session's releases (every flow test's, tests/flows/conftest.py,
+    and tests/test_api.py's), started and stopped inside the session: a worker starts it once, not once per
+    module that releases (seconds each start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def private_home(tmp_path, monkeypatch):
     """Every test gets its own dpsynth home (ledger, stores, run folders): none touches ~/.dpsynth."""
