@@ -103,6 +103,17 @@ def smoke_release(tmp_path) -> str:
     return publishing_smoke(tmp_path / "publishing")
 
 
+@pytest.fixture(scope="session")
+def prefect_backend():
+    """One temporary Prefect API (SQLite) for the session's releases (every flow test's, tests/flows/conftest.py,
+    and tests/test_api.py's), started and stopped inside the session: a worker starts it once, not once per
+    module that releases (seconds each start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def private_home(tmp_path, monkeypatch):
     """Every test gets its own dpsynth home (ledger, stores, run folders): none touches ~/.dpsynth."""
@@ -112,11 +123,33 @@ def private_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture(scope="session")
+def empty_mlflow_store(tmp_path_factory) -> Path:
+    """An empty MLflow SQLite store at MLflow's latest schema, made once per session (per worker) by MLflow itself,
+    as a release's first use makes one: `isolated_workdir` starts each test from a copy. Making a store runs every
+    one of MLflow's schema migrations, about 2.4 CPU seconds in a warm process (3.8 in a new one), once per test
+    that releases. The claims about a store's making use homes without one: test_startup_order.py's, the session's
+    smoke trial's, and the two releases at once of test_faults.py that race to make it."""
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore as RegistryStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore as TrackingStore
+
+    folder = tmp_path_factory.mktemp("empty-mlflow-store")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    # MLflow's default experiment (unused: dpsynth logs to experiments of its own) keeps its artifacts here.
+    for store in (TrackingStore(uri, str(folder / "mlruns")), RegistryStore(uri)):
+        store.engine.dispose()  # every connection closed: the file is complete
+    assert {p.name for p in folder.iterdir()} <= {"mlflow.db", "mlruns"}  # no journal left beside it
+    return folder / "mlflow.db"
+
+
 @pytest.fixture
-def isolated_workdir(tmp_path, monkeypatch):
-    """Run in an empty folder that is also the home, with its own MLflow store."""
+def isolated_workdir(tmp_path, monkeypatch, empty_mlflow_store):
+    """Run in an empty folder that is also the home, with its own MLflow store (a copy of `empty_mlflow_store`,
+    group- and world-readable as a store another tool made: what dpsynth must make owner-only itself)."""
     work = tmp_path / "work"
     work.mkdir()
+    shutil.copyfile(empty_mlflow_store, work / "mlflow.db")
+    os.chmod(work / "mlflow.db", 0o644)
     monkeypatch.chdir(work)
     monkeypatch.setenv("DPSYNTH_HOME", str(work))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")

@@ -183,15 +183,6 @@ def test_a_publishing_release_refuses_a_given_secret_before_any_work(demo_csv, s
     assert not (Path(demo_csv).parent / "dpsynth-home" / "runs").exists()
 
 
-@pytest.fixture(scope="module")
-def prefect_backend():
-    """A temporary Prefect API for this module's releases (tests/flows/conftest.py starts one for its own)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 def _documented_example() -> str:
     text = (ROOT / "docs" / "api.md").read_text()
     return re.search(r"## Example\n.*?```python\n(.*?)```", text, re.S).group(1)

@@ -12,12 +12,8 @@ from tests.conftest import CARDIO_SCHEMA
 
 
 @pytest.fixture(autouse=True, scope="session")
-def prefect_backend():
-    """One temporary Prefect API (SQLite) for every flow test, started and stopped inside the session."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+def flows_use_prefect(prefect_backend):
+    """Every flow test runs against the session's temporary Prefect API (tests/conftest.py)."""
 
 
 @dataclass(frozen=True)

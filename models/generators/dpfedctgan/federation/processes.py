@@ -3,9 +3,9 @@ group of its own, and how they end.
 
 Flower's processes start others: the SuperLink a SuperExec that starts the ServerApp's process, each
 SuperNode a SuperExec that starts a ClientApp process per request. Those inherit their parent's process
-group, so stopping a group (SIGTERM, then SIGKILL after a grace) stops them too, even when their parent
-died first (a killed SuperNode leaves its ClientApp behind otherwise). Only the groups this launcher made
-are signalled, each by its own id.
+group, so stopping a group (SIGTERM, then SIGKILL once its leader has ended, or after a grace) stops them
+too, even when their parent died first (a killed SuperNode leaves its ClientApp behind otherwise). Only the
+groups this launcher made are signalled, each by its own id.
 """
 
 from __future__ import annotations
@@ -63,22 +63,30 @@ class Processes:
         (self.folder / PIDS_FILE).write_text(json.dumps({name: p.pid for name, p in self.started.items()}))
 
     def stop(self) -> None:
-        """SIGTERM every group still holding a process, wait, then SIGKILL what is left; reap the leaders."""
-        groups = [p.pid for p in self.started.values()]
-        for pgid in groups:
+        """SIGTERM every group still holding a process; SIGKILL a group as soon as its leader has ended, and
+        every group still running after a grace; reap the leaders. What a leader that ended leaves behind are
+        Flower's helpers (a SuperExec, a finished ServerApp's process): they hold nothing of the run's (its
+        checkpoints are written atomically, before the round is reported) and end on SIGTERM only at Flower's
+        own exit timeout, seconds later, which every federation's stop would otherwise wait out."""
+        leaders = {p.pid: p for p in self.started.values()}
+        for pgid in leaders:
             _signal_group(pgid, signal.SIGTERM)
+        running = set(leaders)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
-            for p in self.started.values():
-                p.poll()  # reap an ended leader: a zombie still counts as the group's member
-            time.sleep(0.05)
-        for pgid in groups:
+        while running and time.monotonic() < deadline:
+            for pgid in list(running):
+                if leaders[pgid].poll() is not None:  # reaped: a zombie leader still counts as the group's member
+                    _signal_group(pgid, signal.SIGKILL)
+                    running.discard(pgid)
+            if running:
+                time.sleep(0.05)
+        for pgid in leaders:
             _signal_group(pgid, signal.SIGKILL)
-        for p in self.started.values():
+        for p in leaders.values():
             p.wait()
         # The killed group's children are reparented to init, which reaps them: wait until none is left.
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
+        while any(group_alive(g) for g in leaders) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def log_tail(self, name: str, lines: int = 5) -> str:
