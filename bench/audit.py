@@ -12,8 +12,8 @@ lower bound at 95%. Five mechanisms:
   (31,250 steps of B = 32), sigma = 1.07: exact 4.05 (mu = 1 / sigma); passes with a bound in
   [2.5, exact];
 * dpcgan-update: `dpsynth.models.generators.dpcgan.trainer.sanitized_gradient` on a one-layer
-  discriminator; dpautogan-update: `dpsynth.models.generators.dpsgd.sanitize` on per-example
-  gradients. A canary of norm 100 C, +-g; sigma = 2.14
+  discriminator; dpautogan-update: `ghost_clipped_sum` then `dpsgd.noisy_mean`, as training
+  runs them, on a network whose rows' gradients are the canaries. A canary of norm 100 C, +-g; sigma = 2.14
   (mu = 2C / (sigma C)): exact 4.05. Many canaries per call, each in gradient coordinates of its own,
   give many trials per call;
 * dpautogan-gaussian-fit (`noisy_sums` of `latent_statistics` with `gaussian_bound`, sigma 1.4) and

@@ -77,19 +77,6 @@ class SanitizedGradient:
     total: dict[str, torch.Tensor]
 
 
-def sanitize(
-    per_example: dict[str, torch.Tensor],
-    clip: float,
-    noise_multiplier: float,
-    expected_batch: float,
-    noise_rng: torch.Generator | None,
-) -> SanitizedGradient:
-    """DP-SGD's sanitised mean: each example clipped to `clip` (joint norm over all parameters), summed,
-    ONE draw of N(0, (noise_multiplier clip)^2 I) from `noise_rng` in parameter order, divided by the
-    public expected batch q m (the drawn batch size is not public)."""
-    return noisy_mean(clipped_sum(per_example, clip), clip, noise_multiplier, expected_batch, noise_rng)
-
-
 def noisy_mean(
     summed: dict[str, torch.Tensor],
     clip: float,
@@ -97,10 +84,11 @@ def noisy_mean(
     expected_batch: float,
     noise_rng: torch.Generator | None,
 ) -> SanitizedGradient:
-    """`sanitize` after its clipping: `summed` is the sum of the examples' gradients each clipped to `clip`
-    (`clipped_sum`, or models/generators/ghost_clipping.py's `ghost_clipped_sum`, the same sum computed
-    without per-example gradients); ONE draw of N(0, (noise_multiplier clip)^2 I) per entry, in parameter
-    order, divided by the public expected batch."""
+    """DP-SGD's sanitised mean from the clipped sum: `summed` is the sum of the examples' gradients each
+    clipped to `clip`, one joint norm over all parameters (`clipped_sum`, or models/generators/
+    ghost_clipping.py's `ghost_clipped_sum`, the same sum computed without per-example gradients); ONE
+    draw of N(0, (noise_multiplier clip)^2 I) per entry from `noise_rng`, in parameter order, divided by
+    the public expected batch q m (the drawn batch size is not public)."""
     noise = gaussian_noise(summed, noise_multiplier * clip, noise_rng)
     total = {k: (summed[k] + noise[k]) / expected_batch for k in summed}
     return SanitizedGradient(summed, noise, total)

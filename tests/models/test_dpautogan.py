@@ -36,7 +36,7 @@ from dpsynth.models.generators.dpautogan.networks import (
 )
 from dpsynth.models.generators.dpautogan.sampler import draw_levels, load_release, sample_encoded
 from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
-from dpsynth.models.generators.dpsgd import sanitize
+from dpsynth.models.generators.dpsgd import clipped_sum, noisy_mean
 from dpsynth.models.generators.two_phase.pairs import critic_per_pair, position_latents
 from dpsynth.models.privacy.dpsgd_accountant import Phase, epsilon
 from dpsynth.models.privacy.secret import PrivacySecret
@@ -133,14 +133,14 @@ def test_autoencoder_clipping_bounds_each_row_over_encoder_and_decoder_together(
     assert float(row_norms(autoencoder_per_example(ae, rows)).min()) > clip  # every row is clipped
 
     def summed(r):
-        return flat(sanitize(autoencoder_per_example(ae, r), clip, 0.0, 16, None).clipped_sum)
+        return flat(clipped_sum(autoencoder_per_example(ae, r), clip))
 
     base = summed(rows)
     assert float(base.norm()) <= clip * 12 + 1e-5
     assert float((summed(torch.cat([rows, extreme])) - base).norm()) <= clip + 1e-5
     # The norm is joint over encoder and decoder: clipping each part to C on its own would let a row
     # move the pair by up to sqrt(2) C. Here the encoder's clipped share alone stays below C, jointly.
-    one = sanitize(autoencoder_per_example(ae, extreme), clip, 0.0, 1, None).clipped_sum
+    one = clipped_sum(autoencoder_per_example(ae, extreme), clip)
     assert float(flat(one).norm()) == pytest.approx(clip, rel=1e-4)
     enc = torch.cat([v.reshape(-1) for k, v in one.items() if k.startswith("encoder.")])
     dec = torch.cat([v.reshape(-1) for k, v in one.items() if k.startswith("decoder.")])
@@ -157,7 +157,7 @@ def test_critic_clipping_bounds_each_real_example_with_its_fake(in_width):
     extreme[0, 0] = 300.0
 
     def summed(r, f):
-        return flat(sanitize(critic_per_pair(critic, r, f), clip, 0.0, 12, None).clipped_sum)
+        return flat(clipped_sum(critic_per_pair(critic, r, f), clip))
 
     base = summed(real, fake)
     assert float(row_norms(critic_per_pair(critic, extreme, fake[:1]))[0]) > 20 * clip
@@ -173,8 +173,10 @@ def test_noise_is_one_draw_of_sigma_c_over_the_expected_batch():
     ae = autoencoder()
     rows = toy_table(10)
     clip, sigma, batch = 0.5, 3.0, 16
-    clean = sanitize(autoencoder_per_example(ae, rows), clip, 0.0, batch, None)
-    noisy = sanitize(autoencoder_per_example(ae, rows), clip, sigma, batch, torch.Generator().manual_seed(7))
+    clean = noisy_mean(clipped_sum(autoencoder_per_example(ae, rows), clip), clip, 0.0, batch, None)
+    noisy = noisy_mean(
+        clipped_sum(autoencoder_per_example(ae, rows), clip), clip, sigma, batch, torch.Generator().manual_seed(7)
+    )
     torch.testing.assert_close(flat(noisy.clipped_sum), flat(clean.clipped_sum), rtol=0, atol=0)
     added = flat(noisy.total) * batch - flat(clean.clipped_sum)
     replay = torch.Generator().manual_seed(7)
@@ -182,7 +184,9 @@ def test_noise_is_one_draw_of_sigma_c_over_the_expected_batch():
     torch.testing.assert_close(added, expected, rtol=1e-4, atol=1e-4)
     assert abs(float(added.std()) / (sigma * clip) - 1.0) < 0.15
     # An empty Poisson batch still gets its noise: the query ran.
-    empty = sanitize(autoencoder_per_example(ae, rows[:0]), clip, sigma, batch, torch.Generator().manual_seed(7))
+    empty = noisy_mean(
+        clipped_sum(autoencoder_per_example(ae, rows[:0]), clip), clip, sigma, batch, torch.Generator().manual_seed(7)
+    )
     torch.testing.assert_close(flat(empty.total) * batch, expected, rtol=1e-4, atol=1e-4)
 
 

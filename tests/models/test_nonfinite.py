@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dpsynth.models.generators.dpautogan.latent_gaussian import fit_gaussian_latent, private_moments
-from dpsynth.models.generators.dpsgd import clipped_sum, sanitize
+from dpsynth.models.generators.dpsgd import clipped_sum, noisy_mean
 from dpsynth.models.generators.sanitizer import clip_rows, sanitize_rows, zero_nonfinite_rows
 
 BAD = [float("nan"), float("inf"), float("-inf")]
@@ -61,7 +61,7 @@ def test_dpsgd_clipping_drops_an_example_with_a_nonfinite_gradient(bad_value):
     for k in grads:
         assert torch.isfinite(summed[k]).all()
         torch.testing.assert_close(summed[k], without[k])
-    parts = sanitize(grads, 1.0, 1.0, 4.0, torch.Generator().manual_seed(3))
+    parts = noisy_mean(clipped_sum(grads, 1.0), 1.0, 1.0, 4.0, torch.Generator().manual_seed(3))
     assert all(torch.isfinite(t).all() for t in parts.total.values())
 
 

@@ -22,9 +22,9 @@ differs.
 * Batches are Poisson samples at a public rate (q1 for the autoencoder, q2 for the critic), as the
   accountant's analysis needs; the paper's "mini-batch of 64" is a rate of about 64 / n.
 * The noise is ONE draw of N(0, (sigma C)^2) per entry on the sum of the clipped gradients, divided by the
-  expected batch q n (models/generators/dpsgd.py `sanitize`). The paper's Algorithms write one draw per
-  microbatch, averaged: that is more noise (sigma sqrt(r) on the sum) than the sigma its accountant
-  composes, so the accountant's figure holds for it too; here the noise is exactly the accountant's.
+  expected batch q n (models/generators/dpsgd.py `clipped_sum`, `noisy_mean`). The paper's Algorithms
+  write one draw per microbatch, averaged: that is more noise (sigma sqrt(r) on the sum) than the sigma its
+  accountant composes, so the accountant's figure holds for it too; here the noise is exactly the accountant's.
 * The composition is RDP's at every order (phase 1's curve plus phase 2's, then one conversion): the
   paper's Proposition 1. Its section 4.4 procedure for "fixing alpha" (taking one phase's optimal order
   for both) gives a number at least as large as the minimum over orders of the summed curve.

@@ -7,7 +7,7 @@ steps of `critic_steps` private critic updates (each real row of a Poisson batch
 its own row position, pairs.py) and one ordinary generator update, which reads only the private critic
 and the frozen decoder. Each private update draws a Poisson batch at a public rate and adds one
 N(0, (sigma C)^2) draw per entry to the sum of the clipped gradients, divided by the expected batch q n
-(models/generators/dpsgd.py `sanitize`).
+(models/generators/dpsgd.py `noisy_mean`).
 
 One `DPSGDAccountant` (models/privacy/dpsgd_accountant.py) starts in phase 1 at (q1, sigma1), gets
 `begin_phase(q2, sigma2)` before the first critic update and exactly one `step()` per private update;
