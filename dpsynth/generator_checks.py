@@ -121,7 +121,7 @@ def _fit_halfway_then_to_the_end(
 ) -> list[dict]:
     """The ledger of a fit in `folder` stopped at a middle checkpoint of the plan, then resumed to its end."""
     generator, plan = get(name), get(name).plan(profile, setting)
-    rows, counts = training.prepared_rows(prepared_dir, schema)
+    rows, counts = training.prepared_rows(prepared_dir, schema, generator.mapped_rows)
     middle = len(plan.iterations) // 2 + 1
     halfway = TrainingPlan(plan.iterations[:middle], plan.epsilons[:middle])
     folder.mkdir()

@@ -1,27 +1,27 @@
-"""Rows of the preprocess stage's `encoded.npy`, read without keeping the file's pages.
+"""Rows of the preprocess stage's `encoded.npy`, read without holding the file in memory.
 
 The file has a row for every row of the table (those no evaluation reads stay zeros on disk). The rows
 evaluation reads are spread over the whole file (the split is row-local), so indexing a memory map of it
-touches nearly every page: at 1,000,000 census rows about 420 MB of file pages stay mapped, and count in
-the process's memory, for 40 MB of rows. `EncodedRows` copies the rows out block by block and tells the
-kernel after each block that the mapping's pages are no longer needed (they are clean file pages: read
-again from the file if ever touched), so what the process holds is the rows it asked for.
+maps nearly every page: at 1,000,000 census rows about 420 MB of file pages, counted in the process's
+memory, for 40 MB of rows. `EncodedRows` reads just the rows asked for with positioned reads
+(models/data/npy_rows.py `RowFile`), so what the process holds is the rows it asked for.
 
-`write_rows` writes the file the same way: block by block, each block's pages let go once written (a
-shared file mapping's written pages stay in the kernel's page cache, bound for the file, not in the
+`write_rows` writes the file block by block through a memory map, each block's pages let go once written
+(a shared file mapping's written pages stay in the kernel's page cache, bound for the file, not in the
 process). Indexing one memory map of the whole file held every page written, about 430 MB at 1,000,000
 rows and, since the rows are spread over the file, about 1.2 GB at 10,000,000.
 """
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-# Rows copied between two releases of the mapping's pages: they touch at most this many pages (32 MB).
+from dpsynth.models.data.npy_rows import RowFile, release_pages
+
+# Rows written between two releases of the mapping's pages: they touch at most this many pages (32 MB).
 BLOCK_ROWS = 8_192
 
 
@@ -29,22 +29,18 @@ class EncodedRows:
     """`np.load(path, mmap_mode="r")` for reading rows by index: `rows_of[indices]` is a plain array."""
 
     def __init__(self, path: str | Path):
-        self._array = np.load(path, mmap_mode="r")
-        self.shape = self._array.shape
-        self.dtype = self._array.dtype
+        self._file = RowFile(path)
+        self.shape = self._file.shape
+        self.dtype = self._file.dtype
 
     def __len__(self) -> int:
-        return len(self._array)
+        return len(self._file)
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
         if rows.dtype == bool:
             rows = np.flatnonzero(rows)
-        out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
-        for start in range(0, len(rows), BLOCK_ROWS):
-            out[start : start + BLOCK_ROWS] = self._array[rows[start : start + BLOCK_ROWS]]
-            _release_pages(self._array)
-        return out
+        return self._file.rows(rows)
 
 
 def write_rows(
@@ -57,13 +53,6 @@ def write_rows(
     for start in range(0, len(rows), BLOCK_ROWS):
         block = slice(start, start + BLOCK_ROWS)
         out[rows[block]] = encode(block)
-        _release_pages(out)
+        release_pages(out)
     out.flush()
     del out
-
-
-def _release_pages(array: np.ndarray) -> None:
-    """Let go of the pages of `array`'s memory map (nothing for an array in memory)."""
-    mapping = getattr(array, "_mmap", None)
-    if isinstance(mapping, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-        mapping.madvise(mmap.MADV_DONTNEED)

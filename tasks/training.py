@@ -66,12 +66,15 @@ def prepared_rows_path(prepare_dir: Path) -> Path:
     return counts_path if counts_path.exists() else Path(prepare_dir) / "train_rows.npy"
 
 
-def prepared_rows(prepare_dir: Path, schema: DatasetSchema) -> tuple[np.ndarray, CellCounts | None]:
-    """A `TrainingJob`'s `data` and `counts` from the prepare stage's folder."""
+def prepared_rows(
+    prepare_dir: Path, schema: DatasetSchema, mapped: bool = False
+) -> tuple[np.ndarray, CellCounts | None]:
+    """A `TrainingJob`'s `data` and `counts` from the prepare stage's folder; `mapped`: the rows as a
+    read-only memory map (the generator's `mapped_rows`), else in memory."""
     path = prepared_rows_path(prepare_dir)
     if path.name == COUNTS_FILE:
         return _no_rows(schema), CellCounts.load(path)
-    return np.load(path), None
+    return np.load(path, mmap_mode="r" if mapped else None), None
 
 
 def _no_rows(schema: DatasetSchema) -> np.ndarray:
@@ -137,7 +140,7 @@ def prepare_stage(
         if groups is None and profile.protocol != "thesis":
             # No row imputes another: the matrix is written one row group at a time, no table in memory.
             write_public_training_matrix(schema, table_path, rows, profile.knn_neighbors, directory / "train_rows.npy")
-            matrix = np.load(directory / "train_rows.npy")
+            matrix = np.load(directory / "train_rows.npy", mmap_mode="r" if generator.mapped_rows else None)
         else:
             encoded = np.load(encoded_path, mmap_mode="r")  # read by the thesis protocol only
             matrix = training_matrix(schema, pd.read_parquet(table_path), rows, groups, profile, encoded)
@@ -193,7 +196,7 @@ def train_stage(
 
     def work(directory: Path) -> tuple[dict[str, Path], dict]:
         plan = generator.plan(profile, setting)
-        data, counts = prepared_rows(prepare_dir, schema)
+        data, counts = prepared_rows(prepare_dir, schema, generator.mapped_rows)
         job = TrainingJob(profile, setting, schema, data, load_secret(run_dir), directory, counts=counts)
         with Progress(f"training {setting.name}", plan.last) as shown:
             result = generator.fit(job, Path(prepare_dir), plan, progress=shown.update)

@@ -95,7 +95,9 @@ class TrainingJob:
     profile: Profile
     setting: Setting
     schema: DatasetSchema
-    data: np.ndarray  # the encoded training rows (float32); no rows when `counts` stands for them
+    # The encoded training rows (float32), a read-only memory map for a generator with `mapped_rows`; no
+    # rows when `counts` stands for them.
+    data: np.ndarray
     secret: PrivacySecret
     directory: Path  # the stage's folder: checkpoints/ and anything else the generator keeps
     # The training rows' exact cell counts, for a generator that reads nothing else (`counted_cells`):
@@ -158,6 +160,10 @@ class GeneratorType(ABC):
     # The name of the stage before training, where the training rows are imputed (and, for a generator
     # that pretrains something, pretrained).
     prepare_name: str = "prepare"
+    # True: `fit` takes `TrainingJob.data` as a read-only memory map of the prepared rows' file and reads
+    # only what it needs from it (models/generators/training_rows.py), so training holds its batches, not
+    # every row; False: an array in memory.
+    mapped_rows: bool = False
 
     @abstractmethod
     def schedule(self, profile: Profile, setting: Setting) -> Schedule:

@@ -438,7 +438,7 @@ def test_gaussian_latent_model_fits_once_from_the_secret_and_samples_in_range(tm
     trainer.run(stop_after=4)
     assert trainer.phase == "gaussian"
     with torch.no_grad():
-        latents = trainer.autoencoder.encoder(trainer.data)
+        latents = trainer.autoencoder.encoder(trainer.data[:])
     noise = torch.Generator()
     noise.set_state(trainer.noise_rng.get_state())
     expected_mean, expected_scale = fit_gaussian_latent(latents, 3.0, noise)
@@ -573,7 +573,7 @@ def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_pat
     noise.set_state(trainer.noise_rng.get_state())
     seeded.set_state(trainer.rng.get_state())
     with torch.no_grad():
-        mean0, scale0 = fit_gaussian_latent(trainer.autoencoder.encoder(trainer.data), 3.0, noise)
+        mean0, scale0 = fit_gaussian_latent(trainer.autoencoder.encoder(trainer.data[:]), 3.0, noise)
     center = width = None
     if spread is not None:  # from rows the fitted Gaussian decodes to, the seed's stream
         fitted = GaussianLatent(cfg.latent_dim)
@@ -582,7 +582,7 @@ def test_a_moment_fit_is_one_more_accounted_query_after_the_gaussian_fit(tmp_pat
         with torch.no_grad():
             decoded = trainer.autoencoder.decoder(fitted(torch.randn(16384, cfg.latent_dim, generator=seeded)))
         center, width = moment_spread_from(decoded[:, [0, 1]], [False, True], spread)
-    targets = private_moments(trainer.data[:, [0, 1]], [False, True], 5.0, noise, center, width)
+    targets = private_moments(trainer.data[:][:, [0, 1]], [False, True], 5.0, noise, center, width)
     mean, scale = match_decoded_moments(
         trainer.autoencoder.decoder,
         mean0,

@@ -114,13 +114,12 @@ class DPAutoGAN(TwoPhaseGenerator):
         return checkpoint_steps(profile)
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
-        import torch  # here: planning a release (its budget, the refusals) needs no torch
 
         from dpsynth.models.generators.dpautogan.trainer import DPAutoGANTrainer
 
         groups = TableEncoder(job.schema).head_groups()
         trainer = DPAutoGANTrainer(
-            torch.from_numpy(job.data),
+            job.data,  # an array or a read-only memory map (`mapped_rows`)
             groups,
             job.profile.dpautogan,
             job.profile.seed,

@@ -6,9 +6,11 @@ which the Gaussian is moved through the decoder (post-processing of private outp
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
+from torch import nn
 
 from dpsynth.models.generators.dpautogan.networks import Decoder
 from dpsynth.models.generators.sanitizer import zero_nonfinite_rows
@@ -41,7 +43,30 @@ def with_noise(sums: torch.Tensor, noise_multiplier: float, bound: float, rng: t
     return sums + torch.randn(sums.shape, generator=rng, dtype=torch.float64) * noise_multiplier * bound
 
 
-def summed_statistics(rows: torch.Tensor, statistics: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+class RowChunks(Protocol):
+    """Rows read a contiguous run at a time: a tensor, `TrainingRows` (models/generators/training_rows.py),
+    or `EncodedLatents`."""
+
+    @property
+    def shape(self) -> Sequence[int]: ...
+
+    def __getitem__(self, rows: slice) -> torch.Tensor: ...
+
+
+class EncodedLatents:
+    """The latents a frozen `encoder` gives `rows`, encoded a run of rows at a time when read (under no
+    gradient): the Gaussian fit sums their statistics without holding every row's latent."""
+
+    def __init__(self, rows: RowChunks, encoder: nn.Module, latent_dim: int):
+        self._rows, self._encoder = rows, encoder
+        self.shape = (int(rows.shape[0]), int(latent_dim))
+
+    def __getitem__(self, rows: slice) -> torch.Tensor:
+        with torch.no_grad():
+            return self._encoder(self._rows[rows])
+
+
+def summed_statistics(rows: RowChunks, statistics: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """The float64 sums over rows of `statistics(rows)`, computed `CHUNK_ROWS` rows at a time, so that
     memory does not grow with the rows (the same sums up to float64 rounding of the order of addition)."""
     total = statistics(rows[:0]).double().sum(0)
@@ -51,7 +76,7 @@ def summed_statistics(rows: torch.Tensor, statistics: Callable[[torch.Tensor], t
 
 
 def fit_gaussian_latent(
-    latents: torch.Tensor, noise_multiplier: float, rng: torch.Generator
+    latents: RowChunks, noise_multiplier: float, rng: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The Gaussian mechanism on the latents' sums: N(0, (sigma x bound)^2) added once to each entry of
     the summed statistics (float64), then mean and covariance from the noisy sums divided by the number
@@ -114,7 +139,7 @@ def moment_spread_from(decoded: torch.Tensor, binary: list[bool], spread: float)
 
 
 def private_moments(
-    rows: torch.Tensor,
+    rows: RowChunks,
     binary: list[bool],
     noise_multiplier: float,
     rng: torch.Generator,

@@ -98,6 +98,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -105,7 +106,7 @@ from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators.dpautogan.autoencoder import autoencoder_clipped_sum, autoencoder_per_example
 from dpsynth.models.generators.dpautogan.config import DPAutoGANConfig
 from dpsynth.models.generators.dpautogan.latent_gaussian import (
-    CHUNK_ROWS,
+    EncodedLatents,
     fit_gaussian_latent,
     match_decoded_moments,
     moment_spread_from,
@@ -136,7 +137,7 @@ class DPAutoGANTrainer(TwoPhaseTrainer):
 
     def __init__(
         self,
-        data: torch.Tensor,
+        data: np.ndarray | torch.Tensor,
         groups: Sequence[Sequence[Any]],
         config: DPAutoGANConfig,
         seed: int,
@@ -234,9 +235,8 @@ class DPAutoGANTrainer(TwoPhaseTrainer):
     def gaussian_fit(self) -> int:
         """The "gaussian" latent model's one private query: every training row's latent (the frozen
         encoder's) into the Gaussian mechanism (`fit_gaussian_latent`), noise from the run's secret."""
-        with torch.no_grad():  # chunked: the hidden layers of every row at once would grow with the rows
-            parts = self.data.split(CHUNK_ROWS) or (self.data,)
-            latents = torch.cat([self.autoencoder.encoder(part) for part in parts])
+        # Encoded a chunk at a time as the fit sums them: every row's latents at once would grow with the rows.
+        latents = EncodedLatents(self.data, self.autoencoder.encoder, self.config.latent_dim)
         mean, scale = fit_gaussian_latent(latents, self.config.latent_noise, self.noise_rng)
         self.gaussian.mean.copy_(mean)
         self.gaussian.scale.copy_(scale)
@@ -258,7 +258,7 @@ class DPAutoGANTrainer(TwoPhaseTrainer):
                 center, width = moment_spread_from(
                     self.autoencoder.decoder(z)[:, list(columns)], binary, cfg.moment_spread
                 )
-        targets = private_moments(self.data[:, list(columns)], binary, noise, self.noise_rng, center, width)
+        targets = private_moments(self.data.columns(list(columns)), binary, noise, self.noise_rng, center, width)
         mean, scale = match_decoded_moments(
             self.autoencoder.decoder,
             self.gaussian.mean,

@@ -53,6 +53,7 @@ def replace_one_epsilon_at(profile: Profile, updates: int) -> float:
 class DPCGAN(GeneratorType):
     name = "dpcgan"
     label = "DP-CGAN"
+    mapped_rows = True  # batches and the labels read from the prepared file (TrainingRows)
 
     def check(self, profile: Profile, setting: Setting, schema=None) -> None:
         require_private(self, setting)
@@ -75,13 +76,12 @@ class DPCGAN(GeneratorType):
         )
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress=None) -> FitResult:
-        import torch  # here: planning a release (its budget, the refusals) needs no torch
 
         from dpsynth.models.generators.dpcgan.trainer import DPCGANTrainer
 
         encoder = TableEncoder(job.schema)
         trainer = DPCGANTrainer(
-            torch.from_numpy(job.data),
+            job.data,  # an array or a read-only memory map (`mapped_rows`)
             encoder.target_index,
             encoder.head_groups(),
             job.profile.dpcgan,

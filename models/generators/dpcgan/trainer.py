@@ -66,6 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.func import functional_call
 from torch.nn import functional as F
@@ -91,6 +92,7 @@ from dpsynth.models.generators.dpsgd import (
 )
 from dpsynth.models.generators.ghost_clipping import discriminator_clipped_sum
 from dpsynth.models.generators.networks import init_generator_
+from dpsynth.models.generators.training_rows import TrainingRows
 from dpsynth.models.privacy.secret import PrivacySecret
 
 STATE_FILE = "training_state.pt"
@@ -170,11 +172,19 @@ class TrainingResult:
     steps: list[StepInfo] = field(default_factory=list)
 
 
-def _labels_of(data: torch.Tensor, target_index: int) -> torch.Tensor:
-    column = data[:, target_index]
-    if not bool(((column == 1.0) | (column == -1.0)).all()):
-        raise ConfigError(f"encoded column {target_index} is not a binary target: its values must be -1 or +1")
-    return (column > 0).long()
+# Rows whose target column is read at once when the labels are made.
+LABEL_CHUNK_ROWS = 65_536
+
+
+def _labels_of(data: TrainingRows, target_index: int) -> torch.Tensor:
+    """Each row's label (True: the positive level), read a chunk of rows at a time: one byte a row."""
+    labels = []
+    for part in data.columns([target_index]).chunks(LABEL_CHUNK_ROWS):
+        column = part[:, 0]
+        if not bool(((column == 1.0) | (column == -1.0)).all()):
+            raise ConfigError(f"encoded column {target_index} is not a binary target: its values must be -1 or +1")
+        labels.append(column > 0)
+    return torch.cat(labels) if labels else torch.zeros(0, dtype=torch.bool)
 
 
 class DPCGANTrainer:
@@ -185,7 +195,7 @@ class DPCGANTrainer:
 
     def __init__(
         self,
-        data: torch.Tensor,
+        data: np.ndarray | torch.Tensor,
         target_index: int,
         groups,
         config: DPCGANConfig,
@@ -196,7 +206,8 @@ class DPCGANTrainer:
         delta: float,
     ):
         self.config, self.delta = config, float(delta)
-        self.data = torch.as_tensor(data, dtype=torch.float32)
+        # Batches read from a memory map or an array (models/generators/training_rows.py).
+        self.data = TrainingRows(data)
         n, width = self.data.shape
         self.labels = _labels_of(self.data, target_index)
         self.sample_rate = float(config.sample_rate)
@@ -258,7 +269,7 @@ class DPCGANTrainer:
         parts = sanitized_gradient(
             self.discriminator,
             self.data[index],
-            self.labels[index],
+            self.labels[index].long(),
             fake,
             fake_labels,
             cfg.clip,

@@ -44,14 +44,13 @@ class RDPCGAN(TwoPhaseGenerator):
     label = "RDP-CGAN"
 
     def fit(self, job: TrainingJob, prepared: Path, plan: TrainingPlan, progress: Progress | None = None) -> FitResult:
-        import torch  # here: planning a release (its budget, the refusals) needs no torch
 
         from dpsynth.models.generators.rdpcgan.trainer import RDPCGANTrainer
 
         encoder = TableEncoder(job.schema)
         target = encoder.block(job.schema.target)
         trainer = RDPCGANTrainer(
-            torch.from_numpy(job.data),
+            job.data,  # an array or a read-only memory map (`mapped_rows`)
             encoder.head_groups(),
             job.profile.rdpcgan,
             job.profile.seed,

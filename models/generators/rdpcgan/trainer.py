@@ -82,6 +82,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from dpsynth.models.generators.rdpcgan.autoencoder import autoencoder_per_example
@@ -118,7 +119,7 @@ class RDPCGANTrainer(TwoPhaseTrainer):
 
     def __init__(
         self,
-        data: torch.Tensor,
+        data: np.ndarray | torch.Tensor,
         groups: Sequence[Sequence[Any]],
         config: RDPCGANConfig,
         seed: int,

@@ -90,6 +90,8 @@ def replace_one_epsilon_of(phases: list[Phase], profile: Profile) -> float:
 class TwoPhaseGenerator(GeneratorType):
     """A two-phase generator's adapter: its section is `profile.section(name)`."""
 
+    mapped_rows = True  # batches and the one-off queries read from the prepared file (TrainingRows)
+
     def section_of(self, profile: Profile) -> Any:
         return profile.section(self.name)
 

@@ -37,11 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
 from dpsynth.models.checkpoint_files import resume_state, save_training_state, save_verified, write_text_atomic
 from dpsynth.models.generators.dpsgd import SanitizedGradient, apply_gradient, clipped_sum, noisy_mean, poisson_batch
+from dpsynth.models.generators.training_rows import TrainingRows
 from dpsynth.models.generators.two_phase.config import TwoPhaseConfig
 from dpsynth.models.privacy.secret import PrivacySecret
 
@@ -89,7 +91,7 @@ class TwoPhaseTrainer(ABC):
 
     def __init__(
         self,
-        data: torch.Tensor,
+        data: np.ndarray | torch.Tensor,
         config: TwoPhaseConfig,
         seed: int,
         secret: PrivacySecret,
@@ -99,7 +101,8 @@ class TwoPhaseTrainer(ABC):
     ):
         self.config = config
         self.delta = float(delta)
-        self.data = torch.as_tensor(data, dtype=torch.float32)
+        # Batches read from a memory map or an array (models/generators/training_rows.py).
+        self.data = TrainingRows(data)
         n = int(self.data.shape[0])
         self.ae_rate, self.critic_rate = float(config.autoencoder_rate), float(config.critic_rate)
         # The sanitised sums' divisors: the expected batches q n (never a drawn batch's size).
