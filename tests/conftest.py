@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.tier_listing import WHOLE_SUITE_TIERS, tier_of
+
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -329,9 +331,25 @@ def _is_slow(item, path: str) -> bool:
     return False
 
 
+def _collects_the_whole_suite(config) -> bool:
+    """No paths given (the testpaths: the whole suite) and nothing that leaves a test module uncollected. Tests
+    deselected (-k, -m, --deselect, --last-failed) are deselected after the tiers are given (the hook below)."""
+    return (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.getoption("ignore")
+        and not config.getoption("ignore_glob")
+        and not config.getoption("lf", False)
+        and not config.getoption("continue_on_collection_errors")
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    tiers = {}
     for item in items:
         path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
         if path.startswith("tests/flows/"):
             item.add_marker(pytest.mark.flow)
         item.add_marker(pytest.mark.slow if _is_slow(item, path) else pytest.mark.fast)
+        tiers[item.nodeid] = tier_of(item)
+    if _collects_the_whole_suite(config):
+        config.stash[WHOLE_SUITE_TIERS] = tiers
