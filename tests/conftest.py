@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.tier_listing import WHOLE_SUITE_TIERS, tier_of
+
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -39,6 +41,36 @@ def _temporary_files_in_memory(shm: Path = Path("/dev/shm"), min_free: int = 4 *
 
 
 _temporary_files_in_memory()
+
+
+JAX_CACHE_OWNER = "DPSYNTH_TESTS_JAX_CACHE_OWNER"  # the id of the process that made the session's jax cache
+
+
+def _one_jax_compilation_cache_per_session() -> None:
+    """One fresh jax compilation cache for the session (models/generators/graphical/jax_runtime.py), made by the
+    first process (pytest, or the xdist controller) and named in the environment that the workers and every
+    process a test starts inherit. Each MST or AIM fit, in a worker or in a release's process, compiled jax's
+    programs anew (a stage's end drops them): the generator checks of MST and AIM alone took 35 CPU seconds,
+    27 with the cache empty at their start, 21 with it full. With the cache a fit compiles only what no fit
+    before it in the session compiled; the programs are the same, so are the results. Every program is kept
+    (minimum compile time 0); a size limit makes jax lock the folder while it reads or writes an entry (the two
+    workers, and the processes they start, share it)."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:  # a worker (the controller named it), or the caller's own
+        return
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpsynth-tests-jax-cache-")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(1024**3)
+    os.environ[JAX_CACHE_OWNER] = str(os.getpid())
+
+
+_one_jax_compilation_cache_per_session()
+
+
+def pytest_unconfigure(config):
+    """The process that made the session's jax compilation cache removes it at the end."""
+    if os.environ.get(JAX_CACHE_OWNER) == str(os.getpid()):
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDIO_SCHEMA = ROOT / "configs" / "cardio.yaml"
@@ -299,9 +331,25 @@ def _is_slow(item, path: str) -> bool:
     return False
 
 
+def _collects_the_whole_suite(config) -> bool:
+    """No paths given (the testpaths: the whole suite) and nothing that leaves a test module uncollected. Tests
+    deselected (-k, -m, --deselect, --last-failed) are deselected after the tiers are given (the hook below)."""
+    return (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.getoption("ignore")
+        and not config.getoption("ignore_glob")
+        and not config.getoption("lf", False)
+        and not config.getoption("continue_on_collection_errors")
+    )
+
+
 def pytest_collection_modifyitems(config, items):
+    tiers = {}
     for item in items:
         path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
         if path.startswith("tests/flows/"):
             item.add_marker(pytest.mark.flow)
         item.add_marker(pytest.mark.slow if _is_slow(item, path) else pytest.mark.fast)
+        tiers[item.nodeid] = tier_of(item)
+    if _collects_the_whole_suite(config):
+        config.stash[WHOLE_SUITE_TIERS] = tiers

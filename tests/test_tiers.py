@@ -13,12 +13,24 @@ import pytest
 from dpsynth.generator_checks import CHECKS
 from dpsynth.models.generator_registry import DEFAULT_GENERATOR
 from dpsynth.models.generators import names
-from tests.conftest import CONFORMANCE, FAST_FLOWS, LONGEST_UNITS, ROOT, SLOW_TESTS, longest_first, scheduling_unit
+from tests.conftest import (
+    CONFORMANCE,
+    FAST_FLOWS,
+    LONGEST_UNITS,
+    ROOT,
+    SLOW_TESTS,
+    longest_first,
+    scheduling_unit,
+)
+from tests.tier_listing import WHOLE_SUITE_TIERS
 
 
 @pytest.fixture(scope="module")
-def tiers() -> dict[str, str]:
-    """Every test's node id and its tier, from one collection of the whole suite (tests/tier_listing.py)."""
+def tiers(request) -> dict[str, str]:
+    """Every test's node id and its tier, from one collection of the whole suite: this session's when it collected
+    the whole suite (tests/conftest.py, WHOLE_SUITE_TIERS), else one in a process of its own (tests/tier_listing.py)."""
+    if WHOLE_SUITE_TIERS in request.config.stash:
+        return dict(request.config.stash[WHOLE_SUITE_TIERS])
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-n", "0"]
         + ["-p", "no:cacheprovider", "-p", "tests.tier_listing"],

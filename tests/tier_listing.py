@@ -4,8 +4,21 @@ tiers in one collection of the whole suite (a collection costs seconds: every te
 
 from __future__ import annotations
 
+import pytest
+
+# Every test's tier (`tier_of`), kept by tests/conftest.py when its process collected the whole suite: what
+# tests/test_tiers.py reads then instead of collecting the whole suite again in a process of its own (about 18 CPU
+# seconds on this machine). Defined here, in a module imported under one name only: pytest imports tests/conftest.py
+# as `conftest`, and the tests import it again as `tests.conftest`.
+WHOLE_SUITE_TIERS = pytest.StashKey[dict[str, str]]()
+
+
+def tier_of(item) -> str:
+    """`fast`, `slow`, or what else the test's marks make of it (`fast+slow`, `none`)."""
+    tiers = [tier for tier in ("fast", "slow") if item.get_closest_marker(tier) is not None]
+    return "+".join(tiers) or "none"
+
 
 def pytest_collection_finish(session) -> None:
     for item in session.items:
-        tiers = [tier for tier in ("fast", "slow") if item.get_closest_marker(tier) is not None]
-        print(f"tier: {'+'.join(tiers) or 'none'} {item.nodeid}")
+        print(f"tier: {tier_of(item)} {item.nodeid}")
