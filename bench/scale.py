@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,8 +115,15 @@ def stage_times(run_dir: Path) -> list[tuple[str, float, float]]:
 
 
 def run_release(data: Path, profile: str, interval: float, extra: list[str]) -> dict:
-    """One `dpsynth release` in a child process with a scratch home: its stages' times and peaks."""
+    """One `dpsynth release` in a child process with a scratch home (removed after): its stages' times and peaks."""
     home = Path(tempfile.mkdtemp(prefix="dpsynth-scale-"))
+    try:
+        return _timed_release(home, data, profile, interval, extra)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)  # a run folder of a census-size table: hundreds of MB
+
+
+def _timed_release(home: Path, data: Path, profile: str, interval: float, extra: list[str]) -> dict:
     out = home / "run"
     env = {**os.environ, "DPSYNTH_HOME": str(home)}
     command = [sys.executable, "-m", "dpsynth.flows.cli", "release", "--config", str(CONFIG), "--data", str(data),
