@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import textwrap
 import time
@@ -19,7 +20,7 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 
 from dpsynth.models.generators.dpfedctgan.config import DPFedCTGANConfig
-from dpsynth.models.generators.dpfedctgan.federation import client
+from dpsynth.models.generators.dpfedctgan.federation import client, launcher
 from dpsynth.models.generators.dpfedctgan.federation.guard import (
     FOLDER_ENV,
     GUARD_DIR,
@@ -158,6 +159,45 @@ def write_foreign_app(root: Path, markers: Path) -> Path:
 
 def installed(procs: Processes) -> list[str]:
     return [p.name for p in (procs.folder / "flwr-home").rglob("*")]
+
+
+def test_a_port_another_process_took_is_not_mistaken_for_the_superlinks_and_the_start_moves_on(tmp_path, monkeypatch):
+    """Another process listens on the Control port chosen for the SuperLink (free when chosen; another
+    federation took it): the SuperLink exits, its port being in use; the launcher does not take the other
+    process's port for the SuperLink's, starts it again on other ports, and its sites register and join."""
+    with socket.socket() as other:
+        other.bind((launcher.LOOPBACK, 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        real_choose = Ports.choose.__func__
+        chosen: list[Ports] = []
+
+        def choose(cls, c):
+            ports = real_choose(cls, c)
+            ports = Ports(ports.fleet, taken, ports.serverappio) if not chosen else ports
+            chosen.append(ports)
+            return ports
+
+        monkeypatch.setattr(Ports, "choose", classmethod(choose))
+        c = DPFedCTGANConfig()
+        tls = write_loopback_tls(tmp_path / "tls", c.server_host)
+        _, fab_hash = copy_app(tmp_path)
+        guards = write_guards(tmp_path, fab_hash)
+        for site in range(2):  # as the launcher leaves them: each site's folder holds its rows
+            (tmp_path / f"site-{site}").mkdir(mode=0o700)
+        procs = launcher.start_superlink_and_sites(tmp_path, c, tls, guards, 2, time.monotonic() + 120)
+        try:
+            assert len(chosen) == 2 and chosen[1].control != taken
+            assert launcher.listens_on(procs.started["superlink"].pid, chosen[1].control)
+            assert not launcher.listens_on(procs.started["superlink"].pid, taken)
+            assert launcher.listens_on(os.getpid(), taken)  # the port is this process's: told apart
+            assert sorted(procs.started) == ["site-0", "site-1", "superlink"]
+            assert "already in use" in (tmp_path / "logs" / "superlink.log").read_text(errors="replace")
+        finally:
+            procs.stop()
+    for proc in procs.started.values():
+        with pytest.raises(ProcessLookupError):
+            os.killpg(proc.pid, 0)
 
 
 def test_a_supernode_with_an_unregistered_key_cannot_join_and_stop_leaves_no_process(tmp_path):

@@ -85,6 +85,12 @@ def write_site_secret(folder: Path, secret: PrivacySecret) -> None:
         handle.write(secret._value.hex())  # noqa: SLF001 - the secret module's own file format
 
 
+# Starts of the SuperLink on fresh ports after a port was taken between its choice and the SuperLink's bind.
+START_ATTEMPTS = 3
+# How long a SuperLink whose start failed is given to end on its own (a lost port ends it within a second).
+STOP_WAIT_SECONDS = 5.0
+
+
 def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -182,10 +188,30 @@ def supernode_argv(superlink: str, folder: Path, site: int, key: Path, tls: Loop
     ]  # fmt: skip
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether the process `pid` (or a child of it) listens on TCP `port`: a port open on loopback may be
+    another process's, chosen free by it at the same moment as by this launcher."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for proc in family:
+        try:
+            sockets = proc.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets):
+            return True
+    return False
+
+
 def wait_for_control(procs: Processes, ports: Ports, deadline: float) -> None:
-    """Wait until the SuperLink's Control API listens; FederationFailed if the SuperLink ends first."""
+    """Wait until the SuperLink itself listens on its Control API; FederationFailed if it ends first."""
     superlink = procs.started["superlink"]
-    while not port_open(LOOPBACK, ports.control):
+    while not (port_open(LOOPBACK, ports.control) and listens_on(superlink.pid, ports.control)):
         if superlink.poll() is not None or time.monotonic() > deadline:
             raise FederationFailed(
                 f"The federation's SuperLink did not start (exit status {superlink.poll()}); its log ends: "
@@ -253,21 +279,50 @@ def run_federation(
     if c.local_clients:
         for site, rows in enumerate(site_rows):
             write_site_secret(write_site_rows(folder, site, rows), site_secret(secret, site))
-    ports = Ports.choose(c)
     tls = write_loopback_tls(folder / "tls", c.server_host) if c.local_clients else None
     app, fab_hash = copy_app(folder)
     guards = write_guards(folder, fab_hash)
-    procs = Processes(folder, flower_env(write_flower_home(folder, ports, tls), guards, folder))
     deadline = time.monotonic() + timeout_s
+    procs = start_superlink_and_sites(folder, c, tls, guards, job.sites, deadline)
     try:
-        procs.start("superlink", superlink_argv(c.server_host, ports, tls))
-        wait_for_control(procs, ports, deadline)
-        if tls is not None:
-            start_sites(procs, folder, f"{c.server_host}:{ports.fleet}", job.sites, tls)
         submit_run(procs, folder, app)
         _wait(procs, job, folder, deadline, on_round)
     finally:
         procs.stop()
+
+
+def start_superlink_and_sites(
+    folder: Path, c: DPFedCTGANConfig, tls: LoopbackTLS | None, guards: Path, sites: int, deadline: float
+) -> Processes:
+    """The SuperLink on free ports and, for local clients, each site's SuperNode. A port is free when it is
+    chosen, not reserved: another process (another federation on the machine) can bind it first, and the
+    SuperLink then exits. The start is then tried again on other ports, at most `START_ATTEMPTS` times;
+    any other failure stops what was started and is raised."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        ports = Ports.choose(c)
+        procs = Processes(folder, flower_env(write_flower_home(folder, ports, tls), guards, folder))
+        try:
+            procs.start("superlink", superlink_argv(c.server_host, ports, tls))
+            wait_for_control(procs, ports, deadline)
+            if tls is not None:
+                start_sites(procs, folder, f"{c.server_host}:{ports.fleet}", sites, tls)
+            return procs
+        except BaseException as error:
+            taken = isinstance(error, FederationFailed) and _lost_a_port(procs)
+            procs.stop()
+            if not taken or attempt == START_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _lost_a_port(procs: Processes) -> bool:
+    """Whether the SuperLink ended because a port it was given was taken meanwhile (Flower's log says so)."""
+    superlink = procs.started["superlink"]
+    try:
+        superlink.wait(timeout=STOP_WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return False
+    return "already in use" in procs.log_tail("superlink")
 
 
 def _completed(job: FederationJob) -> int:
