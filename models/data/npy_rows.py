@@ -2,7 +2,7 @@
 
 Indexing a memory map of the file is not enough: the kernel maps the pages around every page a read
 faults in (fault-around and readahead, from the page cache), so a batch of 560 rows scattered over a
-143 MB file mapped all 143 MB into the process, counted in its memory until released. `RowFile` reads
+143 MB file mapped 114 MB of it into the process, counted in its memory until released. `RowFile` reads
 each run of consecutive rows with one positioned read into the result instead: what the process holds is
 the rows it asked for (560 rows: 1.3 ms, no growth).
 
