@@ -13,8 +13,12 @@ cell can never be written (`writable_cells`, public).
 Fine cells, nested in those cells, give a continuous column's 1-way shape (`fine_codes`): one cell per
 value when the column's decimal grid holds at most `MAX_VALUE_CELLS` values (hours 1-99, an age, a
 score 0-100), else each bin split into `FINE_SPLIT` equal sub-bins; a point mass is a fine cell of its
-own. Pairs keep the coarse cells; a measured fine histogram (dpsynth.models.marginals.shapes) says where
-inside a coarse cell a drawn value lands (`cell_values(..., shape=...)`). Public facts only, like the cells.
+own. A column declared with decimals is often recorded at whole units (weights in whole kilograms, money
+in whole units), so a sub-bin that holds a whole number and other values of its decimal grid has two fine
+cells, at a whole number and not (`whole_split`; each value still in exactly one fine cell). Shapes
+released before that layout keep theirs (`whole_cells=False`). Pairs keep the coarse cells; a measured
+fine histogram (dpsynth.models.marginals.shapes) says where inside a coarse cell a drawn value lands
+(`cell_values(..., shape=...)`). Public facts only, like the cells.
 """
 
 from __future__ import annotations

@@ -17,7 +17,11 @@ by the positive-part James-Stein factor 1 - (m - 3) std^2 / (sum of squared devi
 0, and a fine cell is drawn with probability proportional to the result (`binning.shaped_cell_values`).
 A heap stands far above the noise and is kept; a cell whose fine counts differ by no more than noise
 would stays uniform (on generated tables clipping alone made smooth columns worse than uniform: a wide
-column's 16 sub-bins then hold fewer rows than one noise std).
+column's 16 sub-bins then hold fewer rows than one noise std). A decimal column's whole-number fine cells
+(`binning.whole_split`) are shrunk apart from the cell's other fine cells: a whole-number cell holds one
+grid value and the others four or five, so one common mean would manufacture whole values in a column
+that has few (docs/utility-study.md section 13). A release's shapes say which fine-cell layout they were
+measured on (`whole_cells`; older ones lack the key and decode as they did).
 """
 
 from __future__ import annotations
