@@ -279,14 +279,19 @@ def test_the_whole_number_cells_change_no_cost():
 
 
 def test_the_same_whole_number_cells_for_two_tables_that_differ_in_one_row():
+    """The split comes from the bounds and decimals: a row moved from a whole number (a whole cell) to
+    199.9 changes no other row's fine cell and no cell count."""
     table = heaped_at_whole_kilograms(2000, seed=2)
+    table.loc[0, "weight"] = 65.0
     other = table.copy()
     other.loc[0, "weight"] = 199.9
     same = np.arange(1, len(table))
     assert (fine_codes(KG, table["weight"])[same] == fine_codes(KG, other["weight"])[same]).all()
+    whole = fine_whole(KG)
+    assert whole[fine_codes(KG, [65.0])[0]] and not whole[fine_codes(KG, [199.9])[0]]
     a = measure_shapes(table, [KG], 3.0, np.random.default_rng(7), 20)
     b = measure_shapes(other, [KG], 3.0, np.random.default_rng(7), 20)
-    assert len(a.counts["weight"]) == len(b.counts["weight"]) == fine_cell_count(KG)
+    assert len(a.counts["weight"]) == len(b.counts["weight"]) == fine_cell_count(KG) == 20 * FINE_SPLIT + 166
     assert np.abs(np.subtract(a.counts["weight"], b.counts["weight"])).sum() <= 2
 
 
