@@ -8,6 +8,7 @@ a logistic model, so that a classifier trained on the table learns something (AU
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,9 @@ class MeasuredShape:
     * the last two continuous columns are paired measurements (correlation `pairing`), narrow (a spread
       of `spread` of their bounds' width) and recorded on a grid of 1/`grid` of that width in
       `on_grid` of the rows (values cluster at round numbers);
+    * every continuous column declared with decimals is recorded at whole units in `whole_share` of
+      the rows, a `fives` share of those at a multiple of 5 (a weight in whole kilograms, often read
+      off a scale to the nearest 5), the rest at its decimals;
     * the target is balanced and rests mainly on the first measurement, less on the first continuous
       column, the third, and the first categorical column's level (most rows at its first level);
     * every other column is the plain demo's.
@@ -63,6 +67,8 @@ class MeasuredShape:
     spread: float = 0.09
     grid: int = 18
     on_grid: float = 0.7
+    whole_share: float = 0.9
+    fives: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -252,6 +258,8 @@ def _measured_table(schema: DatasetSchema, n_rows: int, seed: int, shape: Measur
         )
     frame = make_demo_table(schema, n_rows, seed)
     rng = np.random.default_rng(seed + 1000)
+    # Its own stream: a schema without decimals gets the table it got before whole units were recorded.
+    units = np.random.default_rng(seed + 3000)
     z = {c.name: rng.standard_normal(n_rows) for c in continuous}
     first, second = continuous[-2], continuous[-1]
     z[second.name] = shape.pairing * z[first.name] + np.sqrt(1 - shape.pairing**2) * z[second.name]
@@ -265,6 +273,11 @@ def _measured_table(schema: DatasetSchema, n_rows: int, seed: int, shape: Measur
             step = width / shape.grid
             rounded = rng.random(n_rows) < shape.on_grid
             values = np.where(rounded, low + np.round((values - low) / step) * step, values)
+        if column.decimals > 0 and math.ceil(low) <= math.floor(high):
+            whole = units.random(n_rows) < shape.whole_share
+            five = whole & (units.random(n_rows) < shape.fives)
+            units_only = np.where(five, np.round(values / 5.0) * 5.0, np.round(values))
+            values = np.where(whole, np.clip(units_only, math.ceil(low), math.floor(high)), values)
         frame[column.name] = _on_grid(column, values)
     rest = 1.0 / np.sqrt(np.arange(1, len(categorical.levels)))
     shares = np.concatenate([[0.75], 0.25 * rest / rest.sum()])

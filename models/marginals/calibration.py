@@ -44,8 +44,6 @@ from dpsynth.models.data.binning import (
     cell_count,
     cell_values,
     decimal_grid,
-    fine_cell_values,
-    fine_parents,
     writable_cells,
 )
 from dpsynth.models.data.schema import Column, DatasetSchema
@@ -370,7 +368,7 @@ def _placed_by_rank(
     never falls below that of a row the generator put lower in the same cell: the order, hence the
     dependence on other columns, is kept. Reads the released noisy counts and `rng` only. A cell with no
     fine cell (a point mass off the decimal grid) keeps its values."""
-    parents = fine_parents(col, bins)
+    parents = shapes.parents(col)
     weights = shapes.shape(col)
     placed = np.asarray(values, dtype=np.float64).copy()
     rows = np.flatnonzero(codes >= 0)
@@ -385,7 +383,7 @@ def _placed_by_rank(
         cumulative = np.cumsum(share) / share.sum()
         points = (np.arange(len(at)) + rng.random()) / len(at)
         fine = members[np.minimum(np.searchsorted(cumulative, points, side="right"), len(members) - 1)]
-        drawn = np.asarray(fine_cell_values(col, fine, rng, bins), dtype=np.float64)
+        drawn = np.asarray(shapes.fine_values(col, fine, rng), dtype=np.float64)
         in_cell = np.full(len(at), cell, dtype=np.int64)
         bad = ~_in_cell(col, drawn, in_cell, bins)
         if bad.any():

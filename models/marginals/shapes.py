@@ -17,7 +17,11 @@ by the positive-part James-Stein factor 1 - (m - 3) std^2 / (sum of squared devi
 0, and a fine cell is drawn with probability proportional to the result (`binning.shaped_cell_values`).
 A heap stands far above the noise and is kept; a cell whose fine counts differ by no more than noise
 would stays uniform (on generated tables clipping alone made smooth columns worse than uniform: a wide
-column's 16 sub-bins then hold fewer rows than one noise std).
+column's 16 sub-bins then hold fewer rows than one noise std). A decimal column's whole-number fine cells
+(`binning.whole_split`) are shrunk apart from the cell's other fine cells: a whole-number cell holds one
+grid value and the others four or five, so one common mean would manufacture whole values in a column
+that has few (docs/utility-study.md section 13). A release's shapes say which fine-cell layout they were
+measured on (`whole_cells`; older ones lack the key and decode as they did).
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dpsynth.models.data.binning import fine_cell_count, fine_codes, fine_parents, shaped_cell_values
+from dpsynth.models.data.binning import (
+    fine_cell_count,
+    fine_cell_values,
+    fine_codes,
+    fine_parents,
+    fine_whole,
+    shaped_cell_values,
+)
 from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
 
@@ -53,11 +64,14 @@ def shape_noise_multiplier(rho: float, columns: int) -> float:
 @dataclass(frozen=True)
 class ColumnShapes:
     """The released fine histograms: per column name, its noisy counts (the Gaussian mechanism's output,
-    one per fine cell), all at `noise_multiplier`, over fine cells of `bins` coarse bins."""
+    one per fine cell), all at `noise_multiplier`, over fine cells of `bins` coarse bins. `whole_cells`:
+    the fine cells give a whole number of a decimal column its own cell (`binning.whole_split`); shapes
+    released before that layout (their dict lacks the key) have it False and decode as they did."""
 
     counts: dict[str, tuple[float, ...]]
     noise_multiplier: float
     bins: int
+    whole_cells: bool = True
 
     def rho(self, adjacency: str = "replace-one") -> float:
         """What the measurement cost: one Gaussian count vector per column."""
@@ -69,42 +83,66 @@ class ColumnShapes:
     def noise_std(self) -> float:
         return self.noise_multiplier * math.sqrt(2.0)  # the marginals' convention: std = sigma x sensitivity
 
+    def parents(self, col: Column) -> np.ndarray:
+        """The coarse cell of each of the column's fine cells, in this release's layout."""
+        return fine_parents(col, self.bins, self.whole_cells)
+
     def shape(self, col: Column) -> np.ndarray:
-        """The column's weights per fine cell: its noisy counts `denoised` within each coarse cell."""
+        """The column's weights per fine cell: its noisy counts `denoised` within each coarse cell, the
+        whole-number cells apart from the others (`denoised`'s `whole`)."""
         return denoised(
-            np.asarray(self.counts[col.name], dtype=np.float64), fine_parents(col, self.bins), self.noise_std
+            np.asarray(self.counts[col.name], dtype=np.float64),
+            self.parents(col),
+            self.noise_std,
+            fine_whole(col, self.bins, self.whole_cells),
         )
 
     def values(self, col: Column, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Values for a continuous column's coarse cells, placed by its shape (`binning.shaped_cell_values`)."""
-        return shaped_cell_values(col, codes, self.shape(col), rng, self.bins)
+        return shaped_cell_values(col, codes, self.shape(col), rng, self.bins, self.whole_cells)
+
+    def fine_values(self, col: Column, fine: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """A value in each of the given fine cells (`binning.fine_cell_values`, this release's layout)."""
+        return fine_cell_values(col, fine, rng, self.bins, self.whole_cells)
 
     def to_dict(self) -> dict:
         return {
             "counts": {name: [float(v) for v in c] for name, c in self.counts.items()},
             "noise_multiplier": float(self.noise_multiplier),
             "bins": int(self.bins),
+            "whole_cells": bool(self.whole_cells),
         }
 
     @classmethod
     def from_dict(cls, raw: dict) -> ColumnShapes:
         keys = {"counts", "noise_multiplier", "bins"}
-        if not isinstance(raw, dict) or set(raw) != keys:
-            raise ConfigError(f"column shapes have exactly the keys {sorted(keys)}, got {raw!r}")
+        # Without "whole_cells": shapes released before whole numbers had fine cells of their own.
+        if not isinstance(raw, dict) or set(raw) not in (keys, keys | {"whole_cells"}):
+            raise ConfigError(f"column shapes have exactly the keys {sorted(keys | {'whole_cells'})}, got {raw!r}")
+        whole_cells = raw.get("whole_cells", False)
+        if not isinstance(whole_cells, bool):
+            raise ConfigError(f"column shapes' whole_cells is true or false, got {whole_cells!r}")
         return cls(
             {str(n): tuple(float(v) for v in c) for n, c in raw["counts"].items()},
             float(raw["noise_multiplier"]),
             int(raw["bins"]),
+            whole_cells,
         )
 
 
-def denoised(noisy: np.ndarray, parents: np.ndarray, std: float) -> np.ndarray:
+def denoised(noisy: np.ndarray, parents: np.ndarray, std: float, whole: np.ndarray | None = None) -> np.ndarray:
     """Fine counts shrunk, within each coarse cell (`parents`), towards the cell's mean count by the
     positive-part James-Stein factor max(0, 1 - max(m - 3, 1) std^2 / SS) (m fine cells, SS their squared
-    deviations from the mean), then clipped at 0. Post-processing of the noisy counts and the public std."""
+    deviations from the mean), then clipped at 0. `whole` (per fine cell): the whole-number cells are
+    shrunk apart from the cell's other fine cells, towards their own mean (a whole-number cell holds one
+    grid value, the others several: one common mean would put whole numbers where the rows had none).
+    Post-processing of the noisy counts and the public std."""
     weights = np.asarray(noisy, dtype=np.float64).copy()
-    for cell in np.unique(parents):
-        members = np.flatnonzero(parents == cell)
+    groups = np.asarray(parents, dtype=np.int64)
+    if whole is not None:
+        groups = groups * 2 + np.asarray(whole, dtype=np.int64)
+    for group in np.unique(groups):
+        members = np.flatnonzero(groups == group)
         if len(members) < 2:
             continue
         mean = weights[members].mean()
@@ -140,6 +178,11 @@ def noisy_shapes(
     counts = {}
     for col in shaped_columns(columns):
         histogram = np.asarray(exact[col.name]).astype(np.float64)
+        if histogram.shape != (fine_cell_count(col, bins),):
+            raise ConfigError(
+                f"column {col.name!r}: a fine histogram of {histogram.size} cells, expected "
+                f"{fine_cell_count(col, bins)} (counts from an earlier version of the fine cells: count again)"
+            )
         noisy = histogram + np.rint(noise.normal(0.0, sigma * L2_SENSITIVITY, histogram.shape))
         counts[col.name] = tuple(float(v) for v in noisy)
     return ColumnShapes(counts, sigma, bins)

@@ -167,6 +167,21 @@ def test_measured_shape_rests_a_balanced_target_on_one_narrow_measurement_at_rou
         make_demo_table(two_measurements, 10, shape=SHAPES["measured"])
 
 
+def test_measured_shape_records_a_decimal_column_at_whole_units_in_most_rows(schema):
+    """--shape measured: every continuous column declared with decimals (Cardio's weight, one decimal) is
+    at whole units in 0.9 of the rows (a few more by chance), a multiple of 5 in about 0.3 of those."""
+    from dpsynth.models.data.demo import SHAPES
+
+    table = make_demo_table(schema, 20000, seed=7, shape=SHAPES["measured"])
+    decimal = [c for c in schema.columns if c.is_continuous and c.decimals > 0]
+    assert [c.name for c in decimal] == ["weight"]
+    weight = table["weight"].to_numpy()
+    whole = weight == np.rint(weight)
+    assert 0.9 <= whole.mean() < 0.93
+    assert 0.3 < (weight % 5 == 0).mean() < 0.5
+    assert (weight >= 35.0).all() and (weight <= 200.0).all() and (np.round(weight, 1) == weight).all()
+
+
 def test_heaped_shape_heaps_one_narrow_column_rounds_ages_and_gives_the_weight_a_tail_rising_with_age():
     """configs/census-demo.yaml with --shape heaped: about half the hours at 40 and more at multiples of 5,
     ages heaped at values ending in 0 and 5, a long-tailed survey weight in monotone relation with age,

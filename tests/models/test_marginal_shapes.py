@@ -17,23 +17,29 @@ from dpsynth.models.data.binning import (
     FINE_SPLIT,
     cell_codes,
     cell_count,
+    decimal_grid,
     fine_cell_count,
+    fine_cell_values,
     fine_codes,
     fine_parents,
+    fine_whole,
     shaped_cell_values,
+    whole_split,
 )
 from dpsynth.models.data.demo import SHAPES, make_demo_table
 from dpsynth.models.data.encoding import TableEncoder
 from dpsynth.models.data.schema import Column, DatasetSchema
+from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators import get
 from dpsynth.models.generators.base import TrainingJob
 from dpsynth.models.generators.graphical import zcdp_adapter
 from dpsynth.models.generators.graphical.mechanisms import epsilon_of
+from dpsynth.models.generators.graphical.model import MSTModel
 from dpsynth.models.generators.mst.config import MSTConfig
 from dpsynth.models.generators.mst.sampler import model_of
 from dpsynth.models.marginals.calibration import calibrate
 from dpsynth.models.marginals.measure import measure, plan_for_rho, rho_of
-from dpsynth.models.marginals.shapes import denoised, measure_shapes, shape_noise_multiplier
+from dpsynth.models.marginals.shapes import ColumnShapes, denoised, measure_shapes, shape_noise_multiplier
 from dpsynth.models.privacy.secret import PrivacySecret
 
 SECRET = PrivacySecret.from_hex("3c" * 32)
@@ -191,3 +197,174 @@ def test_the_calibration_moves_values_onto_the_measured_heap(heaped):
     synthetic["hours_per_week"] = np.random.default_rng(2).integers(1, 12, len(heaped))  # every row moves
     out = calibrate(synthetic, CENSUS, measured, np.random.default_rng(3))
     assert abs((out["hours_per_week"] == 40).mean() - (heaped["hours_per_week"] == 40).mean()) < 0.03
+
+
+# ---------------------------------------------------------------- whole numbers in a decimal column
+
+CARDIO = DatasetSchema.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "cardio.yaml")
+KG = CARDIO.column("weight")  # 35-200 kg at one decimal: 1,651 grid values, so 16 sub-bins of 0.52 kg a cell
+MASSED = Column("amount", "continuous", bounds=(0.0, 1000.0), decimals=2, point_masses=(0.0, 500.0, 2.5))
+WHOLE_PART = DatasetSchema(
+    "whole_part", 1, "cardio", tuple(CARDIO.column(n) for n in ("height", "weight", "cholesterol", "cardio"))
+)
+
+
+def heaped_at_whole_kilograms(rows: int, seed: int) -> pd.DataFrame:
+    """Weights recorded at whole kilograms in 90% of rows, 12% of all rows at exactly 65.0 kg."""
+    rng = np.random.default_rng(seed)
+    weight = np.clip(np.round(rng.normal(75.0, 12.0, rows), 1), 35.0, 200.0)
+    weight = np.where(rng.random(rows) < 0.9, np.round(weight), weight)
+    weight = np.where(rng.random(rows) < 0.12, 65.0, weight)
+    height = np.clip(np.round(rng.normal(165.0, 8.0, rows)), 100, 210).astype(np.int64)
+    return pd.DataFrame(
+        {
+            "height": height,
+            "weight": weight,
+            "cholesterol": rng.choice([1, 2, 3], rows, p=[0.7, 0.2, 0.1]),
+            "cardio": (rng.random(rows) < 1.0 / (1.0 + np.exp(-(weight - 75.0) / 10.0))).astype(np.int64),
+        }
+    )
+
+
+def _whole_share(values: np.ndarray) -> float:
+    return float(np.mean(values == np.rint(values)))
+
+
+def test_a_decimal_columns_whole_numbers_get_fine_cells_of_their_own_and_each_value_exactly_one():
+    """A sub-bin that holds a whole number and other grid values is split into an "at a whole number"
+    and a "not at one" cell (public: bounds and decimals); every grid value codes to exactly one fine
+    cell, inside its coarse cell, and no fine cell is empty of grid values."""
+    assert fine_codes(KG, [65.0])[0] != fine_codes(KG, [65.1])[0]  # one sub-bin [64.9, 65.4) before
+    assert fine_parents(KG)[fine_codes(KG, [65.0])[0]] == fine_parents(KG)[fine_codes(KG, [65.1])[0]]
+    split = whole_split(KG)
+    assert split is not None and len(split) == 20 * FINE_SPLIT and split.sum() == 166  # the wholes 35..200
+    assert fine_cell_count(KG) == 20 * FINE_SPLIT + 166 and fine_cell_count(KG, whole_cells=False) == 320
+    assert whole_split(HOURS) is None and whole_split(WEIGHT) is None  # a value per cell; no decimals
+    for col in (KG, MASSED):
+        grid = decimal_grid(col)
+        codes = fine_codes(col, grid)
+        assert codes.min() >= 0 and codes.max() < fine_cell_count(col)
+        assert (np.bincount(codes, minlength=fine_cell_count(col)) > 0).all()
+        assert (fine_parents(col)[codes] == cell_codes(col, grid)).all()
+        at_mass = np.isin(grid, col.point_masses)
+        whole = fine_whole(col)
+        assert (whole[codes[~at_mass]] == (grid[~at_mass] == np.rint(grid[~at_mass]))).all()
+        # Each fine cell's drawn values code back to it (whole numbers to the whole cell, the point masses).
+        fine = np.repeat(np.arange(fine_cell_count(col)), 5)
+        drawn = fine_cell_values(col, fine, np.random.default_rng(2))
+        assert (fine_codes(col, drawn) == fine).all()
+    # A point mass keeps its own fine cell, whole (500.00) or not (2.50), and no other cell draws it.
+    assert fine_codes(MASSED, [500.0])[0] == fine_cell_count(MASSED) - 2
+
+
+def test_the_whole_number_cells_change_no_cost():
+    """Each row still counts in exactly one fine cell, so a replaced row moves a histogram by L2 sqrt 2 in
+    either layout, and the shapes' rho is what the noise multiplier says, before and after."""
+    table = heaped_at_whole_kilograms(3000, seed=1)
+    other = table.copy()
+    other.loc[0, "weight"] = 65.0 if table.loc[0, "weight"] != 65.0 else 120.3
+    for whole_cells in (True, False):
+        codes = fine_codes(KG, table["weight"].to_numpy(), whole_cells=whole_cells)
+        assert codes.min() >= 0 and np.bincount(codes).sum() == len(table)
+        a = np.bincount(codes, minlength=fine_cell_count(KG, whole_cells=whole_cells))
+        b = np.bincount(
+            fine_codes(KG, other["weight"].to_numpy(), whole_cells=whole_cells),
+            minlength=fine_cell_count(KG, whole_cells=whole_cells),
+        )
+        assert np.linalg.norm(a - b) == pytest.approx(math.sqrt(2))
+    sigma = shape_noise_multiplier(0.001, 1)
+    shapes = measure_shapes(table, [KG], sigma, np.random.default_rng(0), 20)
+    legacy = ColumnShapes({"weight": tuple(np.zeros(320))}, sigma, 20, whole_cells=False)
+    assert shapes.whole_cells and shapes.rho() == legacy.rho() == pytest.approx(0.001, rel=1e-12)
+
+
+def test_the_same_whole_number_cells_for_two_tables_that_differ_in_one_row():
+    """The split comes from the bounds and decimals: a row moved from a whole number (a whole cell) to
+    199.9 changes no other row's fine cell and no cell count."""
+    table = heaped_at_whole_kilograms(2000, seed=2)
+    table.loc[0, "weight"] = 65.0
+    other = table.copy()
+    other.loc[0, "weight"] = 199.9
+    same = np.arange(1, len(table))
+    assert (fine_codes(KG, table["weight"])[same] == fine_codes(KG, other["weight"])[same]).all()
+    whole = fine_whole(KG)
+    assert whole[fine_codes(KG, [65.0])[0]] and not whole[fine_codes(KG, [199.9])[0]]
+    a = measure_shapes(table, [KG], 3.0, np.random.default_rng(7), 20)
+    b = measure_shapes(other, [KG], 3.0, np.random.default_rng(7), 20)
+    assert len(a.counts["weight"]) == len(b.counts["weight"]) == fine_cell_count(KG) == 20 * FINE_SPLIT + 166
+    assert np.abs(np.subtract(a.counts["weight"], b.counts["weight"])).sum() <= 2
+
+
+def test_a_decimal_column_heaped_at_whole_numbers_keeps_them_through_measure_and_decode():
+    """Weights at whole kilograms in 90% of rows (12% at 65.0) keep their whole share and the heap when
+    decoded from their coarse cells by the noisy fine histogram (noise std 49, mst-eps1's on Cardio);
+    with the earlier layout only about one value in five was whole."""
+    table = heaped_at_whole_kilograms(20000, seed=3)
+    real = table["weight"].to_numpy()
+    codes = cell_codes(KG, real)
+    shapes = measure_shapes(table, [KG], 49.0 / math.sqrt(2), np.random.default_rng(4), 20)
+    released = np.round(shapes.values(KG, codes, np.random.default_rng(5)), 1)
+    assert (cell_codes(KG, released) == codes).all()
+    assert abs(_whole_share(released) - _whole_share(real)) < 0.04
+    assert abs(np.mean(released == 65.0) - np.mean(real == 65.0)) < 0.02
+    # A truly continuous column at one decimal (a tenth of its values whole) gets few whole values back:
+    # the whole cells are shrunk apart from the others, not towards one mean with them.
+    smooth = pd.DataFrame({"weight": np.clip(np.round(np.random.default_rng(6).normal(75, 12, 20000), 1), 35, 200)})
+    shapes = measure_shapes(smooth, [KG], 49.0 / math.sqrt(2), np.random.default_rng(4), 20)
+    released = shapes.values(KG, cell_codes(KG, smooth["weight"]), np.random.default_rng(5))
+    assert _whole_share(released) < _whole_share(smooth["weight"].to_numpy()) + 0.06
+
+
+def test_whole_kilograms_survive_msts_fit_and_sampling(tmp_path):
+    table = heaped_at_whole_kilograms(6000, seed=8)
+    profile = _mst_profile(0.1)
+    setting = profile.release_target()
+    data = TableEncoder(WHOLE_PART).encode(table).astype(np.float32)
+    generator = get("mst")
+    plan = generator.plan(profile, setting)
+    result = generator.fit(TrainingJob(profile, setting, WHOLE_PART, data, SECRET, tmp_path), tmp_path, plan)
+    model = model_of(torch.load(tmp_path / "checkpoints" / result.ledger[-1]["generator"], weights_only=True))
+    assert model.shapes is not None and model.shapes.whole_cells
+    sample = model.sample(len(table), np.random.default_rng(0))
+    assert abs(_whole_share(sample["weight"].to_numpy()) - _whole_share(table["weight"].to_numpy())) < 0.06
+    assert abs((sample["weight"] == 65.0).mean() - (table["weight"] == 65.0).mean()) < 0.03
+
+
+# The previous layout's decoding, computed with the code before whole-number cells (commit 697143d's
+# binning.shaped_cell_values and shapes.denoised) on the inputs of the test below.
+LEGACY_VALUES = [41.2, 41.4, 39.3, 37.3, 35.1, 38.5, 38.5, 35.0, 35.5, 42.8, 48.6, 45.0]
+LEGACY_SUM = 23498.3
+LEGACY_FINE = [35.3, 41.9, 48.6, 55.3, 62.3, 68.9, 75.6, 82.1, 89.0, 95.4, 102.1, 109.2, 115.5]
+
+
+def test_shapes_released_before_whole_number_cells_decode_as_before():
+    """A dict without "whole_cells" (and an MST model's metadata without it) is the earlier layout: 320
+    sub-bins of Cardio's weight, decoded to exactly the values the earlier code gave."""
+    counts = np.round(50 + 40 * np.sin(np.arange(320) / 7.0))
+    counts[[60, 61, 62]] = [900.0, -30.0, 400.0]
+    legacy = ColumnShapes.from_dict({"counts": {"weight": counts.tolist()}, "noise_multiplier": 30.0, "bins": 20})
+    assert not legacy.whole_cells
+    values = legacy.values(KG, np.repeat(np.arange(20), 10), np.random.default_rng(5))
+    assert values[:12].tolist() == LEGACY_VALUES and float(values.sum()) == pytest.approx(LEGACY_SUM, abs=1e-6)
+    fine = legacy.fine_values(KG, np.arange(0, 320, 13), np.random.default_rng(6))
+    assert fine[:13].tolist() == LEGACY_FINE
+    # The new layout says so in its dict, and round-trips.
+    assert ColumnShapes.from_dict(legacy.to_dict()) == legacy
+    current = measure_shapes(heaped_at_whole_kilograms(500, seed=1), [KG], 3.0, np.random.default_rng(1), 20)
+    assert current.to_dict()["whole_cells"] is True and ColumnShapes.from_dict(current.to_dict()) == current
+    with pytest.raises(ConfigError, match="whole_cells"):
+        ColumnShapes.from_dict({**current.to_dict(), "whole_cells": "yes"})
+    # An MST model saved without the key samples with the earlier layout.
+    model = MSTModel.uniform((KG,), 20)
+    model.shapes = ColumnShapes({"weight": tuple(counts)}, 30.0, 20, whole_cells=False)
+    arrays, meta = model.to_arrays()
+    del meta["shapes"]["whole_cells"]
+    loaded = MSTModel.from_arrays(arrays, meta)
+    assert loaded.shapes is not None and not loaded.shapes.whole_cells
+    assert MSTModel.from_arrays(*current_model(current).to_arrays()).shapes == current
+
+
+def current_model(shapes: ColumnShapes) -> MSTModel:
+    model = MSTModel.uniform((KG,), 20)
+    model.shapes = shapes
+    return model

@@ -117,7 +117,11 @@ class MSTModel:
             names = list(self.shapes.counts)
             for k, name in enumerate(names):
                 arrays[f"shape_{k}"] = np.asarray(self.shapes.counts[name], dtype=np.float64)
-            meta["shapes"] = {"columns": names, "noise_multiplier": self.shapes.noise_multiplier}
+            meta["shapes"] = {
+                "columns": names,
+                "noise_multiplier": self.shapes.noise_multiplier,
+                "whole_cells": self.shapes.whole_cells,
+            }
         return arrays, meta
 
     @classmethod
@@ -130,7 +134,9 @@ class MSTModel:
         if "shapes" in meta:  # a model fitted before shapes were measured has none: uniform within cells
             names = [str(n) for n in meta["shapes"]["columns"]]
             counts = {n: tuple(float(v) for v in arrays[f"shape_{k}"]) for k, n in enumerate(names)}
-            shapes = ColumnShapes(counts, float(meta["shapes"]["noise_multiplier"]), int(meta["bins"]))
+            # Without "whole_cells": fitted before whole numbers had fine cells of their own (binning.whole_split).
+            whole_cells = bool(meta["shapes"].get("whole_cells", False))
+            shapes = ColumnShapes(counts, float(meta["shapes"]["noise_multiplier"]), int(meta["bins"]), whole_cells)
         return cls(
             columns=columns,
             bins=int(meta["bins"]),
