@@ -18,7 +18,7 @@ in whole units), so a sub-bin that holds a whole number and other values of its 
 cells, at a whole number and not (`whole_split`; each value still in exactly one fine cell). Shapes
 released before that layout keep theirs (`whole_cells=False`). Pairs keep the coarse cells; a measured
 fine histogram (dpsynth.models.marginals.shapes) says where inside a coarse cell a drawn value lands
-(`cell_values(..., shape=...)`). Public facts only, like the cells.
+(`shaped_cell_values`). Public facts only, like the cells.
 """
 
 from __future__ import annotations
