@@ -38,6 +38,8 @@ STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 SERVER_ENVIRONMENT = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 # uvicorn's exit status when the port is taken: another port is tried.
 PORT_IN_USE = 3
+# How often a serving server checks that the command that started it is still there.
+ORPHAN_CHECK_SECONDS = 1.0
 
 
 def _free_port() -> int:
@@ -244,7 +246,23 @@ def serve_when_told() -> None:
     line = sys.stdin.readline().strip()
     if not line:
         return
+    _stop_when_orphaned(os.getppid())
     uvicorn.run(app, host="127.0.0.1", port=int(line), log_level="error", lifespan="on")
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """A command killed by a signal runs no exit handler, so `stop` never comes: a serving server would then
+    outlive it for good. A daemon thread sees the command gone (this process handed to another parent) and
+    ends the server as `stop` would, by SIGTERM, which uvicorn takes as a shutdown."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stop-when-orphaned", daemon=True).start()
 
 
 if __name__ == "__main__":
