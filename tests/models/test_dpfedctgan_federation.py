@@ -200,6 +200,14 @@ def test_a_port_another_process_took_is_not_mistaken_for_the_superlinks_and_the_
             os.killpg(proc.pid, 0)
 
 
+def test_a_supernode_binds_its_clientappio_port_itself(tmp_path):
+    """A port chosen free here and bound later by the SuperNode can be taken in between (by another site's
+    SuperNode or any process); port 0 leaves the choice to the bind."""
+    fed = Federation.prepare(tmp_path)
+    argv = supernode_argv(fed.fleet, tmp_path, 0, tmp_path / "key", fed.tls)
+    assert argv[argv.index("--clientappio-api-address") + 1] == "127.0.0.1:0"
+
+
 def test_a_supernode_with_an_unregistered_key_cannot_join_and_stop_leaves_no_process(tmp_path):
     fed = Federation.prepare(tmp_path)
     procs = fed.procs

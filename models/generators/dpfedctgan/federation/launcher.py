@@ -178,12 +178,14 @@ def superlink_argv(host: str, ports: Ports, tls: LoopbackTLS | None) -> list[str
 
 
 def supernode_argv(superlink: str, folder: Path, site: int, key: Path, tls: LoopbackTLS) -> list[str]:
+    """Port 0 for the ClientAppIo API: the SuperNode binds a port the OS picks and hands the bound address to
+    the SuperExec it starts, so no port chosen free here can be taken by another process before the bind."""
     return [
         "flower-supernode",
         "--root-certificates", str(tls.ca),
         "--auth-supernode-private-key", str(key),
         "--superlink", superlink,
-        "--clientappio-api-address", f"{LOOPBACK}:{free_port(LOOPBACK)}",
+        "--clientappio-api-address", f"{LOOPBACK}:0",
         "--node-config", f"site={site} folder={toml_string(str(folder))}",
     ]  # fmt: skip
 
