@@ -158,5 +158,6 @@ def fit_counts(
         "model_cliques": [[names[j] for j in c] for c in cliques],
     }
     model = MSTModel(columns, bins, maps, cliques, tables, parents)
+    model.couple()  # the continuous pairs' copula from the model's own tables: post-processing, no row read
     seconds = result.seconds | {"total": time.perf_counter() - started}
     return Fitted(model, info, result.loss, seconds)

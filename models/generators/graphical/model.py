@@ -12,7 +12,11 @@ its conditional distribution to within one row per cell, and each row's draw is 
 An "other" code becomes one of its cells uniformly (MST's reverse of the domain reduction), and a cell
 becomes a value through `binning.cell_values`: a level, a point mass exactly, or a value on the bin's
 decimal grid, drawn uniformly; or, when the model carries the columns' measured fine histograms
-(`shapes`, dpsynth.models.marginals.shapes), a value placed inside its cell as the histogram says.
+(`shapes`, dpsynth.models.marginals.shapes), a value placed inside its cell as the histogram says. When
+the model carries `couplings` (pairs of continuous columns with a Gaussian copula correlation fitted to its
+own tables, dpsynth.models.generators.graphical.coupling), those values are then handed to the rows inside
+each cell in the order of latent scores drawn for the pair, so that a monotone pair stays monotone inside
+its cells; a model fitted before couplings has none and decodes as it did.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pandas as pd
 
 from dpsynth.models.data.binning import cell_codes, cell_values, writable_cells
 from dpsynth.models.data.schema import Column
+from dpsynth.models.generators.graphical.coupling import latent_scores, one_way, ordered_within_cells, pair_couplings
 from dpsynth.models.marginals.shapes import ColumnShapes
 
 FORMAT = "dpsynth-mst/1"
@@ -48,6 +53,14 @@ class MSTModel:
     parents: list[int]
     # The continuous columns' noisy fine histograms (None: values uniform within their cells).
     shapes: ColumnShapes | None = None
+    # (i, j, r): continuous columns i and j coupled inside their cells at copula correlation r (`couple`);
+    # empty for a model fitted before couplings (values inside cells independent across columns).
+    couplings: tuple[tuple[int, int, float], ...] = ()
+
+    def couple(self) -> None:
+        """Fit the couplings of the pairs of continuous columns that share a clique, from the model's own
+        tables (coupling.pair_couplings): post-processing of what the model released."""
+        self.couplings = pair_couplings(self.columns, self.bins, self.maps, self.cliques, self.tables)
 
     @classmethod
     def uniform(cls, columns: Sequence[Column], bins: int) -> MSTModel:
@@ -87,8 +100,10 @@ class MSTModel:
                 reduced[:, a] = codes
                 done.add(a)
         data = {}
+        drawn_cells = {}
         for j, col in enumerate(self.columns):
             cells = expand(self.maps[j], reduced[:, j], rng)
+            drawn_cells[j] = cells
             if col.is_continuous:
                 if self.shapes is not None and col.name in self.shapes.counts:
                     drawn = self.shapes.values(col, cells, rng)
@@ -98,6 +113,13 @@ class MSTModel:
                 data[col.name] = values.astype(np.int64) if col.decimals == 0 else values
             else:
                 data[col.name] = np.array(col.levels)[cells]
+        if self.couplings and n:  # after every old draw, so that a model without couplings decodes as before
+            coupled = {i for i, _, _ in self.couplings} | {j for _, j, _ in self.couplings}
+            probabilities = {j: one_way(self.maps, self.cliques, self.tables, j) for j in coupled}
+            scores = latent_scores(self.columns, self.bins, self.couplings, drawn_cells, probabilities, rng)
+            for j, score in scores.items():
+                name = self.columns[j].name
+                data[name] = ordered_within_cells(data[name], drawn_cells[j], score)
         return pd.DataFrame(data, columns=[c.name for c in self.columns])
 
     # -------------------------------------------------------------------------------- persistence
@@ -122,6 +144,8 @@ class MSTModel:
                 "noise_multiplier": self.shapes.noise_multiplier,
                 "whole_cells": self.shapes.whole_cells,
             }
+        if self.couplings:  # absent when empty: such a model decodes exactly as one fitted before couplings
+            meta["couplings"] = [[int(i), int(j), float(r)] for i, j, r in self.couplings]
         return arrays, meta
 
     @classmethod
@@ -145,6 +169,7 @@ class MSTModel:
             tables=[np.asarray(arrays[f"table_{k}"], dtype=np.float64) for k in range(len(cliques))],
             parents=[int(p) for p in meta["parents"]],
             shapes=shapes,
+            couplings=tuple((int(i), int(j), float(r)) for i, j, r in meta.get("couplings", ())),
         )
 
 

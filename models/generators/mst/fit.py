@@ -191,6 +191,7 @@ def _estimated(
         "tree": [[columns[a].name, columns[b].name] for a, b in released.tree],
     }
     model = MSTModel(columns, bins, [m.mapping for m in released.one_way], cliques, tables, parents)
+    model.couple()  # the continuous pairs' copula from the model's own tables: post-processing, no row read
     seconds = {"measure_select": measured - started, "estimate": time.perf_counter() - measured}
     return Fitted(model, info, loss, seconds)
 
