@@ -66,6 +66,30 @@ def _one_jax_compilation_cache_per_session() -> None:
 _one_jax_compilation_cache_per_session()
 
 
+BYTECODE_WRITTEN = "DPSYNTH_TESTS_BYTECODE_WRITTEN"
+
+
+def _project_bytecode_written_once() -> None:
+    """The project's own modules compiled to bytecode (their `__pycache__`, git-ignored) once, by the session's
+    first process, even where PYTHONDONTWRITEBYTECODE is set (this machine sets it). With it set and no bytecode
+    written, every process the suite starts (releases, kills, probes, a federation's ClientApps, Dask and pool
+    workers: hundreds) compiled the 100-odd dpsynth modules it imports from source, about 0.2 CPU s each time;
+    the installed packages' bytecode was written at install. Python checks each file against its source's
+    modification time and size, so an edited module is compiled anew as usual."""
+    if os.environ.get(BYTECODE_WRITTEN):
+        return
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("dpsynth", "models", "tasks", "flows", "tests", "bench"):
+        if (root / folder).is_dir():
+            compileall.compile_dir(root / folder, quiet=2)
+    os.environ[BYTECODE_WRITTEN] = "1"  # the workers inherit it: done
+
+
+_project_bytecode_written_once()
+
+
 def pytest_unconfigure(config):
     """The process that made the session's jax compilation cache removes it at the end."""
     if os.environ.get(JAX_CACHE_OWNER) == str(os.getpid()):
