@@ -126,9 +126,8 @@ MEMORY_CHILD = textwrap.dedent(
 )
 
 # What validation may grow by from a table to one 4 times longer (kB of peak resident memory): the
-# per-chunk results' counters and allocator noise (measured: 3-4 MB). Validating the whole table in memory
-# grows by about 2 kB a row (measured: 59 MB more for these 30,000 extra rows, 122 MB for 60,000): a table
-# of 10,000 rows and its 4 copies keep that three times the buffer, at half the validating of 20,000.
+# per-chunk results' counters and allocator noise (measured: 4 MB). Validating the whole table in memory
+# grows by about 2 kB a row (measured: 122 MB more for these 60,000 extra rows).
 MEMORY_BUFFER_KB = 20_000
 
 
@@ -137,7 +136,7 @@ def test_validation_peak_memory_does_not_grow_with_the_rows(tmp_path):
 
     census = ROOT / "configs" / "census-demo.yaml"
     schema = DatasetSchema.from_yaml(census)
-    small = make_demo_table(schema, 10_000, seed=1)
+    small = make_demo_table(schema, 20_000, seed=1)
     peaks = {}
     for copies in (1, 4):
         path = tmp_path / f"table{copies}.csv"
