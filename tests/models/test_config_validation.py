@@ -38,7 +38,8 @@ from tests.conftest import CARDIO_SCHEMA
 # `settings_for_every_generator`: the same fourteen settings, in the registry's order, issue 43 item 2;
 # and when MST's section gained `one_way_share` and `selection_share` and AIM's `one_way_share`, with
 # `mst-eps1` and `aim-eps1` setting them, issue 41; and when AIM's section gained `numeric_pair_share` and
-# `pair_round_groups`, the pair rounds, `aim-eps1` keeping the share at 0 after it cost AUC, issue 41 item 3).
+# `pair_round_groups`, the pair rounds, `aim-eps1` keeping the share at 0 after it cost AUC, issue 41 item 3;
+# `aim-eps1` alone when its `one_way_share` became `auto`, derived from public facts, utility-study section 16).
 SHIPPED_HASHES = {
     "default": "e7607541f3a1b0b35929ecb092237b22607b195754bb82781b1f92b81139615a",
     "smoke": "12c544d5ac8d15eb170f407857163f4d9e54d96d0bb69614e71c0973cca08668",
@@ -49,7 +50,7 @@ SHIPPED_HASHES = {
     "eps3": "d1e29c0f1c7368f20cdf9b3e63a963478c385eb231613be115f72518dec3f84d",
     "census-eps3": "80b77f33800f5f69ee82cb8f391a7ba716cd311b0da2417186b382a41c31cf58",
     "mst-eps1": "4670c98729c2e584f4e3e86d30071c0bdb179cf201b70ab346a1fa0d6b56f4d8",
-    "aim-eps1": "d42f82f932aa753f2e848227fb29b10b1a2bc06ef63fbd179b29215088909f27",
+    "aim-eps1": "250de0538453743e143a1a1a711e68d762cf0076aba8c28b2a32fbdaad6cc7f0",
     "rdpcgan-eps1": "89cf1670171f6c5aa0fc3942dcf28c29cf5639d9155a123ca6dbcaafb50be931",
     "dpfedctgan-eps1": "cfee627f341a9a57a36892f4be6ac2644f6ed6539859e126c3f1fc163406f20a",
 }

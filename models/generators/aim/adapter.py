@@ -7,7 +7,7 @@ from typing import Any
 
 from dpsynth.models.config import Profile, Setting
 from dpsynth.models.data.schema import DatasetSchema
-from dpsynth.models.generators.aim.config import AIMConfig
+from dpsynth.models.generators.aim.config import AIMConfig, OneWayRule
 from dpsynth.models.generators.aim.privacy import L1_SENSITIVITY, L2_SENSITIVITY, SELECTION_SHARE
 from dpsynth.models.generators.base import (
     ADJACENCY,
@@ -26,7 +26,10 @@ LABELS = {
     "aim_rho": "AIM's zCDP rho (replace-one)",
     "aim_rounds": "rounds the budget is first split into (T)",
     "aim_selection_share": "share of each round's rho spent on its selection",
-    "aim_one_way_share": "share of rho spent on the 1-way marginals together (0: at the first rounds' std)",
+    "aim_one_way_share": (
+        "share of rho spent on the 1-way marginals together (0: at the first rounds' std; derived: from the "
+        "schema's cells and the number of training rows)"
+    ),
     "aim_bins": "bins per continuous column (AIM)",
     "aim_shape_share": "share of rho spent on the continuous columns' fine 1-way histograms",
     "aim_workload": "marginals AIM's selection scores",
@@ -50,6 +53,17 @@ def rounds(config: AIMConfig, columns: int) -> int:
     return config.rounds if config.rounds is not None else 16 * columns
 
 
+def one_way_share_text(value: float | str | OneWayRule) -> float | str:
+    """A declared share as it is; a derived one as its rule (the share itself is a run's, in its manifest)."""
+    if isinstance(value, float):
+        return value
+    rule = value if isinstance(value, OneWayRule) else OneWayRule()
+    return (
+        f"derived: the least share whose noise std is at most {rule.noise_fraction:g} of a cell's expected "
+        f"count in the column with the most cells, 0 if the first rounds' std is, at most {rule.cap:g}"
+    )
+
+
 class AIM(ZCDPModelGenerator):
     name = "aim"
     label = "AIM"
@@ -60,11 +74,11 @@ class AIM(ZCDPModelGenerator):
         require_private(self, setting)
         rho = training_rho(profile, setting)
         if schema is not None:
-            from dpsynth.models.generators.aim.fit import budget
+            from dpsynth.models.generators.aim.fit import check_budget
 
             config: AIMConfig = profile.aim
-            budget(tuple(schema.columns), rho, rounds(config, len(schema.columns)), config.one_way_share,
-                   config.numeric_pair_share)  # fmt: skip
+            check_budget(tuple(schema.columns), rho, rounds(config, len(schema.columns)), config.one_way_share,
+                         config.numeric_pair_share)  # fmt: skip
 
     def cliques(self, profile: Profile, schema: DatasetSchema) -> list[tuple[int, ...]]:
         from dpsynth.models.generators.aim.fit import counted_cliques
@@ -124,7 +138,9 @@ class AIM(ZCDPModelGenerator):
                 "costs e^2 / 8 (bounded range); the first rounds run at s and e that would spend rho in T "
                 f"rounds ({1 - SELECTION_SHARE:g} on measurements, {SELECTION_SHARE:g} on selections), the 1-way "
                 "marginals at the same s, or, at aim.one_way_share u > 0, d of them at s1 with d / s1^2 = u rho "
-                "and the T rounds planned on the rest; at aim.numeric_pair_share u2 > 0, c - 1 pair rounds "
+                "and the T rounds planned on the rest (a derived u is fixed from the schema's cells and the "
+                "number of training rows, public under replace-one, before any count is read); "
+                "at aim.numeric_pair_share u2 > 0, c - 1 pair rounds "
                 "(c continuous columns) each at s2 and e2 with 1 / s2^2 + e2^2 / 8 = u2 rho / (c - 1), the rounds "
                 "planned on what the shares leave; the rounds' costs add up to rho less the share "
                 "aim.shape_share spent on the fine histograms (c of them at noise std s3, c / s3^2); RDP order x rho"
@@ -146,7 +162,7 @@ class AIM(ZCDPModelGenerator):
                 "aim_rho": training_rho(profile, setting),
                 "aim_rounds": config.rounds if config.rounds is not None else "16 per column",
                 "aim_selection_share": SELECTION_SHARE,
-                "aim_one_way_share": config.one_way_share,
+                "aim_one_way_share": one_way_share_text(config.one_way_share),
                 "aim_bins": config.bins,
                 "aim_shape_share": config.shape_share,
                 "aim_workload": config.workload,

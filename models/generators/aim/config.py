@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, Strict
+from pydantic import BaseModel, Field, Strict
 
-from dpsynth.models.config_validation import Beta, Count, Positive
+from dpsynth.models.config_validation import STRICT, Beta, Count, Positive
 from dpsynth.models.generator_section import SectionConfig
 
 # The workload AIM answers: every pair of columns, or those and every triple that holds the target.
@@ -22,6 +22,21 @@ DEFAULT_NUMERIC_PAIR_GROUPS = 0
 # Off by default (the paper's AIM); `aim-eps1` sets it (docs/utility-study.md section 12).
 DEFAULT_NUMERIC_PAIR_SHARE = 0.0
 DEFAULT_PAIR_ROUND_GROUPS = 5
+# `one_way_share: auto`'s rule (docs/utility-study.md section 16): any fraction in about [0.04, 0.13] gave the
+# shares the generated tables chose (0 on 70,000-row Cardio-like tables, 0.33 on 20,000-row census-shape
+# ones); 0.07 is that range's middle on a log scale. The cap is section 11's share (0.45 was no better).
+DEFAULT_ONE_WAY_NOISE_FRACTION = 0.07
+DEFAULT_ONE_WAY_SHARE_CAP = 0.33
+
+
+class OneWayRule(BaseModel):
+    """A 1-way share derived from public facts (models/generators/aim/privacy.py `derived_one_way_share`):
+    the least share whose noise std is at most `noise_fraction` of the expected count of a cell of the column
+    with the most cells (the training rows spread evenly), 0 when the paper's std already is, at most `cap`."""
+
+    model_config = STRICT
+    noise_fraction: Annotated[float, Strict(), Field(gt=0, le=1)] = DEFAULT_ONE_WAY_NOISE_FRACTION
+    cap: Annotated[float, Strict(), Field(gt=0, lt=1)] = DEFAULT_ONE_WAY_SHARE_CAP
 
 
 class AIMConfig(SectionConfig):
@@ -41,8 +56,10 @@ class AIMConfig(SectionConfig):
     shape_share: Beta = 0.1
     # Share of rho (after the shapes) spent on the d 1-way marginals together, before the rounds; the rounds
     # are planned on the rest. 0: each 1-way marginal at the first rounds' std (the paper's: at epsilon 1
-    # and T = 16 d that std is about 2.5 times MST's, and the categorical level shares show it).
-    one_way_share: Beta = 0.0
+    # and T = 16 d that std is about 2.5 times MST's, and the categorical level shares show it). `auto`, or
+    # a mapping {noise_fraction, cap}: derived from public facts before any row is read (`OneWayRule`), so
+    # a large table of few-level columns leaves its rho to the rounds and a small one of many levels does not.
+    one_way_share: Beta | Literal["auto"] | OneWayRule = 0.0
     # The rounds the budget is first split into (the paper's T); null: 16 per column. Annealing spends
     # faster when the model stops improving, so fewer rounds run.
     rounds: Count | None = None

@@ -22,9 +22,13 @@ from dpsynth.models.generators.aim.config import (
     DEFAULT_NUMERIC_PAIR_SHARE,
     DEFAULT_NUMERIC_PAIR_WEIGHT,
     DEFAULT_PAIR_ROUND_GROUPS,
+    OneWayRule,
 )
-from dpsynth.models.generators.aim.privacy import AIMBudget
+from dpsynth.models.generators.aim.privacy import AIMBudget, derived_one_way_share
 from dpsynth.models.generators.graphical.model import MSTModel, released_cliques
+
+# A declared share, or the rule that derives one from public facts (`auto`: the rule's defaults).
+OneWayShare = float | str | OneWayRule
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def fit(
     workload: str,
     numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
     numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
-    one_way_share: float = 0.0,
+    one_way_share: OneWayShare = 0.0,
     numeric_pair_share: float = DEFAULT_NUMERIC_PAIR_SHARE,
     pair_round_groups: int = DEFAULT_PAIR_ROUND_GROUPS,
 ) -> Fitted:
@@ -66,7 +70,8 @@ def fit(
     columns = tuple(columns)
     if len(table) < 1:
         raise ConfigError("AIM needs at least one training row")
-    budget(columns, rho, rounds, one_way_share, numeric_pair_share)  # refused before counting
+    # Refused before counting.
+    budget(columns, rho, rounds, one_way_share, numeric_pair_share, bins=bins, rows=len(table))
     cliques = counted_cliques(columns, target, workload, numeric_pair_weight)
     counts = count_frame(table, columns, bins, cliques, reader="AIM")
     return fit_counts(
@@ -77,13 +82,56 @@ def fit(
     )  # fmt: skip
 
 
+def one_way_rule(one_way_share: OneWayShare) -> OneWayRule | None:
+    """The rule a derived share follows (`auto`: its defaults), or None for a declared number."""
+    if isinstance(one_way_share, OneWayRule):
+        return one_way_share
+    if isinstance(one_way_share, str):
+        if one_way_share != "auto":
+            raise ConfigError(f"aim.one_way_share must be a number in [0, 1), auto or a rule, got {one_way_share!r}")
+        return OneWayRule()
+    return None
+
+
+def largest_cells(columns: Sequence[Column], bins: int) -> int:
+    """The most cells any column's 1-way marginal has in AIM's domain (writable cells: a schema fact)."""
+    return max(int((writable_map(col, bins) >= 0).sum()) for col in columns)
+
+
 def budget(
-    columns: Sequence[Column], rho: float, rounds: int | None, one_way_share: float, numeric_pair_share: float
+    columns: Sequence[Column],
+    rho: float,
+    rounds: int | None,
+    one_way_share: OneWayShare,
+    numeric_pair_share: float,
+    *,
+    bins: int | None = None,
+    rows: int | None = None,
 ) -> AIMBudget:
-    """AIM's budget on `columns` (their count and how many are continuous: public schema facts)."""
+    """AIM's budget on `columns` (their count and how many are continuous: public schema facts). A derived
+    1-way share also reads `bins` and the number of training `rows` (public under replace-one): the same
+    plan the fit spends, and the one the accountant's checks see."""
     continuous = sum(1 for col in columns if col.is_continuous)
     t = rounds if rounds is not None else 16 * len(columns)
-    return AIMBudget(float(rho), len(columns), t, one_way_share, numeric_pair_share, continuous)
+    rule = one_way_rule(one_way_share)
+    if rule is None:
+        return AIMBudget(float(rho), len(columns), t, float(one_way_share), numeric_pair_share, continuous)  # type: ignore[arg-type]
+    if bins is None or rows is None:
+        raise ConfigError("a derived aim.one_way_share needs the cells (bins) and the number of training rows")
+    paper = AIMBudget(float(rho), len(columns), t, 0.0, numeric_pair_share, continuous)
+    share = derived_one_way_share(paper, rows, largest_cells(columns, bins), rule.noise_fraction, rule.cap)
+    return AIMBudget(float(rho), len(columns), t, share, numeric_pair_share, continuous)
+
+
+def check_budget(
+    columns: Sequence[Column], rho: float, rounds: int | None, one_way_share: OneWayShare, numeric_pair_share: float
+) -> None:
+    """Refuse a budget before the rows are known: a derived share lies between 0 and its cap, so both ends
+    are checked (each of AIMBudget's limits holds for every share between them when it holds at both)."""
+    rule = one_way_rule(one_way_share)
+    shares = [float(one_way_share)] if rule is None else [0.0, rule.cap]  # type: ignore[arg-type]
+    for share in shares:
+        budget(columns, rho, rounds, share, numeric_pair_share)
 
 
 def counted_cliques(columns: Sequence[Column], target: str, workload: str, numeric_pair_weight: float) -> list[Clique]:
@@ -109,7 +157,7 @@ def fit_counts(
     workload: str,
     numeric_pair_weight: float = DEFAULT_NUMERIC_PAIR_WEIGHT,
     numeric_pair_groups: int = DEFAULT_NUMERIC_PAIR_GROUPS,
-    one_way_share: float = 0.0,
+    one_way_share: OneWayShare = 0.0,
     numeric_pair_share: float = DEFAULT_NUMERIC_PAIR_SHARE,
     pair_round_groups: int = DEFAULT_PAIR_ROUND_GROUPS,
 ) -> Fitted:
@@ -119,7 +167,7 @@ def fit_counts(
     columns = tuple(columns)
     if counts.total < 1:
         raise ConfigError("AIM needs at least one training row")
-    plan = budget(columns, rho, rounds, one_way_share, numeric_pair_share)
+    plan = budget(columns, rho, rounds, one_way_share, numeric_pair_share, bins=bins, rows=counts.total)
     maps = [writable_map(col, bins) for col in columns]
     for j, col in enumerate(columns):
         if counts.unmapped_rows((j,), maps):
@@ -149,8 +197,10 @@ def fit_counts(
     cliques, tables, parents = released_cliques(
         tree.graph(), lambda node: tuple(node), lambda node: tree.tables[tree.cliques.index(node)]
     )
+    rule = one_way_rule(one_way_share)
     info = {
-        "budget": plan.to_dict(),
+        "budget": plan.to_dict()
+        | ({"one_way_rule": rule.model_dump() | {"largest_cells": largest_cells(columns, bins)}} if rule else {}),
         "rho_spent": result.ledger.spent,
         "workload_cliques": len(work),
         "rounds": [r | {"clique": [names[j] for j in r["clique"]]} for r in result.rounds],

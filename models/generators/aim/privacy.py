@@ -7,7 +7,10 @@ With rho the whole budget, d columns and T rounds (`rounds`, the paper's 16 d by
   (the paper) s is the first rounds' std below; with a declared `one_way_share` u > 0 the d 1-way
   marginals spend u rho together, s1 = sqrt(d / (u rho)), and the rounds below share the rest (1 - u) rho
   in place of rho (at epsilon 1 the first rounds' std leaves the 1-way counts, and so every categorical
-  column's level shares, far noisier than MST's, which spends a third of its rho on them);
+  column's level shares, far noisier than MST's, which spends a third of its rho on them). A derived share
+  (`one_way_share: auto`, `derived_one_way_share`) is a function of public facts only: rho, d, T, the
+  schema's cells and the number of training rows n, which replace-one neighbours share (the estimator's
+  known total), so it is fixed before any count is read and composes as a declared one;
 * with a declared `numeric_pair_share` u2 > 0 and c >= 2 continuous columns, c - 1 pair rounds follow the
   1-way marginals, before the rounds below: each an exponential-mechanism selection among the pairs of two
   continuous columns (over groups of their cells) at e2 and a Gaussian measurement at s2, with
@@ -56,6 +59,7 @@ __all__ = [
     "SELECTION_SHARE",
     "AIMBudget",
     "RhoLedger",
+    "derived_one_way_share",
     "last_round",
     "round_rho",
     "score_sensitivity",
@@ -174,6 +178,22 @@ class AIMBudget:
             "initial_std": self.initial_std,
             "initial_epsilon": self.initial_epsilon,
         } | ({"pair_std": self.pair_std, "pair_epsilon": self.pair_epsilon} if self.pair_rounds else {})
+
+
+def derived_one_way_share(paper: AIMBudget, rows: int, largest_cells: int, noise_fraction: float, cap: float) -> float:
+    """The 1-way share that brings each 1-way marginal's noise std to at most `noise_fraction` of the
+    expected count of a cell of the column with the most cells (`largest_cells`, the n `rows` spread
+    evenly: public, no count is read), 0 when the paper's std (`paper`, the budget at share 0) already is,
+    and at most `cap`. d marginals at std s spend d / s^2, so the share is d / (rho s^2) at the target s.
+    A share that would measure them no more precisely than the paper's std (a cap below what the paper
+    spends on them) is 0 as well: the paper's split then serves the 1-way marginals and the rounds better."""
+    if rows < 1 or largest_cells < 1:
+        raise ConfigError(f"a derived 1-way share needs rows and cells, got {rows} rows and {largest_cells} cells")
+    target = noise_fraction * rows / largest_cells
+    if paper.one_way_std <= target:
+        return 0.0
+    share = min(cap, paper.columns / (paper.rho * target**2))
+    return share if share * paper.rho > paper.columns / paper.one_way_std**2 else 0.0
 
 
 @dataclass
