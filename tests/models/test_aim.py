@@ -46,6 +46,7 @@ from dpsynth.models.marginals.measure import epsilon_of_rho, rho_of, selection_r
 from dpsynth.models.privacy.lifetime import ReleaseCost
 from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
+from tests.models.aim_ledgers import keep_ledgers
 from tests.models.test_mst import BINS, SCHEMA, _table
 
 SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
@@ -85,14 +86,7 @@ def fitted():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mechanism, "gaussian_counts", measuring)
         patch.setattr(mechanism, "exponential_mechanism", selecting)
-        ledger: list[RhoLedger] = []
-        original = mechanism.RhoLedger
-
-        def keep(rho):
-            ledger.append(original(rho))
-            return ledger[-1]
-
-        patch.setattr(mechanism, "RhoLedger", keep)
+        ledger = keep_ledgers(patch)
         result = _fit()
     return result, calls, ledger[0]
 
@@ -149,16 +143,9 @@ def test_at_a_one_way_share_the_1_way_marginals_run_at_its_std_and_everything_ad
         calls.append(std)
         return gaussian_counts(counts, std, rng)
 
-    ledgers: list[RhoLedger] = []
-    original = mechanism.RhoLedger
-
-    def keep(rho):
-        ledgers.append(original(rho))
-        return ledgers[-1]
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mechanism, "gaussian_counts", measuring)
-        patch.setattr(mechanism, "RhoLedger", keep)
+        ledgers = keep_ledgers(patch)
         result = fit(
             _table(), SCHEMA.columns, SCHEMA.target, RHO, SECRET.numpy, bins=BINS, rounds=ROUNDS,
             max_model_mb=1.0, round_iterations=50, iterations=100, workload="pairs-and-target-triples",

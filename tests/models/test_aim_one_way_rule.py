@@ -16,7 +16,6 @@ from dpsynth.models.config import load_profile
 from dpsynth.models.data.schema import DatasetSchema
 from dpsynth.models.errors import ConfigError
 from dpsynth.models.generators import get
-from dpsynth.models.generators.aim import mechanism
 from dpsynth.models.generators.aim.config import (
     DEFAULT_ONE_WAY_NOISE_FRACTION,
     DEFAULT_ONE_WAY_SHARE_CAP,
@@ -24,9 +23,10 @@ from dpsynth.models.generators.aim.config import (
     OneWayRule,
 )
 from dpsynth.models.generators.aim.fit import budget, check_budget, fit, largest_cells
-from dpsynth.models.generators.aim.privacy import AIMBudget, RhoLedger
+from dpsynth.models.generators.aim.privacy import AIMBudget
 from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import CARDIO_SCHEMA, TEST_SECRET_HEX
+from tests.models.aim_ledgers import keep_ledgers
 from tests.models.test_mst import BINS, ROWS, SCHEMA, _table
 
 SECRET = PrivacySecret.from_hex(TEST_SECRET_HEX)
@@ -43,15 +43,8 @@ def _columns(path) -> tuple:
 
 def _fit_spending(table, one_way_share):
     """A fit of `table` at RHO, and the ledger of every mechanism it ran."""
-    ledgers: list[RhoLedger] = []
-    original = mechanism.RhoLedger
-
-    def keep(rho):
-        ledgers.append(original(rho))
-        return ledgers[-1]
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mechanism, "RhoLedger", keep)
+        ledgers = keep_ledgers(patch)
         result = fit(
             table, SCHEMA.columns, SCHEMA.target, RHO, SECRET.numpy, bins=BINS, rounds=ROUNDS, max_model_mb=1.0,
             round_iterations=5, iterations=10, workload="pairs-and-target-triples", one_way_share=one_way_share,
