@@ -207,14 +207,23 @@ def projected_one_way(
 
 
 def one_way_floor(
-    cells: ScoringCells, train: np.ndarray, total: int, std: float, discrete: bool, rng: np.random.Generator
+    cells: ScoringCells,
+    train: np.ndarray,
+    total: int,
+    std: float | Sequence[float],
+    discrete: bool,
+    rng: np.random.Generator,
 ) -> dict:
-    """One draw of the 1-way floor on the discrete (or the numeric) columns, each at noise `std`."""
+    """One draw of the 1-way floor on the discrete (or the numeric) columns, each at noise `std` (or at
+    its own, one std per such column in schema order)."""
     whole, trained = cells.counts(), cells.counts(train)
+    chosen = [j for j, col in enumerate(cells.columns) if col.is_continuous != discrete]
+    stds = [float(std)] * len(chosen) if isinstance(std, int | float) else [float(s) for s in std]
     tvd = {
-        col.name: tvd_of_counts(whole[j], projected_one_way(trained[j], col, std, rng, total, discrete))
-        for j, col in enumerate(cells.columns)
-        if col.is_continuous != discrete
+        cells.columns[j].name: tvd_of_counts(
+            whole[j], projected_one_way(trained[j], cells.columns[j], s, rng, total, discrete)
+        )
+        for j, s in zip(chosen, stds, strict=True)
     }
     if discrete:
         return {"cat_1way": float(np.mean(list(tvd.values())))}
@@ -280,6 +289,16 @@ def floor_lines(
         share = d_discrete * gaussian_rho(std) / rho
         yield {"line": f"one-way floor, categorical, {label}", **base, "share": round(share, 4), "std": round(std, 2),
                **over_draws(figures)}  # fmt: skip
+    # The noise a column adds to the mean grows with its cells: all of rho spread so that a column of k
+    # cells gets std proportional to k^(-1/3) (which minimises sum k_j s_j at a fixed sum 1 / s_j^2, the
+    # cells being public) is the other allocation a release could choose.
+    levels = np.array([cell_count(col) for col in schema.columns if not col.is_continuous], dtype=np.float64)
+    by_cells = levels ** (-1.0 / 3.0)
+    by_cells *= np.sqrt(float(np.sum(1.0 / by_cells**2)) / rho)  # sum 1 / s_j^2 = rho: gaussian_rho(s) = 1 / s^2
+    figures = [one_way_floor(cells, train, total, by_cells, True, rng) for _ in range(draws)]
+    share = float(np.sum([gaussian_rho(s) for s in by_cells])) / rho
+    yield {"line": "one-way floor, categorical, all rho, std by cells^(-1/3)", **base, "share": round(share, 4),
+           "std": [round(float(s), 2) for s in by_cells], **over_draws(figures)}  # fmt: skip
     numeric_stds = {"all rho": gaussian_std(rho / d_numeric)} if d_numeric else {}
     if d_numeric and mst_std is not None:
         numeric_stds["MST's 1-way std"] = mst_std

@@ -95,6 +95,7 @@ def test_the_command_prints_the_tables_lines(table, tmp_path, capsys):
         "one-way floor, categorical, all rho",
         "one-way floor, categorical, half rho",
         "one-way floor, categorical, MST's 1-way std",
+        "one-way floor, categorical, all rho, std by cells^(-1/3)",
         "one-way floor, numeric, all rho",
         "one-way floor, numeric, MST's 1-way std",
         "two-way floor, each pair alone, all rho",
@@ -102,4 +103,5 @@ def test_the_command_prints_the_tables_lines(table, tmp_path, capsys):
     ]
     assert all(line["released"] == 1800 and line["rho"] == pytest.approx(0.020812, abs=1e-6) for line in lines)
     assert lines[3]["share"] == pytest.approx(1.0) and lines[4]["share"] == pytest.approx(0.5)
+    assert lines[6]["share"] == pytest.approx(1.0) and len(set(lines[6]["std"])) > 1
     assert all(isinstance(line.get("cat_1way", 0.0), float) for line in lines)
