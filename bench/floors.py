@@ -293,8 +293,9 @@ def floor_lines(
     # cells gets std proportional to k^(-1/3) (which minimises sum k_j s_j at a fixed sum 1 / s_j^2, the
     # cells being public) is the other allocation a release could choose.
     levels = np.array([cell_count(col) for col in schema.columns if not col.is_continuous], dtype=np.float64)
-    by_cells = levels ** (-1.0 / 3.0)
-    by_cells *= np.sqrt(float(np.sum(1.0 / by_cells**2)) / rho)  # sum 1 / s_j^2 = rho: gaussian_rho(s) = 1 / s^2
+    shape = levels ** (-1.0 / 3.0)
+    # sum 1 / s_j^2 = rho (gaussian_rho(s) = 1 / s^2)
+    by_cells = [float(s) for s in shape * np.sqrt(float(np.sum(1.0 / shape**2)) / rho)]
     figures = [one_way_floor(cells, train, total, by_cells, True, rng) for _ in range(draws)]
     share = float(np.sum([gaussian_rho(s) for s in by_cells])) / rho
     yield {"line": "one-way floor, categorical, all rho, std by cells^(-1/3)", **base, "share": round(share, 4),
