@@ -15,7 +15,8 @@ their levels, numeric ones on 20 cells at the whole table's quantiles, as `fidel
   (replace-one, L2 sensitivity sqrt(2): `graphical.mechanisms.gaussian_counts`), MST's domain
   reduction and simplex projection (`mst.fit.reduce_domain`, `one_way_estimate`: what MST's estimate
   makes of 1-way measurements alone), placed with no sampling error at R rows; at the whole release's
-  rho, half of it, and MST's own 1-way std (the profile's shares);
+  rho split evenly or by the columns' cells (std proportional to cells^(-1/3)), half of it, and MST's own
+  1-way std (the profile's shares);
 * `two-way floor, each pair alone`: all of rho on one pair's 2-way counts on the scorer's cells,
   projected and rounded, pair by pair: no release with this mechanism beats a pair's figure on that
   pair, so the mean and worst over pairs are floors for the 2-way mean and worst;
