@@ -373,3 +373,27 @@ def test_a_local_sites_supernode_waits_at_most_half_a_second_between_pulls_not_f
     assert time.monotonic() - start < 1.5
     assert start_client_internal.time.monotonic is time.monotonic
     assert not supernode.shorten_sleeps(SimpleNamespace())  # type: ignore[arg-type]
+
+
+def test_flowers_processes_post_neither_telemetry_nor_an_update_check(monkeypatch, tmp_path):
+    """Every process the launcher starts gets telemetry_off's environment: Flower's telemetry off, and its
+    update check (a POST of Flower's, Python's and the system's versions from every flwr, SuperLink,
+    SuperNode and SuperExec process, flwr.supercore.update_check) never started."""
+    from flwr.supercore import update_check
+
+    from dpsynth.models.generators.dpfedctgan.federation.job import telemetry_off
+
+    env = telemetry_off({"PATH": "/bin"})
+    assert env["FLWR_TELEMETRY_ENABLED"] == "0" and env["PATH"] == "/bin"
+    started = []
+    monkeypatch.setattr(update_check, "_start_flwr_update_check_refresh_thread", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))  # no cached check: Flower would start one now
+    monkeypatch.delenv("FLWR_DISABLE_UPDATE_CHECK", raising=False)
+    update_check.warn_if_flwr_update_available(process_name="flower-supernode")
+    assert started  # without the switch, Flower posts
+    started.clear()
+    for key in ("FLWR_TELEMETRY_ENABLED", "FLWR_DISABLE_UPDATE_CHECK"):
+        if key in env:
+            monkeypatch.setenv(key, env[key])
+    update_check.warn_if_flwr_update_available(process_name="flower-supernode")
+    assert started == []
