@@ -218,7 +218,7 @@ def _run_deployment(deployed, name: str, parameters: dict, worker_log: Path) -> 
                 break
             if worker.poll() is not None and state == "SCHEDULED":
                 break  # the worker left without picking the run up
-            time.sleep(2)
+            time.sleep(0.5)  # one GET to the local server; every 2 s left the test idle 1 s on average after the run
         assert state == "COMPLETED", f"flow run ended {state}:\n{_tail(worker_log)}"
         worker.wait(timeout=HANG_GUARD_S)
         assert worker.returncode == 0, _tail(worker_log)

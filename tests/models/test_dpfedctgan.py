@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -346,3 +347,53 @@ def test_the_server_takes_a_rounds_replies_as_they_arrive_not_after_flowers_fixe
     with pytest.raises(FederationError, match=r"round 2: 1 of 2 sites failed \(1 did not reply within 0.5 s\)"):
         ask(_SlowSites(after_s=0.0, silent=(1,)), [0, 1], "train", RecordDict(), "round 2", timeout_s=0.5)  # type: ignore[arg-type]
     assert 0.5 <= time.monotonic() - start < 2.5
+
+
+def test_a_local_sites_supernode_waits_at_most_half_a_second_between_pulls_not_flowers_fixed_3_s(monkeypatch):
+    """Flower's SuperNode sleeps 3 s after every pull that brings no message (flwr.supernode.
+    start_client_internal): after each round's reply, before the next round's weights. The launcher starts a
+    local site's SuperNode through federation/supernode.py, whose sleeps in that module last at most
+    PULL_SECONDS; the module's other uses of `time` are Flower's own."""
+    import inspect
+    import sys
+
+    from flwr.supernode import start_client_internal
+
+    from dpsynth.models.generators.dpfedctgan.federation import supernode
+    from dpsynth.models.generators.dpfedctgan.federation.launcher import supernode_argv
+
+    folder = Path("/nonexistent")
+    argv = supernode_argv("127.0.0.1:1", folder, 0, folder / "key", SimpleNamespace(ca=folder / "ca"))  # type: ignore[arg-type]
+    assert argv[:4] == [sys.executable, "-P", "-m", supernode.__name__]
+    assert "time.sleep(3)" in inspect.getsource(start_client_internal)  # the wait this shortens is still there
+    monkeypatch.setattr(start_client_internal, "time", time)  # restored after the test
+    assert supernode.shorten_sleeps(start_client_internal) and supernode.PULL_SECONDS <= 0.5
+    start = time.monotonic()
+    start_client_internal.time.sleep(3)
+    assert time.monotonic() - start < 1.5
+    assert start_client_internal.time.monotonic is time.monotonic
+    assert not supernode.shorten_sleeps(SimpleNamespace())  # type: ignore[arg-type]
+
+
+def test_flowers_processes_post_neither_telemetry_nor_an_update_check(monkeypatch, tmp_path):
+    """Every process the launcher starts gets telemetry_off's environment: Flower's telemetry off, and its
+    update check (a POST of Flower's, Python's and the system's versions from every flwr, SuperLink,
+    SuperNode and SuperExec process, flwr.supercore.update_check) never started."""
+    from flwr.supercore import update_check
+
+    from dpsynth.models.generators.dpfedctgan.federation.job import telemetry_off
+
+    env = telemetry_off({"PATH": "/bin"})
+    assert env["FLWR_TELEMETRY_ENABLED"] == "0" and env["PATH"] == "/bin"
+    started = []
+    monkeypatch.setattr(update_check, "_start_flwr_update_check_refresh_thread", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))  # no cached check: Flower would start one now
+    monkeypatch.delenv("FLWR_DISABLE_UPDATE_CHECK", raising=False)
+    update_check.warn_if_flwr_update_available(process_name="flower-supernode")
+    assert started  # without the switch, Flower posts
+    started.clear()
+    for key in ("FLWR_TELEMETRY_ENABLED", "FLWR_DISABLE_UPDATE_CHECK"):
+        if key in env:
+            monkeypatch.setenv(key, env[key])
+    update_check.warn_if_flwr_update_available(process_name="flower-supernode")
+    assert started == []

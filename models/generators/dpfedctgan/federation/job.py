@@ -113,11 +113,13 @@ def load_arrays(generator: torch.nn.Module, discriminator: torch.nn.Module, arra
 
 
 def telemetry_off(env: dict[str, str]) -> dict[str, str]:
-    """`env` with Flower's usage telemetry off: by default every Flower process posts events (with the
-    machine's platform) to Flower's servers; a process that holds a site's rows sends nothing but what the
-    federation needs. Flower reads the switch when it is first imported, so it goes in the environment of
-    every process the launcher starts (and, through it, of the apps those processes start)."""
-    return {**env, "FLWR_TELEMETRY_ENABLED": "0"}
+    """`env` with Flower's usage telemetry and its update check off: by default every Flower process posts
+    events (with the machine's platform) to Flower's servers, and each `flwr`, SuperLink, SuperNode and
+    SuperExec process posts its version, Python's and the operating system's to Flower's update check, from
+    a thread the process waits for before it exits; a process that holds a site's rows sends nothing but
+    what the federation needs. Flower reads the switches in the environment, so they go in that of every
+    process the launcher starts (and, through it, of the apps those processes start)."""
+    return {**env, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
 def weights_record(generator: torch.nn.Module, discriminator: torch.nn.Module) -> Any:

@@ -179,9 +179,10 @@ def superlink_argv(host: str, ports: Ports, tls: LoopbackTLS | None) -> list[str
 
 def supernode_argv(superlink: str, folder: Path, site: int, key: Path, tls: LoopbackTLS) -> list[str]:
     """Port 0 for the ClientAppIo API: the SuperNode binds a port the OS picks and hands the bound address to
-    the SuperExec it starts, so no port chosen free here can be taken by another process before the bind."""
+    the SuperExec it starts, so no port chosen free here can be taken by another process before the bind.
+    Flower's own SuperNode, with shorter waits between its pulls (supernode.py)."""
     return [
-        "flower-supernode",
+        sys.executable, "-P", "-m", "dpsynth.models.generators.dpfedctgan.federation.supernode",
         "--root-certificates", str(tls.ca),
         "--auth-supernode-private-key", str(key),
         "--superlink", superlink,
