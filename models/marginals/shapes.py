@@ -45,6 +45,14 @@ from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
 
 PURPOSE = "shapes"
+# The neighbours' denoiser: how many fine cells either side make a cell's smooth level, and how many
+# noise stds off their median make a heap (chosen on generated tables: docs/utility-study.md section 18).
+HALF_WINDOW = 8
+HEAP_STDS = 3.0
+# How decoding reads a release's noisy fine counts (`ColumnShapes.denoiser`): the earlier rule, each
+# coarse cell towards its own mean, and the current one, with the neighbouring fine cells.
+CELL_MEAN = "cell-mean"
+NEIGHBOURS = "neighbours"
 
 
 def shaped_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
@@ -66,12 +74,19 @@ class ColumnShapes:
     """The released fine histograms: per column name, its noisy counts (the Gaussian mechanism's output,
     one per fine cell), all at `noise_multiplier`, over fine cells of `bins` coarse bins. `whole_cells`:
     the fine cells give a whole number of a decimal column its own cell (`binning.whole_split`); shapes
-    released before that layout (their dict lacks the key) have it False and decode as they did."""
+    released before that layout (their dict lacks the key) have it False and decode as they did.
+    `denoiser`: how decoding reads the noisy counts (`DENOISERS`); shapes released before `NEIGHBOURS`
+    (their dict lacks the key) keep `CELL_MEAN` and decode as they did."""
+
+    def __post_init__(self) -> None:
+        if self.denoiser not in DENOISERS:
+            raise ConfigError(f"column shapes' denoiser is one of {sorted(DENOISERS)}, got {self.denoiser!r}")
 
     counts: dict[str, tuple[float, ...]]
     noise_multiplier: float
     bins: int
     whole_cells: bool = True
+    denoiser: str = NEIGHBOURS
 
     def rho(self, adjacency: str = "replace-one") -> float:
         """What the measurement cost: one Gaussian count vector per column."""
@@ -88,9 +103,9 @@ class ColumnShapes:
         return fine_parents(col, self.bins, self.whole_cells)
 
     def shape(self, col: Column) -> np.ndarray:
-        """The column's weights per fine cell: its noisy counts `denoised` within each coarse cell, the
-        whole-number cells apart from the others (`denoised`'s `whole`)."""
-        return denoised(
+        """The column's weights per fine cell: its noisy counts denoised by this release's rule (the
+        whole-number cells apart from the others: the denoisers' `whole`)."""
+        return DENOISERS[self.denoiser](
             np.asarray(self.counts[col.name], dtype=np.float64),
             self.parents(col),
             self.noise_std,
@@ -111,14 +126,19 @@ class ColumnShapes:
             "noise_multiplier": float(self.noise_multiplier),
             "bins": int(self.bins),
             "whole_cells": bool(self.whole_cells),
+            "denoiser": self.denoiser,
         }
 
     @classmethod
     def from_dict(cls, raw: dict) -> ColumnShapes:
         keys = {"counts", "noise_multiplier", "bins"}
-        # Without "whole_cells": shapes released before whole numbers had fine cells of their own.
-        if not isinstance(raw, dict) or set(raw) not in (keys, keys | {"whole_cells"}):
-            raise ConfigError(f"column shapes have exactly the keys {sorted(keys | {'whole_cells'})}, got {raw!r}")
+        # Without "whole_cells": shapes released before whole numbers had fine cells of their own; without
+        # "denoiser": before the neighbours' denoiser (both keys came in that order).
+        allowed = (keys, keys | {"whole_cells"}, keys | {"whole_cells", "denoiser"})
+        if not isinstance(raw, dict) or set(raw) not in allowed:
+            raise ConfigError(
+                f"column shapes have exactly the keys {sorted(keys | {'whole_cells', 'denoiser'})}, got {raw!r}"
+            )
         whole_cells = raw.get("whole_cells", False)
         if not isinstance(whole_cells, bool):
             raise ConfigError(f"column shapes' whole_cells is true or false, got {whole_cells!r}")
@@ -127,6 +147,7 @@ class ColumnShapes:
             float(raw["noise_multiplier"]),
             int(raw["bins"]),
             whole_cells,
+            str(raw.get("denoiser", CELL_MEAN)),
         )
 
 
@@ -149,6 +170,79 @@ def denoised(noisy: np.ndarray, parents: np.ndarray, std: float, whole: np.ndarr
         spread = float(((weights[members] - mean) ** 2).sum())
         shrink = max(0.0, 1.0 - max(len(members) - 3, 1) * std**2 / spread) if spread > 0 else 0.0
         weights[members] = mean + shrink * (weights[members] - mean)
+    return np.clip(weights, 0.0, None)
+
+
+def _running_median(y: np.ndarray, half: int) -> np.ndarray:
+    return np.array([np.median(y[max(i - half, 0) : i + half + 1]) for i in range(len(y))])
+
+
+def _window_mean(y: np.ndarray, keep: np.ndarray, half: int) -> np.ndarray:
+    """Each position's mean of the kept values within `half` positions of it (itself included)."""
+    sums = np.r_[0.0, np.cumsum(np.where(keep, y, 0.0))]
+    kept = np.r_[0, np.cumsum(keep)]
+    at = np.arange(len(y))
+    lo, hi = np.maximum(at - half, 0), np.minimum(at + half + 1, len(y))
+    n = kept[hi] - kept[lo]
+    return np.where(n > 0, (sums[hi] - sums[lo]) / np.maximum(n, 1), y)
+
+
+def _shrunk(values: np.ndarray, noise_var: float) -> np.ndarray:
+    """`values`' deviations from their mean shrunk by the positive-part James-Stein factor
+    1 - noise_var / (their squared deviations)."""
+    mean = values.mean()
+    spread = float(((values - mean) ** 2).sum())
+    factor = max(0.0, 1.0 - noise_var / spread) if spread > 0 else 0.0
+    return mean + factor * (values - mean)
+
+
+def neighbour_denoised(
+    noisy: np.ndarray,
+    parents: np.ndarray,
+    std: float,
+    whole: np.ndarray | None = None,
+    half: int = HALF_WINDOW,
+    heap: float = HEAP_STDS,
+) -> np.ndarray:
+    """Fine counts denoised with their neighbours (docs/utility-study.md section 18). The fine cells of
+    coarse cells that have more than one (point masses aside), in order, the whole-number cells apart
+    from the others:
+
+    * a heap is a count more than `heap` stds off the median of the `half` cells either side of it: kept
+      as measured (a heap at 40 hours stands hundreds of stds above its neighbours);
+    * every other cell's smooth level is the mean of the other non-heap counts within `half` cells (noise
+      std about std / sqrt(2 half + 1), where the cell mean has std / sqrt(4) in a 4-value cell of ages),
+      its deviation from the coarse cell's mean shrunk by positive-part James-Stein on that noise (a
+      sparse column's level stays flat, a slope across the cell is kept);
+    * each count's deviation from its level is shrunk, within the coarse cell, by positive-part
+      James-Stein on the noise std.
+
+    Clipped at 0. Post-processing of the noisy counts and the public std only."""
+    weights = np.asarray(noisy, dtype=np.float64).copy()
+    groups = np.asarray(parents, dtype=np.int64) * 2
+    if whole is not None:
+        groups = groups + np.asarray(whole, dtype=np.int64)
+    shared = np.bincount(groups)[groups] >= 2
+    for kind in (0, 1):
+        run = np.flatnonzero(shared & (groups % 2 == kind))
+        if len(run) < 2:
+            continue
+        y, cells = weights[run], groups[run]
+        heaps = np.abs(y - _running_median(y, half)) > heap * std
+        level = _window_mean(y, ~heaps, half)
+        at = np.arange(len(y))
+        window = np.minimum(at + half + 1, len(y)) - np.maximum(at - half, 0)
+        out = y.copy()
+        for cell in np.unique(cells):
+            plain = np.flatnonzero((cells == cell) & ~heaps)
+            if len(plain) == 0:
+                continue
+            smooth = _shrunk(level[plain], float((std**2 / window[plain]).sum()))
+            residual = y[plain] - smooth
+            spread = float((residual**2).sum())
+            factor = max(0.0, 1.0 - len(plain) * std**2 / spread) if spread > 0 else 0.0
+            out[plain] = smooth + factor * residual
+        weights[run] = out
     return np.clip(weights, 0.0, None)
 
 
@@ -188,7 +282,13 @@ def noisy_shapes(
     return ColumnShapes(counts, sigma, bins)
 
 
+DENOISERS = {CELL_MEAN: denoised, NEIGHBOURS: neighbour_denoised}
+
 __all__ = [
+    "CELL_MEAN",
+    "DENOISERS",
+    "NEIGHBOURS",
+    "neighbour_denoised",
     "PURPOSE",
     "ColumnShapes",
     "denoised",
