@@ -12,16 +12,28 @@ less. The noise comes from the run's secret (purpose `PURPOSE`), each draw round
 
 Sampling imports this module (a released model holds its shapes), so the measurement's modules are
 imported inside the functions that measure or cost. Decoding reads only the noisy counts and the public noise
-std (post-processing, `denoised`): within each coarse cell the fine counts are shrunk towards their mean
-by the positive-part James-Stein factor 1 - (m - 3) std^2 / (sum of squared deviations), then clipped at
-0, and a fine cell is drawn with probability proportional to the result (`binning.shaped_cell_values`).
-A heap stands far above the noise and is kept; a cell whose fine counts differ by no more than noise
-would stays uniform (on generated tables clipping alone made smooth columns worse than uniform: a wide
-column's 16 sub-bins then hold fewer rows than one noise std). A decimal column's whole-number fine cells
-(`binning.whole_split`) are shrunk apart from the cell's other fine cells: a whole-number cell holds one
-grid value and the others four or five, so one common mean would manufacture whole values in a column
-that has few (docs/utility-study.md section 13). A release's shapes say which fine-cell layout they were
-measured on (`whole_cells`; older ones lack the key and decode as they did).
+std (post-processing), denoises them, clips at 0 and draws a fine cell with probability proportional to the
+result (`binning.shaped_cell_values`). Two rules (`DENOISERS`; a release's shapes name theirs):
+
+* `neighbour_denoised` (`NEIGHBOURS`, what a release measures now): a heap (a count more than
+  `HEAP_STDS` noise stds off the median of its neighbours) is kept as measured; every other fine cell
+  gets a smooth level from the non-heap counts within `HALF_WINDOW` fine cells, itself shrunk towards the
+  coarse cell's mean as far as its own noise says, and its deviation from that level is shrunk by
+  positive-part James-Stein. On the generated census tables the noise of the fine counts, not the coarse
+  counts, was most of the worst numeric column's error, and a cell of four ages has too few counts to
+  average its noise away alone (docs/utility-study.md section 18).
+* `denoised` (`CELL_MEAN`, shapes released before, whose dict lacks the key): within each coarse cell
+  the fine counts are shrunk towards their mean by the positive-part James-Stein factor
+  1 - (m - 3) std^2 / (sum of squared deviations). A heap stands far above the noise and is kept; a cell
+  whose fine counts differ by no more than noise would stays uniform (on generated tables clipping alone
+  made smooth columns worse than uniform: a wide column's 16 sub-bins then hold fewer rows than one noise
+  std).
+
+Under both a decimal column's whole-number fine cells (`binning.whole_split`) are read apart from the
+cell's other fine cells: a whole-number cell holds one grid value and the others four or five, so one
+common mean would manufacture whole values in a column that has few (docs/utility-study.md section 13).
+A release's shapes say which fine-cell layout they were measured on (`whole_cells`) and which rule reads
+them (`denoiser`); older ones lack the keys and decode as they did.
 """
 
 from __future__ import annotations
