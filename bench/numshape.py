@@ -23,8 +23,8 @@ Each figure is the scorer's 1-way TVD on 20 cells at the WHOLE table's quantiles
 scorer's summary of the release sampled with the cell-mean and the neighbours' rule (same seed).
 
 `--run DIR` (a finished `release --no-publish` trial, repeatable) instead decodes that trial's released
-model again at its released rows' count with each denoiser, the same seed: paired figures, free of the
-trials' spread.
+model again at its released rows' count with each denoiser, the same `--decodes` seeds for each: paired
+figures, free of the trials' spread.
 
 Internal figures on generated tables only: never run it on a real table.
 
@@ -51,6 +51,7 @@ from dpsynth.models.config import Profile
 from dpsynth.models.data.binning import cell_codes, fine_cell_count, fine_codes, fine_whole, shaped_cell_values
 from dpsynth.models.data.cell_counts import count_frame
 from dpsynth.models.data.schema import Column, DatasetSchema
+from dpsynth.models.evaluation.fidelity import fidelity_summary
 from dpsynth.models.evaluation.shapes import quantile_cells
 from dpsynth.models.generators.graphical.model import MSTModel
 from dpsynth.models.generators.graphical.zcdp_adapter import model_rho, shape_rho
@@ -270,8 +271,9 @@ def fit_lines(args: argparse.Namespace, schema: DatasetSchema, whole: pd.DataFra
         print(json.dumps(line), flush=True)
 
 
-def run_lines(runs: Sequence[str], schema: DatasetSchema, whole: pd.DataFrame) -> None:
-    """Each trial's released model decoded again at its released rows' count under each rule, one seed."""
+def run_lines(runs: Sequence[str], schema: DatasetSchema, whole: pd.DataFrame, decodes: int) -> None:
+    """Each trial's released model decoded again at its released rows' count under each rule, the same
+    `decodes` seeds for each rule."""
     import torch
 
     from bench.utility_study import released_rows as trial_rows
@@ -290,7 +292,12 @@ def run_lines(runs: Sequence[str], schema: DatasetSchema, whole: pd.DataFrame) -
         for rule in RELEASED:
             if model.shapes is not None:
                 model.shapes = replace(model.shapes, denoiser=rule)
-            line[rule] = summary_figures(schema, whole, model.sample(total, np.random.default_rng(7)))
+            line[rule] = []
+            for seed in range(decodes):
+                synthetic = model.sample(total, np.random.default_rng(7 + seed))
+                columns = fidelity_summary(schema, whole, synthetic)["continuous_quantile_tvd"]
+                figures = summary_figures(schema, whole, synthetic)
+                line[rule].append({**figures, "columns": {k: round(v, 4) for k, v in columns.items()}})
         print(json.dumps(line), flush=True)
 
 
@@ -303,11 +310,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0, help="the split's secret (bench.floors.training_split)")
     ap.add_argument("--denoiser", action="append", default=[], choices=sorted(DENOISERS), help="also decode with")
     ap.add_argument("--run", action="append", default=[], help="a finished trial to decode again (no fit)")
+    ap.add_argument("--decodes", type=int, default=3, help="with --run: decode seeds per rule")
     args = ap.parse_args(argv)
     schema = DatasetSchema.from_yaml(args.config)
     whole = pd.read_csv(args.data, sep=schema.separator)[[c.name for c in schema.columns]]
     if args.run:
-        run_lines(args.run, schema, whole)
+        run_lines(args.run, schema, whole, args.decodes)
     else:
         fit_lines(args, schema, whole)
 
