@@ -183,6 +183,7 @@ def neighbour_slope(
 
 DENOISERS: dict[str, Denoiser] = {
     "neighbours": neighbour_denoised,
+    "neighbours-free": functools.partial(neighbour_denoised, anchored=False),
     "neighbours-h5": functools.partial(neighbour_denoised, half=5),
     "neighbours-h12": functools.partial(neighbour_denoised, half=12),
     "smooth8": one_level,

@@ -215,6 +215,7 @@ def neighbour_denoised(
     whole: np.ndarray | None = None,
     half: int = HALF_WINDOW,
     heap: float = HEAP_STDS,
+    anchored: bool = True,
 ) -> np.ndarray:
     """Fine counts denoised with their neighbours (docs/utility-study.md section 18). The fine cells of
     coarse cells that have more than one (point masses aside), in order, the whole-number cells apart
@@ -222,10 +223,13 @@ def neighbour_denoised(
 
     * a heap is a count more than `heap` stds off the median of the `half` cells either side of it: kept
       as measured (a heap at 40 hours stands hundreds of stds above its neighbours);
-    * every other cell's smooth level is the mean of the other non-heap counts within `half` cells (noise
-      std about std / sqrt(2 half + 1), where the cell mean has std / sqrt(4) in a 4-value cell of ages),
-      its deviation from the coarse cell's mean shrunk by positive-part James-Stein on that noise (a
-      sparse column's level stays flat, a slope across the cell is kept);
+    * every other cell's smooth level is the mean of the non-heap counts within `half` cells (noise std
+      about std / sqrt(2 half + 1), where the cell mean has std / sqrt(4) in a 4-value cell of ages),
+      its deviation from the levels' mean in the coarse cell shrunk by positive-part James-Stein on that
+      noise (a sparse column's level stays flat, a slope across the cell is kept), and (`anchored`) moved
+      so that the cell's non-heap levels add up to its non-heap counts: the neighbours shape the cell,
+      they do not move rows between its heap and the rest (unanchored, low draws beside a heap at 65 kg
+      gave it 0.166 of a fitted test table's rows, against 0.150 by the cell-mean rule and 0.137 real);
     * each count's deviation from its level is shrunk, within the coarse cell, by positive-part
       James-Stein on the noise std.
 
@@ -250,6 +254,8 @@ def neighbour_denoised(
             if len(plain) == 0:
                 continue
             smooth = _shrunk(level[plain], float((std**2 / window[plain]).sum()))
+            if anchored:
+                smooth = smooth - smooth.mean() + y[plain].mean()
             residual = y[plain] - smooth
             spread = float((residual**2).sum())
             factor = max(0.0, 1.0 - len(plain) * std**2 / spread) if spread > 0 else 0.0
