@@ -39,7 +39,7 @@ them (`denoiser`); older ones lack the keys and decode as they did.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -300,7 +300,7 @@ def noisy_shapes(
     return ColumnShapes(counts, sigma, bins)
 
 
-DENOISERS = {CELL_MEAN: denoised, NEIGHBOURS: neighbour_denoised}
+DENOISERS: dict[str, Callable[..., np.ndarray]] = {CELL_MEAN: denoised, NEIGHBOURS: neighbour_denoised}
 
 __all__ = [
     "CELL_MEAN",
