@@ -12,22 +12,34 @@ less. The noise comes from the run's secret (purpose `PURPOSE`), each draw round
 
 Sampling imports this module (a released model holds its shapes), so the measurement's modules are
 imported inside the functions that measure or cost. Decoding reads only the noisy counts and the public noise
-std (post-processing, `denoised`): within each coarse cell the fine counts are shrunk towards their mean
-by the positive-part James-Stein factor 1 - (m - 3) std^2 / (sum of squared deviations), then clipped at
-0, and a fine cell is drawn with probability proportional to the result (`binning.shaped_cell_values`).
-A heap stands far above the noise and is kept; a cell whose fine counts differ by no more than noise
-would stays uniform (on generated tables clipping alone made smooth columns worse than uniform: a wide
-column's 16 sub-bins then hold fewer rows than one noise std). A decimal column's whole-number fine cells
-(`binning.whole_split`) are shrunk apart from the cell's other fine cells: a whole-number cell holds one
-grid value and the others four or five, so one common mean would manufacture whole values in a column
-that has few (docs/utility-study.md section 13). A release's shapes say which fine-cell layout they were
-measured on (`whole_cells`; older ones lack the key and decode as they did).
+std (post-processing), denoises them, clips at 0 and draws a fine cell with probability proportional to the
+result (`binning.shaped_cell_values`). Two rules (`DENOISERS`; a release's shapes name theirs):
+
+* `neighbour_denoised` (`NEIGHBOURS`, what a release measures now): a heap (a count more than
+  `HEAP_STDS` noise stds off the median of its neighbours) is kept as measured; every other fine cell
+  gets a smooth level from the non-heap counts within `HALF_WINDOW` fine cells, itself shrunk towards the
+  coarse cell's mean as far as its own noise says, and its deviation from that level is shrunk by
+  positive-part James-Stein. On the generated census tables the noise of the fine counts, not the coarse
+  counts, was most of the worst numeric column's error, and a cell of four ages has too few counts to
+  average its noise away alone (docs/utility-study.md section 18).
+* `denoised` (`CELL_MEAN`, shapes released before, whose dict lacks the key): within each coarse cell
+  the fine counts are shrunk towards their mean by the positive-part James-Stein factor
+  1 - (m - 3) std^2 / (sum of squared deviations). A heap stands far above the noise and is kept; a cell
+  whose fine counts differ by no more than noise would stays uniform (on generated tables clipping alone
+  made smooth columns worse than uniform: a wide column's 16 sub-bins then hold fewer rows than one noise
+  std).
+
+Under both a decimal column's whole-number fine cells (`binning.whole_split`) are read apart from the
+cell's other fine cells: a whole-number cell holds one grid value and the others four or five, so one
+common mean would manufacture whole values in a column that has few (docs/utility-study.md section 13).
+A release's shapes say which fine-cell layout they were measured on (`whole_cells`) and which rule reads
+them (`denoiser`); older ones lack the keys and decode as they did.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +57,14 @@ from dpsynth.models.data.schema import Column
 from dpsynth.models.errors import ConfigError
 
 PURPOSE = "shapes"
+# The neighbours' denoiser: how many fine cells either side make a cell's smooth level, and how many
+# noise stds off their median make a heap (chosen on generated tables: docs/utility-study.md section 18).
+HALF_WINDOW = 8
+HEAP_STDS = 3.0
+# How decoding reads a release's noisy fine counts (`ColumnShapes.denoiser`): the earlier rule, each
+# coarse cell towards its own mean, and the current one, with the neighbouring fine cells.
+CELL_MEAN = "cell-mean"
+NEIGHBOURS = "neighbours"
 
 
 def shaped_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
@@ -66,12 +86,19 @@ class ColumnShapes:
     """The released fine histograms: per column name, its noisy counts (the Gaussian mechanism's output,
     one per fine cell), all at `noise_multiplier`, over fine cells of `bins` coarse bins. `whole_cells`:
     the fine cells give a whole number of a decimal column its own cell (`binning.whole_split`); shapes
-    released before that layout (their dict lacks the key) have it False and decode as they did."""
+    released before that layout (their dict lacks the key) have it False and decode as they did.
+    `denoiser`: how decoding reads the noisy counts (`DENOISERS`); shapes released before `NEIGHBOURS`
+    (their dict lacks the key) keep `CELL_MEAN` and decode as they did."""
+
+    def __post_init__(self) -> None:
+        if self.denoiser not in DENOISERS:
+            raise ConfigError(f"column shapes' denoiser is one of {sorted(DENOISERS)}, got {self.denoiser!r}")
 
     counts: dict[str, tuple[float, ...]]
     noise_multiplier: float
     bins: int
     whole_cells: bool = True
+    denoiser: str = NEIGHBOURS
 
     def rho(self, adjacency: str = "replace-one") -> float:
         """What the measurement cost: one Gaussian count vector per column."""
@@ -88,9 +115,9 @@ class ColumnShapes:
         return fine_parents(col, self.bins, self.whole_cells)
 
     def shape(self, col: Column) -> np.ndarray:
-        """The column's weights per fine cell: its noisy counts `denoised` within each coarse cell, the
-        whole-number cells apart from the others (`denoised`'s `whole`)."""
-        return denoised(
+        """The column's weights per fine cell: its noisy counts denoised by this release's rule (the
+        whole-number cells apart from the others: the denoisers' `whole`)."""
+        return DENOISERS[self.denoiser](
             np.asarray(self.counts[col.name], dtype=np.float64),
             self.parents(col),
             self.noise_std,
@@ -111,14 +138,19 @@ class ColumnShapes:
             "noise_multiplier": float(self.noise_multiplier),
             "bins": int(self.bins),
             "whole_cells": bool(self.whole_cells),
+            "denoiser": self.denoiser,
         }
 
     @classmethod
     def from_dict(cls, raw: dict) -> ColumnShapes:
         keys = {"counts", "noise_multiplier", "bins"}
-        # Without "whole_cells": shapes released before whole numbers had fine cells of their own.
-        if not isinstance(raw, dict) or set(raw) not in (keys, keys | {"whole_cells"}):
-            raise ConfigError(f"column shapes have exactly the keys {sorted(keys | {'whole_cells'})}, got {raw!r}")
+        # Without "whole_cells": shapes released before whole numbers had fine cells of their own; without
+        # "denoiser": before the neighbours' denoiser (both keys came in that order).
+        allowed = (keys, keys | {"whole_cells"}, keys | {"whole_cells", "denoiser"})
+        if not isinstance(raw, dict) or set(raw) not in allowed:
+            raise ConfigError(
+                f"column shapes have exactly the keys {sorted(keys | {'whole_cells', 'denoiser'})}, got {raw!r}"
+            )
         whole_cells = raw.get("whole_cells", False)
         if not isinstance(whole_cells, bool):
             raise ConfigError(f"column shapes' whole_cells is true or false, got {whole_cells!r}")
@@ -127,6 +159,7 @@ class ColumnShapes:
             float(raw["noise_multiplier"]),
             int(raw["bins"]),
             whole_cells,
+            str(raw.get("denoiser", CELL_MEAN)),
         )
 
 
@@ -149,6 +182,85 @@ def denoised(noisy: np.ndarray, parents: np.ndarray, std: float, whole: np.ndarr
         spread = float(((weights[members] - mean) ** 2).sum())
         shrink = max(0.0, 1.0 - max(len(members) - 3, 1) * std**2 / spread) if spread > 0 else 0.0
         weights[members] = mean + shrink * (weights[members] - mean)
+    return np.clip(weights, 0.0, None)
+
+
+def _running_median(y: np.ndarray, half: int) -> np.ndarray:
+    return np.array([np.median(y[max(i - half, 0) : i + half + 1]) for i in range(len(y))])
+
+
+def _window_mean(y: np.ndarray, keep: np.ndarray, half: int) -> np.ndarray:
+    """Each position's mean of the kept values within `half` positions of it (itself included)."""
+    sums = np.r_[0.0, np.cumsum(np.where(keep, y, 0.0))]
+    kept = np.r_[0, np.cumsum(keep)]
+    at = np.arange(len(y))
+    lo, hi = np.maximum(at - half, 0), np.minimum(at + half + 1, len(y))
+    n = kept[hi] - kept[lo]
+    return np.where(n > 0, (sums[hi] - sums[lo]) / np.maximum(n, 1), y)
+
+
+def _shrunk(values: np.ndarray, noise_var: float) -> np.ndarray:
+    """`values`' deviations from their mean shrunk by the positive-part James-Stein factor
+    1 - noise_var / (their squared deviations)."""
+    mean = values.mean()
+    spread = float(((values - mean) ** 2).sum())
+    factor = max(0.0, 1.0 - noise_var / spread) if spread > 0 else 0.0
+    return mean + factor * (values - mean)
+
+
+def neighbour_denoised(
+    noisy: np.ndarray,
+    parents: np.ndarray,
+    std: float,
+    whole: np.ndarray | None = None,
+    half: int = HALF_WINDOW,
+    heap: float = HEAP_STDS,
+    anchored: bool = True,
+) -> np.ndarray:
+    """Fine counts denoised with their neighbours (docs/utility-study.md section 18). The fine cells of
+    coarse cells that have more than one (point masses aside), in order, the whole-number cells apart
+    from the others:
+
+    * a heap is a count more than `heap` stds off the median of the `half` cells either side of it: kept
+      as measured (a heap at 40 hours stands hundreds of stds above its neighbours);
+    * every other cell's smooth level is the mean of the non-heap counts within `half` cells (noise std
+      about std / sqrt(2 half + 1), where the cell mean has std / sqrt(4) in a 4-value cell of ages),
+      its deviation from the levels' mean in the coarse cell shrunk by positive-part James-Stein on that
+      noise (a sparse column's level stays flat, a slope across the cell is kept), and (`anchored`) moved
+      so that the cell's non-heap levels add up to its non-heap counts: the neighbours shape the cell,
+      they do not move rows between its heap and the rest (unanchored, low draws beside a heap at 65 kg
+      gave it 0.166 of a fitted test table's rows, against 0.150 by the cell-mean rule and 0.137 real);
+    * each count's deviation from its level is shrunk, within the coarse cell, by positive-part
+      James-Stein on the noise std.
+
+    Clipped at 0. Post-processing of the noisy counts and the public std only."""
+    weights = np.asarray(noisy, dtype=np.float64).copy()
+    groups = np.asarray(parents, dtype=np.int64) * 2
+    if whole is not None:
+        groups = groups + np.asarray(whole, dtype=np.int64)
+    shared = np.bincount(groups)[groups] >= 2
+    for kind in (0, 1):
+        run = np.flatnonzero(shared & (groups % 2 == kind))
+        if len(run) < 2:
+            continue
+        y, cells = weights[run], groups[run]
+        heaps = np.abs(y - _running_median(y, half)) > heap * std
+        level = _window_mean(y, ~heaps, half)
+        at = np.arange(len(y))
+        window = np.minimum(at + half + 1, len(y)) - np.maximum(at - half, 0)
+        out = y.copy()
+        for cell in np.unique(cells):
+            plain = np.flatnonzero((cells == cell) & ~heaps)
+            if len(plain) == 0:
+                continue
+            smooth = _shrunk(level[plain], float((std**2 / window[plain]).sum()))
+            if anchored:
+                smooth = smooth - smooth.mean() + y[plain].mean()
+            residual = y[plain] - smooth
+            spread = float((residual**2).sum())
+            factor = max(0.0, 1.0 - len(plain) * std**2 / spread) if spread > 0 else 0.0
+            out[plain] = smooth + factor * residual
+        weights[run] = out
     return np.clip(weights, 0.0, None)
 
 
@@ -188,7 +300,13 @@ def noisy_shapes(
     return ColumnShapes(counts, sigma, bins)
 
 
+DENOISERS: dict[str, Callable[..., np.ndarray]] = {CELL_MEAN: denoised, NEIGHBOURS: neighbour_denoised}
+
 __all__ = [
+    "CELL_MEAN",
+    "DENOISERS",
+    "NEIGHBOURS",
+    "neighbour_denoised",
     "PURPOSE",
     "ColumnShapes",
     "denoised",

@@ -39,7 +39,15 @@ from dpsynth.models.generators.mst.config import MSTConfig
 from dpsynth.models.generators.mst.sampler import model_of
 from dpsynth.models.marginals.calibration import calibrate
 from dpsynth.models.marginals.measure import measure, plan_for_rho, rho_of
-from dpsynth.models.marginals.shapes import ColumnShapes, denoised, measure_shapes, shape_noise_multiplier
+from dpsynth.models.marginals.shapes import (
+    CELL_MEAN,
+    NEIGHBOURS,
+    ColumnShapes,
+    denoised,
+    measure_shapes,
+    neighbour_denoised,
+    shape_noise_multiplier,
+)
 from dpsynth.models.privacy.secret import PrivacySecret
 
 SECRET = PrivacySecret.from_hex("3c" * 32)
@@ -368,3 +376,105 @@ def current_model(shapes: ColumnShapes) -> MSTModel:
     model = MSTModel.uniform((KG,), 20)
     model.shapes = shapes
     return model
+
+
+# ------------------------------------------------------------------------- the neighbours' denoiser
+
+
+AGE = Column("age", "continuous", bounds=(17.0, 90.0), decimals=0)
+
+
+def _within_cell_error(weights: np.ndarray, truth: np.ndarray, parents: np.ndarray) -> float:
+    """Half the L1 distance of the shares inside each coarse cell, weighted by the cell's true rows:
+    what a decode at the true coarse counts gets wrong through the shape alone."""
+    error = 0.0
+    for cell in np.unique(parents):
+        at = parents == cell
+        w, t = weights[at], truth[at]
+        if t.sum() == 0:
+            continue
+        share = w / w.sum() if w.sum() > 0 else np.full(at.sum(), 1.0 / at.sum())
+        error += 0.5 * t.sum() * np.abs(share - t / t.sum()).sum()
+    return error / truth.sum()
+
+
+def test_the_neighbours_denoiser_keeps_heaps_and_reads_a_smooth_column_better_than_each_cells_mean():
+    """Ages heaped at 0 and 5 on a smooth slope (the heaped census shape) and a smooth wide column: at
+    mst-eps1's shape noise (std 54), the neighbours' denoiser places rows inside their cells with less
+    error than shrinking each cell towards its own mean, and a heap keeps its measured share."""
+    parents = fine_parents(AGE)
+    ages = np.arange(17, 91)
+    smooth = 400.0 * np.exp(-(((ages - 38.0) / 14.0) ** 2))
+    heaped = np.where(ages % 5 == 0, 5.0 * smooth, smooth)
+    wide = fine_parents(WEIGHT)
+    ramp = np.r_[np.linspace(30.0, 600.0, 40), np.linspace(600.0, 5.0, 280), 0.0]  # sub-bins, then the mass
+    for truth, cells in ((heaped, parents), (smooth, parents), (ramp, wide)):
+        old, new = [], []
+        for seed in range(8):
+            noisy = np.rint(truth + np.random.default_rng(seed).normal(0.0, 54.0, truth.size))
+            old.append(_within_cell_error(denoised(noisy, cells, 54.0), truth, cells))
+            new.append(_within_cell_error(neighbour_denoised(noisy, cells, 54.0), truth, cells))
+        assert np.mean(new) < 0.9 * np.mean(old), (np.mean(new), np.mean(old))
+    noisy = np.rint(heaped + np.random.default_rng(1).normal(0.0, 54.0, heaped.size))
+    weights = neighbour_denoised(noisy, parents, 54.0)
+    at_40 = np.flatnonzero(ages == 40)[0]
+    cell = parents == parents[at_40]
+    assert weights[at_40] == noisy[at_40]  # a heap is kept as measured
+    assert weights[at_40] / weights[cell].sum() == pytest.approx(heaped[at_40] / heaped[cell].sum(), abs=0.06)
+    # No noise, nothing to denoise: the counts themselves (clipped), as the cell-mean rule gives.
+    assert np.array_equal(neighbour_denoised(noisy, parents, 0.0), np.clip(noisy, 0, None))
+
+
+def test_a_sparse_tail_stays_flat_under_the_neighbours_denoiser():
+    """A wide column whose sub-bins hold a few rows each, far below the noise (a capital gain's tail):
+    the smooth level is shrunk to each cell's mean as the cell-mean rule does, so no slope is invented."""
+    truth = np.r_[np.full(320, 3.0), 0.0]
+    cells = fine_parents(WEIGHT)
+    old, new = [], []
+    for seed in range(8):
+        noisy = np.rint(truth + np.random.default_rng(seed).normal(0.0, 54.0, truth.size))
+        old.append(_within_cell_error(denoised(noisy, cells, 54.0), truth, cells))
+        new.append(_within_cell_error(neighbour_denoised(noisy, cells, 54.0), truth, cells))
+    assert np.mean(new) <= np.mean(old) + 0.01, (np.mean(new), np.mean(old))
+
+
+def test_shapes_released_before_the_neighbours_denoiser_decode_as_before():
+    """Shapes (and an MST model's metadata) without "denoiser" keep the cell-mean rule, so a released
+    model's rows for a fixed seed do not move; new shapes say "neighbours" and round-trip."""
+    counts = np.rint(200 + 150 * np.sin(np.arange(74) / 6.0))
+    counts[[23, 28]] = [1400.0, 1300.0]
+    raw = {"counts": {"age": counts.tolist()}, "noise_multiplier": 38.0, "bins": 20, "whole_cells": True}
+    legacy = ColumnShapes.from_dict(raw)
+    assert legacy.denoiser == CELL_MEAN
+    assert np.array_equal(legacy.shape(AGE), denoised(counts, fine_parents(AGE), legacy.noise_std, fine_whole(AGE)))
+    current = ColumnShapes({"age": tuple(counts)}, 38.0, 20)
+    assert current.denoiser == NEIGHBOURS and current.to_dict()["denoiser"] == NEIGHBOURS
+    assert ColumnShapes.from_dict(current.to_dict()) == current
+    assert np.array_equal(current.shape(AGE), neighbour_denoised(counts, fine_parents(AGE), current.noise_std))
+    with pytest.raises(ConfigError, match="denoiser"):
+        ColumnShapes.from_dict({**current.to_dict(), "denoiser": "median"})
+    model = MSTModel.uniform((AGE,), 20)
+    model.shapes = current
+    arrays, meta = model.to_arrays()
+    assert MSTModel.from_arrays(arrays, meta).shapes == current
+    del meta["shapes"]["denoiser"]
+    loaded = MSTModel.from_arrays(arrays, meta)
+    assert loaded.shapes is not None and loaded.shapes.denoiser == CELL_MEAN
+    codes = np.repeat(np.arange(20), 30)
+    assert np.array_equal(
+        loaded.shapes.values(AGE, codes, np.random.default_rng(3)),
+        shaped_cell_values(AGE, codes, denoised(counts, fine_parents(AGE), legacy.noise_std), np.random.default_rng(3)),
+    )
+
+
+def test_the_denoiser_changes_no_cost_and_reads_only_the_noisy_counts():
+    """Decoding is post-processing: the same noisy counts, std and rho whichever rule reads them; two
+    tables a row apart give shapes whose only difference is that row's count."""
+    table = make_demo_table(CENSUS, 3000, seed=5, shape=SHAPES["heaped"])
+    a = measure_shapes(table, [AGE], 30.0, np.random.default_rng(2), 20)
+    b = measure_shapes(table.iloc[1:], [AGE], 30.0, np.random.default_rng(2), 20)
+    diff = np.asarray(a.counts["age"]) - np.asarray(b.counts["age"])
+    assert np.abs(diff).sum() == 1.0
+    old = ColumnShapes(a.counts, a.noise_multiplier, a.bins, a.whole_cells, CELL_MEAN)
+    assert a.rho() == old.rho() and a.noise_std == old.noise_std
+    assert np.array_equal(a.shape(AGE), neighbour_denoised(np.asarray(a.counts["age"]), fine_parents(AGE), a.noise_std))

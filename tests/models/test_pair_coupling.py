@@ -5,6 +5,8 @@ couplings decodes as it did."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,7 +17,7 @@ from dpsynth.models.data.schema import Column, DatasetSchema
 from dpsynth.models.generators.graphical.coupling import ordered_within_cells, polychoric
 from dpsynth.models.generators.graphical.model import MSTModel
 from dpsynth.models.generators.mst import fit as mst_fit
-from dpsynth.models.marginals.shapes import measure_shapes
+from dpsynth.models.marginals.shapes import CELL_MEAN, measure_shapes
 from dpsynth.models.privacy.secret import PrivacySecret
 from tests.conftest import TEST_SECRET_HEX
 
@@ -137,12 +139,15 @@ LEGACY_WEIGHTS = [938843, 749627, 533445, 1154625, 698850, 1200021, 386299, 1864
 
 
 def legacy_model() -> MSTModel:
-    """Two continuous columns and a clique table with a dependence, built by hand (no fit), with shapes."""
+    """Two continuous columns and a clique table with a dependence, built by hand (no fit), with shapes as
+    a model released before couplings had them (read by the cell-mean rule: no "denoiser" key then)."""
     model = MSTModel.uniform((AGE, WEIGHT), BINS)
     joint = np.fromfunction(lambda a, b: np.exp(-((a - b) ** 2) / 8.0), (BINS, BINS))
     model.cliques, model.tables, model.parents = [(0, 1)], [joint / joint.sum()], [-1]
     frame = monotone_table(3000, seed=5)
-    model.shapes = measure_shapes(frame, (AGE, WEIGHT), 1.0, np.random.default_rng(2), BINS)
+    model.shapes = replace(
+        measure_shapes(frame, (AGE, WEIGHT), 1.0, np.random.default_rng(2), BINS), denoiser=CELL_MEAN
+    )
     return model
 
 

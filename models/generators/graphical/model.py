@@ -31,7 +31,7 @@ import pandas as pd
 from dpsynth.models.data.binning import cell_codes, cell_values, writable_cells
 from dpsynth.models.data.schema import Column
 from dpsynth.models.generators.graphical.coupling import latent_scores, one_way, ordered_within_cells, pair_couplings
-from dpsynth.models.marginals.shapes import ColumnShapes
+from dpsynth.models.marginals.shapes import CELL_MEAN, ColumnShapes
 
 FORMAT = "dpsynth-mst/1"
 # Draws of a bin's value that float edges code to another cell are redrawn at most this often.
@@ -143,6 +143,7 @@ class MSTModel:
                 "columns": names,
                 "noise_multiplier": self.shapes.noise_multiplier,
                 "whole_cells": self.shapes.whole_cells,
+                "denoiser": self.shapes.denoiser,
             }
         if self.couplings:  # absent when empty: such a model decodes exactly as one fitted before couplings
             meta["couplings"] = [[int(i), int(j), float(r)] for i, j, r in self.couplings]
@@ -160,7 +161,11 @@ class MSTModel:
             counts = {n: tuple(float(v) for v in arrays[f"shape_{k}"]) for k, n in enumerate(names)}
             # Without "whole_cells": fitted before whole numbers had fine cells of their own (binning.whole_split).
             whole_cells = bool(meta["shapes"].get("whole_cells", False))
-            shapes = ColumnShapes(counts, float(meta["shapes"]["noise_multiplier"]), int(meta["bins"]), whole_cells)
+            # Without "denoiser": fitted before the neighbours' denoiser, so its shapes decode as they did.
+            denoiser = str(meta["shapes"].get("denoiser", CELL_MEAN))
+            shapes = ColumnShapes(
+                counts, float(meta["shapes"]["noise_multiplier"]), int(meta["bins"]), whole_cells, denoiser
+            )
         return cls(
             columns=columns,
             bins=int(meta["bins"]),
