@@ -58,6 +58,7 @@ from dpsynth.models.generators.graphical.mechanisms import gaussian_counts, gaus
 from dpsynth.models.generators.graphical.zcdp_adapter import model_rho, training_rho
 from dpsynth.models.generators.mst.fit import one_way_estimate, reduce_domain
 from dpsynth.models.generators.mst.privacy import MSTBudget
+from dpsynth.models.marginals.calibration import largest_remainders
 from dpsynth.models.privacy.secret import PrivacySecret
 from dpsynth.models.profiles import load_named
 
@@ -101,11 +102,7 @@ def rounded(counts: np.ndarray, total: int) -> np.ndarray:
     """`counts` scaled to `total` rows and rounded to whole rows that add up to it (largest remainders):
     rows placed with no sampling error."""
     exact = np.asarray(counts, dtype=np.float64) * (total / float(np.sum(counts)))
-    whole = np.floor(exact)
-    short = int(total - whole.sum())
-    if short > 0:
-        whole[np.argsort(-(exact - whole), kind="stable")[:short]] += 1
-    return whole
+    return largest_remainders(exact, total).astype(np.float64)
 
 
 def tvd_of_counts(real: np.ndarray, released: np.ndarray) -> float:

@@ -134,7 +134,12 @@ def _target_counts(
     shares: np.ndarray, marginal: Sequence[str], writable: dict[str, np.ndarray], rows: int
 ) -> np.ndarray:
     """Integer counts summing to `rows` from the shares (largest remainders)."""
-    exact = _target_shares(shares, marginal, writable) * rows
+    return largest_remainders(_target_shares(shares, marginal, writable) * rows, rows)
+
+
+def largest_remainders(exact: np.ndarray, rows: int) -> np.ndarray:
+    """Whole counts summing to `rows` from `exact` ones that sum to it: each rounded down, then the largest
+    remainders (the first among ties) rounded up."""
     counts = np.floor(exact).astype(np.int64)
     short = rows - int(counts.sum())
     if short > 0:
