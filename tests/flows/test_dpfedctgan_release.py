@@ -38,8 +38,8 @@ from tests.conftest import CARDIO_SCHEMA, publishing_smoke
 from tests.flows.test_release_flow import _last_json
 
 MODEL = "cardio-dpfedctgan"
-# Two IID sites, two rounds of two updates, networks of 16 units: the processes' start is the cost (a ClientApp
-# process per site and request, each importing torch), so two sites, not the smoke profile's three.
+# Two IID sites, two rounds of two updates, networks of 16 units: the processes' start is the cost (a SuperLink, a
+# SuperNode and a SuperExec per site, the ServerApp), so two sites, not the smoke profile's three.
 SMALL = {
     "sites": {"iid": 2},
     "rounds": 2,
@@ -175,4 +175,8 @@ def test_a_federated_trial_runs_every_stage_and_publishes_nothing(isolated_workd
     assert [e["iteration"] for e in ledger] == list(plan.iterations) == [0, 1, 2]
     rows = pd.read_parquet(out / "sample-k10" / "synthetic_000002.parquet")
     assert list(rows.columns) == DatasetSchema.from_yaml(CARDIO_SCHEMA).column_names and len(rows) > 0
-    _assert_processes_ended(out / "train-k10" / "federation")
+    federation = out / "train-k10" / "federation"
+    # Every ClientApp the sites' SuperExecs started (the counts, then each round) was forked from the warm process.
+    started = sum(log.read_text().count("Start `flwr-clientapp` process") for log in federation.glob("logs/site-*.log"))
+    assert started == 2 * 3 and (federation / "logs" / "clientapps.log").read_text().count("forked") == started
+    _assert_processes_ended(federation)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -373,6 +374,32 @@ def test_a_local_sites_supernode_waits_at_most_half_a_second_between_pulls_not_f
     assert time.monotonic() - start < 1.5
     assert start_client_internal.time.monotonic is time.monotonic
     assert not supernode.shorten_sleeps(SimpleNamespace())  # type: ignore[arg-type]
+
+
+def test_the_superexecs_ask_for_an_app_to_launch_five_times_a_second_not_once(monkeypatch, tmp_path):
+    """Flower's SuperExec (flwr.supercore.superexec.run_superexec), which the SuperLink and each SuperNode start by
+    the name `flower-superexec`, sleeps 1 s between its questions for an app to launch: each round's ClientApp
+    started up to 1 s late on every site. The launcher's PATH finds the wrapper write_superexec writes first; it
+    runs Flower's SuperExec with that module's sleeps at most LAUNCH_POLL_SECONDS."""
+    import inspect
+    import subprocess
+
+    from flwr.supercore.superexec import run_superexec
+
+    from dpsynth.models.generators.dpfedctgan.federation import supernode
+
+    assert "time.sleep(1)" in inspect.getsource(run_superexec)  # the wait this shortens is still there
+    monkeypatch.setattr(run_superexec, "time", time)  # restored after the test
+    assert supernode.shorten_sleeps(run_superexec, supernode.LAUNCH_POLL_SECONDS)
+    start = time.monotonic()
+    run_superexec.time.sleep(1)
+    assert time.monotonic() - start < 0.5 and supernode.LAUNCH_POLL_SECONDS <= 0.2
+
+    wrapper = supernode.write_superexec(tmp_path)
+    assert wrapper.name == "flower-superexec" and wrapper.stat().st_mode & 0o777 == 0o700
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "FLWR_HOME": str(tmp_path)}
+    done = subprocess.run(["flower-superexec", "--help"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--plugin-type" in done.stdout, done.stderr  # Flower's own SuperExec answered
 
 
 def test_flowers_processes_post_neither_telemetry_nor_an_update_check(monkeypatch, tmp_path):

@@ -185,13 +185,13 @@ def test_a_port_another_process_took_is_not_mistaken_for_the_superlinks_and_the_
         guards = write_guards(tmp_path, fab_hash)
         for site in range(2):  # as the launcher leaves them: each site's folder holds its rows
             (tmp_path / f"site-{site}").mkdir(mode=0o700)
-        procs = launcher.start_superlink_and_sites(tmp_path, c, tls, guards, 2, time.monotonic() + 120)
+        procs = launcher.start_superlink_and_sites(tmp_path, c, tls, guards, 2, time.monotonic() + 120, fab_hash)
         try:
             assert len(chosen) == 2 and chosen[1].control != taken
             assert launcher.listens_on(procs.started["superlink"].pid, chosen[1].control)
             assert not launcher.listens_on(procs.started["superlink"].pid, taken)
             assert launcher.listens_on(os.getpid(), taken)  # the port is this process's: told apart
-            assert sorted(procs.started) == ["site-0", "site-1", "superlink"]
+            assert sorted(procs.started) == ["clientapps", "site-0", "site-1", "superlink"]
             assert "already in use" in (tmp_path / "logs" / "superlink.log").read_text(errors="replace")
         finally:
             procs.stop()
@@ -305,3 +305,43 @@ def test_our_clientapp_refuses_another_run_before_reading_the_rows(tmp_path, mon
         client.counts(message, context)
     with pytest.raises(RunRefused, match="is not this federation's"):
         client.counts(message, Context(8, 1, {"site": 0, "folder": str(tmp_path / "x")}, RecordDict(), {}))
+
+
+def _wrapper_run(bin_dir: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    wrapper = [str(bin_dir / "flwr-clientapp"), *args]
+    return subprocess.run(wrapper, env=env, cwd=bin_dir.parent, capture_output=True, text=True, timeout=120)
+
+
+def test_a_local_sites_clientapps_are_forked_from_the_warm_process_with_the_wrappers_streams_and_status(tmp_path):
+    """The `flwr-clientapp` wrapper of a local federation hands its arguments and standard streams to the warm
+    process (warm_clientapp.py), which forks the guarded ClientApp (guard.py, Flower's own entry point) and relays
+    its exit status; with no warm process listening, the wrapper runs the guard itself, as the plain wrapper does."""
+    from dpsynth.models.generators.dpfedctgan.federation import warm_clientapp
+
+    fab_hash = "0" * 64
+    bin_dir = write_guards(tmp_path, fab_hash)
+    wrapper = warm_clientapp.write_wrapper(bin_dir, fab_hash)
+    assert wrapper.stat().st_mode & 0o777 == 0o700 and " -S " in wrapper.read_text()  # no site-packages: quick
+    env = {**os.environ, FOLDER_ENV: str(tmp_path), "FLWR_HOME": str(tmp_path / "flwr-home")}
+
+    # No warm process yet: the guard, in a process of its own (Flower's own help and usage errors).
+    alone = _wrapper_run(bin_dir, env, "--help")
+    assert alone.returncode == 0 and "Run a Flower ClientApp" in alone.stdout, alone.stderr
+
+    procs = Processes(tmp_path, env)
+    procs.start("clientapps", warm_clientapp.serve_argv(bin_dir, fab_hash))
+    try:
+        deadline = time.monotonic() + 120
+        while not (bin_dir / warm_clientapp.SOCKET_NAME).exists():
+            assert procs.started["clientapps"].poll() is None, procs.log_tail("clientapps", 20)
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert (bin_dir / warm_clientapp.SOCKET_NAME).stat().st_mode & 0o777 == 0o600
+        helped = _wrapper_run(bin_dir, env, "--help")
+        refused = _wrapper_run(bin_dir, env, "--no-such-option")
+        log = (tmp_path / "logs" / "clientapps.log").read_text()
+    finally:
+        procs.stop()
+    assert helped.returncode == 0 and "Run a Flower ClientApp" in helped.stdout, helped.stderr
+    assert refused.returncode == 2 and "error: one of the arguments --token" in refused.stderr  # on its stderr
+    assert log.count("forked") == 2  # both came from the warm process

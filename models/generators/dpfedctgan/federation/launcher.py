@@ -52,12 +52,15 @@ from dpsynth.models.generators.dpfedctgan.federation.job import (
     write_site_rows,
 )
 from dpsynth.models.generators.dpfedctgan.federation.processes import Processes
+from dpsynth.models.generators.dpfedctgan.federation.supernode import write_superexec
 from dpsynth.models.generators.dpfedctgan.federation.trust import (
     LoopbackTLS,
     register_keys,
     write_loopback_tls,
     write_site_keys,
 )
+from dpsynth.models.generators.dpfedctgan.federation.warm_clientapp import serve_argv
+from dpsynth.models.generators.dpfedctgan.federation.warm_clientapp import write_wrapper as write_warm_wrapper
 from dpsynth.models.privacy.secret import SECRET_FILE, PrivacySecret
 
 POLL_SECONDS = 0.05
@@ -134,9 +137,9 @@ class Ports:
 
 def flower_env(home: Path, guards: Path, folder: Path) -> dict[str, str]:
     """The environment of every Flower process: telemetry off, Flower's home in the run's folder, the job
-    folder the apps trust (`FOLDER_ENV`), and on PATH first the app wrappers (`guards`, guard.py), then
-    this interpreter's scripts (the SuperLink and SuperNodes start `flower-superexec`, `flwr-serverapp`
-    and `flwr-clientapp` by name)."""
+    folder the apps trust (`FOLDER_ENV`), and on PATH first the app wrappers (`guards`, guard.py, and the
+    SuperExec with shorter polls, supernode.py), then this interpreter's scripts (the SuperLink and SuperNodes
+    start `flower-superexec`, `flwr-serverapp` and `flwr-clientapp` by name)."""
     scripts = str(Path(sys.executable).parent)
     env = {
         **os.environ,
@@ -285,8 +288,11 @@ def run_federation(
     tls = write_loopback_tls(folder / "tls", c.server_host) if c.local_clients else None
     app, fab_hash = copy_app(folder)
     guards = write_guards(folder, fab_hash)
+    write_superexec(guards)  # the SuperExecs' polls shortened too (supernode.py)
+    if c.local_clients:
+        write_warm_wrapper(guards, fab_hash)  # each ClientApp forked from a warm process (warm_clientapp.py)
     deadline = time.monotonic() + timeout_s
-    procs = start_superlink_and_sites(folder, c, tls, guards, job.sites, deadline)
+    procs = start_superlink_and_sites(folder, c, tls, guards, job.sites, deadline, fab_hash)
     try:
         submit_run(procs, folder, app)
         _wait(procs, job, folder, deadline, on_round)
@@ -295,9 +301,16 @@ def run_federation(
 
 
 def start_superlink_and_sites(
-    folder: Path, c: DPFedCTGANConfig, tls: LoopbackTLS | None, guards: Path, sites: int, deadline: float
+    folder: Path,
+    c: DPFedCTGANConfig,
+    tls: LoopbackTLS | None,
+    guards: Path,
+    sites: int,
+    deadline: float,
+    fab_hash: str,
 ) -> Processes:
-    """The SuperLink on free ports and, for local clients, each site's SuperNode. A port is free when it is
+    """The SuperLink on free ports and, for local clients, the warm process their ClientApps fork from
+    (warm_clientapp.py: it imports while the SuperLink starts) and each site's SuperNode. A port is free when it is
     chosen, not reserved: another process (another federation on the machine) can bind it first, and the
     SuperLink then exits. The start is then tried again on other ports, at most `START_ATTEMPTS` times;
     any other failure stops what was started and is raised."""
@@ -306,6 +319,8 @@ def start_superlink_and_sites(
         procs = Processes(folder, flower_env(write_flower_home(folder, ports, tls), guards, folder))
         try:
             procs.start("superlink", superlink_argv(c.server_host, ports, tls))
+            if tls is not None:
+                procs.start("clientapps", serve_argv(guards, fab_hash))
             wait_for_control(procs, ports, deadline)
             if tls is not None:
                 start_sites(procs, folder, f"{c.server_host}:{ports.fleet}", sites, tls)
