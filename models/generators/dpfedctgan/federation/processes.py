@@ -1,11 +1,12 @@
-"""The processes a federation launcher starts (the SuperLink, the SuperNodes), each the leader of a process
-group of its own, and how they end.
+"""The processes a federation launcher starts (the SuperLink, the SuperNodes, the warm process the local
+ClientApps are forked from), each the leader of a process group of its own, and how they end.
 
 Flower's processes start others: the SuperLink a SuperExec that starts the ServerApp's process, each
-SuperNode a SuperExec that starts a ClientApp process per request. Those inherit their parent's process
-group, so stopping a group (SIGTERM, then SIGKILL once its leader has ended, or after a grace) stops them
-too, even when their parent died first (a killed SuperNode leaves its ClientApp behind otherwise). Only the
-groups this launcher made are signalled, each by its own id.
+SuperNode a SuperExec that starts a `flwr-clientapp` wrapper per request, whose ClientApp the warm process
+forks (warm_clientapp.py). Those inherit their parent's process group, so stopping a group (SIGTERM, then
+SIGKILL once its leader has ended, or after a grace) stops them too, even when their parent died first (a
+killed SuperNode leaves its ClientApp behind otherwise). Only the groups this launcher made are signalled,
+each by its own id.
 """
 
 from __future__ import annotations
