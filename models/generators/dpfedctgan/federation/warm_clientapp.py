@@ -15,10 +15,10 @@ wrapper runs the guard itself, in a new process, as before: slower, never differ
 
 What the child shares with the warm process: imported modules only. The warm process reads no message, no job
 and no row; it takes the FAB's expected hash from its own command line (the launcher's), never from a request;
-it serves only connections from its own user. A forked child has the global random states a new process would
-have: Python's `random` is reseeded at fork by Python itself, NumPy's global generator here (a new process seeds
-it from the OS), and torch's default generator is untouched in the warm process (a new process starts it at the
-same fixed seed). The privacy noise never comes from these: it comes from the site's secret streams.
+it serves only connections from its own user. A forked child draws its global random states afresh, as a new
+process does: Python's `random` is reseeded at fork by Python itself, NumPy's global generator and torch's default
+one here, from the OS (a new process seeds both from the OS too). The privacy noise never comes from these: it
+comes from the site's secret streams, and the ClientApp's code passes its own generators everywhere.
 """
 
 from __future__ import annotations
@@ -163,8 +163,10 @@ def _run_child(held: list[socket.socket], request_: dict, fds: list[int], expect
         os.environ.clear()
         os.environ.update(request_["env"])
         import numpy as np
+        import torch
 
-        np.random.seed()  # as a new process would be seeded (the OS's entropy), not the warm process's state
+        np.random.seed()  # as a new process seeds them (the OS's entropy), not the warm process's states
+        torch.seed()
 
         from dpsynth.models.generators.dpfedctgan.federation.guard import run_guarded
 
