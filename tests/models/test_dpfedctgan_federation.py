@@ -337,6 +337,10 @@ def test_a_local_sites_clientapps_are_forked_from_the_warm_process_with_the_wrap
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert (bin_dir / warm_clientapp.SOCKET_NAME).stat().st_mode & 0o777 == 0o600
+        with socket.socket(socket.AF_UNIX) as stranger:  # not a request (no streams): dropped, nothing forked
+            warm_clientapp._at(str(bin_dir / warm_clientapp.SOCKET_NAME), stranger.connect)  # a path over 107 bytes
+            stranger.sendall(b"not a request")
+            assert stranger.recv(64) == b""
         helped = _wrapper_run(bin_dir, env, "--help")
         refused = _wrapper_run(bin_dir, env, "--no-such-option")
         log = (tmp_path / "logs" / "clientapps.log").read_text()

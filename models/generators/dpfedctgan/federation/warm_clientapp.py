@@ -1,7 +1,8 @@
 """Each ClientApp forked from one warm process, instead of a new Python that imports Flower and torch first.
 
 Flower's SuperExec starts a new `flwr-clientapp` process for every message a site receives (the counts query and
-every round), and each one spent about 2 CPU seconds importing Flower and torch before it read its message:
+every round), and each one spent about 3-4 CPU seconds importing Flower, torch and torch._dynamo (which a torch
+optimizer imports on its first use) before it read its message and trained:
 two sites' rounds waited on it, side by side on the same cores. A local federation (`local_clients: true`)
 starts one warm process (`serve`) beside its SuperNodes. It imports what a ClientApp imports, then forks a child
 per request; the child is exactly what the `flwr-clientapp` wrapper would have run (guard.py's `run_guarded`,
@@ -127,19 +128,29 @@ def warm_imports() -> None:
 
 
 def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    """The request's arguments, working folder and environment, and its three streams; ValueError (the streams
+    closed) for anything else."""
     data, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST_BYTES + 4, STREAMS)
-    (length,) = struct.unpack("!I", data[:4])
-    if length > MAX_REQUEST_BYTES:
-        raise ValueError("request too large")
-    body = data[4:]
-    while len(body) < length:
-        chunk = conn.recv(length - len(body))
-        if not chunk:
-            raise ValueError("request cut short")
-        body += chunk
-    if len(fds) != STREAMS:
-        raise ValueError("request without its streams")
-    return json.loads(body), fds
+    try:
+        if len(fds) != STREAMS or len(data) < 4:
+            raise ValueError("not a request: no streams or no length")
+        (length,) = struct.unpack("!I", data[:4])
+        if length > MAX_REQUEST_BYTES:
+            raise ValueError("request too large")
+        body = data[4:]
+        while len(body) < length:
+            chunk = conn.recv(length - len(body))
+            if not chunk:
+                raise ValueError("request cut short")
+            body += chunk
+        request_ = json.loads(body)
+        if not isinstance(request_, dict) or not {"args", "cwd", "env"} <= request_.keys():
+            raise ValueError("not a request")
+        return request_, fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _same_user(conn: socket.socket) -> bool:
