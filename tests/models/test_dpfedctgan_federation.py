@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -351,31 +352,36 @@ def test_a_local_sites_clientapps_are_forked_from_the_warm_process_with_the_wrap
     assert log.count("forked") == 2  # both came from the warm process
 
 
-def test_forked_clientapps_draw_their_global_random_states_afresh_as_new_processes_do(tmp_path, monkeypatch):
-    """Two ClientApps forked from one warm process do not share NumPy's or torch's global random state (each new
-    process seeds them from the OS): warm_clientapp's child reseeds both before the guarded ClientApp runs."""
-    import numpy as np
-    import torch
-
-    from dpsynth.models.generators.dpfedctgan.federation import warm_clientapp
-
-    drawn = tmp_path / "drawn"
-    drawn.mkdir()
+FORKED_DRAWS = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np, torch
+    from dpsynth.models.generators.dpfedctgan.federation import guard, warm_clientapp
+    out = sys.argv[1]
 
     def draws(command, expected, args):  # stands in for the guarded ClientApp, in the forked child
-        (drawn / str(os.getpid())).write_text(json.dumps([float(np.random.random()), float(torch.rand(1))]))
+        with open(os.path.join(out, str(os.getpid())), "w") as f:
+            json.dump([float(np.random.random()), float(torch.rand(1))], f)
         return 0
 
-    monkeypatch.setattr("dpsynth.models.generators.dpfedctgan.federation.guard.run_guarded", draws)
+    guard.run_guarded = draws
     streams = [os.open(os.devnull, os.O_RDWR) for _ in range(warm_clientapp.STREAMS)]
-    request = {"cwd": str(tmp_path), "env": dict(os.environ), "args": []}
     for _ in range(2):
         pid = os.fork()
         if pid == 0:  # what the warm process does for each request
-            warm_clientapp._run_child([], request, list(streams), "0")
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-    for fd in streams:
-        os.close(fd)
-    first, second = (json.loads(p.read_text()) for p in drawn.iterdir())
+            warm_clientapp._run_child([], {"cwd": out, "env": dict(os.environ), "args": []}, list(streams), "0")
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    """
+)
+
+
+def test_forked_clientapps_draw_their_global_random_states_afresh_as_new_processes_do(tmp_path):
+    """Two ClientApps forked from one warm process do not share NumPy's or torch's global random state (each new
+    process seeds them from the OS): warm_clientapp's child reseeds both before the guarded ClientApp runs. The
+    forks happen in a process of their own, single-threaded as the warm process is (not in pytest's)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_DRAWS, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = (json.loads(p.read_text()) for p in tmp_path.iterdir())
     assert first[0] != second[0] and first[1] != second[1]
