@@ -82,13 +82,17 @@ def write_guards(folder: Path, fab_hash: str) -> Path:
     python = shlex.quote(sys.executable)
     for command in app_commands():
         # -P: no working directory on sys.path (the app process's cwd is not ours to trust).
-        body = f'#!/bin/sh\nexec {python} -P -m {__name__} {command} {fab_hash} "$@"\n'
-        path = bin_dir / command
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(body)
+        write_wrapper_script(bin_dir / command, f'exec {python} -P -m {__name__} {command} {fab_hash} "$@"')
     return bin_dir
+
+
+def write_wrapper_script(path: Path, command: str) -> Path:
+    """`path`, a new owner-only (0700) shell script that runs `command`, replacing what was there; its path."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"#!/bin/sh\n{command}\n")
+    return path
 
 
 def refuse_foreign_fab(fab: Any, expected: str) -> None:

@@ -18,7 +18,6 @@ of the processes it starts (`write_superexec`), which runs `superexec_main`.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 import time
@@ -54,13 +53,12 @@ def shorten_sleeps(module: ModuleType, cap: float = PULL_SECONDS) -> bool:
 
 def write_superexec(bin_dir: Path) -> Path:
     """`bin_dir/flower-superexec` (mode 0700): runs `superexec_main` with this interpreter; its path."""
-    path = bin_dir / SUPEREXEC
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-    with os.fdopen(fd, "w") as handle:
-        # -P: no working directory on sys.path (the process's cwd is not ours to trust).
-        handle.write(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -P -m {__name__} superexec "$@"\n')
-    return path
+    from dpsynth.models.generators.dpfedctgan.federation.guard import write_wrapper_script
+
+    # -P: no working directory on sys.path (the process's cwd is not ours to trust).
+    return write_wrapper_script(
+        bin_dir / SUPEREXEC, f'exec {shlex.quote(sys.executable)} -P -m {__name__} superexec "$@"'
+    )
 
 
 def superexec_main() -> None:

@@ -48,14 +48,12 @@ def write_wrapper(bin_dir: Path, expected: str) -> Path:
     `bin_dir/clientapp.sock`; its path. This file runs as a script, without site-packages (`-S`)."""
     import shlex
 
-    path = bin_dir / WRAPPED
-    path.unlink(missing_ok=True)
-    socket_path = bin_dir / SOCKET_NAME
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-    python, script, where = (shlex.quote(str(x)) for x in (sys.executable, Path(__file__).resolve(), socket_path))
-    with os.fdopen(fd, "w") as handle:
-        handle.write(f'#!/bin/sh\nexec {python} -P -S {script} {where} {expected} "$@"\n')
-    return path
+    from dpsynth.models.generators.dpfedctgan.federation.guard import write_wrapper_script
+
+    python, script, where = (
+        shlex.quote(str(x)) for x in (sys.executable, Path(__file__).resolve(), bin_dir / SOCKET_NAME)
+    )
+    return write_wrapper_script(bin_dir / WRAPPED, f'exec {python} -P -S {script} {where} {expected} "$@"')
 
 
 def serve_argv(bin_dir: Path, expected: str) -> list[str]:
