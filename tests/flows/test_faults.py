@@ -198,8 +198,9 @@ def test_a_sigkill_inside_each_long_stage_then_a_rerun_ends_as_an_uninterrupted_
 
 
 def test_two_releases_of_the_same_table_at_once_both_publish_and_both_count(isolated_workdir, demo_csv):
-    # No store yet: the two race to make it (MLflow's schema migrations), as two first releases of a home would.
+    # No stores yet: the two race to make them (MLflow's schema migrations), as two first releases of a home would.
     (isolated_workdir / "mlflow.db").unlink()
+    shutil.rmtree(isolated_workdir / "registry")
     argv = _argv(demo_csv, "--json")
     env = _subprocess_env(isolated_workdir)
     command = [sys.executable, "-m", "dpsynth.flows.cli"] + argv

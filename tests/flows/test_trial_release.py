@@ -66,9 +66,14 @@ def test_the_sessions_smoke_trial_ran_every_stage_and_published_nothing(smoke_tr
     assert not (in_smoke_trial / "privacy-ledger.sqlite").exists()
 
 
-def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_too(
-    smoke_trial, isolated_workdir, capfd
-):
+@pytest.fixture
+def trial_workdir(isolated_workdir) -> Path:
+    """`isolated_workdir` without its registry store: a trial must not even make one (`_published_nothing`)."""
+    shutil.rmtree(isolated_workdir / "registry")
+    return isolated_workdir
+
+
+def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_too(smoke_trial, trial_workdir, capfd):
     """The first trial is the session's (`smoke_trial`: `dpsynth demo-data`, then the same command as below, in a
     process of its own); its home's table and run folders are copied into this test's home (its folder stays
     untouched) and the same command runs there again, in this process. A second identical smoke trial per session
@@ -76,18 +81,18 @@ def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_t
     for name in ("demo.csv", "demo.csv.demo.json", "runs"):
         source = smoke_trial.workdir / name
         if source.is_dir():
-            shutil.copytree(source, isolated_workdir / name)
+            shutil.copytree(source, trial_workdir / name)
         else:
-            shutil.copy2(source, isolated_workdir / name)
-    table = isolated_workdir / "demo.csv"
-    assert (isolated_workdir / "demo.csv.demo.json").exists()
+            shutil.copy2(source, trial_workdir / name)
+    table = trial_workdir / "demo.csv"
+    assert (trial_workdir / "demo.csv.demo.json").exists()
     first = smoke_trial.summary
     assert smoke_trial.stderr == ""  # a demo table: no word about a real one; nothing published: no warning
     assert smoke_trial.stdout[-2] == _trial_line(first)
     assert first["epsilon"] > 10  # what smoke would have cost: why it is a trial
-    first_run = isolated_workdir / Path(first["run_dir"]).relative_to(smoke_trial.workdir)  # its copy
-    _published_nothing(isolated_workdir, {**first, "run_dir": str(first_run)})
-    assert not (isolated_workdir / "privacy-ledger.sqlite").exists()
+    first_run = trial_workdir / Path(first["run_dir"]).relative_to(smoke_trial.workdir)  # its copy
+    _published_nothing(trial_workdir, {**first, "run_dir": str(first_run)})
+    assert not (trial_workdir / "privacy-ledger.sqlite").exists()
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(table), "--profile", "smoke", "--json"]
 
     # The same command after a finished trial: a new run (new id, new secret), and again nothing published.
@@ -98,9 +103,9 @@ def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_t
     second = json.loads(lines[-1])
     assert captured.err == "" and second["release_id"] != first["release_id"]
     assert lines[-2] == _trial_line(second)
-    _published_nothing(isolated_workdir, second)
-    assert not (isolated_workdir / "privacy-ledger.sqlite").exists()
-    assert len(list((isolated_workdir / "runs" / "release").iterdir())) == 2
+    _published_nothing(trial_workdir, second)
+    assert not (trial_workdir / "privacy-ledger.sqlite").exists()
+    assert len(list((trial_workdir / "runs" / "release").iterdir())) == 2
 
     # The trial's folder named with --out again: reused, nothing new.
     assert main(argv + ["--out", str(first_run)]) == 0
@@ -109,14 +114,14 @@ def test_a_smoke_trial_on_a_demo_table_publishes_nothing_and_a_second_one_runs_t
 
 
 def test_no_publish_makes_a_publishing_release_a_trial_that_says_so_on_a_real_table(
-    isolated_workdir, demo_csv, capfd, tmp_path
+    trial_workdir, demo_csv, capfd, tmp_path
 ):
     # A publishing profile whose lifetime budget (1) is below smoke's epsilon (71.4): as a release it is
     # refused before any work; as a trial it enters nothing, so it checks nothing against the ledger.
     profile = publishing_smoke(tmp_path / "profiles", privacy={"lifetime_budget": 1.0})
     argv = ["release", "--config", str(CARDIO_SCHEMA), "--data", str(demo_csv), "--profile", profile, "--json"]
     assert main(argv) == 5
-    assert "lifetime_budget" in capfd.readouterr().err and not (isolated_workdir / "runs").exists()
+    assert "lifetime_budget" in capfd.readouterr().err and not (trial_workdir / "runs").exists()
 
     assert main(argv + ["--no-publish"]) == 0
     captured = capfd.readouterr()
@@ -125,21 +130,21 @@ def test_no_publish_makes_a_publishing_release_a_trial_that_says_so_on_a_real_ta
     lines = captured.out.strip().splitlines()
     summary = json.loads(lines[-1])
     assert lines[-2] == _trial_line(summary)
-    _published_nothing(isolated_workdir, summary)
+    _published_nothing(trial_workdir, summary)
     # --no-publish is part of the run's identity: the trial's folder is never resumed by a release.
     from dpsynth.tasks.context import load_context
 
-    record = json.loads((isolated_workdir / summary["run_dir"] / "run.json").read_text())
+    record = json.loads((trial_workdir / summary["run_dir"] / "run.json").read_text())
     as_release = load_context(str(CARDIO_SCHEMA), str(demo_csv), profile, None, "release")
     assert not as_release.profile.trial and record["identity"] != as_release.identity
     assert as_release.run_id != summary["release_id"]
 
 
 def test_a_publishing_profile_without_a_lifetime_budget_is_refused_before_any_work(
-    isolated_workdir, demo_csv, capfd, tmp_path
+    trial_workdir, demo_csv, capfd, tmp_path
 ):
     profile = publishing_smoke(tmp_path / "profiles", privacy={"lifetime_budget": None})
-    out = isolated_workdir / "run"
+    out = trial_workdir / "run"
     assert (
         main(
             [
@@ -159,8 +164,8 @@ def test_a_publishing_profile_without_a_lifetime_budget_is_refused_before_any_wo
     err = capfd.readouterr().err
     assert "privacy.lifetime_budget" in err and "--no-publish" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1  # one paragraph
-    assert not out.exists() and not (isolated_workdir / "runs").exists()
-    assert not (isolated_workdir / "privacy-ledger.sqlite").exists()
+    assert not out.exists() and not (trial_workdir / "runs").exists()
+    assert not (trial_workdir / "privacy-ledger.sqlite").exists()
 
     # A deployment enters at the flow: refused there too, before the run folder exists.
     from dpsynth.flows.release import release
