@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -99,6 +99,8 @@ class ColumnShapes:
     bins: int
     whole_cells: bool = True
     denoiser: str = NEIGHBOURS
+    # `shape`'s weights per column, denoised once: sampling reads every shape for each batch of rows.
+    _shapes: dict[Column, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def rho(self, adjacency: str = "replace-one") -> float:
         """What the measurement cost: one Gaussian count vector per column."""
@@ -116,13 +118,18 @@ class ColumnShapes:
 
     def shape(self, col: Column) -> np.ndarray:
         """The column's weights per fine cell: its noisy counts denoised by this release's rule (the
-        whole-number cells apart from the others: the denoisers' `whole`)."""
-        return DENOISERS[self.denoiser](
-            np.asarray(self.counts[col.name], dtype=np.float64),
-            self.parents(col),
-            self.noise_std,
-            fine_whole(col, self.bins, self.whole_cells),
-        )
+        whole-number cells apart from the others: the denoisers' `whole`). Computed once per column, and
+        read-only."""
+        if col not in self._shapes:
+            weights = DENOISERS[self.denoiser](
+                np.asarray(self.counts[col.name], dtype=np.float64),
+                self.parents(col),
+                self.noise_std,
+                fine_whole(col, self.bins, self.whole_cells),
+            )
+            weights.flags.writeable = False
+            self._shapes[col] = weights
+        return self._shapes[col]
 
     def values(self, col: Column, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Values for a continuous column's coarse cells, placed by its shape (`binning.shaped_cell_values`)."""
@@ -186,7 +193,20 @@ def denoised(noisy: np.ndarray, parents: np.ndarray, std: float, whole: np.ndarr
 
 
 def _running_median(y: np.ndarray, half: int) -> np.ndarray:
-    return np.array([np.median(y[max(i - half, 0) : i + half + 1]) for i in range(len(y))])
+    """Each position's median of the values within `half` positions of it (fewer at the ends). The full
+    windows in one call: one `np.median` per position made sampling a column's shape cost milliseconds, and
+    every checkpoint's sampling reads every shape."""
+    y = np.asarray(y, dtype=np.float64)
+    out = np.empty(len(y), dtype=np.float64)
+    width = 2 * half + 1
+    if len(y) >= width:
+        out[half : len(y) - half] = np.median(np.lib.stride_tricks.sliding_window_view(y, width), axis=1)
+        edges = [*range(half), *range(len(y) - half, len(y))]
+    else:
+        edges = list(range(len(y)))
+    for i in edges:
+        out[i] = np.median(y[max(i - half, 0) : i + half + 1])
+    return out
 
 
 def _window_mean(y: np.ndarray, keep: np.ndarray, half: int) -> np.ndarray:

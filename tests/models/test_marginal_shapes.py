@@ -43,6 +43,7 @@ from dpsynth.models.marginals.shapes import (
     CELL_MEAN,
     NEIGHBOURS,
     ColumnShapes,
+    _running_median,
     denoised,
     measure_shapes,
     neighbour_denoised,
@@ -478,3 +479,25 @@ def test_the_denoiser_changes_no_cost_and_reads_only_the_noisy_counts():
     old = ColumnShapes(a.counts, a.noise_multiplier, a.bins, a.whole_cells, CELL_MEAN)
     assert a.rho() == old.rho() and a.noise_std == old.noise_std
     assert np.array_equal(a.shape(AGE), neighbour_denoised(np.asarray(a.counts["age"]), fine_parents(AGE), a.noise_std))
+
+
+def test_the_running_median_is_each_windows_median_ends_included():
+    """The neighbours' denoiser's running median, computed for the full windows at once, equals the median of
+    each position's window (`half` either side, fewer at the ends) taken one at a time."""
+    rng = np.random.default_rng(3)
+    for length in (0, 1, 5, 16, 17, 18, 40, 640):
+        for half in (0, 1, 8):
+            for y in (rng.normal(size=length) * 50, np.round(rng.normal(size=length)), np.zeros(length)):
+                windows = [np.median(y[max(i - half, 0) : i + half + 1]) for i in range(length)]
+                assert np.array_equal(_running_median(y, half), np.array(windows, dtype=np.float64)), (length, half)
+
+
+def test_a_shape_is_denoised_once_and_read_only():
+    table = make_demo_table(CENSUS, 3000, seed=5, shape=SHAPES["heaped"])
+    shapes = measure_shapes(table, [AGE], 30.0, np.random.default_rng(2), 20)
+    first = shapes.shape(AGE)
+    assert shapes.shape(AGE) is first and not first.flags.writeable
+    assert np.array_equal(
+        first, neighbour_denoised(np.asarray(shapes.counts["age"]), fine_parents(AGE), shapes.noise_std)
+    )
+    assert shapes == ColumnShapes(shapes.counts, shapes.noise_multiplier, shapes.bins)  # the cache is no field
